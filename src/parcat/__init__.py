@@ -1,0 +1,5 @@
+"""parcat: parallel evaluation, training and simulation for multi-agent RL."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"

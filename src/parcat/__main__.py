@@ -1,0 +1,5 @@
+"""``python -m parcat``."""
+
+from parcat.cli.main import run
+
+run()

@@ -1,0 +1,51 @@
+"""What every command shares: output formats and turning errors into exit codes."""
+
+from __future__ import annotations
+
+import enum
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn
+
+import typer
+
+from parcat.errors import ParcatError, RunError, UsageError
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class OutputFormat(str, enum.Enum):
+    """How results are printed on stdout."""
+
+    TABLE = "table"
+    JSON = "json"
+    CSV = "csv"
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    """Print one line to stderr and exit."""
+    print(f"parcat: error: {message}", file=sys.stderr)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn parcat's errors into one line on stderr and exit code 2 (input) or 1 (run)."""
+    try:
+        yield
+    except UsageError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except RunError as exc:
+        fail(str(exc), EXIT_FAILED)
+    except ParcatError as exc:
+        fail(str(exc), EXIT_FAILED)
+
+
+def print_json(data: Any) -> None:
+    """Pretty JSON on stdout."""
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")

@@ -1,0 +1,110 @@
+"""``parcat eval``: evaluate policies on missions."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from parcat.atomic import write_text_atomically
+from parcat.cli.common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    OutputFormat,
+    print_json,
+    user_errors,
+)
+from parcat.cli.render import progress_bar, stderr_console, stdout_console, summary_table
+from parcat.evaluate import EvalReport, evaluate, make_config
+from parcat.missions import parse_overrides
+from parcat.report import summarize, summary_csv
+
+
+def eval_command(
+    missions: Annotated[
+        list[str],
+        typer.Option("--mission", "-m", help="Mission name or YAML path; repeat for several."),
+    ],
+    policies: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--policy",
+            "-p",
+            help="Policy spec NAME[,KEY=VALUE...][@WEIGHT]; repeat to mix (default: greedy).",
+        ),
+    ] = None,
+    episodes: Annotated[int, typer.Option("--episodes", "-n", help="Episodes per mission.")] = 10,
+    seed: Annotated[int, typer.Option(help="Base seed; all episode seeds derive from it.")] = 0,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override a mission parameter, KEY=VALUE (e.g. agents=8)."),
+    ] = None,
+    fmt: Annotated[
+        OutputFormat | None,
+        typer.Option("--format", "-f", help="stdout format (default: table)."),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Write results here: .json (full) or .csv (summary)."),
+    ] = None,
+    progress: Annotated[bool, typer.Option(help="Progress bar on stderr.")] = True,
+) -> None:
+    """Evaluate policies on missions and print per-mission, per-policy statistics.
+
+    Exit codes: 0 all episodes finished, 1 some episode failed, 2 bad input, 130 interrupted.
+    """
+    with user_errors():
+        config = make_config(
+            missions, policies or ["greedy"], episodes, seed, parse_overrides(overrides or [])
+        )
+    total = len(config.missions) * config.episodes
+    with progress_bar(total, "episodes", enabled=progress) as advance:
+        report = evaluate(config, on_result=lambda _: advance())
+    if output is not None:
+        write_report(report, output)
+    show_report(report, fmt or OutputFormat.TABLE)
+    raise typer.Exit(exit_code(report))
+
+
+def write_report(report: EvalReport, path: Path) -> None:
+    """Write the results file atomically: full JSON, or the summary as CSV for ``.csv``."""
+    import json
+
+    if path.suffix.lower() == ".csv":
+        text = summary_csv(summarize(report.episodes))
+    else:
+        text = json.dumps(report.to_document(), indent=2) + "\n"
+    write_text_atomically(path, text)
+
+
+def show_report(report: EvalReport, fmt: OutputFormat) -> None:
+    """Print the results on stdout and the failures on stderr."""
+    if fmt is OutputFormat.JSON:
+        print_json(report.to_document())
+    elif fmt is OutputFormat.CSV:
+        sys.stdout.write(summary_csv(summarize(report.episodes)))
+    else:
+        title = f"{len(report.episodes)} episodes in {report.elapsed_s:.2f} s"
+        stdout_console().print(summary_table(summarize(report.episodes), title=title))
+    err = stderr_console()
+    for episode in report.failed:
+        assert episode.error is not None
+        agent = f", agent {episode.error.agent}" if episode.error.agent else ""
+        err.print(
+            f"[red]failed[/red]: mission {episode.mission}, episode {episode.episode_index}"
+            f"{agent} (seed {episode.seed}): {episode.error.type}: {episode.error.message}",
+            markup=True,
+            highlight=False,
+        )
+    if report.status == "interrupted":
+        err.print("interrupted: results so far are shown above")
+
+
+def exit_code(report: EvalReport) -> int:
+    """0 when every episode finished, 1 when some failed, 130 when interrupted."""
+    if report.status == "interrupted":
+        return EXIT_INTERRUPTED
+    return EXIT_FAILED if report.failed else EXIT_OK

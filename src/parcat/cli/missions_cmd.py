@@ -1,0 +1,84 @@
+"""``parcat missions list|show``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import gymnasium
+import numpy as np
+import typer
+
+from parcat.cli.common import OutputFormat, print_json, user_errors
+from parcat.cli.render import key_value_table, list_table, stdout_console
+from parcat.missions import list_missions, load_mission
+
+def describe_space(space: Any) -> str:
+    """A short description of a gymnasium space (bounds summarised, not listed)."""
+    if isinstance(space, gymnasium.spaces.Box):
+        low, high = float(np.min(space.low)), float(np.max(space.high))
+        return f"Box({low:g}..{high:g}, shape={space.shape}, {space.dtype})"
+    return str(space)
+
+
+app = typer.Typer(help="List and inspect missions.", no_args_is_help=True)
+
+
+@app.command("list")
+def list_command(
+    fmt: Annotated[OutputFormat, typer.Option("--format", help="Output format.")] = (
+        OutputFormat.TABLE
+    ),
+) -> None:
+    """List the missions reachable by name (./missions/ first, then the built-in ones)."""
+    with user_errors():
+        missions = list_missions()
+    if fmt is OutputFormat.JSON:
+        print_json([{"name": m.name, "description": m.description, "source": m.source}
+                    for m in missions])
+        return
+    if fmt is OutputFormat.CSV:
+        typer.echo("name,description")
+        for m in missions:
+            typer.echo(f'{m.name},"{m.description}"')
+        return
+    stdout_console().print(
+        list_table(["mission", "description"], [(m.name, m.description) for m in missions])
+    )
+
+
+@app.command("show")
+def show_command(
+    mission: Annotated[str, typer.Argument(help="Mission name or YAML path.")],
+    fmt: Annotated[OutputFormat, typer.Option("--format", help="Output format.")] = (
+        OutputFormat.TABLE
+    ),
+) -> None:
+    """Show a mission: its environment, parameters, agents and spaces."""
+    with user_errors():
+        m = load_mission(mission)
+        env = m.make_env()
+        agents = list(env.possible_agents)
+        spaces = {str(a): (describe_space(env.observation_space(a)),
+                           describe_space(env.action_space(a))) for a in agents}
+    info = {
+        "name": m.name,
+        "description": m.description,
+        "env": m.env,
+        "heuristic": m.heuristic,
+        "max_steps": m.max_steps,
+        "source": m.source,
+        "params": dict(m.params),
+        "agents": [str(a) for a in agents],
+        "spaces": {a: {"observation": o, "action": s} for a, (o, s) in spaces.items()},
+    }
+    if fmt is not OutputFormat.TABLE:
+        print_json(info)
+        return
+    rows = [(k, info[k]) for k in ("name", "description", "env", "heuristic", "max_steps",
+                                    "source")]
+    rows += [(f"params.{k}", v) for k, v in m.params.items()]
+    rows.append(("agents", ", ".join(info["agents"])))
+    first = str(agents[0])
+    rows.append((f"observation ({first})", spaces[first][0]))
+    rows.append((f"action ({first})", spaces[first][1]))
+    stdout_console().print(key_value_table(rows, title=f"mission {m.name}"))

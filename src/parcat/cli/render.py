@@ -1,0 +1,113 @@
+"""Rendering for people: rich tables on a terminal, plain text otherwise; progress bars."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from parcat.report import Summary
+
+
+def stdout_console() -> Console:
+    """Console for results: colour and boxes only on a terminal."""
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        # a pipe or file: plain text, wide enough that no cell is cut
+        console = Console(highlight=False, width=200, no_color=True)
+    return console
+
+
+def stderr_console() -> Console:
+    """Console for progress, warnings and errors."""
+    return Console(stderr=True, highlight=False)
+
+
+def _fmt(value: float) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.3f}"
+
+
+def summary_table(summaries: Sequence[Summary], title: str | None = None) -> Table:
+    """The per-mission, per-policy statistics as a table."""
+    plain = not sys.stdout.isatty()
+    table = Table(title=title, title_justify="left", box=box.ASCII2 if plain else box.SIMPLE_HEAVY)
+    for name in ("mission", "policy"):
+        table.add_column(name)
+    for name in ("episodes", "failed", "mean", "std", "min", "max", "95% CI"):
+        table.add_column(name, justify="right")
+    for s in summaries:
+        ci = "-" if s.episodes == 0 else f"[{_fmt(s.ci95_low)}, {_fmt(s.ci95_high)}]"
+        style = "bold" if s.policy == "*" else None
+        table.add_row(
+            s.mission,
+            "all" if s.policy == "*" else s.policy,
+            str(s.episodes),
+            str(s.failed),
+            _fmt(s.mean),
+            _fmt(s.std),
+            _fmt(s.min),
+            _fmt(s.max),
+            ci,
+            style=style,
+        )
+    return table
+
+
+def key_value_table(rows: Sequence[tuple[str, Any]], title: str | None = None) -> Table:
+    """Two columns: a name and its value."""
+    plain = not sys.stdout.isatty()
+    table = Table(
+        title=title, title_justify="left", box=box.ASCII2 if plain else box.SIMPLE_HEAVY,
+        show_header=False,
+    )
+    table.add_column("key", style="bold")
+    table.add_column("value")
+    for key, value in rows:
+        table.add_row(key, str(value))
+    return table
+
+
+def list_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
+    """A plain listing table."""
+    plain = not sys.stdout.isatty()
+    table = Table(box=box.ASCII2 if plain else box.SIMPLE_HEAVY)
+    for header in headers:
+        table.add_column(header)
+    for row in rows:
+        table.add_row(*(str(c) for c in row))
+    return table
+
+
+@contextmanager
+def progress_bar(total: int, description: str, enabled: bool = True) -> Iterator[Any]:
+    """A progress bar on stderr; yields ``advance(n=1)``. Silent when stderr is no terminal."""
+    console = stderr_console()
+    if not enabled or not console.is_terminal:
+        yield lambda n=1: None
+        return
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    )
+    with progress:
+        task_id = progress.add_task(description, total=total)
+        yield lambda n=1: progress.advance(task_id, n)

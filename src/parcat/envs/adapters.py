@@ -1,0 +1,72 @@
+"""Adapters that turn other environments into parcat's (PettingZoo parallel) contract."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium
+
+
+class GymnasiumParallelEnv:
+    """A single-agent Gymnasium environment seen as a one-agent parallel environment.
+
+    Args:
+        env: The Gymnasium environment to wrap; it is closed with the adapter.
+        agent_id: The id of the one agent.
+    """
+
+    metadata: dict[str, Any] = {"name": "gymnasium", "render_modes": []}
+
+    def __init__(self, env: gymnasium.Env[Any, Any], agent_id: str = "agent_0") -> None:
+        self.env = env
+        self.agent_id = agent_id
+        self.possible_agents = [agent_id]
+        self.agents: list[str] = []
+        self._return = 0.0
+        self._steps = 0
+
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        """Reset the wrapped environment."""
+        obs, info = self.env.reset(seed=seed, options=options)
+        self.agents = [self.agent_id]
+        self._return = 0.0
+        self._steps = 0
+        return {self.agent_id: obs}, {self.agent_id: dict(info)}
+
+    def step(self, actions: Mapping[str, Any]) -> tuple[
+        dict[str, Any], dict[str, float], dict[str, bool], dict[str, bool], dict[str, Any]
+    ]:
+        """Step the wrapped environment with the one agent's action."""
+        obs, reward, terminated, truncated, info = self.env.step(actions[self.agent_id])
+        self._return += float(reward)
+        self._steps += 1
+        if terminated or truncated:
+            self.agents = []
+        a = self.agent_id
+        return {a: obs}, {a: float(reward)}, {a: bool(terminated)}, {a: bool(truncated)}, {
+            a: dict(info)
+        }
+
+    def observation_space(self, agent: Any) -> gymnasium.spaces.Space[Any]:
+        """The wrapped environment's observation space."""
+        return self.env.observation_space
+
+    def action_space(self, agent: Any) -> gymnasium.spaces.Space[Any]:
+        """The wrapped environment's action space."""
+        return self.env.action_space
+
+    def episode_stats(self) -> dict[str, float]:
+        """Length and return of the episode so far."""
+        return {"length": float(self._steps), "return": self._return}
+
+    def close(self) -> None:
+        """Close the wrapped environment."""
+        self.env.close()
+
+
+def make_gymnasium_env(env_id: str, **kwargs: Any) -> GymnasiumParallelEnv:
+    """Make ``gymnasium.make(env_id, **kwargs)`` and wrap it as a one-agent parallel env."""
+    return GymnasiumParallelEnv(gymnasium.make(env_id, **kwargs))

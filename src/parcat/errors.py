@@ -1,0 +1,48 @@
+"""parcat's error hierarchy: one flat family, a one-line docstring each.
+
+Every message says what was expected, what arrived and how to fix it. The CLI prints
+:class:`UsageError` subclasses as one line with exit code 2 and :class:`RunError`
+subclasses with exit code 1.
+"""
+
+from __future__ import annotations
+
+
+class ParcatError(Exception):
+    """Base class of every error parcat raises on purpose."""
+
+
+class UsageError(ParcatError):
+    """Bad input from the user: a flag value, a spec or a file; the CLI exits with 2."""
+
+
+class MissionError(UsageError):
+    """A mission is unknown, or its YAML file or parameters are invalid."""
+
+
+class PolicyError(UsageError):
+    """A policy spec is unknown, cannot be loaded or does not fit the mission."""
+
+
+class ConfigError(UsageError):
+    """A configuration value or YAML file is invalid."""
+
+
+class CheckpointError(UsageError):
+    """A checkpoint directory is missing, incomplete or from another mission."""
+
+
+class ConformanceError(ParcatError):
+    """An environment or policy breaks the contract that parcat.testing checks."""
+
+
+class RunError(ParcatError):
+    """A run failed after it started (a worker, an episode); the CLI exits with 1."""
+
+
+class EpisodeError(RunError):
+    """An environment or policy raised inside an episode."""
+
+
+class WorkerError(RunError):
+    """A worker process died, hung or sent back something unreadable."""

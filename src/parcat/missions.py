@@ -1,0 +1,225 @@
+"""Missions: YAML files naming an environment factory, its parameters and a heuristic.
+
+A mission is found by name in ``./missions/`` (the user's own) and then among the
+built-in ones shipped inside the package, or given as a path to a YAML file.
+"""
+
+from __future__ import annotations
+
+import difflib
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from parcat.envs.adapters import make_gymnasium_env
+from parcat.envs.base import ParallelEnv
+from parcat.errors import MissionError
+from parcat.imports import import_reference
+
+BUILTIN_DIR = Path(__file__).parent / "missions"
+DEFAULT_MAX_STEPS = 1000
+_KEYS = {"name", "description", "env", "heuristic", "params", "max_steps", "default_action"}
+
+
+@dataclass(frozen=True)
+class Mission:
+    """A validated mission: everything needed to build its environment anywhere."""
+
+    name: str
+    """Short name, used in results and to derive seeds."""
+    env: str
+    """Environment factory: ``module:callable`` or ``gymnasium:ENV_ID``."""
+    params: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """Keyword arguments of the factory (after ``--set`` overrides)."""
+    description: str = ""
+    """One line for ``parcat missions list``."""
+    heuristic: str | None = None
+    """``module:Class`` of the mission's scripted policy (the built-in ``greedy``)."""
+    max_steps: int = DEFAULT_MAX_STEPS
+    """Step limit that ``run_episode`` enforces even if the environment never ends."""
+    source: str = ""
+    """Where the mission was loaded from."""
+
+    @property
+    def key(self) -> int:
+        """A stable number for this mission's name, used to derive seeds."""
+        return zlib.crc32(self.name.encode())
+
+    def make_env(self) -> ParallelEnv:
+        """Build a fresh environment for this mission."""
+        return make_env(self.env, self.params, self.name)
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Mission:
+        """Return this mission with some parameters replaced (validated)."""
+        unknown = sorted(set(overrides) - set(self.params) - {"max_steps"})
+        if unknown:
+            known = ", ".join(sorted(set(self.params) | {"max_steps"}))
+            raise MissionError(
+                f"mission '{self.name}' has no parameter '{unknown[0]}'; known: {known}"
+            )
+        params = {**self.params, **overrides}
+        max_steps = params.get("max_steps", self.max_steps)
+        if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
+            raise MissionError(
+                f"mission '{self.name}': max_steps must be an integer >= 1, got {max_steps!r}"
+            )
+        if "max_steps" not in self.params:
+            params.pop("max_steps", None)
+        mission = replace(self, params=params, max_steps=max_steps)
+        validate_env(mission)
+        return mission
+
+
+def make_env(reference: str, params: Mapping[str, Any], mission_name: str = "?") -> ParallelEnv:
+    """Build an environment from a factory reference and parameters.
+
+    Raises:
+        MissionError: the factory cannot be found or rejects the parameters.
+    """
+    module, _, target = reference.partition(":")
+    try:
+        if module == "gymnasium":
+            return make_gymnasium_env(target, **params)
+        factory = import_reference(reference)
+    except MissionError:
+        raise
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise MissionError(
+            f"mission '{mission_name}': cannot load env '{reference}': {exc}"
+        ) from exc
+    except Exception as exc:
+        raise MissionError(f"mission '{mission_name}': env '{reference}' failed: {exc}") from exc
+    try:
+        env = factory(**params)
+    except MissionError:
+        raise
+    except TypeError as exc:
+        raise MissionError(f"mission '{mission_name}': env '{reference}' rejected: {exc}") from exc
+    return env  # type: ignore[no-any-return]
+
+
+def validate_env(mission: Mission) -> None:
+    """Build the mission's environment once so bad parameters fail before any run."""
+    env = mission.make_env()
+    try:
+        env.reset(seed=0)
+        if not env.possible_agents:
+            raise MissionError(f"mission '{mission.name}': the environment has no agents")
+    finally:
+        close = getattr(env, "close", None)
+        if close is not None:
+            close()
+
+
+def mission_dirs() -> list[Path]:
+    """Folders searched for missions by name, first match wins."""
+    dirs = [Path.cwd() / "missions", BUILTIN_DIR]
+    unique: list[Path] = []
+    for d in dirs:
+        if d.is_dir() and all(d.resolve() != u.resolve() for u in unique):
+            unique.append(d)
+    return unique
+
+
+def mission_files() -> dict[str, Path]:
+    """Every mission reachable by name, mapped to its file."""
+    found: dict[str, Path] = {}
+    for d in mission_dirs():
+        for path in sorted(d.glob("*.yaml")):
+            found.setdefault(path.stem, path)
+    return found
+
+
+def list_missions() -> list[Mission]:
+    """Load every mission reachable by name, sorted by name."""
+    return [read_mission(path) for _, path in sorted(mission_files().items())]
+
+
+def load_mission(name_or_path: str, overrides: Mapping[str, Any] | None = None) -> Mission:
+    """Find a mission by name or YAML path, apply ``--set`` overrides and validate it.
+
+    Raises:
+        MissionError: unknown name, unreadable or malformed file, bad parameters.
+    """
+    path = Path(name_or_path)
+    if name_or_path.endswith((".yaml", ".yml")) or path.is_file():
+        if not path.is_file():
+            raise MissionError(f"mission file '{name_or_path}' does not exist")
+    else:
+        files = mission_files()
+        if name_or_path not in files:
+            raise MissionError(unknown_mission_message(name_or_path, files))
+        path = files[name_or_path]
+    return read_mission(path).with_overrides(overrides or {})
+
+
+def unknown_mission_message(name: str, files: Iterable[str]) -> str:
+    """The one line shown for an unknown mission name."""
+    known = sorted(files)
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    where = ", ".join(str(d) for d in mission_dirs())
+    return f"mission '{name}' not found in {where}{hint}; known: {', '.join(known)}"
+
+
+def read_mission(path: Path) -> Mission:
+    """Parse and check one mission YAML file (without building its environment)."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise MissionError(f"mission file '{path}'{where}: {problem}") from exc
+    except OSError as exc:
+        raise MissionError(f"mission file '{path}': {exc.strerror}") from exc
+    if not isinstance(data, dict):
+        raise MissionError(f"mission file '{path}': expected a mapping with keys env, params")
+    unknown = sorted(set(data) - _KEYS)
+    if unknown:
+        raise MissionError(
+            f"mission file '{path}': unknown key '{unknown[0]}'; valid: {', '.join(sorted(_KEYS))}"
+        )
+    env = data.get("env")
+    if not isinstance(env, str) or ":" not in env:
+        raise MissionError(
+            f"mission file '{path}': key 'env' must be 'module:callable' or 'gymnasium:ID', "
+            f"got {env!r}"
+        )
+    params = data.get("params") or {}
+    if not isinstance(params, dict):
+        raise MissionError(f"mission file '{path}': key 'params' must be a mapping")
+    max_steps = params.get("max_steps", data.get("max_steps", DEFAULT_MAX_STEPS))
+    if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
+        raise MissionError(f"mission file '{path}': 'max_steps' must be an integer >= 1")
+    return Mission(
+        name=str(data.get("name") or path.stem),
+        env=env,
+        params=params,
+        description=str(data.get("description", "")),
+        heuristic=data.get("heuristic"),
+        max_steps=max_steps,
+        source=str(path),
+    )
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """Parse ``--set KEY=VALUE`` items; values are YAML scalars (``8``, ``0.5``, ``true``).
+
+    Raises:
+        MissionError: an item has no ``=``.
+    """
+    overrides: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise MissionError(f"--set expects KEY=VALUE (e.g. --set agents=8), got '{item}'")
+        try:
+            overrides[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            overrides[key.strip()] = value
+    return overrides

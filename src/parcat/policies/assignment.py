@@ -1,0 +1,33 @@
+"""Which policy plays which agent: proportional to weights, deterministic from a seed."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def assign_policies(weights: Sequence[float], num_agents: int, seed: int) -> list[int]:
+    """Give each of ``num_agents`` agents the index of a policy.
+
+    Each policy gets ``floor(num_agents * share)`` agents; the remaining seats go to
+    policies drawn without replacement with probability proportional to what their share
+    lost to rounding, so over many episodes every policy gets exactly its share on average
+    (one agent and two equal policies: each plays half the episodes). Seats are then
+    shuffled, so every policy plays every role.
+    """
+    if not weights:
+        raise ValueError("at least one policy is needed")
+    rng = np.random.default_rng(seed)
+    w = np.asarray(weights, dtype=float)
+    exact = num_agents * w / w.sum()
+    counts = np.floor(exact).astype(int)
+    missing = num_agents - int(counts.sum())
+    if missing:
+        remainder = exact - counts
+        chosen = rng.choice(len(w), size=missing, replace=False, p=remainder / remainder.sum())
+        counts[chosen] += 1
+    seats = np.repeat(np.arange(len(w)), counts)
+    if len(w) > 1:
+        rng.shuffle(seats)
+    return [int(i) for i in seats]

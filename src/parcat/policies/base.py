@@ -1,0 +1,60 @@
+"""The policy contract and what a policy is told about the agent it plays."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import gymnasium
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """Everything a policy factory may know about the agent it will play."""
+
+    mission: str
+    """Name of the mission, e.g. ``"harvest"``."""
+    agent_id: Any
+    """The environment's id of the agent (any hashable)."""
+    agent_index: int
+    """Position of the agent in ``env.possible_agents``."""
+    observation_space: gymnasium.spaces.Space[Any]
+    """What the agent observes."""
+    action_space: gymnasium.spaces.Space[Any]
+    """What the agent may do."""
+    params: Mapping[str, Any] = field(default_factory=dict)
+    """The mission's environment parameters (map size, number of agents, ...)."""
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """What a user implements to act in parcat: one instance plays one agent.
+
+    ``reset`` is called with a seed derived from (run seed, mission, episode, agent) at the
+    start of every episode; a policy must draw all its randomness from that seed so that
+    episodes are reproducible wherever they run.
+    """
+
+    def reset(self, seed: int) -> None:
+        """Start an episode; reseed any randomness and clear any memory."""
+        ...
+
+    def step(self, obs: Any) -> Any:
+        """Return the action for one observation."""
+        ...
+
+
+@runtime_checkable
+class BatchPolicy(Policy, Protocol):
+    """A policy that can also act for many agents (or environments) in one call."""
+
+    def step_batch(self, obs_batch: Sequence[Any]) -> Sequence[Any]:
+        """Return one action per observation, in order."""
+        ...
+
+
+class PolicyFactory(Protocol):
+    """Builds a policy for one agent; keyword arguments come from the policy spec."""
+
+    def __call__(self, spec: AgentSpec, /, **kwargs: Any) -> Policy: ...

@@ -1,0 +1,181 @@
+"""Built-in policies: ``random``, ``noop`` and ``mlp`` (the CPU-heavy reference)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+from parcat.errors import PolicyError
+from parcat.policies.base import AgentSpec
+
+_BLOCK = 256
+
+
+class RandomPolicy:
+    """Uniformly random actions from the agent's action space, seeded per episode.
+
+    Discrete actions are drawn in blocks, so a step costs a list index rather than a
+    call into numpy's generator.
+    """
+
+    def __init__(self, spec: AgentSpec) -> None:
+        self.space = spec.action_space
+        self._rng = np.random.default_rng(0)
+        self._block: list[int] = []
+        self._space_copy: gymnasium.spaces.Space[Any] | None = None
+
+    def reset(self, seed: int) -> None:
+        """Reseed the generator."""
+        self._rng = np.random.default_rng(seed)
+        self._block = []
+        if not isinstance(self.space, spaces.Discrete | spaces.Box):
+            self._space_copy = copy.deepcopy(self.space)
+            self._space_copy.seed(seed)
+
+    def step(self, obs: Any) -> Any:
+        """Draw one action."""
+        space = self.space
+        if isinstance(space, spaces.Discrete):
+            if not self._block:
+                draws = self._rng.integers(space.n, size=_BLOCK) + int(space.start)
+                self._block = draws.tolist()[::-1]
+            return self._block.pop()
+        if isinstance(space, spaces.Box):
+            low = np.where(np.isfinite(space.low), space.low, -1.0)
+            high = np.where(np.isfinite(space.high), space.high, 1.0)
+            return self._rng.uniform(low, high).astype(space.dtype)
+        assert self._space_copy is not None, "reset() must be called before step()"
+        return self._space_copy.sample()
+
+    def step_batch(self, obs_batch: Sequence[Any]) -> list[Any]:
+        """Draw one action per observation."""
+        return [self.step(obs) for obs in obs_batch]
+
+
+class NoopPolicy:
+    """Always the 'do nothing' action: 0, or the zero vector clipped into the space."""
+
+    def __init__(self, spec: AgentSpec) -> None:
+        self.action = noop_action(spec.action_space)
+
+    def reset(self, seed: int) -> None:
+        """Nothing to reset."""
+
+    def step(self, obs: Any) -> Any:
+        """Return the no-op action."""
+        return copy.copy(self.action)
+
+    def step_batch(self, obs_batch: Sequence[Any]) -> list[Any]:
+        """Return the no-op action for every observation."""
+        return [copy.copy(self.action) for _ in obs_batch]
+
+
+def noop_action(space: gymnasium.spaces.Space[Any]) -> Any:
+    """The neutral action of a space: the mission's default for late or missing actions."""
+    if isinstance(space, spaces.Discrete):
+        return int(space.start)
+    if isinstance(space, spaces.Box):
+        return np.clip(np.zeros(space.shape, dtype=space.dtype), space.low, space.high)
+    if isinstance(space, spaces.MultiDiscrete):
+        return np.array(space.start, dtype=space.dtype).copy()
+    if isinstance(space, spaces.MultiBinary):
+        return np.zeros(space.shape, dtype=space.dtype)
+    raise PolicyError(f"no neutral action for action space {space}")
+
+
+class MLPPolicy:
+    """A numpy multi-layer perceptron: the CPU-heavy reference policy for benchmarks.
+
+    Weights are drawn from ``init_seed`` (or loaded from a checkpoint), so every agent
+    with the same arguments acts the same way wherever it runs. Discrete actions take the
+    argmax of the outputs; Box actions squash them with ``tanh`` into the bounds.
+
+    Args:
+        spec: The agent this policy plays.
+        width: Units per hidden layer.
+        depth: Number of hidden layers.
+        init_seed: Seed of the initial weights.
+    """
+
+    def __init__(self, spec: AgentSpec, width: int = 64, depth: int = 2, init_seed: int = 0):
+        for name, value in (("width", width), ("depth", depth)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise PolicyError(f"mlp: '{name}' must be an integer >= 1, got {value!r}")
+        self.obs_space = spec.observation_space
+        self.action_space = spec.action_space
+        n_in = spaces.flatdim(self.obs_space)
+        n_out = _output_size(self.action_space)
+        sizes = [n_in, *([width] * depth), n_out]
+        rng = np.random.default_rng(init_seed)
+        self.weights: list[np.ndarray] = []
+        self.biases: list[np.ndarray] = []
+        for fan_in, fan_out in zip(sizes[:-1], sizes[1:], strict=True):
+            scale = np.sqrt(2.0 / fan_in)
+            self.weights.append((rng.standard_normal((fan_in, fan_out)) * scale).astype(np.float32))
+            self.biases.append(np.zeros(fan_out, dtype=np.float32))
+
+    def reset(self, seed: int) -> None:
+        """The MLP is deterministic; nothing to reset."""
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        """Outputs for a batch of flat observations, shape (batch, outputs)."""
+        last = len(self.weights) - 1
+        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+            x = x @ w + b
+            if i < last:
+                np.maximum(x, 0.0, out=x)
+        return x
+
+    def step(self, obs: Any) -> Any:
+        """Act on one observation."""
+        return self.step_batch([obs])[0]
+
+    def step_batch(self, obs_batch: Sequence[Any]) -> list[Any]:
+        """Act on many observations with one forward pass."""
+        x = np.stack([_flat(self.obs_space, o) for o in obs_batch]).astype(np.float32)
+        out = self.forward(x)
+        space = self.action_space
+        if isinstance(space, spaces.Discrete):
+            return [int(a) + int(space.start) for a in out.argmax(axis=1)]
+        assert isinstance(space, spaces.Box)
+        low, high = space.low, space.high
+        squashed = np.tanh(out).reshape((len(obs_batch), *space.shape))
+        acts = low + (squashed + 1.0) * 0.5 * (high - low)
+        return [a.astype(space.dtype) for a in acts]
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The weights as named arrays (the checkpoint format)."""
+        arrays = {f"w{i}": w for i, w in enumerate(self.weights)}
+        arrays.update({f"b{i}": b for i, b in enumerate(self.biases)})
+        return arrays
+
+    def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
+        """Load weights saved by :meth:`state_dict`; shapes must match."""
+        for i in range(len(self.weights)):
+            for prefix, store in (("w", self.weights), ("b", self.biases)):
+                key = f"{prefix}{i}"
+                if key not in arrays or arrays[key].shape != store[i].shape:
+                    got = arrays[key].shape if key in arrays else "missing"
+                    raise PolicyError(
+                        f"mlp: array '{key}' expected shape {store[i].shape}, got {got}"
+                    )
+                store[i] = np.asarray(arrays[key], dtype=np.float32)
+
+
+def _flat(space: gymnasium.spaces.Space[Any], obs: Any) -> np.ndarray:
+    if isinstance(space, spaces.Box):
+        return np.asarray(obs, dtype=np.float32).reshape(-1)
+    return np.asarray(spaces.flatten(space, obs), dtype=np.float32)
+
+
+def _output_size(space: gymnasium.spaces.Space[Any]) -> int:
+    if isinstance(space, spaces.Discrete):
+        return int(space.n)
+    if isinstance(space, spaces.Box):
+        return int(np.prod(space.shape))
+    raise PolicyError(f"mlp supports Discrete and Box action spaces, got {space}")

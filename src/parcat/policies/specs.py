@@ -1,0 +1,178 @@
+"""Policy specs from the command line, the built-in registry, and building policies.
+
+A spec is ``TARGET[,KEY=VALUE...][@WEIGHT]``:
+
+- ``TARGET`` is a built-in name (``random``, ``noop``, ``greedy``, ``mlp``), ``module:Class``,
+  or the path of a checkpoint directory (one agent's, or a whole run's);
+- ``KEY=VALUE`` pairs are keyword arguments (values are YAML scalars: ``width=256``);
+- ``@WEIGHT`` is the policy's share of the agents (default 1).
+
+Examples: ``greedy``, ``mlp,width=256,depth=3@2``, ``my_pkg.agents:Chaser,speed=0.5``,
+``runs/harvest-dqn``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from parcat import checkpoint
+from parcat.errors import CheckpointError, PolicyError
+from parcat.imports import import_reference, is_reference
+from parcat.missions import Mission
+from parcat.policies.base import AgentSpec, Policy
+
+BUILTINS: dict[str, tuple[str | None, str]] = {
+    "random": ("parcat.policies.builtin:RandomPolicy", "uniformly random actions (seeded)"),
+    "noop": ("parcat.policies.builtin:NoopPolicy", "always the neutral action"),
+    "greedy": (None, "the mission's scripted heuristic"),
+    "mlp": (
+        "parcat.policies.builtin:MLPPolicy",
+        "numpy MLP with random weights (width=64, depth=2, init_seed=0); CPU-heavy reference",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A parsed ``-p`` value."""
+
+    target: str
+    """Built-in name, ``module:Class`` or checkpoint path."""
+    kwargs: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """Keyword arguments for the policy's constructor."""
+    weight: float = 1.0
+    """Share of the agents this policy plays."""
+
+    @property
+    def name(self) -> str:
+        """How results name this policy: the spec without its weight."""
+        args = "".join(f",{k}={v}" for k, v in self.kwargs.items())
+        return f"{self.target}{args}"
+
+
+def parse_policy_spec(text: str) -> PolicySpec:
+    """Parse ``TARGET[,KEY=VALUE...][@WEIGHT]``.
+
+    Raises:
+        PolicyError: empty target, a malformed ``KEY=VALUE`` or a bad weight.
+    """
+    body, at, weight_text = text.rpartition("@") if "@" in text else (text, "", "")
+    weight = 1.0
+    if at:
+        try:
+            weight = float(weight_text)
+        except ValueError:
+            weight = -1.0
+        if not weight > 0 or weight == float("inf"):
+            raise PolicyError(
+                f"policy '{text}': weight after '@' must be a positive number, got '{weight_text}'"
+            )
+    target, *pairs = body.split(",")
+    if not target.strip():
+        raise PolicyError(f"policy '{text}': expected NAME[,KEY=VALUE...][@WEIGHT]")
+    kwargs: dict[str, Any] = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key.strip():
+            raise PolicyError(f"policy '{text}': expected KEY=VALUE after ',', got '{pair}'")
+        try:
+            kwargs[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            kwargs[key.strip()] = value
+    return PolicySpec(target.strip(), kwargs, weight)
+
+
+def builtin_names() -> list[str]:
+    """Names usable as ``-p NAME``."""
+    return list(BUILTINS)
+
+
+def unknown_policy_message(target: str) -> str:
+    """The one line shown for a spec that is no built-in, reference or checkpoint."""
+    close = difflib.get_close_matches(target, BUILTINS, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return (
+        f"policy '{target}' is not a built-in, a module:Class or a checkpoint directory{hint}; "
+        f"built-ins: {', '.join(BUILTINS)}"
+    )
+
+
+def make_policy(spec: PolicySpec, mission: Mission, agent: AgentSpec) -> Policy:
+    """Build the policy that ``spec`` names for one agent of ``mission``.
+
+    Raises:
+        PolicyError: unknown name, unimportable class, rejected arguments, bad checkpoint.
+    """
+    target = spec.target
+    if target in BUILTINS:
+        reference = BUILTINS[target][0] or mission.heuristic
+        if reference is None:
+            raise PolicyError(f"mission '{mission.name}' has no heuristic, so 'greedy' is unknown")
+        return _construct(reference, spec, agent, dict(spec.kwargs))
+    if Path(target).is_dir():
+        return _from_checkpoint(Path(target), spec, agent)
+    if is_reference(target):
+        return _construct(target, spec, agent, dict(spec.kwargs))
+    raise PolicyError(unknown_policy_message(target))
+
+
+def _construct(reference: str, spec: PolicySpec, agent: AgentSpec, kwargs: dict[str, Any]) -> Any:
+    try:
+        factory = import_reference(reference)
+    except Exception as exc:
+        raise PolicyError(f"policy '{spec.target}': cannot import '{reference}': {exc}") from exc
+    if not callable(factory):
+        raise PolicyError(f"policy '{spec.target}': '{reference}' is not callable")
+    try:
+        policy = factory(agent, **kwargs) if _takes_spec(factory) else factory(**kwargs)
+    except PolicyError:
+        raise
+    except TypeError as exc:
+        raise PolicyError(f"policy '{spec.name}': {exc}") from exc
+    for method in ("reset", "step"):
+        if not callable(getattr(policy, method, None)):
+            raise PolicyError(
+                f"policy '{spec.name}': {type(policy).__name__} has no {method}() method; "
+                "a policy needs reset(seed) and step(obs)"
+            )
+    return policy
+
+
+def _takes_spec(factory: Any) -> bool:
+    try:
+        params = list(inspect.signature(factory).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return bool(params) and (
+        params[0].kind in positional or params[0].kind == inspect.Parameter.VAR_POSITIONAL
+    )
+
+
+def _from_checkpoint(path: Path, spec: PolicySpec, agent: AgentSpec) -> Any:
+    try:
+        manifest = checkpoint.read_manifest(path)
+        if manifest["format"] == checkpoint.RUN_FORMAT:
+            dirs: dict[str, str] = manifest["agents"]
+            key = str(agent.agent_id)
+            if key not in dirs:
+                raise CheckpointError(
+                    f"checkpoint '{path}' has no agent '{key}'; it has: {', '.join(dirs)}"
+                )
+            path = path / dirs[key]
+        saved = checkpoint.load_policy(path)
+    except CheckpointError as exc:
+        raise PolicyError(str(exc)) from exc
+    policy = _construct(saved.policy, spec, agent, {**saved.kwargs, **spec.kwargs})
+    load = getattr(policy, "load_state_dict", None)
+    if load is None:
+        raise PolicyError(f"checkpoint '{path}': {saved.policy} has no load_state_dict()")
+    load(dict(saved.arrays))
+    return policy

@@ -1,0 +1,160 @@
+"""Reports: per-mission and per-policy summaries, and the JSON / CSV results formats.
+
+The JSON document (``schema: parcat.eval``, ``version: 1``)::
+
+    {
+      "schema": "parcat.eval", "version": 1, "parcat_version": "0.1.0",
+      "status": "complete" | "interrupted" | "failed",
+      "config": {"missions": [...], "policies": [...], "episodes": N, "seed": S, ...},
+      "summary": [{"mission", "policy", "episodes", "failed", "mean", "std", "min", "max",
+                   "ci95_low", "ci95_high"}, ...],
+      "episodes": [EpisodeResult.to_dict(), ...],     # in task order
+      "timing": {"started": ISO-8601, "elapsed_s": float}
+    }
+
+A summary row with ``policy == "*"`` covers all agents of the mission. The sample of one
+episode for a policy is the mean reward of the agents it played in that episode, so the
+statistics describe a per-agent return however many agents a policy gets.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from parcat import __version__
+from parcat.results import EpisodeResult
+
+SCHEMA = "parcat.eval"
+SCHEMA_VERSION = 1
+ALL_POLICIES = "*"
+TIMING_KEYS = frozenset({"duration_s", "timing", "elapsed_s", "started"})
+
+# two-sided 95% Student t quantiles for 1..30 degrees of freedom
+_T95 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Statistics of one policy (or all, ``"*"``) on one mission, over episodes."""
+
+    mission: str
+    """Mission name."""
+    policy: str
+    """Policy name, or ``"*"`` for all agents."""
+    episodes: int
+    """Episodes that finished and count towards the statistics."""
+    failed: int
+    """Episodes that failed or timed out (excluded from the statistics)."""
+    mean: float
+    """Mean per-agent return."""
+    std: float
+    """Sample standard deviation over episodes (0 with one episode)."""
+    min: float
+    """Lowest episode value."""
+    max: float
+    """Highest episode value."""
+    ci95_low: float
+    """Lower end of the 95% confidence interval of the mean (Student t)."""
+    ci95_high: float
+    """Upper end of the 95% confidence interval of the mean."""
+
+
+def t_quantile_95(dof: int) -> float:
+    """Two-sided 95% quantile of Student's t with ``dof`` degrees of freedom."""
+    if dof < 1:
+        return math.inf
+    return _T95[dof - 1] if dof <= len(_T95) else 1.96 + 2.4 / dof
+
+
+def describe(mission: str, policy: str, values: Sequence[float], failed: int) -> Summary:
+    """Summary statistics of one sample of per-episode values."""
+    n = len(values)
+    if n == 0:
+        nan = math.nan
+        return Summary(mission, policy, 0, failed, nan, nan, nan, nan, nan, nan)
+    mean = math.fsum(values) / n
+    std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
+    half = t_quantile_95(n - 1) * std / math.sqrt(n) if n > 1 else 0.0
+    return Summary(
+        mission, policy, n, failed, mean, std, min(values), max(values), mean - half, mean + half
+    )
+
+
+def summarize(episodes: Iterable[EpisodeResult]) -> list[Summary]:
+    """Per mission: one row for all agents, then one per policy, in first-seen order."""
+    samples: dict[tuple[str, str], list[float]] = {}
+    failures: dict[str, int] = {}
+    for episode in episodes:
+        samples.setdefault((episode.mission, ALL_POLICIES), [])
+        failures.setdefault(episode.mission, 0)
+        if not episode.ok:
+            failures[episode.mission] += 1
+            for agent in episode.agents:
+                samples.setdefault((episode.mission, agent.policy), [])
+            continue
+        by_policy: dict[str, list[float]] = {}
+        for agent in episode.agents:
+            by_policy.setdefault(agent.policy, []).append(agent.reward)
+        everyone = [a.reward for a in episode.agents]
+        samples[(episode.mission, ALL_POLICIES)].append(math.fsum(everyone) / len(everyone))
+        for policy, rewards in by_policy.items():
+            samples.setdefault((episode.mission, policy), []).append(
+                math.fsum(rewards) / len(rewards)
+            )
+    return [
+        describe(mission, policy, values, failures[mission])
+        for (mission, policy), values in samples.items()
+    ]
+
+
+def make_document(
+    config: Mapping[str, Any],
+    episodes: Sequence[EpisodeResult],
+    status: str,
+    timing: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The JSON results document (see the module docstring for the schema)."""
+    return {
+        "schema": SCHEMA,
+        "version": SCHEMA_VERSION,
+        "parcat_version": __version__,
+        "status": status,
+        "config": dict(config),
+        "summary": [_clean(asdict(s)) for s in summarize(episodes)],
+        "episodes": [e.to_dict() for e in episodes],
+        "timing": dict(timing),
+    }
+
+
+def strip_timings(data: Any) -> Any:
+    """A copy of a results document without timings, for comparing runs."""
+    if isinstance(data, dict):
+        return {k: strip_timings(v) for k, v in data.items() if k not in TIMING_KEYS}
+    if isinstance(data, list):
+        return [strip_timings(v) for v in data]
+    return data
+
+
+def summary_csv(summaries: Iterable[Summary]) -> str:
+    """The summary rows as CSV text with a header."""
+    buffer = io.StringIO()
+    fields = list(Summary.__dataclass_fields__)
+    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for summary in summaries:
+        writer.writerow(asdict(summary))
+    return buffer.getvalue()
+
+
+def _clean(row: dict[str, Any]) -> dict[str, Any]:
+    # JSON has no NaN: a statistic over zero episodes is null
+    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}

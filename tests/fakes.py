@@ -1,0 +1,152 @@
+"""Shared fakes for the tests: scripted environments and misbehaving policies.
+
+Referenced as ``tests.fakes:Name`` so that worker processes can import them too.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import gymnasium
+import numpy as np
+
+from parcat.missions import Mission
+from parcat.policies.base import AgentSpec
+
+
+class ScriptedEnv:
+    """A tiny deterministic multi-agent env: the reward is the action plus seeded noise.
+
+    Args:
+        agents: Number of agents (ids ``0..agents-1``: ints on purpose).
+        max_steps: Episode length.
+        fail_at: Raise ``RuntimeError`` on this step (``-1``: never).
+        busy_us: Burn this many microseconds of CPU per step.
+    """
+
+    metadata: dict[str, Any] = {"name": "scripted"}
+
+    def __init__(self, agents: int = 3, max_steps: int = 10, fail_at: int = -1, busy_us: int = 0):
+        self.possible_agents = list(range(agents))
+        self.agents: list[int] = []
+        self.max_steps = max_steps
+        self.fail_at = fail_at
+        self.busy_us = busy_us
+        self._obs_space = gymnasium.spaces.Box(-1e9, 1e9, (2,), np.float32)
+        self._act_space = gymnasium.spaces.Discrete(3)
+        self._rng = np.random.default_rng(0)
+        self.t = 0
+        self.total = 0.0
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        self._rng = np.random.default_rng(seed)
+        self.agents = list(self.possible_agents)
+        self.t = 0
+        self.total = 0.0
+        return {a: self._obs(a) for a in self.agents}, {a: {} for a in self.agents}
+
+    def _obs(self, agent: int) -> np.ndarray:
+        return np.array([self.t, agent], dtype=np.float32)
+
+    def step(self, actions: dict[int, Any]) -> Any:
+        if self.t == self.fail_at:
+            raise RuntimeError(f"scripted failure at step {self.t}")
+        if self.busy_us:
+            end = time.perf_counter() + self.busy_us * 1e-6
+            while time.perf_counter() < end:
+                pass
+        self.t += 1
+        noise = self._rng.random(len(self.agents))
+        rewards = {a: float(actions[a]) + float(n) for a, n in zip(self.agents, noise, strict=True)}
+        self.total += sum(rewards.values())
+        done = self.t >= self.max_steps
+        obs = {a: self._obs(a) for a in self.agents}
+        terms = dict.fromkeys(self.agents, False)
+        truncs = dict.fromkeys(self.agents, done)
+        infos: dict[int, dict[str, Any]] = {a: {} for a in self.agents}
+        if done:
+            self.agents = []
+        return obs, rewards, terms, truncs, infos
+
+    def observation_space(self, agent: int) -> gymnasium.spaces.Space[Any]:
+        return self._obs_space
+
+    def action_space(self, agent: int) -> gymnasium.spaces.Space[Any]:
+        return self._act_space
+
+    def episode_stats(self) -> dict[str, float]:
+        return {"total": self.total}
+
+
+def scripted_mission(name: str = "scripted", **params: Any) -> Mission:
+    """A mission backed by :class:`ScriptedEnv`."""
+    defaults: dict[str, Any] = {"agents": 3, "max_steps": 10, "fail_at": -1, "busy_us": 0}
+    defaults.update(params)
+    return Mission(name=name, env="tests.fakes:ScriptedEnv", params=defaults,
+                   max_steps=defaults["max_steps"])
+
+
+class StatefulPolicy:
+    """Remembers what it saw: the action depends on the whole history since reset."""
+
+    def __init__(self, spec: AgentSpec) -> None:
+        self.n = int(spec.action_space.n)  # type: ignore[attr-defined]
+        self.memory = 0
+        self.rng = np.random.default_rng(0)
+
+    def reset(self, seed: int) -> None:
+        self.memory = 0
+        self.rng = np.random.default_rng(seed)
+
+    def step(self, obs: Any) -> int:
+        self.memory += int(self.rng.integers(1, 4)) + int(np.asarray(obs).sum())
+        return self.memory % self.n
+
+
+class CrashingPolicy:
+    """Raises on a given step of every episode."""
+
+    def __init__(self, spec: AgentSpec, at_step: int = 2) -> None:
+        self.at_step = at_step
+        self.t = 0
+
+    def reset(self, seed: int) -> None:
+        self.t = 0
+
+    def step(self, obs: Any) -> int:
+        self.t += 1
+        if self.t > self.at_step:
+            raise ValueError(f"policy crashed on step {self.t}")
+        return 0
+
+
+class HangingPolicy:
+    """Sleeps far longer than any timeout on a given step."""
+
+    def __init__(self, spec: AgentSpec, at_step: int = 2, seconds: float = 3600.0) -> None:
+        self.at_step = at_step
+        self.seconds = seconds
+        self.t = 0
+
+    def reset(self, seed: int) -> None:
+        self.t = 0
+
+    def step(self, obs: Any) -> int:
+        self.t += 1
+        if self.t > self.at_step:
+            time.sleep(self.seconds)
+        return 0
+
+
+class NoKwargsPolicy:
+    """A policy whose constructor takes no agent spec."""
+
+    def __init__(self, action: int = 1) -> None:
+        self.action = action
+
+    def reset(self, seed: int) -> None:
+        pass
+
+    def step(self, obs: Any) -> int:
+        return self.action
