@@ -61,7 +61,8 @@ def save_policy(path: str | Path, checkpoint: PolicyCheckpoint) -> Path:
     }
 
     def write(tmp: Path) -> None:
-        np.savez(tmp / ARRAYS, **{k: np.asarray(v) for k, v in checkpoint.arrays.items()})
+        arrays: dict[str, Any] = {k: np.asarray(v) for k, v in checkpoint.arrays.items()}
+        np.savez(tmp / ARRAYS, **arrays)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
 
     _write_dir_atomically(path, write)
@@ -109,7 +110,7 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
             f"checkpoint '{path}' has version {manifest.get('version')!r}; "
             f"this parcat reads version {VERSION}"
         )
-    return manifest  # type: ignore[no-any-return]
+    return dict(manifest)
 
 
 def load_policy(path: str | Path) -> PolicyCheckpoint:

@@ -94,12 +94,12 @@ def make_env(reference: str, params: Mapping[str, Any], mission_name: str = "?")
     except Exception as exc:
         raise MissionError(f"mission '{mission_name}': env '{reference}' failed: {exc}") from exc
     try:
-        env = factory(**params)
+        env: ParallelEnv = factory(**params)
     except MissionError:
         raise
     except TypeError as exc:
         raise MissionError(f"mission '{mission_name}': env '{reference}' rejected: {exc}") from exc
-    return env  # type: ignore[no-any-return]
+    return env
 
 
 def validate_env(mission: Mission) -> None:

@@ -8,6 +8,7 @@ seed, the policy assignment and every policy's seed are derived from those four 
 
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
 from collections.abc import Sequence
@@ -131,10 +132,9 @@ class EpisodeRunner:
         env = self._envs.pop(mission, None)
         close = getattr(env, "close", None)
         if close is not None:
-            try:
+            # a broken env may fail to close; it is dropped anyway
+            with contextlib.suppress(Exception):
                 close()
-            except Exception:  # noqa: S110 - a broken env may fail to close; it is dropped anyway
-                pass
 
     def _env(self, mission: Mission) -> ParallelEnv:
         env = self._envs.get(mission)

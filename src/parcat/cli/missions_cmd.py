@@ -12,6 +12,7 @@ from parcat.cli.common import OutputFormat, print_json, user_errors
 from parcat.cli.render import key_value_table, list_table, stdout_console
 from parcat.missions import list_missions, load_mission
 
+
 def describe_space(space: Any) -> str:
     """A short description of a gymnasium space (bounds summarised, not listed)."""
     if isinstance(space, gymnasium.spaces.Box):
@@ -77,7 +78,7 @@ def show_command(
     rows = [(k, info[k]) for k in ("name", "description", "env", "heuristic", "max_steps",
                                     "source")]
     rows += [(f"params.{k}", v) for k, v in m.params.items()]
-    rows.append(("agents", ", ".join(info["agents"])))
+    rows.append(("agents", ", ".join(str(a) for a in agents)))
     first = str(agents[0])
     rows.append((f"observation ({first})", spaces[first][0]))
     rows.append((f"action ({first})", spaces[first][1]))

@@ -42,7 +42,7 @@ class ParallelEnv(Protocol):
         dict[Any, bool],
         dict[Any, dict[str, Any]],
     ]:
-        """Apply one action per live agent; return obs, rewards, terminations, truncations, infos."""
+        """Apply one action per live agent; return obs, rewards, terms, truncs, infos."""
         ...
 
     def observation_space(self, agent: Any) -> gymnasium.spaces.Space[Any]:

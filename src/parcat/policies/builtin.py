@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -114,7 +115,7 @@ class MLPPolicy:
         rng = np.random.default_rng(init_seed)
         self.weights: list[np.ndarray] = []
         self.biases: list[np.ndarray] = []
-        for fan_in, fan_out in zip(sizes[:-1], sizes[1:], strict=True):
+        for fan_in, fan_out in itertools.pairwise(sizes):
             scale = np.sqrt(2.0 / fan_in)
             self.weights.append((rng.standard_normal((fan_in, fan_out)) * scale).astype(np.float32))
             self.biases.append(np.zeros(fan_out, dtype=np.float32))

@@ -150,10 +150,14 @@ def _takes_spec(factory: Any) -> bool:
         params = list(inspect.signature(factory).parameters.values())
     except (TypeError, ValueError):
         return True
+    # the agent spec goes to a first positional parameter without a default
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return bool(params) and (
-        params[0].kind in positional or params[0].kind == inspect.Parameter.VAR_POSITIONAL
-    )
+    if not params:
+        return False
+    first = params[0]
+    if first.kind == inspect.Parameter.VAR_POSITIONAL:
+        return True
+    return first.kind in positional and first.default is inspect.Parameter.empty
 
 
 def _from_checkpoint(path: Path, spec: PolicySpec, agent: AgentSpec) -> Any:

@@ -1,0 +1,281 @@
+"""Evade: continuous 2-D pursuit-evasion in a walled square arena.
+
+``pursuers`` pursuers chase one evader in ``[0, arena]^2``. Each step every agent asks for a
+velocity as a fraction of its own maximum speed (the norm is clipped to 1); positions move by
+``velocity * dt`` and are clipped to the arena, and the velocity actually achieved (zero
+across a wall) is what the state keeps. The episode terminates when a pursuer comes within
+``capture_radius`` of the evader, and is truncated after ``max_steps`` steps.
+
+Rewards: every step the evader gets +0.01 and each pursuer -0.01 times its distance to the
+evader; on the capture step, additionally, every pursuer gets +1 and the evader -1.
+
+The state is tiny (positions and velocities) and the step is a handful of numpy operations on
+``(agents, 2)`` arrays, because this environment also drives the real-time simulator.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gymnasium
+import numpy as np
+from numpy.typing import NDArray
+
+from parcat.errors import MissionError
+
+StepResult = tuple[
+    dict[str, NDArray[np.float32]],
+    dict[str, float],
+    dict[str, bool],
+    dict[str, bool],
+    dict[str, dict[str, Any]],
+]
+"""What ``step`` returns: observations, rewards, terminations, truncations, infos."""
+
+EVADER = "evader"
+"""The evader's agent id; pursuers are ``"pursuer_0"``, ``"pursuer_1"``, ..."""
+STEP_BONUS = 0.01
+CAPTURE_REWARD = 1.0
+
+
+def _require_int(name: str, value: Any, low: int) -> int:
+    """Return ``value`` as an int ``>= low`` or raise :class:`MissionError`."""
+    if isinstance(value, int | np.integer) and not isinstance(value, bool) and value >= low:
+        return int(value)
+    raise MissionError(f"evade: parameter '{name}' must be an integer >= {low}, got {value!r}")
+
+
+def _require_positive(name: str, value: Any) -> float:
+    """Return ``value`` as a finite float ``> 0`` or raise :class:`MissionError`."""
+    number = isinstance(value, int | float | np.number) and not isinstance(value, bool)
+    if number and math.isfinite(value) and value > 0:
+        return float(value)
+    raise MissionError(f"evade: parameter '{name}' must be a number > 0, got {value!r}")
+
+
+class EvadeEnv:
+    """Pursuit-evasion with continuous actions (PettingZoo Parallel API).
+
+    Agents, in ``possible_agents`` order: ``pursuer_0 .. pursuer_{n-1}``, then ``evader``.
+    Observation of every agent (flat float32, length ``4 + 2 * (agents - 1) + 1``):
+
+    * ``[0:2]`` own position, ``[2:4]`` own velocity;
+    * then the position of every *other* agent relative to this one (``other - own``), two
+      numbers each, in ``possible_agents`` order (so the evader is always the last pair of a
+      pursuer's observation);
+    * ``[-1]`` role flag: 1.0 for the evader, 0.0 for a pursuer.
+
+    Actions: ``Box(-1, 1, (2,))``, the desired velocity as a fraction of the agent's maximum
+    speed; a norm above 1 is scaled down to 1.
+
+    Args:
+        pursuers: Number of pursuers.
+        arena: Side of the square arena.
+        pursuer_speed: Maximum distance a pursuer moves per unit time.
+        evader_speed: Maximum distance the evader moves per unit time.
+        capture_radius: A pursuer this close to the evader captures it.
+        dt: Time per step.
+        max_steps: Steps after which the episode is truncated.
+    """
+
+    metadata: dict[str, Any] = {"name": "evade", "render_modes": ["ansi"]}
+
+    def __init__(
+        self,
+        *,
+        pursuers: int = 3,
+        arena: float = 1.0,
+        pursuer_speed: float = 0.04,
+        evader_speed: float = 0.05,
+        capture_radius: float = 0.08,
+        dt: float = 1.0,
+        max_steps: int = 200,
+    ) -> None:
+        self.num_pursuers = _require_int("pursuers", pursuers, 1)
+        self.arena = _require_positive("arena", arena)
+        self.pursuer_speed = _require_positive("pursuer_speed", pursuer_speed)
+        self.evader_speed = _require_positive("evader_speed", evader_speed)
+        self.capture_radius = _require_positive("capture_radius", capture_radius)
+        if self.capture_radius >= self.arena / 4:
+            raise MissionError(
+                f"evade: parameter 'capture_radius' must be < arena / 4 = {self.arena / 4:g}, "
+                f"got {capture_radius!r}"
+            )
+        self.dt = _require_positive("dt", dt)
+        self.max_steps = _require_int("max_steps", max_steps, 1)
+        self.possible_agents: list[str] = [f"pursuer_{i}" for i in range(self.num_pursuers)]
+        self.possible_agents.append(EVADER)
+        self.agents: list[str] = []
+        count = len(self.possible_agents)
+        self._speeds = np.array([self.pursuer_speed] * self.num_pursuers + [self.evader_speed])
+        self._others = np.array([[j for j in range(count) if j != i] for i in range(count)])
+        self._obs_space = self._make_obs_space()
+        self._act_space = gymnasium.spaces.Box(-1.0, 1.0, (2,), dtype=np.float32)
+        self._rng: np.random.Generator | None = None
+        self._pos = np.zeros((count, 2))
+        self._vel = np.zeros((count, 2))
+        self._steps = 0
+        self._capture_step: int | None = None
+        self._min_distance = math.inf
+
+    def _make_obs_space(self) -> gymnasium.spaces.Box:
+        """The Box every agent observes in (bounds follow the documented layout)."""
+        count = len(self.possible_agents)
+        vmax = max(self.pursuer_speed, self.evader_speed)
+        high = np.full(4 + 2 * (count - 1) + 1, self.arena, dtype=np.float32)
+        low = -high
+        low[0:2] = 0.0
+        low[2:4], high[2:4] = -vmax, vmax
+        low[-1], high[-1] = 0.0, 1.0
+        return gymnasium.spaces.Box(low=low, high=high, dtype=np.float32)
+
+    def observation_space(self, agent: str) -> gymnasium.spaces.Box:
+        """The observation space of ``agent`` (the same object for every agent)."""
+        return self._obs_space
+
+    def action_space(self, agent: str) -> gymnasium.spaces.Box:
+        """The action space of ``agent``: a desired velocity as a fraction of its max speed."""
+        return self._act_space
+
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, NDArray[np.float32]], dict[str, dict[str, Any]]]:
+        """Start an episode with every agent at rest.
+
+        Args:
+            seed: Seeds the episode's generator; ``None`` keeps the current one (fresh entropy
+                on the first reset).
+            options: Optional ``"positions"``: one ``(x, y)`` per agent in ``possible_agents``
+                order. Without it the evader starts anywhere and every pursuer at least
+                ``arena / 4`` away from it.
+
+        Returns:
+            Observations and (empty) infos keyed by agent id.
+        """
+        if seed is not None or self._rng is None:
+            self._rng = np.random.default_rng(seed)
+        options = options or {}
+        if "positions" in options:
+            self._pos = self._positions_from(options["positions"])
+        else:
+            self._pos = self._random_positions(self._rng)
+        self._vel = np.zeros_like(self._pos)
+        self.agents = list(self.possible_agents)
+        self._steps = 0
+        self._capture_step = None
+        self._min_distance = float(self._distances().min())
+        obs = self._observe()
+        return {a: obs[i] for i, a in enumerate(self.agents)}, {a: {} for a in self.agents}
+
+    def _random_positions(self, rng: np.random.Generator) -> NDArray[np.float64]:
+        """Draw start positions, redrawing pursuers that start too close to the evader."""
+        pos = rng.uniform(0.0, self.arena, (len(self.possible_agents), 2))
+        for _ in range(1000):
+            close = np.flatnonzero(np.hypot(*(pos[:-1] - pos[-1]).T) < self.arena / 4)
+            if len(close) == 0:
+                break
+            pos[close] = rng.uniform(0.0, self.arena, (len(close), 2))
+        return pos
+
+    def _positions_from(self, positions: Any) -> NDArray[np.float64]:
+        """Validate hand-given start positions."""
+        try:
+            pos = np.asarray(positions, dtype=np.float64)
+        except (TypeError, ValueError):
+            pos = np.zeros(0)
+        if pos.shape != self._pos.shape or (pos < 0).any() or (pos > self.arena).any():
+            raise MissionError(
+                f"evade: option 'positions' must hold {len(self.possible_agents)} (x, y) pairs "
+                f"inside [0, {self.arena:g}], got {positions!r}"
+            )
+        return pos
+
+    def step(self, actions: dict[str, Any]) -> StepResult:
+        """Move every agent, then check for capture.
+
+        Args:
+            actions: One desired velocity (2 numbers in ``[-1, 1]``) per live agent.
+
+        Returns:
+            Observations, rewards, terminations, truncations and infos keyed by agent id.
+        """
+        if self._rng is None:
+            raise RuntimeError("evade: call reset() before step()")
+        if not self.agents:
+            return {}, {}, {}, {}, {}
+        agents = self.agents
+        wish = np.array([actions[a] for a in agents], dtype=np.float64).reshape(len(agents), 2)
+        norm = np.sqrt((wish * wish).sum(axis=1, keepdims=True))
+        speed = self._speeds[:, None]
+        target = self._pos + wish / np.maximum(norm, 1.0) * (speed * self.dt)
+        # np.minimum/np.maximum: half the cost of np.clip on arrays this small.
+        moved = np.minimum(np.maximum(target, 0.0), self.arena)
+        self._vel = np.minimum(np.maximum((moved - self._pos) / self.dt, -speed), speed)
+        self._pos = moved
+        self._steps += 1
+        distances = self._distances()
+        self._min_distance = min(self._min_distance, float(distances.min()))
+        captured = bool(distances.min() <= self.capture_radius)
+        rewards = np.append(-STEP_BONUS * distances, STEP_BONUS)
+        if captured:
+            self._capture_step = self._steps
+            rewards += np.append(np.full(self.num_pursuers, CAPTURE_REWARD), -CAPTURE_REWARD)
+        truncated = not captured and self._steps >= self.max_steps
+        obs = self._observe()
+        result: StepResult = (
+            {a: obs[i] for i, a in enumerate(agents)},
+            dict(zip(agents, rewards.tolist(), strict=True)),
+            dict.fromkeys(agents, captured),
+            dict.fromkeys(agents, truncated),
+            {a: {} for a in agents},
+        )
+        if captured or truncated:
+            self.agents = []
+        return result
+
+    def _distances(self) -> NDArray[np.float64]:
+        """Distance of every pursuer to the evader."""
+        diff = self._pos[:-1] - self._pos[-1]
+        distances: NDArray[np.float64] = np.sqrt((diff * diff).sum(axis=1))
+        return distances
+
+    def _observe(self) -> NDArray[np.float32]:
+        """Build every agent's observation in one freshly allocated ``(agents, dim)`` array."""
+        count = len(self.possible_agents)
+        obs = np.empty((count, self._obs_space.shape[0]), dtype=np.float32)
+        obs[:, 0:2] = self._pos
+        obs[:, 2:4] = self._vel
+        relative = self._pos[self._others] - self._pos[:, None, :]
+        obs[:, 4:-1] = relative.reshape(count, -1)
+        obs[:, -1] = 0.0
+        obs[-1, -1] = 1.0
+        return obs
+
+    def state(self) -> NDArray[np.float32]:
+        """Global state: all positions (``x, y`` per agent), then all velocities."""
+        return np.concatenate([self._pos.ravel(), self._vel.ravel()]).astype(np.float32)
+
+    def episode_stats(self) -> dict[str, float]:
+        """``captured`` (0/1), ``capture_step`` (``max_steps`` if none) and ``min_distance``."""
+        capture_step = self.max_steps if self._capture_step is None else self._capture_step
+        return {
+            "captured": float(self._capture_step is not None),
+            "capture_step": float(capture_step),
+            "min_distance": self._min_distance,
+        }
+
+    def render(self) -> str:
+        """An ansi picture of the arena on a 20x20 character grid: pursuer index, ``E`` evader."""
+        side = 20
+        chars = np.full((side, side), ".", dtype="<U1")
+        cells = np.minimum((self._pos / self.arena * side).astype(int), side - 1)
+        labels = [str(i % 10) for i in range(self.num_pursuers)] + ["E"]
+        for (x, y), label in zip(cells.tolist(), labels, strict=True):
+            chars[side - 1 - y, x] = label
+        border = "+" + "-" * side + "+"
+        body = "\n".join("|" + "".join(row) + "|" for row in chars)
+        return f"{border}\n{body}\n{border}\n"
+
+    def close(self) -> None:
+        """Nothing to release."""

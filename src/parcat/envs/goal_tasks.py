@@ -1,0 +1,274 @@
+"""Goal tasks: point agents reach goals drawn from a task distribution (meta-learning).
+
+Every agent is a point that starts at the origin and moves ``step_size`` along one axis per
+step. A *task* gives each agent its own goal and is a JSON-serialisable dict:
+
+* ``{"kind": "position", "goals": [[x, y], ...]}``: goals uniform in a disc of radius
+  ``goal_radius``; the reward of each step is minus the distance to the goal after the move.
+* ``{"kind": "direction", "directions": [angle, ...]}``: angles (radians) uniform on the
+  circle; the reward is the step's displacement projected on the goal direction.
+
+Agents never terminate early (a lattice walker cannot always come within a fixed distance of
+an arbitrary goal, so "reached" would be arbitrary); every episode is truncated after
+``max_steps`` steps. ``reset(options={"task": task})`` selects a task; without one, reset
+draws a task from its own seeded generator.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gymnasium
+import numpy as np
+from numpy.typing import NDArray
+
+from parcat.errors import MissionError
+
+StepResult = tuple[
+    dict[str, NDArray[np.float32]],
+    dict[str, float],
+    dict[str, bool],
+    dict[str, bool],
+    dict[str, dict[str, Any]],
+]
+"""What ``step`` returns: observations, rewards, terminations, truncations, infos."""
+
+TASK_KINDS = ("position", "direction")
+ACTION_MOVES = ((0, 0), (0, 1), (0, -1), (-1, 0), (1, 0))
+"""(dx, dy) of each action in steps: 0 noop, 1 +y, 2 -y, 3 -x, 4 +x."""
+OBS_SIZE = 5
+"""Observation: position (x, y), last reward, goal (x, y) or unit direction, or zeros."""
+
+
+def _require_int(name: str, value: Any, low: int) -> int:
+    """Return ``value`` as an int ``>= low`` or raise :class:`MissionError`."""
+    if isinstance(value, int | np.integer) and not isinstance(value, bool) and value >= low:
+        return int(value)
+    raise MissionError(f"goal_tasks: parameter '{name}' must be an integer >= {low}, got {value!r}")
+
+
+def _require_positive(name: str, value: Any) -> float:
+    """Return ``value`` as a finite float ``> 0`` or raise :class:`MissionError`."""
+    number = isinstance(value, int | float | np.number) and not isinstance(value, bool)
+    if number and math.isfinite(value) and value > 0:
+        return float(value)
+    raise MissionError(f"goal_tasks: parameter '{name}' must be a number > 0, got {value!r}")
+
+
+class GoalTasksEnv:
+    """Goal reaching with a distribution of tasks (PettingZoo Parallel API).
+
+    Observation of each agent (float32, length 5): position ``(x, y)``, the reward of the
+    previous step (0.0 after reset), and, when ``observe_goal``, the goal (``(x, y)`` of the
+    position, or the unit vector of the direction), else zeros, so that a meta-learner must
+    infer the goal from rewards.
+
+    Args:
+        agents: Number of agents (``"agent_0"``, ...); each gets its own goal.
+        task_kind: ``"position"`` or ``"direction"``.
+        goal_radius: Radius of the disc that goal positions are drawn from.
+        step_size: Distance of one move.
+        observe_goal: Whether observations include the goal.
+        max_steps: Steps after which the episode is truncated.
+    """
+
+    metadata: dict[str, Any] = {"name": "goal_tasks", "render_modes": ["ansi"]}
+
+    def __init__(
+        self,
+        *,
+        agents: int = 1,
+        task_kind: str = "position",
+        goal_radius: float = 1.0,
+        step_size: float = 0.1,
+        observe_goal: bool = True,
+        max_steps: int = 50,
+    ) -> None:
+        self.num_agents = _require_int("agents", agents, 1)
+        if task_kind not in TASK_KINDS:
+            raise MissionError(
+                "goal_tasks: parameter 'task_kind' must be one of 'position', 'direction', "
+                f"got {task_kind!r}"
+            )
+        self.task_kind: str = task_kind
+        self.goal_radius = _require_positive("goal_radius", goal_radius)
+        self.step_size = _require_positive("step_size", step_size)
+        if not isinstance(observe_goal, bool):
+            raise MissionError(
+                f"goal_tasks: parameter 'observe_goal' must be true or false, got {observe_goal!r}"
+            )
+        self.observe_goal = observe_goal
+        self.max_steps = _require_int("max_steps", max_steps, 1)
+        self.possible_agents: list[str] = [f"agent_{i}" for i in range(self.num_agents)]
+        self.agents: list[str] = []
+        self.task: dict[str, Any] | None = None
+        """The task of the current episode (``None`` before the first reset)."""
+        self._obs_space = self._make_obs_space()
+        self._act_space = gymnasium.spaces.Discrete(len(ACTION_MOVES))
+        self._moves = np.array(ACTION_MOVES, dtype=np.int64)
+        self._rng: np.random.Generator | None = None
+        self._lattice = np.zeros((self.num_agents, 2), dtype=np.int64)
+        self._goals = np.zeros((self.num_agents, 2))
+        self._last_reward = np.zeros(self.num_agents)
+        self._steps = 0
+
+    def _make_obs_space(self) -> gymnasium.spaces.Box:
+        """The Box every agent observes in; slightly loose so rounding never leaves it."""
+        reach = self.max_steps * self.step_size
+        if self.task_kind == "position":
+            reward, goal = self.goal_radius + reach, self.goal_radius
+        else:
+            reward, goal = self.step_size, 1.0
+        high = np.array([reach, reach, reward, goal, goal], dtype=np.float64) * 1.001 + 1e-6
+        return gymnasium.spaces.Box(-high.astype(np.float32), high.astype(np.float32))
+
+    def observation_space(self, agent: str) -> gymnasium.spaces.Box:
+        """The observation space of ``agent`` (the same object for every agent)."""
+        return self._obs_space
+
+    def action_space(self, agent: str) -> gymnasium.spaces.Discrete:
+        """The action space of ``agent``: 0 noop, 1 +y, 2 -y, 3 -x, 4 +x."""
+        return self._act_space
+
+    def sample_task(self, rng: np.random.Generator) -> dict[str, Any]:
+        """Draw one task (one goal per agent) from this environment's task distribution."""
+        if self.task_kind == "direction":
+            angles = rng.uniform(-math.pi, math.pi, self.num_agents)
+            return {"kind": "direction", "directions": angles.tolist()}
+        radius = self.goal_radius * np.sqrt(rng.uniform(0.0, 1.0, self.num_agents))
+        angle = rng.uniform(-math.pi, math.pi, self.num_agents)
+        goals = np.stack([radius * np.cos(angle), radius * np.sin(angle)], axis=1)
+        return {"kind": "position", "goals": goals.tolist()}
+
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, NDArray[np.float32]], dict[str, dict[str, Any]]]:
+        """Start an episode with every agent at the origin.
+
+        Args:
+            seed: Seeds the episode's generator; ``None`` keeps the current one (fresh entropy
+                on the first reset).
+            options: ``{"task": task}`` resets to that task; otherwise one is sampled.
+
+        Returns:
+            Observations and (empty) infos keyed by agent id.
+        """
+        if seed is not None or self._rng is None:
+            self._rng = np.random.default_rng(seed)
+        task = (options or {}).get("task")
+        self._goals = self._goals_of(self.sample_task(self._rng) if task is None else task)
+        self.agents = list(self.possible_agents)
+        self._lattice[:] = 0
+        self._last_reward[:] = 0.0
+        self._steps = 0
+        obs = self._observe()
+        return {a: obs[i] for i, a in enumerate(self.agents)}, {a: {} for a in self.agents}
+
+    def _goals_of(self, task: Any) -> NDArray[np.float64]:
+        """Validate ``task``, keep it as :attr:`task` and return one goal vector per agent."""
+        key = "goals" if self.task_kind == "position" else "directions"
+        shape = (self.num_agents, 2) if key == "goals" else (self.num_agents,)
+        try:
+            values = np.asarray(task[key], dtype=np.float64)
+            ok = task["kind"] == self.task_kind and values.shape == shape
+            if ok and key == "goals":
+                ok = bool((np.hypot(*values.T) <= self.goal_radius * (1 + 1e-9)).all())
+        except (KeyError, TypeError, ValueError):
+            ok = False
+        if not ok or not np.isfinite(values).all():
+            within = f" with goals within radius {self.goal_radius:g}" if key == "goals" else ""
+            raise MissionError(
+                f"goal_tasks: task must be {{'kind': '{self.task_kind}', '{key}': "
+                f"[one per agent, {self.num_agents} in all]}}{within}, got {task!r}"
+            )
+        self.task = {"kind": self.task_kind, key: values.tolist()}
+        if key == "goals":
+            return values
+        return np.stack([np.cos(values), np.sin(values)], axis=1)
+
+    def step(self, actions: dict[str, Any]) -> StepResult:
+        """Move every agent one step along the chosen axis.
+
+        Args:
+            actions: One action in ``0..4`` per live agent.
+
+        Returns:
+            Observations, rewards, terminations, truncations and infos keyed by agent id.
+        """
+        if self._rng is None:
+            raise RuntimeError("goal_tasks: call reset() before step()")
+        if not self.agents:
+            return {}, {}, {}, {}, {}
+        agents = self.agents
+        acts = np.fromiter((actions[a] for a in agents), dtype=np.int64, count=len(agents))
+        if acts.min() < 0 or acts.max() >= len(ACTION_MOVES):
+            raise ValueError(f"goal_tasks: actions must be integers in 0..4, got {acts.tolist()}")
+        moves = self._moves[acts]
+        self._lattice += moves
+        if self.task_kind == "position":
+            self._last_reward = -self._distances()
+        else:
+            self._last_reward = (moves * self.step_size * self._goals).sum(axis=1)
+        self._steps += 1
+        done = self._steps >= self.max_steps
+        obs = self._observe()
+        result: StepResult = (
+            {a: obs[i] for i, a in enumerate(agents)},
+            dict(zip(agents, self._last_reward.tolist(), strict=True)),
+            dict.fromkeys(agents, False),
+            dict.fromkeys(agents, done),
+            {a: {} for a in agents},
+        )
+        if done:
+            self.agents = []
+        return result
+
+    def _positions(self) -> NDArray[np.float64]:
+        """Positions of all agents (integer lattice times ``step_size``, so exact)."""
+        return self._lattice.astype(np.float64) * self.step_size
+
+    def _distances(self) -> NDArray[np.float64]:
+        """Distance of every agent to its goal position."""
+        distances: NDArray[np.float64] = np.hypot(*(self._positions() - self._goals).T)
+        return distances
+
+    def _observe(self) -> NDArray[np.float32]:
+        """Build every agent's observation in one freshly allocated ``(agents, 5)`` array."""
+        obs = np.zeros((self.num_agents, OBS_SIZE), dtype=np.float32)
+        obs[:, 0:2] = self._positions()
+        obs[:, 2] = self._last_reward
+        if self.observe_goal:
+            obs[:, 3:5] = self._goals
+        return obs
+
+    def state(self) -> NDArray[np.float32]:
+        """Global state: positions of all agents, then their goals (position or unit vector)."""
+        return np.concatenate([self._positions().ravel(), self._goals.ravel()]).astype(np.float32)
+
+    def episode_stats(self) -> dict[str, float]:
+        """Mean ``final_distance`` or ``progress`` over agents, then the task's numbers."""
+        if self.task_kind == "position":
+            stats = {"final_distance": float(self._distances().mean())}
+            for i, (x, y) in enumerate(self._goals.tolist()):
+                stats[f"goal_{i}_x"], stats[f"goal_{i}_y"] = x, y
+            return stats
+        progress = (self._positions() * self._goals).sum(axis=1)
+        stats = {"progress": float(progress.mean())}
+        directions = (self.task or {}).get("directions", [])
+        stats.update({f"direction_{i}": float(a) for i, a in enumerate(directions)})
+        return stats
+
+    def render(self) -> str:
+        """One text line per agent: position, goal and last reward."""
+        lines = []
+        for i, agent in enumerate(self.possible_agents):
+            x, y = self._positions()[i].tolist()
+            gx, gy = self._goals[i].tolist()
+            reward = float(self._last_reward[i])
+            where = f"at ({x:+.2f}, {y:+.2f}) goal ({gx:+.2f}, {gy:+.2f})"
+            lines.append(f"{agent}: {where} r={reward:+.3f}")
+        return "\n".join(lines) + "\n"
+
+    def close(self) -> None:
+        """Nothing to release."""
