@@ -15,6 +15,7 @@ import statistics
 import time
 
 from parcat.missions import load_mission
+from parcat.parallel.steppers import InlineStepper
 from parcat.policies.specs import parse_policy_spec
 from parcat.rollout import EpisodeRunner, EpisodeTask
 
@@ -25,8 +26,10 @@ def bare_loop(runner: EpisodeRunner, task: EpisodeTask) -> int:
     """The hand-written loop: same env and policies, no parcat bookkeeping."""
     mission = task.mission
     env = runner._env(mission)
-    policies = runner._setup_policies(env, task, [0] * len(env.possible_agents),
-                                      list(env.possible_agents))
+    stepper = InlineStepper()
+    stepper.start(mission, runner._seats(env, task))
+    policies = {a: stepper.cache.get(mission, s) for a, s in zip(
+        env.possible_agents, runner._seats(env, task), strict=True)}
     obs, _ = env.reset(seed=task.episode_index)
     steps = 0
     while env.agents:

@@ -104,8 +104,8 @@ class StatefulPolicy:
         return self.memory % self.n
 
 
-class CrashingPolicy:
-    """Raises on a given step of every episode."""
+class _MisbehavingPolicy:
+    """Plays action 0 for ``at_step`` steps of every episode, then misbehaves on every step."""
 
     def __init__(self, spec: AgentSpec, at_step: int = 2) -> None:
         self.at_step = at_step
@@ -117,26 +117,29 @@ class CrashingPolicy:
     def step(self, obs: Any) -> int:
         self.t += 1
         if self.t > self.at_step:
-            raise ValueError(f"policy crashed on step {self.t}")
+            self._misbehave()
         return 0
 
+    def _misbehave(self) -> None:
+        raise NotImplementedError
 
-class HangingPolicy:
+
+class CrashingPolicy(_MisbehavingPolicy):
+    """Raises on a given step of every episode."""
+
+    def _misbehave(self) -> None:
+        raise ValueError(f"policy crashed on step {self.t}")
+
+
+class HangingPolicy(_MisbehavingPolicy):
     """Sleeps far longer than any timeout on a given step."""
 
     def __init__(self, spec: AgentSpec, at_step: int = 2, seconds: float = 3600.0) -> None:
-        self.at_step = at_step
+        super().__init__(spec, at_step)
         self.seconds = seconds
-        self.t = 0
 
-    def reset(self, seed: int) -> None:
-        self.t = 0
-
-    def step(self, obs: Any) -> int:
-        self.t += 1
-        if self.t > self.at_step:
-            time.sleep(self.seconds)
-        return 0
+    def _misbehave(self) -> None:
+        time.sleep(self.seconds)
 
 
 class NoKwargsPolicy:

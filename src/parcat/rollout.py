@@ -1,9 +1,10 @@
-"""The episode path: ``run_episode`` is the one place an episode is stepped.
+"""The episode path: ``EpisodeRunner.run`` is the one place an episode is stepped.
 
-Everything that runs episodes in parallel only decides *where* this code runs. An episode
-is a pure function of (mission, policy specs, run seed, episode index): the environment
-seed, the policy assignment and every policy's seed are derived from those four with
-``numpy.random.SeedSequence`` (see :mod:`parcat.seeding`).
+Everything that runs episodes in parallel only decides *where* this code runs, and the
+agent-level strategies (:mod:`parcat.parallel.steppers`) only decide where each policy
+step runs. An episode is a pure function of (mission, policy specs, run seed, episode
+index): the environment seed, the policy assignment and every policy's seed are derived
+from those four with ``numpy.random.SeedSequence`` (see :mod:`parcat.seeding`).
 """
 
 from __future__ import annotations
@@ -11,16 +12,18 @@ from __future__ import annotations
 import contextlib
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from parcat import seeding
 from parcat.envs.base import ParallelEnv
 from parcat.missions import Mission
+from parcat.parallel.steppers import InlineStepper, PolicyFailure, Seat, Stepper
+from parcat.parallel.trace import Tracer, now_us
 from parcat.policies.assignment import assign_policies
-from parcat.policies.base import AgentSpec, Policy
-from parcat.policies.specs import PolicySpec, make_policy
+from parcat.policies.base import AgentSpec
+from parcat.policies.specs import PolicySpec
 from parcat.results import AgentResult, EpisodeResult, EpisodeStatus, ErrorInfo
 
 
@@ -46,13 +49,7 @@ class EpisodeTask:
 @dataclass
 class _Progress:
     steps: int = 0
-
-
-class _PolicyFailure(Exception):
-    def __init__(self, agent: Any, phase: str) -> None:
-        super().__init__(agent, phase)
-        self.agent = agent
-        self.phase = phase
+    phase: str = "setup"
 
 
 class EpisodeRunner:
@@ -60,73 +57,147 @@ class EpisodeRunner:
 
     Reusing them is safe because every episode resets the environment and every policy
     with seeds derived for that episode; a policy must clear all its memory in ``reset``.
+
+    Args:
+        stepper: Where policy steps run (default: inline, in this process).
+        on_step: Called after every environment step (tests).
+        tracer: Records a timeline of episodes and steps, if given.
+        lane: The timeline row of this runner's episodes.
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        stepper: Stepper | None = None,
+        on_step: Callable[[EpisodeTask, int], None] | None = None,
+        tracer: Tracer | None = None,
+        lane: str = "episodes",
+    ) -> None:
+        self.stepper = stepper or InlineStepper()
+        self.on_step = on_step
+        self.tracer = tracer
+        self.lane = lane
         self._envs: dict[Mission, ParallelEnv] = {}
-        self._policies: dict[tuple[Mission, PolicySpec, int], Policy] = {}
 
     def run(self, task: EpisodeTask) -> EpisodeResult:
         """Play one episode; an exception in the env or a policy becomes a failed result."""
         start = time.perf_counter()
+        started_us = now_us()
         mission = task.mission
         env_seed = seeding.episode_seed(task.seed, mission.key, task.episode_index)
         agent_ids: list[Any] = []
         names: list[str] = []
         totals: dict[Any, float] = {}
         progress = _Progress()
-        phase = "setup"
+        error: ErrorInfo | None = None
         try:
             env = self._env(mission)
             agent_ids = list(env.possible_agents)
-            seats = assign_policies(
-                [p.weight for p in task.policies],
-                len(agent_ids),
-                seeding.assignment_seed(task.seed, mission.key, task.episode_index),
-            )
-            names = [task.policies[s].name for s in seats]
-            policies = self._setup_policies(env, task, seats, agent_ids)
-            phase = "reset"
+            seats = self._seats(env, task)
+            names = [seat.spec.name for seat in seats]
+            self.stepper.start(mission, seats)
+            progress.phase = "reset"
             obs, _ = env.reset(seed=env_seed)
             totals = dict.fromkeys(agent_ids, 0.0)
-            phase = "step"
-            _play(env, policies, obs, totals, mission.max_steps, progress)
-            result_status, error = EpisodeStatus.OK, None
-        except _PolicyFailure as failure:
-            cause = failure.__cause__ or failure
-            result_status = EpisodeStatus.FAILED
-            error = _error_info(cause, failure.agent, failure.phase)
+            progress.phase = "step"
+            self._play(env, task, obs, totals, progress)
+        except PolicyFailure as failure:
+            error = _policy_error_info(failure)
         except Exception as exc:
-            result_status, error = EpisodeStatus.FAILED, _error_info(exc, None, phase)
+            error = _error_info(exc, None, progress.phase)
         env_now = self._envs.get(mission)
         stats, env_task = (_stats(env_now), _task(env_now)) if error is None else ({}, None)
         if error is not None:
             # an environment that raised may be in any state: the next episode gets a new one
             self._discard_env(mission)
+        late = self.stepper.late_actions()
+        if self.tracer is not None:
+            self.tracer.span(f"{mission.name} #{task.episode_index}", started_us, now_us(),
+                             lane=self.lane, steps=progress.steps,
+                             status="ok" if error is None else "failed")
         return EpisodeResult(
             mission=mission.name,
             episode_index=task.episode_index,
             seed=env_seed,
             steps=progress.steps,
             agents=tuple(
-                AgentResult(str(a), names[i] if names else "?", float(totals.get(a, 0.0)))
+                AgentResult(
+                    str(a),
+                    names[i] if names else "?",
+                    float(totals.get(a, 0.0)),
+                    late.get(a, 0),
+                )
                 for i, a in enumerate(agent_ids)
             ),
             stats=stats,
-            status=result_status,
+            status=EpisodeStatus.OK if error is None else EpisodeStatus.FAILED,
             error=error,
             task=env_task,
             duration_s=time.perf_counter() - start,
         )
 
     def close(self) -> None:
-        """Close every cached environment."""
-        for env in self._envs.values():
-            close = getattr(env, "close", None)
-            if close is not None:
-                close()
-        self._envs.clear()
-        self._policies.clear()
+        """Close every cached environment and the stepper."""
+        for mission in list(self._envs):
+            self._discard_env(mission)
+        self.stepper.close()
+
+    def _play(
+        self, env: ParallelEnv, task: EpisodeTask, obs: Any, totals: dict[Any, float],
+        progress: _Progress,
+    ) -> None:
+        act = self.stepper.act
+        if self.tracer is not None:
+            act = self._traced_act(act)
+        on_step = self.on_step
+        max_steps = task.mission.max_steps
+        steps = 0
+        while env.agents and steps < max_steps:
+            actions = act(obs, env.agents)
+            obs, rewards, _, _, _ = env.step(actions)
+            for agent_id, reward in rewards.items():
+                totals[agent_id] += reward
+            steps += 1
+            progress.steps = steps
+            if on_step is not None:
+                on_step(task, steps)
+
+    def _traced_act(self, act: Callable[[Any, Any], dict[Any, Any]]) -> Callable[..., Any]:
+        tracer = self.tracer
+        assert tracer is not None
+
+        def traced(obs: Any, live: Any) -> dict[Any, Any]:
+            begin = now_us()
+            actions = act(obs, live)
+            tracer.span("policies", begin, now_us(), lane=f"{self.lane}/agents",
+                        agents=len(actions))
+            return actions
+
+        return traced
+
+    def _seats(self, env: ParallelEnv, task: EpisodeTask) -> list[Seat]:
+        mission = task.mission
+        agent_ids = list(env.possible_agents)
+        assignment = assign_policies(
+            [p.weight for p in task.policies],
+            len(agent_ids),
+            seeding.assignment_seed(task.seed, mission.key, task.episode_index),
+        )
+        return [
+            Seat(
+                AgentSpec(
+                    mission=mission.name,
+                    agent_id=agent_id,
+                    agent_index=index,
+                    observation_space=env.observation_space(agent_id),
+                    action_space=env.action_space(agent_id),
+                    params=dict(mission.params),
+                ),
+                task.policies[policy_index],
+                seeding.agent_seed(task.seed, mission.key, task.episode_index, index),
+            )
+            for index, (agent_id, policy_index) in enumerate(zip(agent_ids, assignment,
+                                                                  strict=True))
+        ]
 
     def _discard_env(self, mission: Mission) -> None:
         env = self._envs.pop(mission, None)
@@ -141,32 +212,6 @@ class EpisodeRunner:
         if env is None:
             env = self._envs[mission] = mission.make_env()
         return env
-
-    def _setup_policies(
-        self, env: ParallelEnv, task: EpisodeTask, seats: Sequence[int], agent_ids: list[Any]
-    ) -> dict[Any, Policy]:
-        mission = task.mission
-        policies: dict[Any, Policy] = {}
-        for index, (agent_id, seat) in enumerate(zip(agent_ids, seats, strict=True)):
-            spec = task.policies[seat]
-            key = (mission, spec, index)
-            policy = self._policies.get(key)
-            if policy is None:
-                agent = AgentSpec(
-                    mission=mission.name,
-                    agent_id=agent_id,
-                    agent_index=index,
-                    observation_space=env.observation_space(agent_id),
-                    action_space=env.action_space(agent_id),
-                    params=dict(mission.params),
-                )
-                policy = self._policies[key] = make_policy(spec, mission, agent)
-            try:
-                policy.reset(seeding.agent_seed(task.seed, mission.key, task.episode_index, index))
-            except Exception as exc:
-                raise _PolicyFailure(agent_id, "reset") from exc
-            policies[agent_id] = policy
-        return policies
 
 
 def run_episode(
@@ -187,29 +232,12 @@ def run_episode(
         runner.close()
 
 
-def _play(
-    env: ParallelEnv,
-    policies: dict[Any, Policy],
-    obs: dict[Any, Any],
-    totals: dict[Any, float],
-    max_steps: int,
-    progress: _Progress,
-) -> None:
-    steps_fns = {agent_id: policy.step for agent_id, policy in policies.items()}
-    steps = 0
-    while env.agents and steps < max_steps:
-        actions = {}
-        agent_id = None
-        try:
-            for agent_id in env.agents:
-                actions[agent_id] = steps_fns[agent_id](obs[agent_id])
-        except Exception as exc:
-            raise _PolicyFailure(agent_id, "policy") from exc
-        obs, rewards, _, _, _ = env.step(actions)
-        for agent_id, reward in rewards.items():
-            totals[agent_id] += reward
-        steps += 1
-        progress.steps = steps
+def _policy_error_info(failure: PolicyFailure) -> ErrorInfo:
+    agent = None if failure.agent is None else str(failure.agent)
+    if failure.remote is not None:
+        kind, message, formatted = failure.remote
+        return ErrorInfo(kind, message, formatted, agent, failure.phase)
+    return _error_info(failure.__cause__ or failure, failure.agent, failure.phase)
 
 
 def _error_info(exc: BaseException, agent: Any, phase: str) -> ErrorInfo:

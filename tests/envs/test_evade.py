@@ -11,32 +11,13 @@ import pytest
 
 from parcat.envs.evade import EvadeEnv
 from parcat.errors import MissionError
+from tests.envs.helpers import assert_step_follows_spaces, same, trajectory
 
 STILL = np.zeros(2, dtype=np.float32)
 
 
-def _trajectory(env: EvadeEnv, seed: int, steps: int = 30) -> list[Any]:
-    """Obs and rewards of up to ``steps`` steps with actions from a fixed generator."""
-    obs, _ = env.reset(seed=seed)
-    actions_rng = np.random.default_rng(99)
-    record: list[Any] = [obs]
-    for _ in range(steps):
-        if not env.agents:
-            break
-        actions = {a: actions_rng.uniform(-1, 1, 2).astype(np.float32) for a in env.agents}
-        obs, rewards, _, _, _ = env.step(actions)
-        record += [obs, rewards]
-    return record
-
-
-def _same(a: list[Any], b: list[Any]) -> bool:
-    """Whether two trajectories are bit-identical."""
-    if len(a) != len(b):
-        return False
-    return all(
-        x.keys() == y.keys() and all(np.array_equal(x[k], y[k]) for k in x)
-        for x, y in zip(a, b, strict=True)
-    )
+def _random_velocity(rng: np.random.Generator) -> np.ndarray:
+    return rng.uniform(-1, 1, 2).astype(np.float32)
 
 
 def test_reset_and_step_follow_the_spaces() -> None:
@@ -49,18 +30,14 @@ def test_reset_and_step_follow_the_spaces() -> None:
     assert env.action_space("evader") is env.action_space("pursuer_1")
     actions_rng = np.random.default_rng(0)
     for _ in range(30):
-        actions = {a: actions_rng.uniform(-1, 1, 2).astype(np.float32) for a in env.agents}
-        obs, rewards, terms, truncs, infos = env.step(actions)
-        for result in (obs, rewards, terms, truncs, infos):
-            assert list(result) == env.possible_agents
-        assert all(o.dtype == np.float32 and space.contains(o) for o in obs.values())
-        assert all(type(r) is float for r in rewards.values())
+        actions = {a: _random_velocity(actions_rng) for a in env.agents}
+        assert_step_follows_spaces(env, env.step(actions))
 
 
 def test_same_seed_same_trajectory_and_seeds_differ() -> None:
-    first = _trajectory(EvadeEnv(), seed=5)
-    assert _same(first, _trajectory(EvadeEnv(), seed=5))
-    assert not _same(first, _trajectory(EvadeEnv(), seed=6))
+    first = trajectory(EvadeEnv(), 5, _random_velocity)
+    assert same(first, trajectory(EvadeEnv(), 5, _random_velocity))
+    assert not same(first, trajectory(EvadeEnv(), 6, _random_velocity))
 
 
 def test_reset_without_seed_keeps_pursuers_away() -> None:

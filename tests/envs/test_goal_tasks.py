@@ -12,27 +12,13 @@ import pytest
 
 from parcat.envs.goal_tasks import GoalTasksEnv
 from parcat.errors import MissionError
+from tests.envs.helpers import assert_step_follows_spaces, same, trajectory
 
 NOOP, PLUS_Y, MINUS_Y, MINUS_X, PLUS_X = range(5)
 
 
-def _trajectory(env: GoalTasksEnv, seed: int, steps: int = 20) -> list[Any]:
-    """Obs and rewards of ``steps`` steps with actions from a fixed generator."""
-    obs, _ = env.reset(seed=seed)
-    actions_rng = np.random.default_rng(3)
-    record: list[Any] = [obs]
-    for _ in range(steps):
-        obs, rewards, _, _, _ = env.step({a: int(actions_rng.integers(5)) for a in env.agents})
-        record += [obs, rewards]
-    return record
-
-
-def _same(a: list[Any], b: list[Any]) -> bool:
-    """Whether two trajectories are bit-identical."""
-    return all(
-        x.keys() == y.keys() and all(np.array_equal(x[k], y[k]) for k in x)
-        for x, y in zip(a, b, strict=True)
-    )
+def _random_action(rng: np.random.Generator) -> int:
+    return int(rng.integers(5))
 
 
 @pytest.mark.parametrize("kind", ["position", "direction"])
@@ -44,17 +30,16 @@ def test_reset_and_step_follow_the_spaces(kind: str) -> None:
     assert space is env.observation_space("agent_2") and space.shape == (5,)
     assert env.action_space("agent_0") is env.action_space("agent_1")
     for _ in range(50):  # always the same action: the farthest an agent can get
-        obs, rewards, terms, truncs, infos = env.step(dict.fromkeys(env.agents, PLUS_X))
-        assert all(o.dtype == np.float32 and space.contains(o) for o in obs.values())
-        assert all(type(r) is float for r in rewards.values())
-        assert list(terms) == list(truncs) == env.possible_agents
-    assert all(truncs.values()) and env.agents == []
+        result = env.step(dict.fromkeys(env.agents, PLUS_X))
+        assert_step_follows_spaces(env, result)
+    _, _, terms, truncs, _ = result
+    assert not any(terms.values()) and all(truncs.values()) and env.agents == []
 
 
 def test_same_seed_same_task_and_trajectory() -> None:
-    first = _trajectory(GoalTasksEnv(agents=2), seed=11)
-    assert _same(first, _trajectory(GoalTasksEnv(agents=2), seed=11))
-    assert not _same(first, _trajectory(GoalTasksEnv(agents=2), seed=12))
+    first = trajectory(GoalTasksEnv(agents=2), 11, _random_action)
+    assert same(first, trajectory(GoalTasksEnv(agents=2), 11, _random_action))
+    assert not same(first, trajectory(GoalTasksEnv(agents=2), 12, _random_action))
 
 
 def test_reset_without_seed_samples_a_task() -> None:

@@ -10,31 +10,13 @@ import pytest
 
 from parcat.envs.harvest import DELIVERY_REWARD, PICKUP_REWARD, HarvestEnv
 from parcat.errors import MissionError
+from tests.envs.helpers import assert_step_follows_spaces, same, trajectory
 
 NOOP, UP, DOWN, LEFT, RIGHT = range(5)
 
 
-def _trajectory(env: HarvestEnv, seed: int, steps: int = 30) -> list[Any]:
-    """Obs and rewards of ``steps`` steps with actions drawn from a fixed generator."""
-    obs, _ = env.reset(seed=seed)
-    actions_rng = np.random.default_rng(1234)
-    record: list[Any] = [obs]
-    for _ in range(steps):
-        actions = {a: int(actions_rng.integers(5)) for a in env.agents}
-        obs, rewards, _, _, _ = env.step(actions)
-        record += [obs, rewards]
-    return record
-
-
-def _same(a: list[Any], b: list[Any]) -> bool:
-    """Whether two trajectories are bit-identical."""
-    for x, y in zip(a, b, strict=True):
-        if x.keys() != y.keys():
-            return False
-        for key in x:
-            if not np.array_equal(x[key], y[key]):
-                return False
-    return True
+def _random_action(rng: np.random.Generator) -> int:
+    return int(rng.integers(5))
 
 
 def test_reset_and_step_follow_the_spaces() -> None:
@@ -47,11 +29,7 @@ def test_reset_and_step_follow_the_spaces() -> None:
     assert env.action_space("agent_0") is env.action_space("agent_1")
     assert space.shape == (4 * 25 + 3,)
     for _ in range(20):
-        obs, rewards, terms, truncs, infos = env.step({a: 4 for a in env.agents})
-        for result in (obs, rewards, terms, truncs, infos):
-            assert list(result) == env.possible_agents
-        assert all(o.dtype == np.float32 and space.contains(o) for o in obs.values())
-        assert all(type(r) is float for r in rewards.values())
+        assert_step_follows_spaces(env, env.step(dict.fromkeys(env.agents, RIGHT)))
 
 
 def test_crowded_observations_stay_in_space() -> None:
@@ -66,9 +44,9 @@ def test_crowded_observations_stay_in_space() -> None:
 
 def test_same_seed_same_trajectory_and_seeds_differ() -> None:
     env = HarvestEnv(size=10, agents=3, resources=5)
-    first = _trajectory(env, seed=7)
-    assert _same(first, _trajectory(HarvestEnv(size=10, agents=3, resources=5), seed=7))
-    assert not _same(first, _trajectory(env, seed=8))
+    first = trajectory(env, 7, _random_action)
+    assert same(first, trajectory(HarvestEnv(size=10, agents=3, resources=5), 7, _random_action))
+    assert not same(first, trajectory(env, 8, _random_action))
 
 
 def test_reset_without_seed_works() -> None:

@@ -22,36 +22,23 @@ import gymnasium
 import numpy as np
 from numpy.typing import NDArray
 
+from parcat.envs._common import (
+    ResetResult,
+    StepResult,
+    invalid_parameter,
+    make_metadata,
+    make_rng,
+    require_int,
+    require_positive,
+    reset_result,
+    step_result,
+)
 from parcat.errors import MissionError
-
-StepResult = tuple[
-    dict[str, NDArray[np.float32]],
-    dict[str, float],
-    dict[str, bool],
-    dict[str, bool],
-    dict[str, dict[str, Any]],
-]
-"""What ``step`` returns: observations, rewards, terminations, truncations, infos."""
 
 EVADER = "evader"
 """The evader's agent id; pursuers are ``"pursuer_0"``, ``"pursuer_1"``, ..."""
 STEP_BONUS = 0.01
 CAPTURE_REWARD = 1.0
-
-
-def _require_int(name: str, value: Any, low: int) -> int:
-    """Return ``value`` as an int ``>= low`` or raise :class:`MissionError`."""
-    if isinstance(value, int | np.integer) and not isinstance(value, bool) and value >= low:
-        return int(value)
-    raise MissionError(f"evade: parameter '{name}' must be an integer >= {low}, got {value!r}")
-
-
-def _require_positive(name: str, value: Any) -> float:
-    """Return ``value`` as a finite float ``> 0`` or raise :class:`MissionError`."""
-    number = isinstance(value, int | float | np.number) and not isinstance(value, bool)
-    if number and math.isfinite(value) and value > 0:
-        return float(value)
-    raise MissionError(f"evade: parameter '{name}' must be a number > 0, got {value!r}")
 
 
 class EvadeEnv:
@@ -79,7 +66,7 @@ class EvadeEnv:
         max_steps: Steps after which the episode is truncated.
     """
 
-    metadata: dict[str, Any] = {"name": "evade", "render_modes": ["ansi"]}
+    metadata: dict[str, Any] = make_metadata("evade")
 
     def __init__(
         self,
@@ -92,18 +79,16 @@ class EvadeEnv:
         dt: float = 1.0,
         max_steps: int = 200,
     ) -> None:
-        self.num_pursuers = _require_int("pursuers", pursuers, 1)
-        self.arena = _require_positive("arena", arena)
-        self.pursuer_speed = _require_positive("pursuer_speed", pursuer_speed)
-        self.evader_speed = _require_positive("evader_speed", evader_speed)
-        self.capture_radius = _require_positive("capture_radius", capture_radius)
+        self.num_pursuers = require_int("evade", "pursuers", pursuers, 1)
+        self.arena = require_positive("evade", "arena", arena)
+        self.pursuer_speed = require_positive("evade", "pursuer_speed", pursuer_speed)
+        self.evader_speed = require_positive("evade", "evader_speed", evader_speed)
+        self.capture_radius = require_positive("evade", "capture_radius", capture_radius)
         if self.capture_radius >= self.arena / 4:
-            raise MissionError(
-                f"evade: parameter 'capture_radius' must be < arena / 4 = {self.arena / 4:g}, "
-                f"got {capture_radius!r}"
-            )
-        self.dt = _require_positive("dt", dt)
-        self.max_steps = _require_int("max_steps", max_steps, 1)
+            limit = f"< arena / 4 = {self.arena / 4:g}"
+            raise invalid_parameter("evade", "capture_radius", limit, capture_radius)
+        self.dt = require_positive("evade", "dt", dt)
+        self.max_steps = require_int("evade", "max_steps", max_steps, 1)
         self.possible_agents: list[str] = [f"pursuer_{i}" for i in range(self.num_pursuers)]
         self.possible_agents.append(EVADER)
         self.agents: list[str] = []
@@ -140,7 +125,7 @@ class EvadeEnv:
 
     def reset(
         self, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[dict[str, NDArray[np.float32]], dict[str, dict[str, Any]]]:
+    ) -> ResetResult:
         """Start an episode with every agent at rest.
 
         Args:
@@ -153,8 +138,7 @@ class EvadeEnv:
         Returns:
             Observations and (empty) infos keyed by agent id.
         """
-        if seed is not None or self._rng is None:
-            self._rng = np.random.default_rng(seed)
+        self._rng = make_rng(seed, self._rng)
         options = options or {}
         if "positions" in options:
             self._pos = self._positions_from(options["positions"])
@@ -165,8 +149,7 @@ class EvadeEnv:
         self._steps = 0
         self._capture_step = None
         self._min_distance = float(self._distances().min())
-        obs = self._observe()
-        return {a: obs[i] for i, a in enumerate(self.agents)}, {a: {} for a in self.agents}
+        return reset_result(self.agents, self._observe())
 
     def _random_positions(self, rng: np.random.Generator) -> NDArray[np.float64]:
         """Draw start positions, redrawing pursuers that start too close to the evader."""
@@ -223,13 +206,7 @@ class EvadeEnv:
             rewards += np.append(np.full(self.num_pursuers, CAPTURE_REWARD), -CAPTURE_REWARD)
         truncated = not captured and self._steps >= self.max_steps
         obs = self._observe()
-        result: StepResult = (
-            {a: obs[i] for i, a in enumerate(agents)},
-            dict(zip(agents, rewards.tolist(), strict=True)),
-            dict.fromkeys(agents, captured),
-            dict.fromkeys(agents, truncated),
-            {a: {} for a in agents},
-        )
+        result = step_result(agents, obs, rewards, terminated=captured, truncated=truncated)
         if captured or truncated:
             self.agents = []
         return result

@@ -23,37 +23,24 @@ import gymnasium
 import numpy as np
 from numpy.typing import NDArray
 
+from parcat.envs._common import (
+    ResetResult,
+    StepResult,
+    invalid_parameter,
+    make_metadata,
+    make_rng,
+    require_int,
+    require_positive,
+    reset_result,
+    step_result,
+)
 from parcat.errors import MissionError
-
-StepResult = tuple[
-    dict[str, NDArray[np.float32]],
-    dict[str, float],
-    dict[str, bool],
-    dict[str, bool],
-    dict[str, dict[str, Any]],
-]
-"""What ``step`` returns: observations, rewards, terminations, truncations, infos."""
 
 TASK_KINDS = ("position", "direction")
 ACTION_MOVES = ((0, 0), (0, 1), (0, -1), (-1, 0), (1, 0))
 """(dx, dy) of each action in steps: 0 noop, 1 +y, 2 -y, 3 -x, 4 +x."""
 OBS_SIZE = 5
 """Observation: position (x, y), last reward, goal (x, y) or unit direction, or zeros."""
-
-
-def _require_int(name: str, value: Any, low: int) -> int:
-    """Return ``value`` as an int ``>= low`` or raise :class:`MissionError`."""
-    if isinstance(value, int | np.integer) and not isinstance(value, bool) and value >= low:
-        return int(value)
-    raise MissionError(f"goal_tasks: parameter '{name}' must be an integer >= {low}, got {value!r}")
-
-
-def _require_positive(name: str, value: Any) -> float:
-    """Return ``value`` as a finite float ``> 0`` or raise :class:`MissionError`."""
-    number = isinstance(value, int | float | np.number) and not isinstance(value, bool)
-    if number and math.isfinite(value) and value > 0:
-        return float(value)
-    raise MissionError(f"goal_tasks: parameter '{name}' must be a number > 0, got {value!r}")
 
 
 class GoalTasksEnv:
@@ -73,7 +60,7 @@ class GoalTasksEnv:
         max_steps: Steps after which the episode is truncated.
     """
 
-    metadata: dict[str, Any] = {"name": "goal_tasks", "render_modes": ["ansi"]}
+    metadata: dict[str, Any] = make_metadata("goal_tasks")
 
     def __init__(
         self,
@@ -85,21 +72,17 @@ class GoalTasksEnv:
         observe_goal: bool = True,
         max_steps: int = 50,
     ) -> None:
-        self.num_agents = _require_int("agents", agents, 1)
+        self.num_agents = require_int("goal_tasks", "agents", agents, 1)
         if task_kind not in TASK_KINDS:
-            raise MissionError(
-                "goal_tasks: parameter 'task_kind' must be one of 'position', 'direction', "
-                f"got {task_kind!r}"
-            )
+            kinds = ", ".join(repr(kind) for kind in TASK_KINDS)
+            raise invalid_parameter("goal_tasks", "task_kind", f"one of {kinds}", task_kind)
         self.task_kind: str = task_kind
-        self.goal_radius = _require_positive("goal_radius", goal_radius)
-        self.step_size = _require_positive("step_size", step_size)
+        self.goal_radius = require_positive("goal_tasks", "goal_radius", goal_radius)
+        self.step_size = require_positive("goal_tasks", "step_size", step_size)
         if not isinstance(observe_goal, bool):
-            raise MissionError(
-                f"goal_tasks: parameter 'observe_goal' must be true or false, got {observe_goal!r}"
-            )
+            raise invalid_parameter("goal_tasks", "observe_goal", "true or false", observe_goal)
         self.observe_goal = observe_goal
-        self.max_steps = _require_int("max_steps", max_steps, 1)
+        self.max_steps = require_int("goal_tasks", "max_steps", max_steps, 1)
         self.possible_agents: list[str] = [f"agent_{i}" for i in range(self.num_agents)]
         self.agents: list[str] = []
         self.task: dict[str, Any] | None = None
@@ -143,7 +126,7 @@ class GoalTasksEnv:
 
     def reset(
         self, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[dict[str, NDArray[np.float32]], dict[str, dict[str, Any]]]:
+    ) -> ResetResult:
         """Start an episode with every agent at the origin.
 
         Args:
@@ -154,16 +137,14 @@ class GoalTasksEnv:
         Returns:
             Observations and (empty) infos keyed by agent id.
         """
-        if seed is not None or self._rng is None:
-            self._rng = np.random.default_rng(seed)
+        self._rng = make_rng(seed, self._rng)
         task = (options or {}).get("task")
         self._goals = self._goals_of(self.sample_task(self._rng) if task is None else task)
         self.agents = list(self.possible_agents)
         self._lattice[:] = 0
         self._last_reward[:] = 0.0
         self._steps = 0
-        obs = self._observe()
-        return {a: obs[i] for i, a in enumerate(self.agents)}, {a: {} for a in self.agents}
+        return reset_result(self.agents, self._observe())
 
     def _goals_of(self, task: Any) -> NDArray[np.float64]:
         """Validate ``task``, keep it as :attr:`task` and return one goal vector per agent."""
@@ -213,13 +194,7 @@ class GoalTasksEnv:
         self._steps += 1
         done = self._steps >= self.max_steps
         obs = self._observe()
-        result: StepResult = (
-            {a: obs[i] for i, a in enumerate(agents)},
-            dict(zip(agents, self._last_reward.tolist(), strict=True)),
-            dict.fromkeys(agents, False),
-            dict.fromkeys(agents, done),
-            {a: {} for a in agents},
-        )
+        result = step_result(agents, obs, self._last_reward, terminated=False, truncated=done)
         if done:
             self.agents = []
         return result

@@ -20,16 +20,16 @@ import gymnasium
 import numpy as np
 from numpy.typing import NDArray
 
+from parcat.envs._common import (
+    ResetResult,
+    StepResult,
+    make_metadata,
+    make_rng,
+    require_int,
+    reset_result,
+    step_result,
+)
 from parcat.errors import MissionError
-
-StepResult = tuple[
-    dict[str, NDArray[np.float32]],
-    dict[str, float],
-    dict[str, bool],
-    dict[str, bool],
-    dict[str, dict[str, Any]],
-]
-"""What ``step`` returns: observations, rewards, terminations, truncations, infos."""
 
 NUM_CHANNELS = 4
 """Window channels, in order: walls, resources, base, other agents (count per cell)."""
@@ -39,15 +39,6 @@ ACTION_MOVES = ((0, 0), (-1, 0), (1, 0), (0, -1), (0, 1))
 """(dy, dx) of each action: 0 noop, 1 up, 2 down, 3 left, 4 right."""
 PICKUP_REWARD = 0.1
 DELIVERY_REWARD = 1.0
-
-
-def _require_int(name: str, value: Any, low: int, high: int | None = None, why: str = "") -> int:
-    """Return ``value`` as an int, or raise :class:`MissionError` naming the parameter."""
-    ok = isinstance(value, int | np.integer) and not isinstance(value, bool)
-    if ok and value >= low and (high is None or value <= high):
-        return int(value)
-    valid = f">= {low}" if high is None else f"between {low} and {high}{why}"
-    raise MissionError(f"harvest: parameter '{name}' must be an integer {valid}, got {value!r}")
 
 
 class HarvestEnv:
@@ -71,7 +62,7 @@ class HarvestEnv:
         max_steps: Steps after which the episode is truncated.
     """
 
-    metadata: dict[str, Any] = {"name": "harvest", "render_modes": ["ansi"]}
+    metadata: dict[str, Any] = make_metadata("harvest")
 
     def __init__(
         self,
@@ -82,13 +73,13 @@ class HarvestEnv:
         view: int = 2,
         max_steps: int = 200,
     ) -> None:
-        self.size = _require_int("size", size, 5)
-        self.num_agents = _require_int("agents", agents, 1)
+        self.size = require_int("harvest", "size", size, 5)
+        self.num_agents = require_int("harvest", "agents", agents, 1)
         free = (self.size - 2) ** 2 - 4
         why = f" (free cells of a size-{self.size} map)"
-        self.num_resources = _require_int("resources", resources, 1, free, why)
-        self.view = _require_int("view", view, 1)
-        self.max_steps = _require_int("max_steps", max_steps, 1)
+        self.num_resources = require_int("harvest", "resources", resources, 1, free, why)
+        self.view = require_int("harvest", "view", view, 1)
+        self.max_steps = require_int("harvest", "max_steps", max_steps, 1)
         self.possible_agents: list[str] = [f"agent_{i}" for i in range(self.num_agents)]
         self.agents: list[str] = []
         self._build_static()
@@ -150,7 +141,7 @@ class HarvestEnv:
 
     def reset(
         self, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[dict[str, NDArray[np.float32]], dict[str, dict[str, Any]]]:
+    ) -> ResetResult:
         """Start an episode.
 
         Args:
@@ -162,8 +153,7 @@ class HarvestEnv:
         Returns:
             Observations and (empty) infos keyed by agent id.
         """
-        if seed is not None or self._rng is None:
-            self._rng = np.random.default_rng(seed)
+        self._rng = make_rng(seed, self._rng)
         options = options or {}
         self.agents = list(self.possible_agents)
         self._steps = self._deliveries = self._pickups = 0
@@ -181,8 +171,7 @@ class HarvestEnv:
         else:
             spots = self._rng.choice(np.flatnonzero(self._free_mask), self.num_resources, False)
         self._resource_layer[spots] = 1.0
-        obs = self._observe()
-        return {a: obs[i] for i, a in enumerate(self.agents)}, {a: {} for a in self.agents}
+        return reset_result(self.agents, self._observe())
 
     def _cells_from(self, cells: Any, count: int, option: str) -> NDArray[np.intp]:
         """Convert ``(row, col)`` map cells to flat padded indices, checking count and bounds."""
@@ -218,16 +207,9 @@ class HarvestEnv:
         self._cells = np.where(self._wall_layer[target] > 0, self._cells, target)
         rewards = self._deliver() + self._pick_up()
         self._steps += 1
-        obs = self._observe()
         done = self._steps >= self.max_steps
-        agents = self.agents
-        result: StepResult = (
-            {a: obs[i] for i, a in enumerate(agents)},
-            dict(zip(agents, rewards.tolist(), strict=True)),
-            dict.fromkeys(agents, False),
-            dict.fromkeys(agents, done),
-            {a: {} for a in agents},
-        )
+        obs = self._observe()
+        result = step_result(self.agents, obs, rewards, terminated=False, truncated=done)
         if done:
             self.agents = []
         return result

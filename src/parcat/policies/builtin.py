@@ -61,6 +61,9 @@ class RandomPolicy:
 class NoopPolicy:
     """Always the 'do nothing' action: 0, or the zero vector clipped into the space."""
 
+    stateless = True
+    """Actions depend only on the observation: one instance may act for many agents."""
+
     def __init__(self, spec: AgentSpec) -> None:
         self.action = noop_action(spec.action_space)
 
@@ -103,6 +106,9 @@ class MLPPolicy:
         init_seed: Seed of the initial weights.
     """
 
+    stateless = True
+    """Actions depend only on the observation: one instance may act for many agents."""
+
     def __init__(self, spec: AgentSpec, width: int = 64, depth: int = 2, init_seed: int = 0):
         for name, value in (("width", width), ("depth", depth)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -127,7 +133,9 @@ class MLPPolicy:
         """Outputs for a batch of flat observations, shape (batch, outputs)."""
         last = len(self.weights) - 1
         for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
-            x = x @ w + b
+            # einsum's own loops (not BLAS) sum each row in the same order whatever the
+            # batch size, so step_batch equals step bit for bit on every strategy
+            x = np.einsum("bi,io->bo", x, w) + b
             if i < last:
                 np.maximum(x, 0.0, out=x)
         return x

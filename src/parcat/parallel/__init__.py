@@ -1,0 +1,1 @@
+"""Parallelism: the planner, episode executors and agent-level policy steppers."""

@@ -1,0 +1,47 @@
+"""The agent-level configuration that travels to episode workers (small and picklable)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from parcat.parallel.planner import PolicyStrategy
+from parcat.parallel.steppers import BatchStepper, InlineStepper, Stepper, ThreadStepper
+from parcat.parallel.trace import Tracer
+
+
+@dataclass(frozen=True)
+class StepperConfig:
+    """How each episode steps its agents; built into a :class:`Stepper` where it runs."""
+
+    strategy: PolicyStrategy = PolicyStrategy.INLINE
+    """Resolved strategy (never ``auto``)."""
+    workers: int = 0
+    """Policy workers (processes or threads) besides the episode's own process."""
+    spin: bool = True
+    """Whether process workers spin on shared memory."""
+    action_timeout_s: float | None = None
+    """Late actions are replaced by the default action after this long."""
+    start_method: str | None = None
+    """Start method of policy worker processes."""
+    blas_threads: int = 1
+    """BLAS/OpenMP threads in each policy worker."""
+
+    def make_stepper(self, tracer: Tracer | None = None) -> Stepper:
+        """Build the stepper this configuration describes."""
+        strategy = self.strategy
+        if strategy is PolicyStrategy.PROCESS and self.workers > 0:
+            from parcat.parallel.policy_workers import ProcessStepper
+
+            return ProcessStepper(
+                self.workers,
+                spin=self.spin,
+                action_timeout_s=self.action_timeout_s,
+                start_method=self.start_method,
+                blas_threads=self.blas_threads,
+                tracer=tracer,
+            )
+        if strategy is PolicyStrategy.THREAD and self.workers > 0:
+            return ThreadStepper(self.workers, self.action_timeout_s)
+        if strategy is PolicyStrategy.BATCH:
+            return BatchStepper()
+        return InlineStepper()

@@ -1,0 +1,208 @@
+"""The resource planner: a pure function from resources × workload to a plan.
+
+Measuring the machine (CPUs, GPUs, the cost of a policy step) lives in
+:mod:`parcat.parallel.resources`; this module only decides. The rules come from what was
+measured on the target machines (see ../shared/DESIGN.md and BENCHMARKS.md):
+
+- whole episodes per worker reach 0.93–1.0 efficiency, so episode-level parallelism takes
+  the budget first whenever there are at least as many episodes as workers;
+- agent-level parallelism uses what is left: each episode's process steps a share of the
+  agents itself and hands the rest to policy workers;
+- a handoff through shared memory with a spinning worker costs ~2 µs, but only while no
+  more processes spin than there are cores; past that the workers block instead.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class PolicyStrategy(str, enum.Enum):
+    """How an episode steps its agents' policies (``--policy-strategy``)."""
+
+    AUTO = "auto"
+    INLINE = "inline"
+    THREAD = "thread"
+    PROCESS = "process"
+    BATCH = "batch"
+
+
+class ExecutorKind(str, enum.Enum):
+    """Where episodes run (``--executor``)."""
+
+    AUTO = "auto"
+    INLINE = "inline"
+    THREAD = "thread"
+    PROCESS = "process"
+    RAY = "ray"
+
+
+# A policy step must cost this many times the handoff before a policy worker pays off.
+PROCESS_PAYOFF = 8.0
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What is to be run, and what it costs where that was measured."""
+
+    tasks: int
+    """Episodes to run (missions × episodes)."""
+    agents: int
+    """Agents per episode (the largest over the missions)."""
+    parallel_policy: bool = False
+    """Whether agent-level parallelism was asked for."""
+    strategy: PolicyStrategy = PolicyStrategy.AUTO
+    """The requested agent-level strategy."""
+    executor: ExecutorKind = ExecutorKind.AUTO
+    """The requested episode executor."""
+    policy_step_s: float | None = None
+    """Measured mean cost of one policy step of one agent, if measured."""
+    handoff_s: float = 20e-6
+    """Measured (or assumed) cost of handing one step to a policy worker and back."""
+    batchable: bool = False
+    """Whether some policy is shared by several agents and can act in one batch."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The decision: how many processes of each kind, and how they wait."""
+
+    jobs: int
+    """The budget that was asked for (``--jobs``)."""
+    executor: ExecutorKind
+    """Where episodes run."""
+    episode_workers: int
+    """Episodes that run at once."""
+    strategy: PolicyStrategy
+    """The resolved agent-level strategy (never ``auto``)."""
+    policy_workers: int
+    """Policy worker processes (or threads) per episode, besides the episode's own process."""
+    blas_threads: int
+    """BLAS/OpenMP threads each worker may use."""
+    spin: bool
+    """Whether policy workers spin on shared memory (never more spinners than cores)."""
+    gpus: tuple[str, ...] = ()
+    """``CUDA_VISIBLE_DEVICES`` value per episode worker, round-robin; empty without GPUs."""
+    reasons: tuple[str, ...] = field(default_factory=tuple)
+    """Why, one sentence per decision (``parcat plan`` prints them)."""
+
+    @property
+    def busy_processes(self) -> int:
+        """Processes that compute at the same time under this plan."""
+        per_episode = 1 + (self.policy_workers if self.strategy is PolicyStrategy.PROCESS else 0)
+        return self.episode_workers * per_episode
+
+
+def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
+    """Decide episode workers × policy workers so busy processes never exceed ``jobs``.
+
+    Args:
+        jobs: The worker budget (``--jobs``), at least 1.
+        cpus: CPUs this process may use.
+        gpus: GPUs visible (``--gpus`` or detected).
+        workload: The work and its measured costs.
+    """
+    if jobs < 1 or cpus < 1 or gpus < 0 or workload.tasks < 0 or workload.agents < 1:
+        raise ValueError("jobs and cpus must be >= 1, gpus and tasks >= 0, agents >= 1")
+    reasons: list[str] = []
+    tasks = max(workload.tasks, 1)
+    episode_workers = min(jobs, tasks)
+    if episode_workers < jobs:
+        reasons.append(
+            f"--jobs {jobs} is more than the {workload.tasks} episodes: "
+            f"{episode_workers} episode worker(s), {jobs - episode_workers} job(s) left"
+        )
+    else:
+        reasons.append(f"{episode_workers} episode worker(s): one episode per job at a time")
+    executor = _executor(workload.executor, episode_workers, reasons)
+    if executor is ExecutorKind.INLINE:
+        episode_workers = 1
+    strategy, policy_workers = _agent_level(jobs, episode_workers, workload, reasons)
+    busy = episode_workers * (1 + (policy_workers if strategy is PolicyStrategy.PROCESS else 0))
+    spin = busy <= cpus
+    if strategy is PolicyStrategy.PROCESS:
+        reasons.append(
+            f"{busy} busy process(es) on {cpus} CPU(s): policy workers "
+            + ("spin on shared memory" if spin else "block (a spinner per core at most)")
+        )
+    threads_per_episode = 1 + (policy_workers if strategy is PolicyStrategy.THREAD else 0)
+    blas_threads = max(1, jobs // max(busy, episode_workers * threads_per_episode))
+    reasons.append(f"BLAS/OpenMP threads per worker: {blas_threads}")
+    gpu_ids = tuple(str(i % gpus) for i in range(episode_workers)) if gpus else ()
+    if gpus:
+        reasons.append(f"{gpus} GPU(s) assigned round-robin to {episode_workers} worker(s)")
+    return Plan(
+        jobs=jobs,
+        executor=executor,
+        episode_workers=episode_workers,
+        strategy=strategy,
+        policy_workers=policy_workers,
+        blas_threads=blas_threads,
+        spin=spin,
+        gpus=gpu_ids,
+        reasons=tuple(reasons),
+    )
+
+
+def _executor(requested: ExecutorKind, episode_workers: int, reasons: list[str]) -> ExecutorKind:
+    if requested is not ExecutorKind.AUTO:
+        reasons.append(f"executor {requested.value} (as requested)")
+        return requested
+    if episode_workers == 1:
+        reasons.append("executor inline: one episode at a time runs in this process")
+        return ExecutorKind.INLINE
+    reasons.append("executor process: Python episode loops need processes, not threads")
+    return ExecutorKind.PROCESS
+
+
+def _agent_level(
+    jobs: int, episode_workers: int, workload: Workload, reasons: list[str]
+) -> tuple[PolicyStrategy, int]:
+    requested = workload.strategy
+    if not workload.parallel_policy:
+        reasons.append("agents stepped inline (no --parallel-policy)")
+        return PolicyStrategy.INLINE, 0
+    if workload.agents < 2 and requested is not PolicyStrategy.BATCH:
+        reasons.append("one agent per episode: agent-level parallelism has nothing to split")
+        return PolicyStrategy.INLINE, 0
+    spare = jobs // episode_workers - 1
+    if requested is PolicyStrategy.AUTO:
+        requested = _auto_strategy(workload, spare, reasons)
+        if requested is not PolicyStrategy.PROCESS:
+            return requested, 0
+    if requested in (PolicyStrategy.INLINE, PolicyStrategy.BATCH):
+        reasons.append(f"agents stepped {requested.value}")
+        return requested, 0
+    if spare < 1:
+        reasons.append(
+            f"no job left for policy workers ({episode_workers} episode worker(s) use all "
+            f"{jobs}): agents stepped inline"
+        )
+        return PolicyStrategy.INLINE, 0
+    # the episode's own process steps one share of the agents itself
+    workers = min(spare, workload.agents - 1)
+    reasons.append(
+        f"{workers} {requested.value} policy worker(s) per episode; the episode's process "
+        f"steps a share of the {workload.agents} agents itself"
+    )
+    return requested, workers
+
+
+def _auto_strategy(workload: Workload, spare: int, reasons: list[str]) -> PolicyStrategy:
+    cost = workload.policy_step_s
+    if cost is None:
+        reasons.append("auto: policy step cost unknown, agents stepped inline")
+        return PolicyStrategy.INLINE
+    if spare >= 1 and cost >= PROCESS_PAYOFF * workload.handoff_s:
+        reasons.append(
+            f"auto: a policy step costs {cost * 1e6:.0f} us, >= {PROCESS_PAYOFF:g}x the "
+            f"{workload.handoff_s * 1e6:.0f} us handoff: process"
+        )
+        return PolicyStrategy.PROCESS
+    if workload.batchable:
+        reasons.append("auto: agents share a stateless policy: batch")
+        return PolicyStrategy.BATCH
+    why = "no job left" if spare < 1 else f"a policy step costs only {cost * 1e6:.1f} us"
+    reasons.append(f"auto: {why}: inline")
+    return PolicyStrategy.INLINE

@@ -1,0 +1,335 @@
+"""The ``process`` agent-level strategy: persistent policy workers and shared memory.
+
+The episode's process keeps one share of the agents and hands the others to policy
+workers. Each step it writes the workers' observations into shared memory and raises
+their request flags (all dispatched before any is awaited), steps its own agents, then
+waits for the done flags and reads the actions. Waiting spins while the plan allows one
+spinner per core; otherwise both sides park on their pipes.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from parcat.missions import Mission
+from parcat.parallel import procs
+from parcat.parallel.shm import DONE, ERROR, MAIN_PARKED, REQUEST, WORKER_PARKED, Codec, SlotBlock
+from parcat.parallel.steppers import STRAGGLER_WAIT_S, InlineStepper, PolicyFailure, Seat
+from parcat.parallel.trace import Tracer, now_us
+from parcat.parallel.worker_main import policy_worker_main
+from parcat.policies.builtin import noop_action
+
+SETUP_TIMEOUT_S = 120.0
+LIVENESS_EVERY_S = 0.05
+# a worker that cannot build a policy which this process could build has an environment
+# problem (the class is not importable there): those agents step inline instead
+FALLBACK_ERRORS = {"ImportError", "ModuleNotFoundError", "AttributeError", "PicklingError"}
+
+
+class WorkerDied(Exception):
+    """A policy worker process ended unexpectedly."""
+
+
+@dataclass
+class _Worker:
+    index: int
+    process: BaseProcess
+    conn: Connection
+    block: SlotBlock | None = None
+    layout: list[tuple[Any, Any]] = field(default_factory=list)
+    seats: list[Seat] = field(default_factory=list)
+    requested: int = 0
+
+    @property
+    def busy(self) -> bool:
+        return self.block is not None and int(self.block.header[DONE]) != self.requested
+
+
+class ProcessStepper(InlineStepper):
+    """Agents' policies in persistent worker processes, observations through shared memory.
+
+    Args:
+        workers: Policy worker processes (the calling process steps a share too).
+        spin: Spin on shared-memory flags (only when busy processes <= cores).
+        action_timeout_s: A worker later than this gets the default action for its agents.
+        start_method: ``forkserver`` or ``spawn``.
+        blas_threads: BLAS/OpenMP threads in each worker.
+    """
+
+    name = "process"
+
+    def __init__(
+        self,
+        workers: int,
+        spin: bool = True,
+        action_timeout_s: float | None = None,
+        start_method: str | None = None,
+        blas_threads: int = 1,
+        tracer: Tracer | None = None,
+    ) -> None:
+        super().__init__()
+        self.tracer = tracer
+        self.num_workers = max(1, workers)
+        self.spin = spin
+        self.timeout = action_timeout_s
+        self.start_method = start_method
+        self.blas_threads = blas_threads
+        self._workers: list[_Worker] = []
+        self._local: list[Any] = []
+        self._late: dict[Any, int] = {}
+        self._defaults: dict[Any, Any] = {}
+        self._inline_specs: set[str] = set()
+        self._ctx = procs.get_context(start_method)
+
+    # -- episode set-up -------------------------------------------------------------
+
+    def start(self, mission: Mission, seats: Sequence[Seat]) -> None:
+        """Share the seats out, send each worker its own, and reset the local ones."""
+        self._ensure_workers()
+        shares = _split(list(seats), self.num_workers + 1)
+        local = list(shares[0])
+        for worker, share in zip(self._workers, shares[1:], strict=True):
+            inline = [s for s in share if s.spec.name in self._inline_specs]
+            local += inline
+            worker.seats = [s for s in share if s.spec.name not in self._inline_specs]
+        for worker in self._workers:
+            self._send_episode(worker, mission)
+        for worker in self._workers:
+            local += self._await_ready(worker, mission)
+        super().start(mission, local)
+        self._local = [s.agent.agent_id for s in local]
+        self._late = {s.agent.agent_id: 0 for s in seats}
+        self._defaults = {s.agent.agent_id: noop_action(s.agent.action_space) for s in seats}
+
+    def _ensure_workers(self) -> None:
+        for worker in list(self._workers):
+            if worker.busy and not self._drain(worker, STRAGGLER_WAIT_S):
+                self._replace(worker)  # hung on a step of the last episode
+            elif not worker.process.is_alive():
+                self._replace(worker)
+        while len(self._workers) < self.num_workers:
+            self._workers.append(self._spawn(len(self._workers)))
+
+    def _spawn(self, index: int) -> _Worker:
+        process, conn = procs.start_worker(
+            self._ctx, policy_worker_main, (self.spin, self.blas_threads),
+            f"parcat-policy-{index}",
+        )
+        return _Worker(index, process, conn)
+
+    def _replace(self, worker: _Worker) -> None:
+        self._stop(worker)
+        self._workers[worker.index] = self._spawn(worker.index)
+
+    def _send_episode(self, worker: _Worker, mission: Mission) -> None:
+        layout = [(s.agent.observation_space, s.agent.action_space) for s in worker.seats]
+        if worker.block is None or layout != worker.layout:
+            if worker.block is not None:
+                worker.block.close()
+            codecs = [(Codec.for_space(o), Codec.for_space(a)) for o, a in layout]
+            worker.block = SlotBlock(codecs)
+            worker.layout = layout
+            worker.requested = 0
+        worker.conn.send(("episode", mission, worker.seats, worker.block.name))
+
+    def _await_ready(self, worker: _Worker, mission: Mission) -> list[Seat]:
+        """Wait for a worker's set-up; return seats that must step here instead."""
+        reply = self._recv(worker, SETUP_TIMEOUT_S, skip=("done",))
+        if reply[0] == "ready":
+            return []
+        _, agent, kind, message, formatted = reply
+        if kind in FALLBACK_ERRORS:
+            moved = worker.seats
+            names = sorted({s.spec.name for s in moved})
+            for name in names:
+                if name not in self._inline_specs:
+                    warnings.warn(
+                        f"policy '{name}' cannot run in a policy worker ({kind}: {message}); "
+                        "stepping it inline",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
+            self._inline_specs.update(names)
+            worker.seats = []
+            self._send_episode(worker, mission)
+            self._recv(worker, SETUP_TIMEOUT_S, skip=("done",))
+            return moved
+        raise PolicyFailure(agent, "reset", (kind, message, formatted))
+
+    # -- stepping -------------------------------------------------------------------
+
+    def act(self, obs: dict[Any, Any], live: Sequence[Any]) -> dict[Any, Any]:
+        """Dispatch every worker, step the local agents, then collect the workers' actions."""
+        deadline = None if self.timeout is None else time.perf_counter() + self.timeout
+        live_set = set(live)
+        started = now_us() if self.tracer else 0.0
+        dispatched = [w for w in self._workers if self._dispatch(w, obs, live_set)]
+        actions = super().act(obs, [a for a in self._local if a in live_set])
+        for worker in self._workers:
+            if worker in dispatched and self._wait_done(worker, deadline):
+                self._collect(worker, live_set, actions)
+                if self.tracer:
+                    agents = ", ".join(str(s.agent.agent_id) for s in worker.seats)
+                    self.tracer.span(f"step {agents}", started, now_us(),
+                                     lane=f"policy-worker-{worker.index}")
+            else:
+                for seat in worker.seats:
+                    agent_id = seat.agent.agent_id
+                    if agent_id in live_set:
+                        self._late[agent_id] += 1
+                        actions[agent_id] = self._defaults[agent_id]
+        return {a: actions[a] for a in live}
+
+    def _dispatch(self, worker: _Worker, obs: dict[Any, Any], live: set[Any]) -> bool:
+        block = worker.block
+        if block is None or not worker.seats:
+            return False
+        if worker.busy:
+            return False  # still on an earlier, late step
+        any_live = False
+        for seat, slots, (codec, _) in zip(worker.seats, block.agents, block.codecs,
+                                           strict=True):
+            agent_id = seat.agent.agent_id
+            if agent_id in live:
+                codec.write(slots.obs, obs[agent_id])
+                slots.live[0] = 1
+                any_live = True
+            else:
+                slots.live[0] = 0
+        if not any_live:
+            return False
+        worker.requested += 1
+        block.header[REQUEST] = worker.requested
+        if block.header[WORKER_PARKED]:
+            worker.conn.send(("wake",))
+        return True
+
+    def _wait_done(self, worker: _Worker, deadline: float | None) -> bool:
+        """Wait for the worker's actions; False when the deadline passed first."""
+        block = worker.block
+        assert block is not None
+        header = block.header
+        target = worker.requested
+        if self.spin:
+            check_at = time.perf_counter() + LIVENESS_EVERY_S
+            n = 0
+            while header[DONE] != target:
+                n += 1
+                if n % 256 == 0:
+                    now = time.perf_counter()
+                    if deadline is not None and now > deadline:
+                        return False
+                    if now > check_at:
+                        break  # long step: park rather than burn a core
+        if header[DONE] != target and not self._park_until_done(worker, target, deadline):
+            return False
+        if header[ERROR]:
+            header[ERROR] = 0
+            _, agent, kind, message, formatted = self._recv(worker, 10.0, skip=("done",))
+            raise PolicyFailure(agent, "policy", (kind, message, formatted))
+        return True
+
+    def _park_until_done(self, worker: _Worker, target: int, deadline: float | None) -> bool:
+        block = worker.block
+        assert block is not None
+        header = block.header
+        header[MAIN_PARKED] = 1
+        try:
+            while header[DONE] != target:
+                remaining = 1.0 if deadline is None else deadline - time.perf_counter()
+                if remaining <= 0:
+                    return False
+                ready = wait([worker.conn, worker.process.sentinel], min(remaining, 1.0))
+                if worker.conn in ready:
+                    if header[ERROR]:
+                        return True
+                    message = worker.conn.recv()
+                    if message[0] != "done":
+                        raise PolicyFailure(None, "policy", ("WorkerError", str(message), ""))
+                elif ready and not worker.process.is_alive():
+                    self._died(worker)
+        finally:
+            header[MAIN_PARKED] = 0
+        return True
+
+    def _collect(self, worker: _Worker, live: set[Any], actions: dict[Any, Any]) -> None:
+        block = worker.block
+        assert block is not None
+        for seat, slots, (_, codec) in zip(worker.seats, block.agents, block.codecs,
+                                           strict=True):
+            if seat.agent.agent_id in live:
+                actions[seat.agent.agent_id] = codec.read(slots.action)
+
+    def _recv(self, worker: _Worker, timeout: float, skip: tuple[str, ...] = ()) -> Any:
+        end = time.perf_counter() + timeout
+        while True:
+            remaining = end - time.perf_counter()
+            if remaining <= 0:
+                raise PolicyFailure(
+                    worker.seats[0].agent.agent_id if worker.seats else None,
+                    "policy",
+                    ("WorkerError", f"policy worker {worker.index} did not answer in "
+                     f"{timeout:.0f} s", ""),
+                )
+            ready = wait([worker.conn, worker.process.sentinel], remaining)
+            if worker.conn in ready:
+                try:
+                    message = worker.conn.recv()
+                except EOFError:
+                    self._died(worker)
+                if message[0] not in skip:
+                    return message
+            elif ready:
+                self._died(worker)
+
+    def _died(self, worker: _Worker) -> None:
+        worker.process.join(1.0)
+        agent = worker.seats[0].agent.agent_id if worker.seats else None
+        how = procs.describe_exit(worker.process)
+        raise PolicyFailure(
+            agent, "policy", ("WorkerError", f"policy worker {worker.index} died ({how})", "")
+        )
+
+    def late_actions(self) -> dict[Any, int]:
+        """Late steps per agent in this episode."""
+        return dict(self._late)
+
+    def _drain(self, worker: _Worker, timeout: float) -> bool:
+        end = time.perf_counter() + timeout
+        while worker.busy:
+            if time.perf_counter() > end or not worker.process.is_alive():
+                return False
+            time.sleep(0.001)
+        return True
+
+    # -- shutdown -------------------------------------------------------------------
+
+    def _stop(self, worker: _Worker) -> None:
+        procs.stop_worker(worker.process, worker.conn)
+        if worker.block is not None:
+            worker.block.close()
+            worker.block = None
+
+    def close(self) -> None:
+        """Stop every worker and free the shared memory."""
+        for worker in self._workers:
+            self._stop(worker)
+        self._workers = []
+        super().close()
+
+
+def _split(items: list[Seat], parts: int) -> list[list[Seat]]:
+    """Contiguous, as even as possible, earlier parts larger."""
+    size, extra = divmod(len(items), parts)
+    out, start = [], 0
+    for i in range(parts):
+        end = start + size + (1 if i < extra else 0)
+        out.append(items[start:end])
+        start = end
+    return out

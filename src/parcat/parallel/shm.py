@@ -1,0 +1,148 @@
+"""Shared-memory slots for observations and actions, and the flags that hand them over.
+
+One block per policy worker::
+
+    header  int64[8]   REQUEST seq, DONE seq, WORKER_PARKED, ERROR, MAIN_PARKED
+    per hosted agent:  live flag, observation slot, action slot
+
+Observations and actions of ``Box`` spaces are copied as raw arrays and ``Discrete``
+actions as one int64; any other space goes through ``gymnasium.spaces.flatten``. Nothing
+is pickled per step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from multiprocessing import resource_tracker, shared_memory
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+REQUEST, DONE, WORKER_PARKED, ERROR, MAIN_PARKED = range(5)
+HEADER_SLOTS = 8
+ALIGN = 64
+
+
+@dataclass(frozen=True)
+class Codec:
+    """How one space's values are written to and read from a flat slot."""
+
+    space: gymnasium.spaces.Space[Any]
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    kind: str  # "box", "discrete" or "flat"
+
+    @classmethod
+    def for_space(cls, space: gymnasium.spaces.Space[Any]) -> Codec:
+        """Pick the cheapest exact encoding for ``space``."""
+        if isinstance(space, spaces.Box):
+            return cls(space, tuple(space.shape), np.dtype(space.dtype), "box")
+        if isinstance(space, spaces.Discrete):
+            return cls(space, (1,), np.dtype(np.int64), "discrete")
+        return cls(space, (spaces.flatdim(space),), np.dtype(np.float64), "flat")
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes one value takes."""
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def write(self, slot: np.ndarray, value: Any) -> None:
+        """Copy ``value`` into ``slot``."""
+        if self.kind == "box":
+            np.copyto(slot, value, casting="unsafe")
+        elif self.kind == "discrete":
+            slot[0] = value
+        else:
+            np.copyto(slot, np.asarray(spaces.flatten(self.space, value)), casting="unsafe")
+
+    def read(self, slot: np.ndarray) -> Any:
+        """A private copy of the value in ``slot``."""
+        if self.kind == "box":
+            return slot.copy()
+        if self.kind == "discrete":
+            return int(slot[0])
+        return spaces.unflatten(self.space, slot.copy())
+
+
+@dataclass(frozen=True)
+class AgentSlots:
+    """Views into a block for one agent."""
+
+    live: np.ndarray
+    obs: np.ndarray
+    action: np.ndarray
+
+
+class SlotBlock:
+    """A shared-memory block laid out for a list of (observation, action) codecs.
+
+    The creator owns the block and unlinks it on :meth:`close`; a worker attaches by name.
+    """
+
+    def __init__(
+        self, codecs: list[tuple[Codec, Codec]], name: str | None = None, create: bool = True
+    ) -> None:
+        self.codecs = codecs
+        offsets, size = _layout(codecs)
+        if create:
+            self.shm = shared_memory.SharedMemory(create=True, size=max(size, ALIGN))
+        else:
+            assert name is not None
+            # The creator owns the block. On Python < 3.13 attaching registers it with the
+            # resource tracker too, which then unlinks it (or complains) when we exit.
+            register = resource_tracker.register
+            resource_tracker.register = lambda *args, **kwargs: None
+            try:
+                self.shm = shared_memory.SharedMemory(name=name)
+            finally:
+                resource_tracker.register = register
+        self.owner = create
+        buf = self.shm.buf
+        self.header = np.ndarray((HEADER_SLOTS,), np.int64, buf, 0)
+        if create:
+            self.header[:] = 0
+        self.agents: list[AgentSlots] = []
+        for (obs_codec, act_codec), (live_at, obs_at, act_at) in zip(codecs, offsets,
+                                                                      strict=True):
+            self.agents.append(
+                AgentSlots(
+                    live=np.ndarray((1,), np.uint8, buf, live_at),
+                    obs=np.ndarray(obs_codec.shape, obs_codec.dtype, buf, obs_at),
+                    action=np.ndarray(act_codec.shape, act_codec.dtype, buf, act_at),
+                )
+            )
+
+    @property
+    def name(self) -> str:
+        """The block's name, for workers to attach."""
+        return self.shm.name
+
+    def close(self) -> None:
+        """Drop the views, close the mapping, and unlink it if this process created it."""
+        self.header = np.empty(0, np.int64)
+        self.agents = []
+        with contextlib.suppress(BufferError, OSError):
+            self.shm.close()
+        if self.owner:
+            with contextlib.suppress(FileNotFoundError):
+                self.shm.unlink()
+            self.owner = False
+
+
+def _layout(codecs: list[tuple[Codec, Codec]]) -> tuple[list[tuple[int, int, int]], int]:
+    offset = HEADER_SLOTS * 8
+    offsets = []
+    for obs_codec, act_codec in codecs:
+        live_at = _align(offset)
+        obs_at = _align(live_at + 1)
+        act_at = _align(obs_at + obs_codec.nbytes)
+        offset = act_at + act_codec.nbytes
+        offsets.append((live_at, obs_at, act_at))
+    return offsets, _align(offset)
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN

@@ -1,0 +1,185 @@
+"""Entry points of worker processes. Imports nothing for the CLI or rendering.
+
+A policy worker hosts some agents of an episode: it waits for a step request in shared
+memory (spinning while the plan allows a spinner per core, parked on its pipe otherwise),
+steps its agents' policies and flags the actions done. Control messages (a new episode,
+wake, close) travel on the pipe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+from parcat.missions import Mission
+from parcat.parallel.resources import limit_blas_threads
+from parcat.parallel.shm import DONE, ERROR, MAIN_PARKED, REQUEST, WORKER_PARKED, Codec, SlotBlock
+from parcat.parallel.steppers import PolicyCache, Seat
+
+SPIN_S = 0.02
+"""How long an idle policy worker spins before it parks on its pipe."""
+POLL_EVERY = 1024
+"""Spin iterations between two looks at the pipe (a dead parent, a message)."""
+PARK_POLL_S = 1.0
+
+
+class _PolicyHost:
+    def __init__(self, conn: Connection, spin: bool) -> None:
+        self.conn = conn
+        self.spin = spin
+        self.cache = PolicyCache()
+        self.block: SlotBlock | None = None
+        self.step_fns: list[Any] = []
+        self.agent_ids: list[Any] = []
+        self.obs_codecs: list[Codec] = []
+        self.act_codecs: list[Codec] = []
+        self.last_request = 0
+
+    def serve(self) -> None:
+        while True:
+            if self._wait_for_request():
+                self._step()
+                continue
+            message = self.conn.recv()
+            kind = message[0]
+            if kind == "close":
+                return
+            if kind == "episode":
+                self._start_episode(message[1], message[2], message[3])
+
+    def _wait_for_request(self) -> bool:
+        """True when a step is requested, False when a message waits on the pipe."""
+        block = self.block
+        if block is None:
+            return False
+        header = block.header
+        last = self.last_request
+        if self.spin:
+            end = time.perf_counter() + SPIN_S
+            n = 0
+            while True:
+                if header[REQUEST] != last:
+                    return True
+                n += 1
+                if n % POLL_EVERY == 0 and (self.conn.poll() or time.perf_counter() > end):
+                    break
+        header[WORKER_PARKED] = 1
+        try:
+            while True:
+                if header[REQUEST] != last:
+                    return True
+                if self.conn.poll(PARK_POLL_S):
+                    return False
+        finally:
+            header[WORKER_PARKED] = 0
+
+    def _start_episode(self, mission: Mission, seats: Sequence[Seat], block_name: str) -> None:
+        try:
+            if self.block is None or self.block.name != block_name:
+                if self.block is not None:
+                    self.block.close()
+                codecs = [(Codec.for_space(s.agent.observation_space),
+                           Codec.for_space(s.agent.action_space)) for s in seats]
+                self.block = SlotBlock(codecs, name=block_name, create=False)
+            self.obs_codecs = [c[0] for c in self.block.codecs]
+            self.act_codecs = [c[1] for c in self.block.codecs]
+            policies = self.cache.reset(mission, seats)
+            self.agent_ids = [s.agent.agent_id for s in seats]
+            self.step_fns = [policies[a].step for a in self.agent_ids]
+            self.last_request = int(self.block.header[REQUEST])
+        except BaseException as exc:
+            cause = exc.__cause__ if exc.__cause__ is not None else exc
+            agent = getattr(exc, "agent", None)
+            self.conn.send(("setup_error", agent, *_describe(cause)))
+            return
+        self.conn.send(("ready",))
+
+    def _step(self) -> None:
+        block = self.block
+        assert block is not None
+        header = block.header
+        request = int(header[REQUEST])
+        self.last_request = request
+        agent_id = None
+        try:
+            for i, slots in enumerate(block.agents):
+                if slots.live[0]:
+                    agent_id = self.agent_ids[i]
+                    action = self.step_fns[i](self.obs_codecs[i].read(slots.obs))
+                    self.act_codecs[i].write(slots.action, action)
+        except Exception as exc:
+            self.conn.send(("error", agent_id, *_describe(exc)))
+            header[ERROR] = 1
+        header[DONE] = request
+        if header[MAIN_PARKED]:
+            self.conn.send(("done",))
+
+    def close(self) -> None:
+        if self.block is not None:
+            self.block.close()
+            self.block = None
+
+
+def _describe(exc: BaseException) -> tuple[str, str, str]:
+    formatted = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return type(exc).__name__, str(exc), formatted
+
+
+def policy_worker_main(conn: Connection, spin: bool, blas_threads: int) -> None:
+    """Run a policy worker until told to close or its parent goes away."""
+    # Ctrl-C reaches the whole process group; the parent decides how the run ends
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    limit_blas_threads(blas_threads)
+    host = _PolicyHost(conn, spin)
+    try:
+        host.serve()
+    except (EOFError, OSError, KeyboardInterrupt):
+        pass  # the parent is gone or interrupted: exit quietly
+    finally:
+        host.close()
+        with contextlib.suppress(OSError):
+            conn.close()
+    sys.exit(0)
+
+
+def episode_worker_main(
+    conn: Connection,
+    stepper: Any,
+    blas_threads: int,
+    gpu: str | None,
+    lane: str,
+    trace: bool,
+) -> None:
+    """Run episodes sent by the parent until told to close or the parent goes away."""
+    import os
+
+    from parcat.parallel.trace import Tracer
+    from parcat.rollout import EpisodeRunner
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    limit_blas_threads(blas_threads)
+    tracer = Tracer(lane) if trace else None
+    runner = EpisodeRunner(stepper.make_stepper(tracer), tracer=tracer, lane=lane)
+    try:
+        while True:
+            message = conn.recv()
+            if message[0] == "close":
+                break
+            _, index, task = message
+            result = runner.run(task)
+            conn.send(("result", index, result, tracer.take() if tracer else []))
+    except (EOFError, OSError):
+        pass  # the parent is gone: exit quietly
+    finally:
+        runner.close()
+        with contextlib.suppress(OSError):
+            conn.close()
+    sys.exit(0)
