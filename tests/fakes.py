@@ -91,7 +91,7 @@ class StatefulPolicy:
     """Remembers what it saw: the action depends on the whole history since reset."""
 
     def __init__(self, spec: AgentSpec) -> None:
-        self.n = int(spec.action_space.n)  # type: ignore[attr-defined]
+        self.space = spec.action_space
         self.memory = 0
         self.rng = np.random.default_rng(0)
 
@@ -99,9 +99,12 @@ class StatefulPolicy:
         self.memory = 0
         self.rng = np.random.default_rng(seed)
 
-    def step(self, obs: Any) -> int:
-        self.memory += int(self.rng.integers(1, 4)) + int(np.asarray(obs).sum())
-        return self.memory % self.n
+    def step(self, obs: Any) -> Any:
+        self.memory += int(self.rng.integers(1, 4)) + int(np.asarray(obs).sum() * 10)
+        if isinstance(self.space, gymnasium.spaces.Discrete):
+            return self.memory % int(self.space.n)
+        phase = (self.memory % 100) / 50.0 - 1.0
+        return np.full(self.space.shape, phase, dtype=self.space.dtype)  # type: ignore[arg-type]
 
 
 class _MisbehavingPolicy:

@@ -10,13 +10,16 @@ from typing import Any
 
 from parcat.errors import ConfigError, PolicyError
 from parcat.missions import Mission, load_mission
+from parcat.parallel.launch import RunOptions, make_executor, plan_run
+from parcat.parallel.planner import Plan
 from parcat.policies.base import AgentSpec
 from parcat.policies.specs import PolicySpec, make_policy, parse_policy_spec
 from parcat.report import make_document
 from parcat.results import EpisodeResult
-from parcat.rollout import EpisodeRunner, EpisodeTask
+from parcat.rollout import EpisodeTask
 
 ResultCallback = Callable[[EpisodeResult], None]
+PlanCallback = Callable[[Plan], None]
 
 
 @dataclass(frozen=True)
@@ -76,10 +79,16 @@ class EvalReport:
     """One result per task, in task order."""
     status: str = "complete"
     """``complete``, ``failed`` (some episode failed) or ``interrupted``."""
+    options: RunOptions = field(default_factory=RunOptions)
+    """Where and how it ran."""
+    plan: Plan | None = None
+    """The planner's decision."""
     started: str = ""
     """ISO-8601 start time."""
     elapsed_s: float = 0.0
     """Wall time of the run."""
+    trace_events: list[dict[str, Any]] = field(default_factory=list)
+    """The timeline, when tracing."""
 
     @property
     def failed(self) -> list[EpisodeResult]:
@@ -89,7 +98,12 @@ class EvalReport:
     def to_document(self) -> dict[str, Any]:
         """The JSON results document."""
         timing = {"started": self.started, "elapsed_s": self.elapsed_s}
-        return make_document(self.config.to_dict(), self.episodes, self.status, timing)
+        execution = self.options.to_dict()
+        if self.plan is not None:
+            execution["plan"] = plan_to_dict(self.plan)
+        return make_document(
+            self.config.to_dict(), self.episodes, self.status, timing, execution
+        )
 
 
 def make_config(
@@ -145,27 +159,62 @@ def make_tasks(config: EvalConfig) -> list[EpisodeTask]:
     ]
 
 
-def evaluate(config: EvalConfig, on_result: ResultCallback | None = None) -> EvalReport:
-    """Run every episode of ``config`` in this process and collect the report.
+def evaluate(
+    config: EvalConfig,
+    options: RunOptions | None = None,
+    on_result: ResultCallback | None = None,
+    on_plan: PlanCallback | None = None,
+) -> EvalReport:
+    """Run every episode of ``config`` where ``options`` and the planner say.
 
     Args:
         config: What to evaluate.
+        options: Where and how (jobs, executor, agent-level strategy); never the results.
         on_result: Called with each episode's result as it finishes (progress bars).
+        on_plan: Called with the plan before anything runs.
     """
-    report = EvalReport(config, started=datetime.now(timezone.utc).isoformat())
+    options = options or RunOptions()
+    tasks = make_tasks(config)
+    plan = plan_run(config.missions, config.policies, len(tasks), options)
+    if on_plan is not None:
+        on_plan(plan)
+    report = EvalReport(
+        config, options=options, plan=plan, started=datetime.now(timezone.utc).isoformat()
+    )
     start = time.perf_counter()
-    runner = EpisodeRunner()
+    slots: list[EpisodeResult | None] = [None] * len(tasks)
+
+    def finished(index: int, result: EpisodeResult) -> None:
+        slots[index] = result
+        if on_result is not None:
+            on_result(result)
+
+    executor = make_executor(plan, options)
     try:
-        for task in make_tasks(config):
-            result = runner.run(task)
-            report.episodes.append(result)
-            if on_result is not None:
-                on_result(result)
+        executor.run(tasks, finished)
     except KeyboardInterrupt:
         report.status = "interrupted"
     finally:
-        runner.close()
+        executor.close()
+        report.trace_events = executor.trace_events()
         report.elapsed_s = time.perf_counter() - start
+    report.episodes = [r for r in slots if r is not None]
     if report.status != "interrupted" and report.failed:
         report.status = "failed"
     return report
+
+
+def plan_to_dict(plan: Plan) -> dict[str, Any]:
+    """JSON-ready plan (``parcat plan --format json`` and results' ``execution.plan``)."""
+    return {
+        "jobs": plan.jobs,
+        "executor": plan.executor.value,
+        "episode_workers": plan.episode_workers,
+        "strategy": plan.strategy.value,
+        "policy_workers": plan.policy_workers,
+        "busy_processes": plan.busy_processes,
+        "blas_threads": plan.blas_threads,
+        "spin": plan.spin,
+        "gpus": list(plan.gpus),
+        "reasons": list(plan.reasons),
+    }

@@ -9,6 +9,8 @@ The JSON document (``schema: parcat.eval``, ``version: 1``)::
       "summary": [{"mission", "policy", "episodes", "failed", "mean", "std", "min", "max",
                    "ci95_low", "ci95_high"}, ...],
       "episodes": [EpisodeResult.to_dict(), ...],     # in task order
+      "execution": {"jobs", "executor", "parallel_policy", "policy_strategy", ...,
+                    "plan": {...}},                 # how it ran: never changes the results
       "timing": {"started": ISO-8601, "elapsed_s": float}
     }
 
@@ -32,7 +34,8 @@ from parcat.results import EpisodeResult
 SCHEMA = "parcat.eval"
 SCHEMA_VERSION = 1
 ALL_POLICIES = "*"
-TIMING_KEYS = frozenset({"duration_s", "timing", "elapsed_s", "started"})
+# keys whose values differ between equivalent runs (when, how long, on how many workers)
+TIMING_KEYS = frozenset({"duration_s", "timing", "elapsed_s", "started", "execution"})
 
 # two-sided 95% Student t quantiles for 1..30 degrees of freedom
 _T95 = (
@@ -121,6 +124,7 @@ def make_document(
     episodes: Sequence[EpisodeResult],
     status: str,
     timing: Mapping[str, Any],
+    execution: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The JSON results document (see the module docstring for the schema)."""
     return {
@@ -131,6 +135,7 @@ def make_document(
         "config": dict(config),
         "summary": [_clean(asdict(s)) for s in summarize(episodes)],
         "episodes": [e.to_dict() for e in episodes],
+        "execution": dict(execution or {}),
         "timing": dict(timing),
     }
 

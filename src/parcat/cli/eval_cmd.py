@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from parcat.atomic import write_text_atomically
+from parcat.cli import options as opts
 from parcat.cli.common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -18,30 +19,26 @@ from parcat.cli.common import (
     user_errors,
 )
 from parcat.cli.render import progress_bar, stderr_console, stdout_console, summary_table
-from parcat.evaluate import EvalReport, evaluate, make_config
-from parcat.missions import parse_overrides
+from parcat.evaluate import EvalReport, evaluate
+from parcat.parallel.planner import ExecutorKind, PolicyStrategy
+from parcat.parallel.trace import write_trace
 from parcat.report import summarize, summary_csv
 
 
 def eval_command(
-    missions: Annotated[
-        list[str],
-        typer.Option("--mission", "-m", help="Mission name or YAML path; repeat for several."),
-    ],
-    policies: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--policy",
-            "-p",
-            help="Policy spec NAME[,KEY=VALUE...][@WEIGHT]; repeat to mix (default: greedy).",
-        ),
-    ] = None,
-    episodes: Annotated[int, typer.Option("--episodes", "-n", help="Episodes per mission.")] = 10,
-    seed: Annotated[int, typer.Option(help="Base seed; all episode seeds derive from it.")] = 0,
-    overrides: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="Override a mission parameter, KEY=VALUE (e.g. agents=8)."),
-    ] = None,
+    missions: opts.Missions,
+    policies: opts.Policies = None,
+    episodes: opts.Episodes = 10,
+    seed: opts.Seed = 0,
+    overrides: opts.Overrides = None,
+    jobs: opts.Jobs = None,
+    executor: opts.Executor = ExecutorKind.AUTO,
+    parallel_policy: opts.ParallelPolicy = False,
+    strategy: opts.Strategy = PolicyStrategy.AUTO,
+    action_timeout_ms: opts.ActionTimeout = None,
+    gpus: opts.Gpus = None,
+    start_method: opts.StartMethod = None,
+    trace: opts.Trace = None,
     fmt: Annotated[
         OutputFormat | None,
         typer.Option("--format", "-f", help="stdout format (default: table)."),
@@ -57,14 +54,17 @@ def eval_command(
     Exit codes: 0 all episodes finished, 1 some episode failed, 2 bad input, 130 interrupted.
     """
     with user_errors():
-        config = make_config(
-            missions, policies or ["greedy"], episodes, seed, parse_overrides(overrides or [])
+        config, options = opts.build(
+            missions, policies, episodes, seed, overrides, jobs, executor, parallel_policy,
+            strategy, action_timeout_ms, gpus, start_method, trace is not None,
         )
     total = len(config.missions) * config.episodes
     with progress_bar(total, "episodes", enabled=progress) as advance:
-        report = evaluate(config, on_result=lambda _: advance())
+        report = evaluate(config, options, on_result=lambda _: advance())
     if output is not None:
         write_report(report, output)
+    if trace is not None:
+        write_trace(trace, report.trace_events)
     show_report(report, fmt or OutputFormat.TABLE)
     raise typer.Exit(exit_code(report))
 
@@ -87,7 +87,12 @@ def show_report(report: EvalReport, fmt: OutputFormat) -> None:
     elif fmt is OutputFormat.CSV:
         sys.stdout.write(summary_csv(summarize(report.episodes)))
     else:
-        title = f"{len(report.episodes)} episodes in {report.elapsed_s:.2f} s"
+        plan = report.plan
+        where = "" if plan is None else (
+            f" on {plan.episode_workers} {plan.executor.value} worker(s), agents "
+            f"{plan.strategy.value}" + (f" x{plan.policy_workers}" if plan.policy_workers else "")
+        )
+        title = f"{len(report.episodes)} episodes in {report.elapsed_s:.2f} s{where}"
         stdout_console().print(summary_table(summarize(report.episodes), title=title))
     err = stderr_console()
     for episode in report.failed:

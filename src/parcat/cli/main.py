@@ -11,6 +11,7 @@ from parcat import __version__
 from parcat.cli import missions_cmd, policies_cmd
 from parcat.cli.common import EXIT_INTERRUPTED, EXIT_USAGE
 from parcat.cli.eval_cmd import eval_command
+from parcat.cli.plan_cmd import plan_command
 
 app = typer.Typer(
     name="parcat",
@@ -20,6 +21,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.command("eval")(eval_command)
+app.command("plan")(plan_command)
 app.add_typer(missions_cmd.app, name="missions")
 app.add_typer(policies_cmd.app, name="policies")
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import Any, NoReturn
 
 from parcat.missions import Mission
 from parcat.parallel import procs
@@ -113,6 +113,8 @@ class ProcessStepper(InlineStepper):
                 self._replace(worker)  # hung on a step of the last episode
             elif not worker.process.is_alive():
                 self._replace(worker)
+            else:
+                self._discard_stale(worker)
         while len(self._workers) < self.num_workers:
             self._workers.append(self._spawn(len(self._workers)))
 
@@ -136,7 +138,10 @@ class ProcessStepper(InlineStepper):
             worker.block = SlotBlock(codecs)
             worker.layout = layout
             worker.requested = 0
-        worker.conn.send(("episode", mission, worker.seats, worker.block.name))
+        try:
+            worker.conn.send(("episode", mission, worker.seats, worker.block.name))
+        except OSError:
+            self._died(worker)
 
     def _await_ready(self, worker: _Worker, mission: Mission) -> list[Seat]:
         """Wait for a worker's set-up; return seats that must step here instead."""
@@ -207,7 +212,10 @@ class ProcessStepper(InlineStepper):
         worker.requested += 1
         block.header[REQUEST] = worker.requested
         if block.header[WORKER_PARKED]:
-            worker.conn.send(("wake",))
+            try:
+                worker.conn.send(("wake",))
+            except OSError:
+                self._died(worker)
         return True
 
     def _wait_done(self, worker: _Worker, deadline: float | None) -> bool:
@@ -249,7 +257,10 @@ class ProcessStepper(InlineStepper):
                 if worker.conn in ready:
                     if header[ERROR]:
                         return True
-                    message = worker.conn.recv()
+                    try:
+                        message = worker.conn.recv()
+                    except (EOFError, OSError):
+                        self._died(worker)
                     if message[0] != "done":
                         raise PolicyFailure(None, "policy", ("WorkerError", str(message), ""))
                 elif ready and not worker.process.is_alive():
@@ -281,14 +292,14 @@ class ProcessStepper(InlineStepper):
             if worker.conn in ready:
                 try:
                     message = worker.conn.recv()
-                except EOFError:
+                except (EOFError, OSError):
                     self._died(worker)
                 if message[0] not in skip:
                     return message
             elif ready:
                 self._died(worker)
 
-    def _died(self, worker: _Worker) -> None:
+    def _died(self, worker: _Worker) -> NoReturn:
         worker.process.join(1.0)
         agent = worker.seats[0].agent.agent_id if worker.seats else None
         how = procs.describe_exit(worker.process)
@@ -299,6 +310,17 @@ class ProcessStepper(InlineStepper):
     def late_actions(self) -> dict[Any, int]:
         """Late steps per agent in this episode."""
         return dict(self._late)
+
+    def _discard_stale(self, worker: _Worker) -> None:
+        """Forget what the last episode left behind (an error nobody collected, wake-ups)."""
+        try:
+            while worker.conn.poll():
+                worker.conn.recv()
+        except (EOFError, OSError):
+            self._replace(worker)
+            return
+        if worker.block is not None:
+            worker.block.header[ERROR] = 0
 
     def _drain(self, worker: _Worker, timeout: float) -> bool:
         end = time.perf_counter() + timeout

@@ -134,8 +134,8 @@ def _construct(reference: str, spec: PolicySpec, agent: AgentSpec, kwargs: dict[
         policy = factory(agent, **kwargs) if _takes_spec(factory) else factory(**kwargs)
     except PolicyError:
         raise
-    except TypeError as exc:
-        raise PolicyError(f"policy '{spec.name}': {exc}") from exc
+    except Exception as exc:
+        raise PolicyError(f"policy '{spec.name}': {type(exc).__name__}: {exc}") from exc
     for method in ("reset", "step"):
         if not callable(getattr(policy, method, None)):
             raise PolicyError(

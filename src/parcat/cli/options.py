@@ -1,0 +1,74 @@
+"""Options shared by ``parcat eval`` and ``parcat plan`` (same flags, same meaning)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from parcat.evaluate import EvalConfig, make_config
+from parcat.missions import parse_overrides
+from parcat.parallel.launch import RunOptions
+from parcat.parallel.planner import ExecutorKind, PolicyStrategy
+
+Missions = Annotated[
+    list[str],
+    typer.Option("--mission", "-m", help="Mission name or YAML path; repeat for several."),
+]
+Policies = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--policy", "-p",
+        help="Policy spec NAME[,KEY=VALUE...][@WEIGHT]; repeat to mix (default: greedy).",
+    ),
+]
+Episodes = Annotated[int, typer.Option("--episodes", "-n", help="Episodes per mission.")]
+Seed = Annotated[int, typer.Option(help="Base seed; all episode seeds derive from it.")]
+Overrides = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override a mission parameter, KEY=VALUE (e.g. agents=8)."),
+]
+Jobs = Annotated[
+    int | None,
+    typer.Option("--jobs", "-j", help="Worker budget (default: the CPUs this process may use)."),
+]
+Executor = Annotated[
+    ExecutorKind, typer.Option("--executor", help="Where episodes run (auto: the planner picks).")
+]
+ParallelPolicy = Annotated[
+    bool, typer.Option("--parallel-policy", help="Also parallelise agents within episodes.")
+]
+Strategy = Annotated[
+    PolicyStrategy,
+    typer.Option("--policy-strategy", help="Agent-level strategy with --parallel-policy."),
+]
+ActionTimeout = Annotated[
+    float | None,
+    typer.Option("--action-timeout-ms", help="Late actions get the mission's default action."),
+]
+Gpus = Annotated[int | None, typer.Option("--gpus", help="GPUs to use (default: detected).")]
+StartMethod = Annotated[
+    str | None, typer.Option("--start-method", help="forkserver (default) or spawn.")
+]
+Trace = Annotated[
+    Path | None, typer.Option("--trace", help="Write a Chrome/Perfetto timeline here.")
+]
+
+
+def build(
+    missions: list[str], policies: list[str] | None, episodes: int, seed: int,
+    overrides: list[str] | None, jobs: int | None, executor: ExecutorKind,
+    parallel_policy: bool, strategy: PolicyStrategy, action_timeout_ms: float | None,
+    gpus: int | None, start_method: str | None, trace: bool,
+) -> tuple[EvalConfig, RunOptions]:
+    """Validate everything the flags say, before anything runs."""
+    options = RunOptions(
+        jobs=jobs, executor=executor, parallel_policy=parallel_policy,
+        policy_strategy=strategy, action_timeout_ms=action_timeout_ms, gpus=gpus,
+        start_method=start_method, trace=trace,
+    )
+    config = make_config(
+        missions, policies or ["greedy"], episodes, seed, parse_overrides(overrides or [])
+    )
+    return config, options

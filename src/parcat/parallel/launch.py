@@ -1,0 +1,162 @@
+"""From user options to a plan and an executor: measuring, planning, building.
+
+The planner itself is pure (:mod:`parcat.parallel.planner`); this module gathers its
+inputs (CPUs, GPUs, agents per episode, the measured cost of a policy step) and turns the
+plan into an executor.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from parcat.errors import ConfigError
+from parcat.missions import Mission
+from parcat.parallel.config import StepperConfig
+from parcat.parallel.executors import Executor, InlineExecutor, ProcessExecutor, ThreadExecutor
+from parcat.parallel.planner import ExecutorKind, Plan, PolicyStrategy, Workload, make_plan
+from parcat.parallel.procs import START_METHODS
+from parcat.parallel.resources import available_cpus, visible_gpus
+from parcat.policies.specs import PolicySpec
+from parcat.rollout import EpisodeRunner, EpisodeTask
+
+HANDOFF_S = 20e-6
+"""Cost of handing a step to a spinning policy worker and back, with margin: the
+benchmark measures 2–10 µs per agent-step (BENCHMARKS.md)."""
+CALIBRATION_STEPS = 20
+CALIBRATION_BUDGET_S = 0.25
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Where and how to run, independent of what is run (never changes the results)."""
+
+    jobs: int | None = None
+    """Worker budget; ``None`` means the CPUs this process may use."""
+    executor: ExecutorKind = ExecutorKind.AUTO
+    """Where episodes run."""
+    parallel_policy: bool = False
+    """Agent-level parallelism within episodes."""
+    policy_strategy: PolicyStrategy = PolicyStrategy.AUTO
+    """How agents are stepped when ``parallel_policy``."""
+    action_timeout_ms: float | None = None
+    """Late actions are replaced by the mission's default action."""
+    gpus: int | None = None
+    """GPUs to use; ``None`` detects them."""
+    start_method: str | None = None
+    """``forkserver`` or ``spawn`` for worker processes."""
+    trace: bool = False
+    """Record a timeline."""
+
+    def __post_init__(self) -> None:
+        if self.jobs is not None and (not isinstance(self.jobs, int) or self.jobs < 1):
+            raise ConfigError(f"--jobs must be an integer >= 1, got {self.jobs!r}")
+        if self.gpus is not None and self.gpus < 0:
+            raise ConfigError(f"--gpus must be >= 0, got {self.gpus}")
+        if self.action_timeout_ms is not None and not self.action_timeout_ms > 0:
+            raise ConfigError(f"--action-timeout-ms must be > 0, got {self.action_timeout_ms}")
+        if self.start_method is not None and self.start_method not in START_METHODS:
+            raise ConfigError(
+                f"--start-method must be one of {', '.join(START_METHODS)}, "
+                f"got '{self.start_method}'"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (the ``execution`` section of a results document)."""
+        return {
+            "jobs": self.jobs,
+            "executor": self.executor.value,
+            "parallel_policy": self.parallel_policy,
+            "policy_strategy": self.policy_strategy.value,
+            "action_timeout_ms": self.action_timeout_ms,
+            "gpus": self.gpus,
+            "start_method": self.start_method,
+        }
+
+
+def plan_run(
+    missions: tuple[Mission, ...], policies: tuple[PolicySpec, ...], tasks: int,
+    options: RunOptions, measure: bool = True,
+) -> Plan:
+    """Gather the planner's inputs for this run and ask it for a plan."""
+    cpus = available_cpus()
+    jobs = options.jobs or cpus
+    gpus = visible_gpus() if options.gpus is None else options.gpus
+    agents = max(_num_agents(m) for m in missions)
+    step_s = None
+    wants_auto = options.parallel_policy and options.policy_strategy is PolicyStrategy.AUTO
+    if wants_auto and measure:
+        step_s = measure_policy_step(missions[0], policies)
+    workload = Workload(
+        tasks=tasks,
+        agents=agents,
+        parallel_policy=options.parallel_policy,
+        strategy=options.policy_strategy,
+        executor=options.executor,
+        policy_step_s=step_s,
+        handoff_s=HANDOFF_S,
+        batchable=any(p.target in ("mlp", "noop") for p in policies),
+    )
+    return make_plan(jobs, cpus, gpus, workload)
+
+
+def make_executor(plan: Plan, options: RunOptions) -> Executor:
+    """The executor the plan calls for."""
+    timeout = None if options.action_timeout_ms is None else options.action_timeout_ms / 1000
+    stepper = StepperConfig(
+        strategy=plan.strategy,
+        workers=plan.policy_workers,
+        spin=plan.spin,
+        action_timeout_s=timeout,
+        start_method=options.start_method,
+        blas_threads=plan.blas_threads,
+    )
+    if plan.executor is ExecutorKind.PROCESS:
+        return ProcessExecutor(plan.episode_workers, stepper, options.start_method,
+                               plan.blas_threads, plan.gpus, options.trace)
+    if plan.executor is ExecutorKind.THREAD:
+        return ThreadExecutor(plan.episode_workers, stepper, options.trace)
+    if plan.executor is ExecutorKind.RAY:
+        raise ConfigError("--executor ray is not available yet; use inline, thread or process")
+    return InlineExecutor(stepper, options.trace)
+
+
+def measure_policy_step(mission: Mission, policies: tuple[PolicySpec, ...]) -> float:
+    """Mean seconds of one agent's policy step over the first steps of a throwaway episode."""
+    timings: list[float] = []
+
+    runner = EpisodeRunner()
+    act = runner.stepper.act
+
+    def timed_act(obs: Any, live: Any) -> dict[Any, Any]:
+        begin = time.perf_counter()
+        actions = act(obs, live)
+        timings.append((time.perf_counter() - begin) / max(1, len(actions)))
+        if len(timings) >= CALIBRATION_STEPS or sum(timings) > CALIBRATION_BUDGET_S:
+            raise _Enough
+        return actions
+
+    runner.stepper.act = timed_act  # type: ignore[method-assign]
+    try:
+        runner.run(EpisodeTask(mission, policies, seed=0, episode_index=0))
+    finally:
+        runner.close()
+    if not timings:
+        return 0.0
+    timings.sort()
+    return timings[len(timings) // 2]
+
+
+class _Enough(Exception):
+    """Calibration has seen enough steps."""
+
+
+def _num_agents(mission: Mission) -> int:
+    env = mission.make_env()
+    try:
+        return len(env.possible_agents)
+    finally:
+        close = getattr(env, "close", None)
+        if close is not None:
+            close()

@@ -1,0 +1,67 @@
+"""The planner as a pure function: never over budget, sane from 1 to 128 CPUs."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from parcat.parallel.planner import ExecutorKind, PolicyStrategy, Workload, make_plan
+
+strategies = st.sampled_from(list(PolicyStrategy))
+executors = st.sampled_from([ExecutorKind.AUTO, ExecutorKind.INLINE, ExecutorKind.PROCESS,
+                             ExecutorKind.THREAD])
+
+
+@given(
+    jobs=st.integers(1, 128), cpus=st.integers(1, 128), gpus=st.integers(0, 8),
+    tasks=st.integers(0, 10_000), agents=st.integers(1, 64), parallel=st.booleans(),
+    strategy=strategies, executor=executors,
+    step_s=st.one_of(st.none(), st.floats(1e-7, 1.0)),
+)
+def test_plan_never_exceeds_jobs_and_is_sane(
+    jobs: int, cpus: int, gpus: int, tasks: int, agents: int, parallel: bool,
+    strategy: PolicyStrategy, executor: ExecutorKind, step_s: float | None,
+) -> None:
+    workload = Workload(tasks, agents, parallel, strategy, executor, step_s)
+    plan = make_plan(jobs, cpus, gpus, workload)
+    assert 1 <= plan.busy_processes <= jobs
+    assert 1 <= plan.episode_workers <= max(1, min(jobs, tasks))
+    assert plan.policy_workers <= agents - 1 or plan.policy_workers == 0
+    assert plan.strategy is not PolicyStrategy.AUTO
+    assert plan.blas_threads >= 1
+    assert plan.blas_threads * plan.busy_processes <= max(jobs, plan.busy_processes)
+    assert plan.spin == (plan.busy_processes <= cpus)
+    assert len(plan.gpus) == (plan.episode_workers if gpus else 0)
+    assert all(0 <= int(g) < gpus for g in plan.gpus)
+    assert plan.reasons
+
+
+def test_64_cpus_many_episodes_goes_episode_level() -> None:
+    plan = make_plan(64, 64, 0, Workload(1000, 8, True, PolicyStrategy.PROCESS))
+    assert (plan.executor, plan.episode_workers, plan.policy_workers) == (
+        ExecutorKind.PROCESS, 64, 0)
+    assert plan.spin and plan.blas_threads == 1
+
+
+def test_64_cpus_few_episodes_fills_agents() -> None:
+    plan = make_plan(64, 64, 4, Workload(8, 16, True, PolicyStrategy.PROCESS))
+    assert (plan.episode_workers, plan.policy_workers) == (8, 7)
+    assert plan.busy_processes == 64
+    assert plan.gpus == ("0", "1", "2", "3", "0", "1", "2", "3")
+
+
+def test_jobs_larger_than_work_is_trimmed_and_said() -> None:
+    plan = make_plan(16, 2, 0, Workload(3, 1, False))
+    assert plan.episode_workers == 3
+    assert any("more than the 3 episodes" in r for r in plan.reasons)
+    assert not plan.spin
+
+
+def test_auto_picks_process_only_for_expensive_steps() -> None:
+    cheap = make_plan(2, 2, 0, Workload(1, 2, True, PolicyStrategy.AUTO, policy_step_s=2e-6))
+    assert cheap.strategy is PolicyStrategy.INLINE
+    costly = make_plan(2, 2, 0, Workload(1, 2, True, PolicyStrategy.AUTO, policy_step_s=2e-3))
+    assert (costly.strategy, costly.policy_workers) == (PolicyStrategy.PROCESS, 1)
+    shared = make_plan(2, 2, 0, Workload(4, 8, True, PolicyStrategy.AUTO, policy_step_s=1e-5,
+                                         batchable=True))
+    assert shared.strategy is PolicyStrategy.BATCH
