@@ -5,6 +5,8 @@ Referenced as ``tests.fakes:Name`` so that worker processes can import them too.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from typing import Any
 
@@ -27,7 +29,8 @@ class ScriptedEnv:
 
     metadata: dict[str, Any] = {"name": "scripted"}
 
-    def __init__(self, agents: int = 3, max_steps: int = 10, fail_at: int = -1, busy_us: int = 0):
+    def __init__(self, agents: int = 3, max_steps: int = 10, fail_at: int = -1, busy_us: int = 0,
+                 tag: Any = None):
         self.possible_agents = list(range(agents))
         self.agents: list[int] = []
         self.max_steps = max_steps
@@ -156,3 +159,57 @@ class NoKwargsPolicy:
 
     def step(self, obs: Any) -> int:
         return self.action
+
+
+class DyingEnv(ScriptedEnv):
+    """A ScriptedEnv whose process dies (or hangs) on a given step of given episodes.
+
+    Args:
+        how: ``"sigkill"``, ``"exit"`` (``os._exit(3)``), ``"segfault"`` or ``"hang"``.
+        at_step: The step on which it happens.
+        marker: A file path: die only if it does not exist yet (creating it first), so
+            the retry in a fresh worker succeeds; ``""`` dies every time.
+    """
+
+    def __init__(self, how: str = "sigkill", at_step: int = 3, marker: str = "",
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.how = how
+        self.at_step = at_step
+        self.marker = marker
+
+    def step(self, actions: dict[int, Any]) -> Any:
+        if self.t == self.at_step and self._should_die():
+            self._die()
+        return super().step(actions)
+
+    def _should_die(self) -> bool:
+        if not self.marker:
+            return True
+        if os.path.exists(self.marker):
+            return False
+        with open(self.marker, "w") as handle:
+            handle.write(str(os.getpid()))
+        return True
+
+    def _die(self) -> None:
+        if self.how == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif self.how == "exit":
+            os._exit(3)
+        elif self.how == "segfault":
+            import ctypes
+
+            ctypes.string_at(0)
+        elif self.how == "hang":
+            time.sleep(3600)
+        time.sleep(5)
+
+
+def dying_mission(name: str = "dying", **params: Any) -> Mission:
+    """A mission backed by :class:`DyingEnv`."""
+    defaults: dict[str, Any] = {"agents": 2, "max_steps": 10, "how": "sigkill", "at_step": 3,
+                                "marker": ""}
+    defaults.update(params)
+    return Mission(name=name, env="tests.fakes:DyingEnv", params=defaults,
+                   max_steps=defaults["max_steps"])

@@ -6,16 +6,19 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from parcat.errors import ConfigError, PolicyError
 from parcat.missions import Mission, load_mission
 from parcat.parallel.launch import RunOptions, make_executor, plan_run
 from parcat.parallel.planner import Plan
+from parcat.parallel.shm import remove_stale_blocks
 from parcat.policies.base import AgentSpec
 from parcat.policies.specs import PolicySpec, make_policy, parse_policy_spec
 from parcat.report import make_document
 from parcat.results import EpisodeResult
+from parcat.results_file import ResultsWriter, load_finished
 from parcat.rollout import EpisodeTask
 
 ResultCallback = Callable[[EpisodeResult], None]
@@ -159,11 +162,17 @@ def make_tasks(config: EvalConfig) -> list[EpisodeTask]:
     ]
 
 
+class StopRun(Exception):
+    """Raised from a result callback to end a run early (``--fail-fast``)."""
+
+
 def evaluate(
     config: EvalConfig,
     options: RunOptions | None = None,
     on_result: ResultCallback | None = None,
     on_plan: PlanCallback | None = None,
+    output: Path | None = None,
+    resume: bool = False,
 ) -> EvalReport:
     """Run every episode of ``config`` where ``options`` and the planner say.
 
@@ -172,36 +181,68 @@ def evaluate(
         options: Where and how (jobs, executor, agent-level strategy); never the results.
         on_result: Called with each episode's result as it finishes (progress bars).
         on_plan: Called with the plan before anything runs.
+        output: Results file, rewritten as episodes finish and at the end.
+        resume: Keep the finished episodes already in ``output`` and run only the rest.
     """
     options = options or RunOptions()
+    remove_stale_blocks()
     tasks = make_tasks(config)
-    plan = plan_run(config.missions, config.policies, len(tasks), options)
+    done = load_finished(output, config.to_dict()) if output is not None and resume else {}
+    todo = [i for i, t in enumerate(tasks) if t.key not in done]
+    plan = plan_run(config.missions, config.policies, len(todo), options)
     if on_plan is not None:
         on_plan(plan)
     report = EvalReport(
         config, options=options, plan=plan, started=datetime.now(timezone.utc).isoformat()
     )
+    slots: list[EpisodeResult | None] = [done.get(t.key) for t in tasks]
     start = time.perf_counter()
-    slots: list[EpisodeResult | None] = [None] * len(tasks)
+
+    def snapshot(status: str) -> dict[str, Any]:
+        report.episodes = [r for r in slots if r is not None]
+        report.elapsed_s = time.perf_counter() - start
+        report.status = status
+        return report.to_document()
+
+    writer = ResultsWriter(output, snapshot) if output is not None else None
 
     def finished(index: int, result: EpisodeResult) -> None:
-        slots[index] = result
+        slots[todo[index]] = result
         if on_result is not None:
             on_result(result)
+        if writer is not None:
+            writer.episode_finished()
+        if options.fail_fast and not result.ok:
+            raise StopRun
 
+    status = _execute(plan, options, [tasks[i] for i in todo], finished, report)
+    report.episodes = [r for r in slots if r is not None]
+    report.elapsed_s = time.perf_counter() - start
+    if status == "complete" and report.failed:
+        status = "failed"
+    report.status = status
+    if writer is not None:
+        writer.finish(status)
+    return report
+
+
+def _execute(
+    plan: Plan, options: RunOptions, tasks: list[EpisodeTask],
+    finished: Callable[[int, EpisodeResult], None], report: EvalReport,
+) -> str:
+    """Run the tasks; return ``complete``, ``failed`` (stopped early) or ``interrupted``."""
     executor = make_executor(plan, options)
+    status = "complete"
     try:
         executor.run(tasks, finished)
+    except StopRun:
+        status = "failed"
     except KeyboardInterrupt:
-        report.status = "interrupted"
+        status = "interrupted"
     finally:
-        executor.close()
+        executor.close(force=status != "complete")
         report.trace_events = executor.trace_events()
-        report.elapsed_s = time.perf_counter() - start
-    report.episodes = [r for r in slots if r is not None]
-    if report.status != "interrupted" and report.failed:
-        report.status = "failed"
-    return report
+    return status
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import json
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn
@@ -17,6 +18,10 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+
+TERMINATED = threading.Event()
+"""Set when SIGTERM ended the run, so an interrupted run exits with 143, not 130."""
 
 
 class OutputFormat(str, enum.Enum):

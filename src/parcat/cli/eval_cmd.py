@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 
-from parcat.atomic import write_text_atomically
 from parcat.cli import options as opts
 from parcat.cli.common import (
     EXIT_FAILED,
@@ -19,6 +18,7 @@ from parcat.cli.common import (
     user_errors,
 )
 from parcat.cli.render import progress_bar, stderr_console, stdout_console, summary_table
+from parcat.errors import ConfigError
 from parcat.evaluate import EvalReport, evaluate
 from parcat.parallel.planner import ExecutorKind, PolicyStrategy
 from parcat.parallel.trace import write_trace
@@ -38,6 +38,9 @@ def eval_command(
     action_timeout_ms: opts.ActionTimeout = None,
     gpus: opts.Gpus = None,
     start_method: opts.StartMethod = None,
+    retries: opts.Retries = 1,
+    episode_timeout: opts.EpisodeTimeout = None,
+    fail_fast: opts.FailFast = False,
     trace: opts.Trace = None,
     fmt: Annotated[
         OutputFormat | None,
@@ -47,6 +50,9 @@ def eval_command(
         Path | None,
         typer.Option("--output", "-o", help="Write results here: .json (full) or .csv (summary)."),
     ] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Keep the finished episodes in --output; run the rest.")
+    ] = False,
     progress: Annotated[bool, typer.Option(help="Progress bar on stderr.")] = True,
 ) -> None:
     """Evaluate policies on missions and print per-mission, per-policy statistics.
@@ -56,28 +62,19 @@ def eval_command(
     with user_errors():
         config, options = opts.build(
             missions, policies, episodes, seed, overrides, jobs, executor, parallel_policy,
-            strategy, action_timeout_ms, gpus, start_method, trace is not None,
+            strategy, action_timeout_ms, gpus, start_method, trace is not None, retries,
+            episode_timeout, fail_fast,
         )
+        if resume and output is None:
+            raise ConfigError("--resume needs --output FILE (the file to continue)")
     total = len(config.missions) * config.episodes
-    with progress_bar(total, "episodes", enabled=progress) as advance:
-        report = evaluate(config, options, on_result=lambda _: advance())
-    if output is not None:
-        write_report(report, output)
+    with user_errors(), progress_bar(total, "episodes", enabled=progress) as advance:
+        report = evaluate(config, options, on_result=lambda _: advance(), output=output,
+                          resume=resume)
     if trace is not None:
         write_trace(trace, report.trace_events)
     show_report(report, fmt or OutputFormat.TABLE)
     raise typer.Exit(exit_code(report))
-
-
-def write_report(report: EvalReport, path: Path) -> None:
-    """Write the results file atomically: full JSON, or the summary as CSV for ``.csv``."""
-    import json
-
-    if path.suffix.lower() == ".csv":
-        text = summary_csv(summarize(report.episodes))
-    else:
-        text = json.dumps(report.to_document(), indent=2) + "\n"
-    write_text_atomically(path, text)
 
 
 def show_report(report: EvalReport, fmt: OutputFormat) -> None:
@@ -105,7 +102,8 @@ def show_report(report: EvalReport, fmt: OutputFormat) -> None:
             highlight=False,
         )
     if report.status == "interrupted":
-        err.print("interrupted: results so far are shown above")
+        err.print("interrupted: the results so far are shown above"
+                  + (" and written" if report.options else ""))
 
 
 def exit_code(report: EvalReport) -> int:

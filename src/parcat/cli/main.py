@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Sequence
 
 import typer
 
 from parcat import __version__
-from parcat.cli import missions_cmd, policies_cmd
-from parcat.cli.common import EXIT_INTERRUPTED, EXIT_USAGE
+from parcat.cli import common, missions_cmd, policies_cmd
+from parcat.cli.common import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE
 from parcat.cli.eval_cmd import eval_command
 from parcat.cli.plan_cmd import plan_command
 
@@ -48,9 +49,20 @@ _CLICK_USAGE_ERROR: type[Exception] = next(
 )
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: end the run like Ctrl-C, but exit with 143."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    common.TERMINATED.set()
+    raise Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; bad flags get one line on stderr and exit code 2."""
     command = typer.main.get_command(app)
+    common.TERMINATED.clear()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         code = command.main(
             args=list(argv) if argv is not None else None,
@@ -65,8 +77,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = exc.format_message()  # type: ignore[attr-defined]
         print(f"parcat: error: {where}{message}", file=sys.stderr)
         return EXIT_USAGE
+    except Terminated:
+        return EXIT_TERMINATED
     except (typer.Abort, KeyboardInterrupt):
+        # a second Ctrl-C while the first was being handled: stop at once
         return EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if code == EXIT_INTERRUPTED and common.TERMINATED.is_set():
+        return EXIT_TERMINATED
     return code if isinstance(code, int) else 0
 
 

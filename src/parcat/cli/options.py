@@ -51,6 +51,14 @@ Gpus = Annotated[int | None, typer.Option("--gpus", help="GPUs to use (default: 
 StartMethod = Annotated[
     str | None, typer.Option("--start-method", help="forkserver (default) or spawn.")
 ]
+Retries = Annotated[
+    int, typer.Option("--retries", help="Re-runs of an episode whose worker died.")
+]
+EpisodeTimeout = Annotated[
+    float | None,
+    typer.Option("--episode-timeout", help="Stop an episode after this many seconds."),
+]
+FailFast = Annotated[bool, typer.Option("--fail-fast", help="Stop at the first failed episode.")]
 Trace = Annotated[
     Path | None, typer.Option("--trace", help="Write a Chrome/Perfetto timeline here.")
 ]
@@ -60,13 +68,15 @@ def build(
     missions: list[str], policies: list[str] | None, episodes: int, seed: int,
     overrides: list[str] | None, jobs: int | None, executor: ExecutorKind,
     parallel_policy: bool, strategy: PolicyStrategy, action_timeout_ms: float | None,
-    gpus: int | None, start_method: str | None, trace: bool,
+    gpus: int | None, start_method: str | None, trace: bool, retries: int = 1,
+    episode_timeout: float | None = None, fail_fast: bool = False,
 ) -> tuple[EvalConfig, RunOptions]:
     """Validate everything the flags say, before anything runs."""
     options = RunOptions(
         jobs=jobs, executor=executor, parallel_policy=parallel_policy,
         policy_strategy=strategy, action_timeout_ms=action_timeout_ms, gpus=gpus,
-        start_method=start_method, trace=trace,
+        start_method=start_method, trace=trace, retries=retries,
+        episode_timeout_s=episode_timeout, fail_fast=fail_fast,
     )
     config = make_config(
         missions, policies or ["greedy"], episodes, seed, parse_overrides(overrides or [])

@@ -14,8 +14,9 @@ from typing import Any
 from parcat.errors import ConfigError
 from parcat.missions import Mission
 from parcat.parallel.config import StepperConfig
-from parcat.parallel.executors import Executor, InlineExecutor, ProcessExecutor, ThreadExecutor
+from parcat.parallel.executors import Executor, InlineExecutor, ThreadExecutor
 from parcat.parallel.planner import ExecutorKind, Plan, PolicyStrategy, Workload, make_plan
+from parcat.parallel.process_executor import ProcessExecutor
 from parcat.parallel.procs import START_METHODS
 from parcat.parallel.resources import available_cpus, visible_gpus
 from parcat.policies.specs import PolicySpec
@@ -48,8 +49,18 @@ class RunOptions:
     """``forkserver`` or ``spawn`` for worker processes."""
     trace: bool = False
     """Record a timeline."""
+    retries: int = 1
+    """Times an episode whose worker died is run again in a fresh worker."""
+    episode_timeout_s: float | None = None
+    """Episodes running longer are stopped and recorded as timeouts (needs worker processes)."""
+    fail_fast: bool = False
+    """Stop the run at the first failed episode."""
 
     def __post_init__(self) -> None:
+        if self.retries < 0:
+            raise ConfigError(f"--retries must be >= 0, got {self.retries}")
+        if self.episode_timeout_s is not None and not self.episode_timeout_s > 0:
+            raise ConfigError(f"--episode-timeout must be > 0, got {self.episode_timeout_s}")
         if self.jobs is not None and (not isinstance(self.jobs, int) or self.jobs < 1):
             raise ConfigError(f"--jobs must be an integer >= 1, got {self.jobs!r}")
         if self.gpus is not None and self.gpus < 0:
@@ -72,6 +83,9 @@ class RunOptions:
             "action_timeout_ms": self.action_timeout_ms,
             "gpus": self.gpus,
             "start_method": self.start_method,
+            "retries": self.retries,
+            "episode_timeout_s": self.episode_timeout_s,
+            "fail_fast": self.fail_fast,
         }
 
 
@@ -97,6 +111,7 @@ def plan_run(
         policy_step_s=step_s,
         handoff_s=HANDOFF_S,
         batchable=any(p.target in ("mlp", "noop") for p in policies),
+        isolate=options.episode_timeout_s is not None,
     )
     return make_plan(jobs, cpus, gpus, workload)
 
@@ -113,8 +128,10 @@ def make_executor(plan: Plan, options: RunOptions) -> Executor:
         blas_threads=plan.blas_threads,
     )
     if plan.executor is ExecutorKind.PROCESS:
-        return ProcessExecutor(plan.episode_workers, stepper, options.start_method,
-                               plan.blas_threads, plan.gpus, options.trace)
+        return ProcessExecutor(
+            plan.episode_workers, stepper, options.start_method, plan.blas_threads, plan.gpus,
+            options.trace, options.retries, options.episode_timeout_s,
+        )
     if plan.executor is ExecutorKind.THREAD:
         return ThreadExecutor(plan.episode_workers, stepper, options.trace)
     if plan.executor is ExecutorKind.RAY:

@@ -62,6 +62,8 @@ class Workload:
     """Measured (or assumed) cost of handing one step to a policy worker and back."""
     batchable: bool = False
     """Whether some policy is shared by several agents and can act in one batch."""
+    isolate: bool = False
+    """Episodes must run in worker processes (so a hung one can be stopped)."""
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
         )
     else:
         reasons.append(f"{episode_workers} episode worker(s): one episode per job at a time")
-    executor = _executor(workload.executor, episode_workers, reasons)
+    executor = _executor(workload.executor, episode_workers, workload.isolate, reasons)
     if executor is ExecutorKind.INLINE:
         episode_workers = 1
     strategy, policy_workers = _agent_level(jobs, episode_workers, workload, reasons)
@@ -145,10 +147,15 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
     )
 
 
-def _executor(requested: ExecutorKind, episode_workers: int, reasons: list[str]) -> ExecutorKind:
+def _executor(
+    requested: ExecutorKind, episode_workers: int, isolate: bool, reasons: list[str]
+) -> ExecutorKind:
     if requested is not ExecutorKind.AUTO:
         reasons.append(f"executor {requested.value} (as requested)")
         return requested
+    if isolate:
+        reasons.append("executor process: only a worker process can be stopped mid-episode")
+        return ExecutorKind.PROCESS
     if episode_workers == 1:
         reasons.append("executor inline: one episode at a time runs in this process")
         return ExecutorKind.INLINE

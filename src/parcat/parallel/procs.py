@@ -11,6 +11,9 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import os
+import signal
+import threading
+import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
@@ -41,11 +44,11 @@ def get_context(method: str | None = None) -> BaseContext:
 def start_worker(
     ctx: BaseContext, target: Callable[..., Any], args: tuple[Any, ...], name: str
 ) -> tuple[BaseProcess, Connection]:
-    """Start ``target(conn, *args)`` in a new process; return it and our end of its pipe."""
+    """Start ``target(conn, parent_pid, *args)``; return the process and our end of its pipe."""
     ours, theirs = ctx.Pipe(duplex=True)
     # not a daemon: episode workers start policy workers of their own
     process: BaseProcess = ctx.Process(  # type: ignore[attr-defined]
-        target=target, args=(theirs, *args), name=name, daemon=False
+        target=target, args=(theirs, os.getpid(), *args), name=name, daemon=False
     )
     process.start()
     theirs.close()
@@ -67,8 +70,6 @@ def stop_worker(process: BaseProcess, conn: Connection | None, grace_s: float = 
     if conn is not None:
         with contextlib.suppress(OSError):
             conn.close()
-    with contextlib.suppress(ValueError, AttributeError):
-        process.close()
 
 
 def describe_exit(process: BaseProcess) -> str:
@@ -77,8 +78,6 @@ def describe_exit(process: BaseProcess) -> str:
     if code is None:
         return "still running"
     if code < 0:
-        import signal
-
         try:
             return f"signal {signal.Signals(-code).name}"
         except ValueError:
@@ -87,7 +86,7 @@ def describe_exit(process: BaseProcess) -> str:
 
 
 def parent_alive(parent_pid: int) -> bool:
-    """Whether ``parent_pid`` still exists (a fallback to pipe end-of-file)."""
+    """Whether the process ``parent_pid`` still exists."""
     try:
         os.kill(parent_pid, 0)
     except ProcessLookupError:
@@ -95,3 +94,29 @@ def parent_alive(parent_pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def become_worker(parent_pid: int, check_every_s: float = 1.0) -> None:
+    """Set up a worker process: ignore Ctrl-C, clean up on SIGTERM, die with the parent.
+
+    Ctrl-C reaches the whole process group, but the parent decides how a run ends, so
+    workers ignore SIGINT. SIGTERM raises ``SystemExit`` so ``finally`` blocks release
+    shared memory and stop child workers. A daemon thread checks that the parent is alive
+    and sends this process SIGTERM when it is not (a SIGKILLed parent cannot tell us).
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+
+    def watch() -> None:
+        while True:
+            time.sleep(check_every_s)
+            if not parent_alive(parent_pid):
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5.0)
+                os._exit(1)  # cleanup is stuck in a native call: go anyway
+
+    threading.Thread(target=watch, name="parcat-parent-watch", daemon=True).start()
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)

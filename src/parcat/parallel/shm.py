@@ -13,6 +13,8 @@ is pickled per step.
 from __future__ import annotations
 
 import contextlib
+import os
+import secrets
 from dataclasses import dataclass
 from multiprocessing import resource_tracker, shared_memory
 from typing import Any
@@ -21,7 +23,11 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
+from parcat.parallel.procs import parent_alive
+
 REQUEST, DONE, WORKER_PARKED, ERROR, MAIN_PARKED = range(5)
+PREFIX = "parcat_"
+"""Every block is named ``parcat_<creator pid>_<random>``, so leftovers can be found."""
 HEADER_SLOTS = 8
 ALIGN = 64
 
@@ -88,7 +94,10 @@ class SlotBlock:
         self.codecs = codecs
         offsets, size = _layout(codecs)
         if create:
-            self.shm = shared_memory.SharedMemory(create=True, size=max(size, ALIGN))
+            self.shm = shared_memory.SharedMemory(
+                name=f"{PREFIX}{os.getpid()}_{secrets.token_hex(6)}", create=True,
+                size=max(size, ALIGN),
+            )
         else:
             assert name is not None
             # The creator owns the block. On Python < 3.13 attaching registers it with the
@@ -146,3 +155,24 @@ def _layout(codecs: list[tuple[Codec, Codec]]) -> tuple[list[tuple[int, int, int
 
 def _align(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def remove_stale_blocks(folder: str = "/dev/shm") -> list[str]:
+    """Unlink blocks left by parcat processes that no longer exist (e.g. SIGKILLed runs)."""
+    removed: list[str] = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        if not name.startswith(PREFIX):
+            continue
+        pid_text = name[len(PREFIX):].split("_", 1)[0]
+        if not pid_text.isdigit() or parent_alive(int(pid_text)):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(folder, name))
+            removed.append(name)
+    return removed
+
+

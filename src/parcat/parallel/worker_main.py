@@ -9,7 +9,7 @@ wake, close) travel on the pipe.
 from __future__ import annotations
 
 import contextlib
-import signal
+import pickle
 import sys
 import time
 import traceback
@@ -18,6 +18,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from parcat.missions import Mission
+from parcat.parallel.procs import become_worker
 from parcat.parallel.resources import limit_blas_threads
 from parcat.parallel.shm import DONE, ERROR, MAIN_PARKED, REQUEST, WORKER_PARKED, Codec, SlotBlock
 from parcat.parallel.steppers import PolicyCache, Seat
@@ -126,21 +127,30 @@ class _PolicyHost:
             self.block = None
 
 
+def _unsendable(result: Any, exc: Exception) -> Any:
+    from dataclasses import replace
+
+    from parcat.results import EpisodeStatus, ErrorInfo
+
+    message = f"the episode's result cannot be sent back: {type(exc).__name__}: {exc}"
+    error = ErrorInfo("ResultError", message, "", None, "worker")
+    return replace(result, status=EpisodeStatus.FAILED, error=error, stats={}, task=None)
+
+
 def _describe(exc: BaseException) -> tuple[str, str, str]:
     formatted = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return type(exc).__name__, str(exc), formatted
 
 
-def policy_worker_main(conn: Connection, spin: bool, blas_threads: int) -> None:
+def policy_worker_main(conn: Connection, parent_pid: int, spin: bool, blas_threads: int) -> None:
     """Run a policy worker until told to close or its parent goes away."""
-    # Ctrl-C reaches the whole process group; the parent decides how the run ends
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    become_worker(parent_pid)
     limit_blas_threads(blas_threads)
     host = _PolicyHost(conn, spin)
     try:
         host.serve()
-    except (EOFError, OSError, KeyboardInterrupt):
-        pass  # the parent is gone or interrupted: exit quietly
+    except (EOFError, OSError, SystemExit):
+        pass  # the parent is gone or stopped us: exit quietly
     finally:
         host.close()
         with contextlib.suppress(OSError):
@@ -150,6 +160,7 @@ def policy_worker_main(conn: Connection, spin: bool, blas_threads: int) -> None:
 
 def episode_worker_main(
     conn: Connection,
+    parent_pid: int,
     stepper: Any,
     blas_threads: int,
     gpu: str | None,
@@ -162,7 +173,7 @@ def episode_worker_main(
     from parcat.parallel.trace import Tracer
     from parcat.rollout import EpisodeRunner
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    become_worker(parent_pid)
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     limit_blas_threads(blas_threads)
@@ -175,9 +186,14 @@ def episode_worker_main(
                 break
             _, index, task = message
             result = runner.run(task)
-            conn.send(("result", index, result, tracer.take() if tracer else []))
-    except (EOFError, OSError):
-        pass  # the parent is gone: exit quietly
+            events = tracer.take() if tracer else []
+            try:
+                payload = pickle.dumps(("result", index, result, events))
+            except Exception as exc:
+                payload = pickle.dumps(("result", index, _unsendable(result, exc), []))
+            conn.send_bytes(payload)
+    except (EOFError, OSError, SystemExit):
+        pass  # the parent is gone or stopped us: exit quietly
     finally:
         runner.close()
         with contextlib.suppress(OSError):

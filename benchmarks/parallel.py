@@ -1,0 +1,454 @@
+"""Parallel eval on this machine: speedups, handoff overhead, auto strategy, memory, start-up.
+
+Five measurements, side by side in one run. Within each, the variants compared are
+interleaved repeat by repeat and the median of the repeats is quoted, because per-core speed
+drifts up to 2x here. Speedups are ratios of those medians.
+
+1. Episode level: 8 CPU-bound episodes (ScriptedEnv burning ``busy_us`` per step), process
+   executor with 2 workers vs inline. Warm: persistent executors, second and later runs
+   (``make_executor(plan, options).run(tasks)``), pool start excluded. Cold: the whole
+   ``evaluate()`` call (planning, pool start, run, pool shutdown).
+2. Agent-level overhead: 2 agents with the ``noop`` policy, ``ProcessStepper(1, spin=True)``
+   vs ``InlineStepper``; the extra time per agent-step handed to the worker. Beside it a
+   ``ProcessPoolExecutor.submit().result()`` round trip of a trivial function.
+3. Agent-level speedup: 2 agents with ``mlp`` sized to ~2 ms a step (depth found by timing
+   ``MLPPolicy.step``), ``ProcessStepper(1)`` vs inline.
+4. ``--parallel-policy`` auto strategy vs plain inline on harvest with the random policy (both
+   on the inline executor, so only the agent-level decision differs; auto's calibration is
+   included in its time).
+5. Resident memory of an episode worker and a policy worker vs a bare
+   ``python -c "import numpy, gymnasium"``; worker start-up, forkserver vs spawn.
+
+    .venv/bin/python benchmarks/parallel.py [--quick] [--repeats N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # tests.fakes (ScriptedEnv), in workers too
+
+from tests.fakes import scripted_mission  # noqa: E402
+
+from parcat.evaluate import EvalConfig, evaluate, make_config, make_tasks  # noqa: E402
+from parcat.missions import Mission, load_mission  # noqa: E402
+from parcat.parallel.launch import RunOptions, make_executor, plan_run  # noqa: E402
+from parcat.parallel.planner import ExecutorKind  # noqa: E402
+from parcat.parallel.policy_workers import ProcessStepper  # noqa: E402
+from parcat.parallel.steppers import InlineStepper  # noqa: E402
+from parcat.policies.base import AgentSpec  # noqa: E402
+from parcat.policies.builtin import MLPPolicy  # noqa: E402
+from parcat.policies.specs import PolicySpec, parse_policy_spec  # noqa: E402
+from parcat.results import EpisodeResult  # noqa: E402
+from parcat.rollout import EpisodeRunner, EpisodeTask  # noqa: E402
+
+RANDOM = parse_policy_spec("random")
+NOOP = parse_policy_spec("noop")
+BARE_CODE = "import sys, numpy, gymnasium; print('ready', flush=True); sys.stdin.read()"
+
+
+class Table:
+    """Rows of figures, printed as they come; targets are checked and counted."""
+
+    def __init__(self) -> None:
+        self.checks: list[tuple[str, bool]] = []
+
+    def section(self, title: str, *notes: str) -> None:
+        print(f"\n{title}", flush=True)
+        for note in notes:
+            print(f"    {note}", flush=True)
+
+    def row(self, label: str, value: float, unit: str, target: str = "",
+            ok: bool | None = None) -> None:
+        verdict = "" if ok is None else ("PASS" if ok else "FAIL")
+        print(f"  {label:<50} {value:>11,.3f} {unit:<6} {target:<10} {verdict}", flush=True)
+        if ok is not None:
+            self.checks.append((label, ok))
+
+    def summary(self) -> None:
+        passed = sum(ok for _, ok in self.checks)
+        print(f"\n{passed}/{len(self.checks)} targets met", flush=True)
+        for label, ok in self.checks:
+            if not ok:
+                print(f"  FAIL: {label}", flush=True)
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    start = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - start, out
+
+
+def interleave(variants: dict[str, Callable[[], Any]], repeats: int) -> dict[str, list[float]]:
+    """Seconds per call of each variant, the variants alternating within every repeat."""
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    names = list(variants)
+    for repeat in range(repeats):
+        # alternate the order too, so neither variant always runs first after a switch
+        order = names if repeat % 2 == 0 else names[::-1]
+        for name in order:
+            times[name].append(timed(variants[name])[0])
+    return times
+
+
+def med(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def outcome(results: Sequence[EpisodeResult]) -> list[tuple[int, tuple[float, ...]]]:
+    """What must not depend on where episodes ran (to catch silently failed episodes)."""
+    bad = [r for r in results if not r.ok]
+    assert not bad, bad[0].error
+    return [(r.steps, tuple(a.reward for a in r.agents)) for r in results]
+
+
+# -- 1. episode level ---------------------------------------------------------------------
+
+
+def episode_level(table: Table, repeats: int, quick: bool) -> None:
+    busy_us, steps, episodes = (600, 50, 8) if quick else (600, 100, 8)
+    mission = scripted_mission(agents=2, max_steps=steps, busy_us=busy_us)
+    config = EvalConfig((mission,), (RANDOM,), episodes=episodes)
+    tasks = make_tasks(config)
+    seq_options = RunOptions(jobs=1)
+    par_options = RunOptions(jobs=2, executor=ExecutorKind.PROCESS)
+    inline = make_executor(plan_run(config.missions, config.policies, len(tasks), seq_options),
+                           seq_options)
+    par_plan = plan_run(config.missions, config.policies, len(tasks), par_options)
+    pool = make_executor(par_plan, par_options)
+    try:
+        pool_first, first = timed(lambda: pool.run(tasks))  # starts the workers
+        expected = outcome(inline.run(tasks))
+        assert outcome(first) == expected, "process results differ from inline"
+
+        def cold_eval(options: RunOptions) -> Callable[[], None]:
+            def go() -> None:
+                report = evaluate(config, options)
+                assert outcome(report.episodes) == expected
+
+            return go
+
+        times = interleave(
+            {
+                "inline": lambda: inline.run(tasks),
+                "pool": lambda: pool.run(tasks),
+                "eval1": cold_eval(seq_options),
+                "eval2": cold_eval(par_options),
+            },
+            repeats,
+        )
+    finally:
+        inline.close()
+        pool.close()
+    table.section(
+        f"1. Episode level: {episodes} episodes of ScriptedEnv(agents=2, {steps} steps, "
+        f"busy_us={busy_us}), random policy; plan {par_plan.executor.value} x "
+        f"{par_plan.episode_workers}",
+        "warm = persistent executor, runs after the first (workers already started); "
+        "cold = whole evaluate() call",
+        "(plan + executor start + run + close: for jobs=2 that forks 2 workers from the "
+        "already-running fork server and joins them)",
+    )
+    t_in, t_pool = med(times["inline"]), med(times["pool"])
+    t_e1, t_e2 = med(times["eval1"]), med(times["eval2"])
+    table.row("inline executor, warm run", t_in * 1e3, "ms")
+    table.row("process executor jobs=2, warm run", t_pool * 1e3, "ms")
+    table.row("speedup warm (inline / process)", t_in / t_pool, "x", ">= 1.9", t_in / t_pool >= 1.9)
+    table.row("evaluate(jobs=1), cold", t_e1 * 1e3, "ms")
+    table.row("evaluate(jobs=2, executor=process), cold", t_e2 * 1e3, "ms")
+    table.row("speedup cold (incl. pool start/stop)", t_e1 / t_e2, "x")
+    table.row("pool start+stop per evaluate (cold - warm)", (t_e2 - t_pool) * 1e3, "ms")
+    table.row("first run on the new pool (incl. worker start)", pool_first * 1e3, "ms")
+    one = statistics.median(r.duration_s for r in first)
+    table.row("one episode (duration_s, in a worker)", one * 1e3, "ms")
+
+
+# -- 2. agent-level handoff overhead ---------------------------------------------------------
+
+
+def run_episodes(runner: EpisodeRunner, mission: Mission, specs: tuple[PolicySpec, ...],
+                 episodes: int) -> list[EpisodeResult]:
+    return [runner.run(EpisodeTask(mission, specs, 0, i)) for i in range(episodes)]
+
+
+def handoff_overhead(table: Table, repeats: int, quick: bool) -> None:
+    steps, episodes, trips = (2000, 2, 200) if quick else (5000, 3, 500)
+    mission = scripted_mission(agents=2, max_steps=steps)
+    inline = EpisodeRunner(InlineStepper())
+    process = EpisodeRunner(ProcessStepper(1, spin=True))
+    pool = ProcessPoolExecutor(1, mp_context=mp.get_context("forkserver"))
+    try:
+        expected = outcome(run_episodes(inline, mission, (NOOP,), episodes))
+        assert outcome(run_episodes(process, mission, (NOOP,), episodes)) == expected
+        pool.submit(abs, -1).result()
+
+        def round_trips() -> None:
+            for _ in range(trips):
+                pool.submit(abs, -1).result()
+
+        times = interleave(
+            {
+                "inline": lambda: run_episodes(inline, mission, (NOOP,), episodes),
+                "process": lambda: run_episodes(process, mission, (NOOP,), episodes),
+                "ppe": round_trips,
+            },
+            repeats,
+        )
+    finally:
+        inline.close()
+        process.close()
+        pool.shutdown()
+    handed = steps * episodes  # agent 1 is the worker's; agent 0 steps in this process
+    t_in, t_proc = med(times["inline"]), med(times["process"])
+    per_step = (t_proc - t_in) / handed * 1e6
+    table.section(
+        f"2. Agent-level overhead: ScriptedEnv(agents=2, {steps} steps) x {episodes} episodes, "
+        "noop policy",
+        "ProcessStepper(1, spin=True): agent 0 steps here, agent 1 in the worker "
+        f"({handed} agent-steps handed per repeat); episode set-up included",
+    )
+    table.row("inline, per env step", t_in / handed * 1e6, "us")
+    table.row("process, per env step", t_proc / handed * 1e6, "us")
+    table.row("overhead per agent-step handed to the worker", per_step, "us", "<= 10",
+              per_step <= 10)
+    table.row("ProcessPoolExecutor submit().result() round trip", med(times["ppe"]) / trips * 1e6,
+              "us")
+
+
+# -- 3. agent-level speedup -------------------------------------------------------------------
+
+
+def mlp_step_s(width: int, depth: int) -> float:
+    env = scripted_mission(agents=2).make_env()
+    spec = AgentSpec("s", 0, 0, env.observation_space(0), env.action_space(0), {})
+    policy = MLPPolicy(spec, width=width, depth=depth)
+    obs = np.zeros(2, np.float32)
+    policy.step(obs)
+    samples = []
+    for _ in range(15):
+        start = time.perf_counter()
+        policy.step(obs)
+        samples.append(time.perf_counter() - start)
+    return med(samples)
+
+
+def agent_level_speedup(table: Table, repeats: int, quick: bool) -> None:
+    # narrow layers keep both agents' weights in cache (64x64 float32 = 16 KB a layer), so
+    # the step is CPU-bound and neither variant pays for memory bandwidth the other does not
+    width, probe = 64, 100
+    depth = max(10, round(probe * 2e-3 / mlp_step_s(width, probe)))
+    step_s = mlp_step_s(width, depth)
+    steps = 60 if quick else 150
+    mission = scripted_mission(agents=2, max_steps=steps)
+    spec = (parse_policy_spec(f"mlp,width={width},depth={depth}"),)
+    inline = EpisodeRunner(InlineStepper())
+    process = EpisodeRunner(ProcessStepper(1, spin=True))
+    try:
+        expected = outcome(run_episodes(inline, mission, spec, 1))
+        assert outcome(run_episodes(process, mission, spec, 1)) == expected
+        times = interleave(
+            {
+                "inline": lambda: run_episodes(inline, mission, spec, 1),
+                "process": lambda: run_episodes(process, mission, spec, 1),
+            },
+            repeats,
+        )
+    finally:
+        inline.close()
+        process.close()
+    t_in, t_proc = med(times["inline"]), med(times["process"])
+    table.section(
+        f"3. Agent-level speedup: ScriptedEnv(agents=2, {steps} steps), "
+        f"mlp width={width} depth={depth}",
+        f"MLPPolicy.step timed alone at {step_s * 1e3:.2f} ms; ProcessStepper(1, spin=True) "
+        "vs inline, one episode a repeat (workers already started)",
+    )
+    table.row("inline episode", t_in * 1e3, "ms")
+    table.row("process episode", t_proc * 1e3, "ms")
+    table.row("speedup (inline / process)", t_in / t_proc, "x", ">= 1.8", t_in / t_proc >= 1.8)
+
+
+# -- 4. auto vs inline ------------------------------------------------------------------------
+
+
+def auto_vs_inline(table: Table, repeats: int, quick: bool) -> None:
+    max_steps, episodes = (1000, 4) if quick else (2000, 6)
+    config = make_config(["harvest"], ["random"], episodes=episodes,
+                         overrides={"max_steps": max_steps})
+    inline_opts = RunOptions(jobs=1, executor=ExecutorKind.INLINE)
+    auto_opts = RunOptions(jobs=2, parallel_policy=True, executor=ExecutorKind.INLINE)
+    plans: list[str] = []
+    agent_steps: list[int] = []
+
+    def run(options: RunOptions) -> Callable[[], None]:
+        def go() -> None:
+            report = evaluate(config, options)
+            outcome(report.episodes)
+            assert report.plan is not None
+            if options.parallel_policy:
+                plans.append(f"{report.plan.strategy.value} x {report.plan.policy_workers}")
+            agent_steps.append(sum(r.steps * len(r.agents) for r in report.episodes))
+
+        return go
+
+    times = interleave({"inline": run(inline_opts), "auto": run(auto_opts)}, repeats)
+    per_run = agent_steps[0]
+    rate_in = per_run / med(times["inline"])
+    rate_auto = per_run / med(times["auto"])
+    reason = next((r for r in (plan_run(config.missions, config.policies, episodes, auto_opts)
+                               .reasons) if r.startswith("auto")), "?")
+    table.section(
+        f"4. auto vs inline: harvest (defaults, max_steps={max_steps}), random policy, "
+        f"{episodes} episodes, inline executor; whole evaluate() timed",
+        f"auto chose: {', '.join(sorted(set(plans)))} ({reason})",
+    )
+    table.row("evaluate(jobs=1) throughput", rate_in / 1e3, "k a-s/s")
+    table.row("evaluate(jobs=2, parallel_policy) throughput", rate_auto / 1e3, "k a-s/s")
+    table.row("run time, inline", med(times["inline"]), "s")
+    table.row("throughput ratio (auto / inline)", rate_auto / rate_in, "x", ">= 0.95",
+              rate_auto / rate_in >= 0.95)
+
+
+# -- 5. memory and start-up --------------------------------------------------------------------
+
+
+def memory_of(pid: int) -> tuple[float, float]:
+    """(RSS, USS) in MB; USS is NaN where psutil cannot tell."""
+    process = psutil.Process(pid)
+    try:
+        info = process.memory_full_info()
+        return info.rss / 2**20, info.uss / 2**20
+    except (psutil.AccessDenied, AttributeError):
+        return process.memory_info().rss / 2**20, float("nan")
+
+
+def bare_memory() -> tuple[float, float]:
+    child = subprocess.Popen([sys.executable, "-c", BARE_CODE], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        return memory_of(child.pid)
+    finally:
+        child.communicate("")
+
+
+def harvest_task(max_steps: int, agents: int = 4) -> EpisodeTask:
+    mission = load_mission("harvest", {"max_steps": max_steps, "agents": agents})
+    return EpisodeTask(mission, (RANDOM,), 0, 0)
+
+
+def episode_worker_probe(method: str, task: EpisodeTask) -> tuple[float, tuple[float, float]]:
+    """Seconds to the first result of a fresh 1-worker ProcessExecutor; its memory after."""
+    options = RunOptions(jobs=1, executor=ExecutorKind.PROCESS, start_method=method)
+    start = time.perf_counter()
+    executor = make_executor(plan_run((task.mission,), task.policies, 1, options), options)
+    try:
+        results = executor.run([task])
+        elapsed = time.perf_counter() - start
+        outcome(results)
+        memory = memory_of(executor._workers[0].process.pid)  # type: ignore[attr-defined]
+    finally:
+        executor.close()
+    return elapsed, memory
+
+
+def policy_worker_probe(method: str, task: EpisodeTask) -> tuple[float, tuple[float, float]]:
+    """Seconds of the first episode on a fresh ProcessStepper(1); the worker's memory after."""
+    stepper = ProcessStepper(1, spin=True, start_method=method)
+    runner = EpisodeRunner(stepper)
+    try:
+        elapsed, result = timed(lambda: runner.run(task))
+        outcome([result])
+        memory = memory_of(stepper._workers[0].process.pid)
+    finally:
+        runner.close()
+    return elapsed, memory
+
+
+def inline_first(task: EpisodeTask) -> float:
+    runner = EpisodeRunner(InlineStepper())
+    try:
+        return timed(lambda: runner.run(task))[0]
+    finally:
+        runner.close()
+
+
+def memory_and_startup(table: Table, repeats: int, cold_forkserver: float) -> None:
+    tiny = harvest_task(1)
+    real = harvest_task(200)
+    startup: dict[str, list[float]] = {}
+    for _ in range(repeats):
+        for method in ("forkserver", "spawn"):
+            startup.setdefault(f"ep {method}", []).append(episode_worker_probe(method, tiny)[0])
+            startup.setdefault(f"pol {method}", []).append(policy_worker_probe(method, tiny)[0])
+        startup.setdefault("inline", []).append(inline_first(tiny))
+    bare = [bare_memory() for _ in range(3)]
+    bare_rss, bare_uss = med([b[0] for b in bare]), med([b[1] for b in bare])
+    memory = {
+        f"{kind} {method}": probe(method, real)[1]
+        for method in ("forkserver", "spawn")
+        for kind, probe in (("episode worker", episode_worker_probe),
+                            ("policy worker", policy_worker_probe))
+    }
+    table.section(
+        "5. Memory and start-up: workers after one harvest episode (4 agents, random; the "
+        "policy worker hosts 2 of them)",
+        f"bare `python -c \"import numpy, gymnasium\"`: RSS {bare_rss:.1f} MB, "
+        f"USS {bare_uss:.1f} MB (same psutil call)",
+    )
+    for name, (rss, uss) in memory.items():
+        table.row(f"{name}: RSS", rss, "MB")
+        table.row(f"{name}: RSS / bare", rss / bare_rss, "x", "<= 1.3", rss / bare_rss <= 1.3)
+        table.row(f"{name}: USS (not shared with the fork server)", uss, "MB")
+    table.row("first run of a fresh executor, forkserver, server cold", cold_forkserver * 1e3,
+              "ms")
+    table.row("  (the first in this process: starts the fork server too)", 0.0, "")
+    offset = med(startup["inline"])
+    for method in ("forkserver", "spawn"):
+        table.row(f"fresh ProcessExecutor(1) to first result, {method}",
+                  med(startup[f"ep {method}"]) * 1e3, "ms")
+    for method in ("forkserver", "spawn"):
+        table.row(f"ProcessStepper first-episode set-up, {method}",
+                  (med(startup[f"pol {method}"]) - offset) * 1e3, "ms")
+    table.row("  (first 1-step episode minus the same on a fresh inline runner)", offset * 1e3,
+              "ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="few repeats, small workloads")
+    parser.add_argument("--repeats", type=int, default=None, help="interleaved repeats")
+    args = parser.parse_args()
+    repeats = args.repeats or (3 if args.quick else 7)
+    began = time.perf_counter()
+    # before anything else starts the fork server: what a fresh CLI process pays once
+    cold_forkserver = episode_worker_probe("forkserver", harvest_task(1))[0]
+    print(f"parcat parallel benchmarks: {psutil.cpu_count()} CPUs, Python "
+          f"{sys.version.split()[0]}, {repeats} interleaved repeats, medians"
+          + (" (--quick)" if args.quick else ""))
+    table = Table()
+    episode_level(table, repeats, args.quick)
+    handoff_overhead(table, repeats + 2, args.quick)
+    agent_level_speedup(table, repeats, args.quick)
+    auto_vs_inline(table, repeats, args.quick)
+    memory_and_startup(table, 2 if args.quick else 3, cold_forkserver)
+    table.summary()
+    print(f"total {time.perf_counter() - began:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

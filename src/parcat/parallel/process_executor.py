@@ -1,0 +1,255 @@
+"""Episodes on persistent worker processes, surviving their workers.
+
+Each worker runs the inline episode path on tasks it receives by pipe, two at a time so it
+never idles. The parent waits on every worker's pipe *and* process sentinel with a
+timeout, so it notices a dead worker at once and a hung episode at its deadline:
+
+- a worker that dies mid-episode (signal, ``os._exit``, segfault) is replaced; its episode
+  is retried in the fresh worker up to ``retries`` times (an episode is a pure function of
+  its seeds, so a retry reproduces the result) and otherwise recorded as failed, naming how
+  the worker ended; episodes queued behind it are requeued, never lost or run twice;
+- an episode past ``episode_timeout_s`` has its worker terminated, then killed, and is
+  recorded as a timeout;
+- a result that cannot be read is recorded as a failure of that episode.
+"""
+
+from __future__ import annotations
+
+import collections
+import pickle
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from parcat import seeding
+from parcat.errors import ConfigError
+from parcat.parallel import procs
+from parcat.parallel.config import StepperConfig
+from parcat.parallel.executors import Executor, ResultCallback
+from parcat.results import EpisodeResult, EpisodeStatus, ErrorInfo
+from parcat.rollout import EpisodeTask
+
+PREFETCH = 2
+"""Tasks queued per worker, so a worker never idles waiting for its next task."""
+WAIT_S = 0.5
+"""Longest single wait; deadlines and liveness are checked at least this often."""
+
+
+@dataclass
+class _Worker:
+    index: int
+    process: BaseProcess
+    conn: Connection
+    inflight: collections.deque[int] = field(default_factory=collections.deque)
+    head_started: float = 0.0
+
+
+class ProcessExecutor(Executor):
+    """Episodes on persistent worker processes; each runs the inline episode path.
+
+    Args:
+        workers: Episode worker processes.
+        stepper: Agent-level strategy inside each worker.
+        start_method: ``forkserver`` (default on Linux) or ``spawn``.
+        blas_threads: BLAS/OpenMP threads per worker.
+        gpus: ``CUDA_VISIBLE_DEVICES`` per worker (round-robin), or empty.
+        trace: Record a timeline.
+        retries: Times an episode whose worker died is run again in a fresh worker.
+        episode_timeout_s: An episode running longer is stopped and recorded as a timeout.
+    """
+
+    name = "process"
+
+    def __init__(
+        self,
+        workers: int,
+        stepper: StepperConfig | None = None,
+        start_method: str | None = None,
+        blas_threads: int = 1,
+        gpus: Sequence[str] = (),
+        trace: bool = False,
+        retries: int = 1,
+        episode_timeout_s: float | None = None,
+    ) -> None:
+        self.num_workers = max(1, workers)
+        self.stepper = stepper or StepperConfig()
+        self.blas_threads = blas_threads
+        self.gpus = tuple(gpus)
+        self.trace = trace
+        self.retries = retries
+        self.timeout = episode_timeout_s
+        self._ctx = procs.get_context(start_method)
+        self._workers: list[_Worker] = []
+        self._events: list[dict[str, Any]] = []
+
+    def _start(self, index: int) -> _Worker:
+        from parcat.parallel.worker_main import episode_worker_main
+
+        gpu = self.gpus[index % len(self.gpus)] if self.gpus else None
+        process, conn = procs.start_worker(
+            self._ctx,
+            episode_worker_main,
+            (self.stepper, self.blas_threads, gpu, f"episode-worker-{index}", self.trace),
+            f"parcat-episode-{index}",
+        )
+        return _Worker(index, process, conn)
+
+    def run(
+        self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None = None
+    ) -> list[EpisodeResult]:
+        """Feed tasks to the workers in order; gather results into their slots."""
+        _check_picklable(tasks)
+        while len(self._workers) < min(self.num_workers, max(1, len(tasks))):
+            self._workers.append(self._start(len(self._workers)))
+        run = _Run(tasks, on_result)
+        while run.remaining:
+            for worker in self._workers:
+                self._feed(worker, run)
+            busy = [w for w in self._workers if w.inflight]
+            waitables: list[Any] = [w.conn for w in busy] + [w.process.sentinel for w in busy]
+            wait(waitables, timeout=self._next_wait(busy))
+            for worker in busy:
+                self._collect(worker, run)
+        return [r for r in run.results if r is not None]
+
+    def _feed(self, worker: _Worker, run: _Run) -> None:
+        while run.pending and len(worker.inflight) < PREFETCH:
+            index = run.pending.popleft()
+            if not worker.inflight:
+                worker.head_started = time.monotonic()
+            worker.inflight.append(index)
+            try:
+                worker.conn.send(("task", index, run.tasks[index]))
+            except OSError:
+                return  # the worker is dead: _collect notices and requeues
+
+    def _next_wait(self, busy: list[_Worker]) -> float:
+        if self.timeout is None or not busy:
+            return WAIT_S
+        now = time.monotonic()
+        first_deadline = min(w.head_started + self.timeout for w in busy)
+        return max(0.0, min(WAIT_S, first_deadline - now))
+
+    def _collect(self, worker: _Worker, run: _Run) -> None:
+        try:
+            while worker.inflight and worker.conn.poll():
+                self._receive_one(worker, run)
+        except (EOFError, OSError):
+            pass  # the worker died: handled below
+        if not worker.inflight:
+            return
+        if not worker.process.is_alive():
+            self._lost(worker, run, timed_out=False)
+        elif self.timeout is not None and time.monotonic() - worker.head_started > self.timeout:
+            self._lost(worker, run, timed_out=True)
+
+    def _receive_one(self, worker: _Worker, run: _Run) -> None:
+        try:
+            kind, index, payload, events = worker.conn.recv()
+        except (EOFError, OSError):
+            raise
+        except Exception as exc:  # a result that cannot be unpickled
+            index = worker.inflight[0]
+            kind, events = "result", []
+            payload = _failed(run.tasks[index], "ResultError",
+                              f"the result could not be read: {type(exc).__name__}: {exc}")
+        if kind != "result" or index not in worker.inflight:
+            return
+        worker.inflight.remove(index)
+        worker.head_started = time.monotonic()
+        self._events.extend(events)
+        run.finish(index, payload)
+
+    def _lost(self, worker: _Worker, run: _Run, timed_out: bool) -> None:
+        """The worker's current episode ended it (death or timeout): replace the worker."""
+        index = worker.inflight.popleft()
+        task = run.tasks[index]
+        procs.stop_worker(worker.process, None, grace_s=1.0)
+        how = procs.describe_exit(worker.process)
+        with_conn = worker.conn
+        run.pending.extendleft(reversed(worker.inflight))
+        worker.inflight.clear()
+        with_conn.close()
+        self._workers[self._workers.index(worker)] = self._start(worker.index)
+        if timed_out:
+            run.finish(index, _failed(
+                task, "EpisodeTimeout",
+                f"episode exceeded --episode-timeout {self.timeout:g} s; worker stopped",
+                status=EpisodeStatus.TIMEOUT,
+            ))
+            return
+        run.attempts[index] += 1
+        if run.attempts[index] <= self.retries:
+            run.pending.appendleft(index)
+            return
+        tries = run.attempts[index]
+        run.finish(index, _failed(
+            task, "WorkerError",
+            f"episode worker died ({how}) while running this episode "
+            f"({tries} attempt{'s' if tries > 1 else ''})",
+        ))
+
+    def trace_events(self) -> list[dict[str, Any]]:
+        """Events shipped back by the workers."""
+        events, self._events = self._events, []
+        return events
+
+    def close(self, force: bool = False) -> None:
+        """Stop every worker (politely, then by force) and reap it."""
+        grace = 0.5 if force else 5.0
+        for worker in self._workers:
+            if worker.inflight or force:
+                worker.process.terminate()  # busy: SIGTERM makes it clean up and exit
+            procs.stop_worker(worker.process, worker.conn, grace_s=grace)
+        self._workers = []
+
+
+class _Run:
+    def __init__(self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None) -> None:
+        self.tasks = tasks
+        self.on_result = on_result
+        self.pending = collections.deque(range(len(tasks)))
+        self.results: list[EpisodeResult | None] = [None] * len(tasks)
+        self.remaining = len(tasks)
+        self.attempts: collections.Counter[int] = collections.Counter()
+
+    def finish(self, index: int, result: EpisodeResult) -> None:
+        if self.results[index] is not None:
+            return  # exactly one record per episode
+        self.results[index] = result
+        self.remaining -= 1
+        if self.on_result is not None:
+            self.on_result(index, result)
+
+
+def _check_picklable(tasks: Sequence[EpisodeTask]) -> None:
+    seen: set[int] = set()
+    for task in tasks:
+        if id(task.mission) in seen:
+            continue
+        seen.add(id(task.mission))
+        try:
+            pickle.dumps(task)
+        except Exception as exc:
+            raise ConfigError(
+                f"mission '{task.mission.name}' cannot be sent to worker processes "
+                f"({type(exc).__name__}: {exc}); use picklable parameters or --executor inline"
+            ) from exc
+
+
+def _failed(
+    task: EpisodeTask, kind: str, message: str, status: EpisodeStatus = EpisodeStatus.FAILED
+) -> EpisodeResult:
+    seed = seeding.episode_seed(task.seed, task.mission.key, task.episode_index)
+    return EpisodeResult(
+        mission=task.mission.name,
+        episode_index=task.episode_index,
+        seed=seed,
+        steps=0,
+        agents=(),
+        status=status,
+        error=ErrorInfo(kind, message, "", None, "worker"),
+    )

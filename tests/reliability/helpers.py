@@ -1,0 +1,67 @@
+"""Shared helpers for the reliability tests: run the CLI as a real process, watch it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def shm_blocks() -> set[str]:
+    """parcat's shared-memory blocks now."""
+    folder = Path("/dev/shm")
+    return {p.name for p in folder.iterdir() if p.name.startswith("parcat_")} if folder.is_dir() \
+        else set()
+
+
+def start_cli(args: list[str], cwd: Path) -> subprocess.Popen[str]:
+    """``python -m parcat ARGS`` in its own process group, tests importable."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "parcat", *args], cwd=cwd, env=env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+    )
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    """Every live process below ``pid``."""
+    try:
+        return [p for p in psutil.Process(pid).children(recursive=True) if p.is_running()]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def wait_until(predicate, timeout: float, every: float = 0.05) -> bool:  # type: ignore[no-untyped-def]
+    """Poll ``predicate`` until it is true or ``timeout`` passes."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(every)
+    return bool(predicate())
+
+
+def gone(pids: list[int]) -> bool:
+    """Whether none of ``pids`` is alive (zombies count as gone)."""
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                return False
+        except psutil.NoSuchProcess:
+            continue
+    return True
+
+
+def kill_group(proc: subprocess.Popen[str]) -> None:
+    """Make sure nothing of a test's run survives the test."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
