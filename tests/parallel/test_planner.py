@@ -17,14 +17,15 @@ executors = st.sampled_from([ExecutorKind.AUTO, ExecutorKind.INLINE, ExecutorKin
     tasks=st.integers(0, 10_000), agents=st.integers(1, 64), parallel=st.booleans(),
     strategy=strategies, executor=executors,
     step_s=st.one_of(st.none(), st.floats(1e-7, 1.0)),
+    cap=st.one_of(st.none(), st.integers(1, 256)),
 )
 def test_plan_never_exceeds_jobs_and_is_sane(
     jobs: int, cpus: int, gpus: int, tasks: int, agents: int, parallel: bool,
-    strategy: PolicyStrategy, executor: ExecutorKind, step_s: float | None,
+    strategy: PolicyStrategy, executor: ExecutorKind, step_s: float | None, cap: int | None,
 ) -> None:
-    workload = Workload(tasks, agents, parallel, strategy, executor, step_s)
+    workload = Workload(tasks, agents, parallel, strategy, executor, step_s, max_processes=cap)
     plan = make_plan(jobs, cpus, gpus, workload)
-    assert 1 <= plan.busy_processes <= jobs
+    assert 1 <= plan.busy_processes <= min(jobs, cap or jobs)
     assert 1 <= plan.episode_workers <= max(1, min(jobs, tasks))
     assert plan.policy_workers <= agents - 1 or plan.policy_workers == 0
     assert plan.strategy is not PolicyStrategy.AUTO

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -12,6 +13,21 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+SLOW_MISSION = """\
+name: slow
+description: ScriptedEnv with CPU-burning steps, for interrupting runs
+env: tests.fakes:ScriptedEnv
+params: {agents: 2, max_steps: 10, fail_at: -1, busy_us: 20000}
+"""
+
+
+def write_slow_mission(folder: Path) -> Path:
+    """A mission whose episodes take ~0.2 s; returns its path."""
+    path = folder / "slow.yaml"
+    path.write_text(SLOW_MISSION)
+    return path
 
 
 def shm_blocks() -> set[str]:
@@ -61,7 +77,5 @@ def gone(pids: list[int]) -> bool:
 
 def kill_group(proc: subprocess.Popen[str]) -> None:
     """Make sure nothing of a test's run survives the test."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass

@@ -26,6 +26,10 @@ HANDOFF_S = 20e-6
 """Cost of handing a step to a spinning policy worker and back, with margin: the
 benchmark measures 2–10 µs per agent-step (BENCHMARKS.md)."""
 CALIBRATION_STEPS = 20
+FDS_PER_WORKER = 8
+"""Open files a worker costs its parent (pipe, sentinel, shared memory), with margin."""
+FDS_RESERVED = 64
+"""Open files kept for everything else (imports, the results file, the terminal)."""
 CALIBRATION_BUDGET_S = 0.25
 
 
@@ -57,6 +61,15 @@ class RunOptions:
     """Stop the run at the first failed episode."""
 
     def __post_init__(self) -> None:
+        # accept the CLI's words from Python too: RunOptions(policy_strategy="process")
+        for name, kind in (("executor", ExecutorKind), ("policy_strategy", PolicyStrategy)):
+            value = getattr(self, name)
+            try:
+                object.__setattr__(self, name, kind(value))
+            except ValueError:
+                valid = ", ".join(k.value for k in kind)
+                flag = name.replace("_", "-")
+                raise ConfigError(f"--{flag} must be one of {valid}, got {value!r}") from None
         if self.retries < 0:
             raise ConfigError(f"--retries must be >= 0, got {self.retries}")
         if self.episode_timeout_s is not None and not self.episode_timeout_s > 0:
@@ -112,8 +125,22 @@ def plan_run(
         handoff_s=HANDOFF_S,
         batchable=any(p.target in ("mlp", "noop") for p in policies),
         isolate=options.episode_timeout_s is not None,
+        max_processes=process_limit(),
     )
     return make_plan(jobs, cpus, gpus, workload)
+
+
+def process_limit() -> int | None:
+    """Worker processes the open-file limit leaves room for (pipes, sentinels, blocks)."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return None
+    if soft == resource.RLIM_INFINITY:
+        return None
+    return max(1, (soft - FDS_RESERVED) // FDS_PER_WORKER)
 
 
 def make_executor(plan: Plan, options: RunOptions) -> Executor:

@@ -64,6 +64,8 @@ class Workload:
     """Whether some policy is shared by several agents and can act in one batch."""
     isolate: bool = False
     """Episodes must run in worker processes (so a hung one can be stopped)."""
+    max_processes: int | None = None
+    """Most worker processes the open-file limit allows (``None``: no limit)."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,13 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
         raise ValueError("jobs and cpus must be >= 1, gpus and tasks >= 0, agents >= 1")
     reasons: list[str] = []
     tasks = max(workload.tasks, 1)
+    cap = workload.max_processes
+    if cap is not None and cap < jobs:
+        reasons.append(
+            f"the open-file limit allows {max(cap, 1)} worker process(es): --jobs {jobs} "
+            f"trimmed to {max(cap, 1)}"
+        )
+        jobs = max(cap, 1)
     episode_workers = min(jobs, tasks)
     if episode_workers < jobs:
         reasons.append(

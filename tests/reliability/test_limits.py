@@ -1,0 +1,151 @@
+"""Scenarios 8–10: a low open-file limit, soak runs, and fuzzed bad input."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from parcat.cli.main import main
+from parcat.errors import MissionError, PolicyError
+from parcat.evaluate import EvalConfig, evaluate
+from parcat.missions import load_mission
+from parcat.parallel.launch import RunOptions
+from parcat.parallel.planner import ExecutorKind
+from parcat.policies.specs import make_policy, parse_policy_spec
+from tests.fakes import scripted_mission
+from tests.reliability.helpers import ROOT, shm_blocks
+
+
+def test_low_open_file_limit_gives_a_smaller_plan(tmp_path: Path) -> None:
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "parcat", "plan", "-m", "harvest", "-n", "500", "--jobs",
+           "64", "--format", "json"]
+    plan = subprocess.run(cmd, preexec_fn=limit, env=env, capture_output=True, text=True,
+                          timeout=60, check=True)
+    info = json.loads(plan.stdout)
+    assert info["busy_processes"] < 64
+    assert any("open-file limit" in r for r in info["reasons"])
+    run = subprocess.run(
+        [sys.executable, "-m", "parcat", "eval", "-m", "harvest", "-n", "40", "--jobs", "64",
+         "--set", "max_steps=5", "--executor", "process", "-f", "json"],
+        preexec_fn=limit, env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["status"] == "complete"
+
+
+def _resources() -> tuple[int, int, float, int]:
+    """Open files, worker processes, RSS (MiB) and shared-memory blocks that are ours or
+    leaked (their creator is gone); other programs' blocks do not count."""
+    me = psutil.Process()
+    tree = {me.pid, *(p.pid for p in me.children(recursive=True))}
+    kids = [p for p in me.children(recursive=True)
+            if not any(k in " ".join(p.cmdline()) for k in ("forkserver", "resource_tracker"))]
+    blocks = [b for b in shm_blocks()
+              if int(b.split("_")[1]) in tree or not psutil.pid_exists(int(b.split("_")[1]))]
+    return me.num_fds(), len(kids), me.memory_info().rss / 2**20, len(blocks)
+
+
+def test_soak_2000_episodes_in_one_run() -> None:
+    mission = scripted_mission(max_steps=3)
+    options = RunOptions(jobs=2, executor=ExecutorKind.PROCESS)
+    specs = (parse_policy_spec("random"),)
+    evaluate(EvalConfig((mission,), specs, episodes=4), options)  # start the fork server
+    before = _resources()
+    report = evaluate(EvalConfig((mission,), specs, episodes=2000), options)
+    assert report.status == "complete" and len(report.episodes) == 2000
+    assert [e.episode_index for e in report.episodes] == list(range(2000))
+    fds, kids, _, blocks = _resources()
+    assert (fds, kids, blocks) == (before[0], before[1], before[3])
+
+
+def test_soak_100_runs_in_one_process_stay_flat() -> None:
+    mission = scripted_mission(max_steps=3, agents=2)
+    specs = (parse_policy_spec("random"),)
+    options = RunOptions(jobs=2, parallel_policy=True, policy_strategy="process")
+    samples = []
+    for i in range(100):
+        evaluate(EvalConfig((mission,), specs, episodes=1, seed=i), options)
+        if i in (9, 99):
+            gc.collect()
+            samples.append(_resources())
+    (fds0, kids0, rss0, shm0), (fds1, kids1, rss1, shm1) = samples
+    assert fds1 <= fds0 and kids1 <= kids0 and shm1 <= shm0
+    assert rss1 - rss0 < 20, f"memory grew {rss1 - rss0:.1f} MiB over 90 runs"
+
+
+cli_tokens = st.sampled_from([
+    "eval", "plan", "missions", "show", "list", "-m", "harvest", "nope", "-p", "random", "mlp,",
+    "@", "-n", "0", "-1", "x", "--jobs", "--set", "agents=", "agents=-3", "size=abc",
+    "--format", "xml", "--policy-strategy", "--executor", "ray", "--episode-timeout", "--retries",
+    "--action-timeout-ms", "nan", "--gpus", "--start-method", "fork", "--seed", "1e9",
+])
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tokens=st.lists(cli_tokens, min_size=1, max_size=8))
+def test_fuzzed_command_lines_never_show_a_traceback(
+    capsys: pytest.CaptureFixture[str], tokens: list[str]
+) -> None:
+    args = ["-n", "1", "--set", "max_steps=3", *tokens] if tokens[0] == "eval" else tokens
+    if tokens[0] == "eval":
+        args = ["eval", *args[:4], *tokens[1:]]
+    code = main(args)
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err + out
+    assert code in (0, 1, 2)
+    if code == 2:
+        assert err.startswith("parcat: error: ") or "Usage" in out + err
+
+
+yaml_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.text(max_size=8)),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
+                                                                max_size=3),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=80, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.dictionaries(st.sampled_from(["name", "env", "params", "max_steps", "heuristic",
+                                             "bogus"]), yaml_values, max_size=5))
+def test_fuzzed_mission_yaml_fails_with_mission_error_only(
+    tmp_path_factory: pytest.TempPathFactory, data: dict[str, object]
+) -> None:
+    path = tmp_path_factory.mktemp("m") / "fuzz.yaml"
+    path.write_text(yaml.safe_dump(data))
+    try:
+        load_mission(str(path))
+    except MissionError as exc:
+        assert str(exc) and "\n" not in str(exc)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.text(alphabet="abmlpr,=@:.0123456789/-_ ", max_size=20))
+def test_fuzzed_policy_specs_fail_with_policy_error_only(text: str) -> None:
+    mission = load_mission("harvest")
+    env = mission.make_env()
+    from parcat.policies.base import AgentSpec
+
+    agent = AgentSpec("harvest", "agent_0", 0, env.observation_space("agent_0"),
+                      env.action_space("agent_0"), dict(mission.params))
+    try:
+        make_policy(parse_policy_spec(text), mission, agent)
+    except PolicyError as exc:
+        assert str(exc)
