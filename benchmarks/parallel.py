@@ -1,30 +1,39 @@
 """Parallel eval on this machine: speedups, handoff overhead, auto strategy, memory, start-up.
 
-Five measurements, side by side in one run. Within each, the variants compared are
-interleaved repeat by repeat and the median of the repeats is quoted, because per-core speed
-drifts up to 2x here. Speedups are ratios of those medians.
+Five measurements in one run. Within each, the variants compared are interleaved repeat by
+repeat (the order alternating) and the median of the repeats is quoted, because per-core
+speed drifts up to 2x here; speedups and ratios are ratios of those medians.
 
 1. Episode level: 8 CPU-bound episodes (ScriptedEnv burning ``busy_us`` per step), process
-   executor with 2 workers vs inline. Warm: persistent executors, second and later runs
-   (``make_executor(plan, options).run(tasks)``), pool start excluded. Cold: the whole
-   ``evaluate()`` call (planning, pool start, run, pool shutdown).
+   executor with 2 workers vs inline. Warm: persistent executors built with
+   ``make_executor(plan, options)``, runs after the first (workers already started). Cold:
+   the whole ``evaluate()`` call (planning, worker start, run, worker shutdown).
 2. Agent-level overhead: 2 agents with the ``noop`` policy, ``ProcessStepper(1, spin=True)``
-   vs ``InlineStepper``; the extra time per agent-step handed to the worker. Beside it a
+   vs ``InlineStepper``: the extra time per agent-step handed to the worker. Beside it a
    ``ProcessPoolExecutor.submit().result()`` round trip of a trivial function.
 3. Agent-level speedup: 2 agents with ``mlp`` sized to ~2 ms a step (depth found by timing
-   ``MLPPolicy.step``), ``ProcessStepper(1)`` vs inline.
-4. ``--parallel-policy`` auto strategy vs plain inline on harvest with the random policy (both
-   on the inline executor, so only the agent-level decision differs; auto's calibration is
-   included in its time).
+   ``MLPPolicy.step``), ``ProcessStepper(1, spin=True)`` vs inline.
+4. ``--parallel-policy`` auto strategy vs plain inline on harvest with the random policy, both
+   on the inline executor so only the agent-level decision differs; the whole ``evaluate()``
+   is timed, auto's calibration included.
 5. Resident memory of an episode worker and a policy worker vs a bare
-   ``python -c "import numpy, gymnasium"``; worker start-up, forkserver vs spawn.
+   ``python -c "import numpy, gymnasium"``; worker start-up, forkserver vs spawn. Runs in a
+   fresh ``python -c`` child, so workers do not re-import this script as their ``__main__``
+   and the fork server starts cold there, as in a fresh ``python -m parcat`` run.
 
-    .venv/bin/python benchmarks/parallel.py [--quick] [--repeats N]
+The machine is shared: before each section the script waits (up to ``--settle`` seconds) for
+other processes to go quiet, and it prints the CPU that processes outside its own tree used
+while each section ran. Figures taken under such load are not comparable (spinning handoffs
+in particular collapse when another process takes a core).
+
+    .venv/bin/python benchmarks/parallel.py [--quick] [--repeats N] [--settle SECONDS]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 import multiprocessing as mp
 import statistics
 import subprocess
@@ -42,8 +51,6 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # tests.fakes (ScriptedEnv), in workers too
 
-from tests.fakes import scripted_mission  # noqa: E402
-
 from parcat.evaluate import EvalConfig, evaluate, make_config, make_tasks  # noqa: E402
 from parcat.missions import Mission, load_mission  # noqa: E402
 from parcat.parallel.launch import RunOptions, make_executor, plan_run  # noqa: E402
@@ -55,10 +62,16 @@ from parcat.policies.builtin import MLPPolicy  # noqa: E402
 from parcat.policies.specs import PolicySpec, parse_policy_spec  # noqa: E402
 from parcat.results import EpisodeResult  # noqa: E402
 from parcat.rollout import EpisodeRunner, EpisodeTask  # noqa: E402
+from tests.fakes import scripted_mission  # noqa: E402
 
 RANDOM = parse_policy_spec("random")
 NOOP = parse_policy_spec("noop")
 BARE_CODE = "import sys, numpy, gymnasium; print('ready', flush=True); sys.stdin.read()"
+QUIET_CORES = 0.15
+"""Other processes using less CPU than this (in cores) count as a quiet machine."""
+
+
+# -- reporting ------------------------------------------------------------------------------
 
 
 class Table:
@@ -66,6 +79,7 @@ class Table:
 
     def __init__(self) -> None:
         self.checks: list[tuple[str, bool]] = []
+        self.noisy: list[str] = []
 
     def section(self, title: str, *notes: str) -> None:
         print(f"\n{title}", flush=True)
@@ -75,9 +89,18 @@ class Table:
     def row(self, label: str, value: float, unit: str, target: str = "",
             ok: bool | None = None) -> None:
         verdict = "" if ok is None else ("PASS" if ok else "FAIL")
-        print(f"  {label:<50} {value:>11,.3f} {unit:<6} {target:<10} {verdict}", flush=True)
+        line = f"  {label:<54} {value:>10,.3f} {unit:<8} {target:<8} {verdict}"
+        print(line.rstrip(), flush=True)
         if ok is not None:
             self.checks.append((label, ok))
+
+    def load(self, name: str, monitor: LoadMonitor) -> None:
+        other, steal = monitor.stop()
+        flag = "" if other < QUIET_CORES else "   <-- LOADED: figures above are disturbed"
+        print(f"    [machine during {name}: other processes {other:.2f} cores, "
+              f"steal {steal:.1%}]{flag}", flush=True)
+        if flag:
+            self.noisy.append(name)
 
     def summary(self) -> None:
         passed = sum(ok for _, ok in self.checks)
@@ -85,6 +108,68 @@ class Table:
         for label, ok in self.checks:
             if not ok:
                 print(f"  FAIL: {label}", flush=True)
+        if self.noisy:
+            print(f"  other processes loaded the machine during: {', '.join(self.noisy)}")
+
+
+class LoadMonitor:
+    """CPU used by processes outside this benchmark's process tree, over a time window.
+
+    System-wide busy time minus the CPU of this process and its descendants (workers
+    that ended are counted through their reaper's ``children_*`` times).
+    """
+
+    def __init__(self) -> None:
+        self.start()
+
+    @staticmethod
+    def _tree_cpu() -> float:
+        me = psutil.Process()
+        total = 0.0
+        for process in (me, *me.children(recursive=True)):
+            try:
+                t = process.cpu_times()
+            except psutil.Error:
+                continue
+            total += t.user + t.system + t.children_user + t.children_system
+        return total
+
+    @staticmethod
+    def _system() -> tuple[float, float]:
+        t = psutil.cpu_times()
+        return t.user + t.nice + t.system + t.irq + t.softirq, t.steal
+
+    def start(self) -> None:
+        self.t0 = time.perf_counter()
+        self.busy0, self.steal0 = self._system()
+        self.tree0 = self._tree_cpu()
+
+    def stop(self) -> tuple[float, float]:
+        """(other processes' CPU in cores, steal as a fraction of all CPUs) since start."""
+        wall = max(time.perf_counter() - self.t0, 1e-9)
+        busy, steal = self._system()
+        other = (busy - self.busy0) - (self._tree_cpu() - self.tree0)
+        cpus = psutil.cpu_count() or 1
+        return max(0.0, other / wall), (steal - self.steal0) / wall / cpus
+
+
+def settle(limit_s: float) -> LoadMonitor:
+    """Wait (up to ``limit_s``) for a quiet second; return a monitor started afterwards."""
+    deadline = time.perf_counter() + limit_s
+    while True:
+        monitor = LoadMonitor()
+        if limit_s <= 0:
+            return monitor
+        time.sleep(1.0)
+        other, _ = monitor.stop()
+        if other < QUIET_CORES or time.perf_counter() > deadline:
+            if other >= QUIET_CORES:
+                print(f"\n    [still {other:.2f} cores used by other processes after "
+                      f"{limit_s:.0f} s: measuring anyway]", flush=True)
+            return LoadMonitor()
+
+
+# -- helpers --------------------------------------------------------------------------------
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -98,7 +183,7 @@ def interleave(variants: dict[str, Callable[[], Any]], repeats: int) -> dict[str
     times: dict[str, list[float]] = {name: [] for name in variants}
     names = list(variants)
     for repeat in range(repeats):
-        # alternate the order too, so neither variant always runs first after a switch
+        # alternate the order too, so no variant always runs first after a switch
         order = names if repeat % 2 == 0 else names[::-1]
         for name in order:
             times[name].append(timed(variants[name])[0])
@@ -110,35 +195,40 @@ def med(values: Sequence[float]) -> float:
 
 
 def outcome(results: Sequence[EpisodeResult]) -> list[tuple[int, tuple[float, ...]]]:
-    """What must not depend on where episodes ran (to catch silently failed episodes)."""
+    """What must not depend on where episodes ran (also catches silently failed episodes)."""
     bad = [r for r in results if not r.ok]
     assert not bad, bad[0].error
     return [(r.steps, tuple(a.reward for a in r.agents)) for r in results]
 
 
-# -- 1. episode level ---------------------------------------------------------------------
+def run_episodes(runner: EpisodeRunner, mission: Mission, specs: tuple[PolicySpec, ...],
+                 episodes: int) -> list[EpisodeResult]:
+    return [runner.run(EpisodeTask(mission, specs, 0, i)) for i in range(episodes)]
 
 
-def episode_level(table: Table, repeats: int, quick: bool) -> None:
+# -- 1. episode level -----------------------------------------------------------------------
+
+
+def episode_level(table: Table, repeats: int, quick: bool, settle_s: float) -> None:
     busy_us, steps, episodes = (600, 50, 8) if quick else (600, 100, 8)
     mission = scripted_mission(agents=2, max_steps=steps, busy_us=busy_us)
     config = EvalConfig((mission,), (RANDOM,), episodes=episodes)
     tasks = make_tasks(config)
     seq_options = RunOptions(jobs=1)
     par_options = RunOptions(jobs=2, executor=ExecutorKind.PROCESS)
-    inline = make_executor(plan_run(config.missions, config.policies, len(tasks), seq_options),
-                           seq_options)
+    seq_plan = plan_run(config.missions, config.policies, len(tasks), seq_options)
     par_plan = plan_run(config.missions, config.policies, len(tasks), par_options)
+    monitor = settle(settle_s)
+    inline = make_executor(seq_plan, seq_options)
     pool = make_executor(par_plan, par_options)
     try:
         pool_first, first = timed(lambda: pool.run(tasks))  # starts the workers
         expected = outcome(inline.run(tasks))
         assert outcome(first) == expected, "process results differ from inline"
 
-        def cold_eval(options: RunOptions) -> Callable[[], None]:
+        def cold(options: RunOptions) -> Callable[[], None]:
             def go() -> None:
-                report = evaluate(config, options)
-                assert outcome(report.episodes) == expected
+                assert outcome(evaluate(config, options).episodes) == expected
 
             return go
 
@@ -146,8 +236,8 @@ def episode_level(table: Table, repeats: int, quick: bool) -> None:
             {
                 "inline": lambda: inline.run(tasks),
                 "pool": lambda: pool.run(tasks),
-                "eval1": cold_eval(seq_options),
-                "eval2": cold_eval(par_options),
+                "eval1": cold(seq_options),
+                "eval2": cold(par_options),
             },
             repeats,
         )
@@ -156,38 +246,36 @@ def episode_level(table: Table, repeats: int, quick: bool) -> None:
         pool.close()
     table.section(
         f"1. Episode level: {episodes} episodes of ScriptedEnv(agents=2, {steps} steps, "
-        f"busy_us={busy_us}), random policy; plan {par_plan.executor.value} x "
-        f"{par_plan.episode_workers}",
-        "warm = persistent executor, runs after the first (workers already started); "
-        "cold = whole evaluate() call",
-        "(plan + executor start + run + close: for jobs=2 that forks 2 workers from the "
-        "already-running fork server and joins them)",
+        f"busy_us={busy_us}), random policy; jobs=2 plan: {par_plan.executor.value} "
+        f"executor x {par_plan.episode_workers}",
+        "warm = persistent executor from make_executor(), runs after its first (workers "
+        "already up): the run itself only",
+        "cold = the whole evaluate() call: plan, executor start (jobs=2: 2 workers forked "
+        "from the already-running fork server), run, close",
     )
     t_in, t_pool = med(times["inline"]), med(times["pool"])
     t_e1, t_e2 = med(times["eval1"]), med(times["eval2"])
     table.row("inline executor, warm run", t_in * 1e3, "ms")
-    table.row("process executor jobs=2, warm run", t_pool * 1e3, "ms")
-    table.row("speedup warm (inline / process)", t_in / t_pool, "x", ">= 1.9", t_in / t_pool >= 1.9)
+    table.row("process executor (2 workers), warm run", t_pool * 1e3, "ms")
+    table.row("speedup, warm (inline / process)", t_in / t_pool, "x", ">= 1.9",
+              t_in / t_pool >= 1.9)
     table.row("evaluate(jobs=1), cold", t_e1 * 1e3, "ms")
     table.row("evaluate(jobs=2, executor=process), cold", t_e2 * 1e3, "ms")
-    table.row("speedup cold (incl. pool start/stop)", t_e1 / t_e2, "x")
-    table.row("pool start+stop per evaluate (cold - warm)", (t_e2 - t_pool) * 1e3, "ms")
-    table.row("first run on the new pool (incl. worker start)", pool_first * 1e3, "ms")
+    table.row("speedup, cold (pool start/stop included)", t_e1 / t_e2, "x")
+    table.row("pool start + stop inside evaluate (cold - warm)", (t_e2 - t_pool) * 1e3, "ms")
+    table.row("first run of the persistent pool (incl. start)", pool_first * 1e3, "ms")
     one = statistics.median(r.duration_s for r in first)
-    table.row("one episode (duration_s, in a worker)", one * 1e3, "ms")
+    table.row("one episode (its duration_s in a worker)", one * 1e3, "ms")
+    table.load("section 1", monitor)
 
 
-# -- 2. agent-level handoff overhead ---------------------------------------------------------
+# -- 2. agent-level handoff overhead --------------------------------------------------------
 
 
-def run_episodes(runner: EpisodeRunner, mission: Mission, specs: tuple[PolicySpec, ...],
-                 episodes: int) -> list[EpisodeResult]:
-    return [runner.run(EpisodeTask(mission, specs, 0, i)) for i in range(episodes)]
-
-
-def handoff_overhead(table: Table, repeats: int, quick: bool) -> None:
+def handoff_overhead(table: Table, repeats: int, quick: bool, settle_s: float) -> None:
     steps, episodes, trips = (2000, 2, 200) if quick else (5000, 3, 500)
     mission = scripted_mission(agents=2, max_steps=steps)
+    monitor = settle(settle_s)
     inline = EpisodeRunner(InlineStepper())
     process = EpisodeRunner(ProcessStepper(1, spin=True))
     pool = ProcessPoolExecutor(1, mp_context=mp.get_context("forkserver"))
@@ -216,20 +304,21 @@ def handoff_overhead(table: Table, repeats: int, quick: bool) -> None:
     t_in, t_proc = med(times["inline"]), med(times["process"])
     per_step = (t_proc - t_in) / handed * 1e6
     table.section(
-        f"2. Agent-level overhead: ScriptedEnv(agents=2, {steps} steps) x {episodes} episodes, "
-        "noop policy",
-        "ProcessStepper(1, spin=True): agent 0 steps here, agent 1 in the worker "
-        f"({handed} agent-steps handed per repeat); episode set-up included",
+        f"2. Agent-level overhead: ScriptedEnv(agents=2, {steps} steps) x {episodes} "
+        "episodes a repeat, noop policy",
+        "ProcessStepper(1, spin=True), worker already up: agent 0 steps here, agent 1 in the "
+        f"worker ({handed} agent-steps handed a repeat; episode set-up included)",
     )
     table.row("inline, per env step", t_in / handed * 1e6, "us")
     table.row("process, per env step", t_proc / handed * 1e6, "us")
     table.row("overhead per agent-step handed to the worker", per_step, "us", "<= 10",
               per_step <= 10)
-    table.row("ProcessPoolExecutor submit().result() round trip", med(times["ppe"]) / trips * 1e6,
-              "us")
+    table.row("ProcessPoolExecutor(1) submit().result() round trip",
+              med(times["ppe"]) / trips * 1e6, "us")
+    table.load("section 2", monitor)
 
 
-# -- 3. agent-level speedup -------------------------------------------------------------------
+# -- 3. agent-level speedup -----------------------------------------------------------------
 
 
 def mlp_step_s(width: int, depth: int) -> float:
@@ -246,10 +335,11 @@ def mlp_step_s(width: int, depth: int) -> float:
     return med(samples)
 
 
-def agent_level_speedup(table: Table, repeats: int, quick: bool) -> None:
-    # narrow layers keep both agents' weights in cache (64x64 float32 = 16 KB a layer), so
-    # the step is CPU-bound and neither variant pays for memory bandwidth the other does not
+def agent_level_speedup(table: Table, repeats: int, quick: bool, settle_s: float) -> None:
+    # narrow layers (64x64 float32 = 16 KB) keep both agents' weights in cache in either
+    # variant, so the step is CPU-bound and no variant pays for memory bandwidth alone
     width, probe = 64, 100
+    monitor = settle(settle_s)
     depth = max(10, round(probe * 2e-3 / mlp_step_s(width, probe)))
     step_s = mlp_step_s(width, depth)
     steps = 60 if quick else 150
@@ -272,26 +362,27 @@ def agent_level_speedup(table: Table, repeats: int, quick: bool) -> None:
         process.close()
     t_in, t_proc = med(times["inline"]), med(times["process"])
     table.section(
-        f"3. Agent-level speedup: ScriptedEnv(agents=2, {steps} steps), "
-        f"mlp width={width} depth={depth}",
-        f"MLPPolicy.step timed alone at {step_s * 1e3:.2f} ms; ProcessStepper(1, spin=True) "
-        "vs inline, one episode a repeat (workers already started)",
+        f"3. Agent-level speedup: ScriptedEnv(agents=2, {steps} steps), one episode a "
+        f"repeat, mlp width={width} depth={depth}",
+        f"MLPPolicy.step timed alone: {step_s * 1e3:.2f} ms; ProcessStepper(1, spin=True) "
+        "(worker already up) vs InlineStepper",
     )
     table.row("inline episode", t_in * 1e3, "ms")
     table.row("process episode", t_proc * 1e3, "ms")
     table.row("speedup (inline / process)", t_in / t_proc, "x", ">= 1.8", t_in / t_proc >= 1.8)
+    table.load("section 3", monitor)
 
 
-# -- 4. auto vs inline ------------------------------------------------------------------------
+# -- 4. auto vs inline ----------------------------------------------------------------------
 
 
-def auto_vs_inline(table: Table, repeats: int, quick: bool) -> None:
-    max_steps, episodes = (1000, 4) if quick else (2000, 6)
+def auto_vs_inline(table: Table, repeats: int, quick: bool, settle_s: float) -> None:
+    max_steps, episodes = (2000, 4) if quick else (4000, 6)
     config = make_config(["harvest"], ["random"], episodes=episodes,
                          overrides={"max_steps": max_steps})
     inline_opts = RunOptions(jobs=1, executor=ExecutorKind.INLINE)
     auto_opts = RunOptions(jobs=2, parallel_policy=True, executor=ExecutorKind.INLINE)
-    plans: list[str] = []
+    chosen: set[str] = set()
     agent_steps: list[int] = []
 
     def run(options: RunOptions) -> Callable[[], None]:
@@ -300,30 +391,34 @@ def auto_vs_inline(table: Table, repeats: int, quick: bool) -> None:
             outcome(report.episodes)
             assert report.plan is not None
             if options.parallel_policy:
-                plans.append(f"{report.plan.strategy.value} x {report.plan.policy_workers}")
+                chosen.add(f"{report.plan.strategy.value}, {report.plan.policy_workers} "
+                           "policy workers")
             agent_steps.append(sum(r.steps * len(r.agents) for r in report.episodes))
 
         return go
 
+    monitor = settle(settle_s)
     times = interleave({"inline": run(inline_opts), "auto": run(auto_opts)}, repeats)
-    per_run = agent_steps[0]
-    rate_in = per_run / med(times["inline"])
-    rate_auto = per_run / med(times["auto"])
-    reason = next((r for r in (plan_run(config.missions, config.policies, episodes, auto_opts)
-                               .reasons) if r.startswith("auto")), "?")
+    assert len(set(agent_steps)) == 1
+    rate_in = agent_steps[0] / med(times["inline"])
+    rate_auto = agent_steps[0] / med(times["auto"])
+    plan = plan_run(config.missions, config.policies, episodes, auto_opts)
+    reason = next((r for r in plan.reasons if r.startswith("auto")), "?")
     table.section(
         f"4. auto vs inline: harvest (defaults, max_steps={max_steps}), random policy, "
         f"{episodes} episodes, inline executor; whole evaluate() timed",
-        f"auto chose: {', '.join(sorted(set(plans)))} ({reason})",
+        f"auto chose: {'; '.join(sorted(chosen))} ({reason})",
     )
-    table.row("evaluate(jobs=1) throughput", rate_in / 1e3, "k a-s/s")
-    table.row("evaluate(jobs=2, parallel_policy) throughput", rate_auto / 1e3, "k a-s/s")
-    table.row("run time, inline", med(times["inline"]), "s")
+    table.row("evaluate(jobs=1), run time", med(times["inline"]), "s")
+    table.row("evaluate(jobs=1), throughput", rate_in / 1e3, "k a-st/s")
+    table.row("evaluate(jobs=2, parallel_policy=True), throughput", rate_auto / 1e3,
+              "k a-st/s")
     table.row("throughput ratio (auto / inline)", rate_auto / rate_in, "x", ">= 0.95",
               rate_auto / rate_in >= 0.95)
+    table.load("section 4", monitor)
 
 
-# -- 5. memory and start-up --------------------------------------------------------------------
+# -- 5. memory and start-up (in a fresh child process) --------------------------------------
 
 
 def memory_of(pid: int) -> tuple[float, float]:
@@ -346,16 +441,16 @@ def bare_memory() -> tuple[float, float]:
         child.communicate("")
 
 
-def harvest_task(max_steps: int, agents: int = 4) -> EpisodeTask:
-    mission = load_mission("harvest", {"max_steps": max_steps, "agents": agents})
-    return EpisodeTask(mission, (RANDOM,), 0, 0)
+def harvest_task(max_steps: int) -> EpisodeTask:
+    return EpisodeTask(load_mission("harvest", {"max_steps": max_steps}), (RANDOM,), 0, 0)
 
 
 def episode_worker_probe(method: str, task: EpisodeTask) -> tuple[float, tuple[float, float]]:
-    """Seconds to the first result of a fresh 1-worker ProcessExecutor; its memory after."""
+    """Seconds to the first result of a fresh 1-worker process executor; its memory after."""
     options = RunOptions(jobs=1, executor=ExecutorKind.PROCESS, start_method=method)
+    plan = plan_run((task.mission,), task.policies, 1, options)
     start = time.perf_counter()
-    executor = make_executor(plan_run((task.mission,), task.policies, 1, options), options)
+    executor = make_executor(plan, options)
     try:
         results = executor.run([task])
         elapsed = time.perf_counter() - start
@@ -387,65 +482,89 @@ def inline_first(task: EpisodeTask) -> float:
         runner.close()
 
 
-def memory_and_startup(table: Table, repeats: int, cold_forkserver: float) -> None:
-    tiny = harvest_task(1)
-    real = harvest_task(200)
+def probe_child(repeats: int) -> None:
+    """Section 5's measurements; runs in a fresh ``python -c`` and prints JSON."""
+    tiny, real = harvest_task(1), harvest_task(200)
+    # first thing in this process: starts the fork server too, as a fresh CLI run does
+    cold = episode_worker_probe("forkserver", tiny)[0]
     startup: dict[str, list[float]] = {}
     for _ in range(repeats):
         for method in ("forkserver", "spawn"):
-            startup.setdefault(f"ep {method}", []).append(episode_worker_probe(method, tiny)[0])
-            startup.setdefault(f"pol {method}", []).append(policy_worker_probe(method, tiny)[0])
+            startup.setdefault(f"episode {method}", []).append(
+                episode_worker_probe(method, tiny)[0])
+            startup.setdefault(f"policy {method}", []).append(
+                policy_worker_probe(method, tiny)[0])
         startup.setdefault("inline", []).append(inline_first(tiny))
-    bare = [bare_memory() for _ in range(3)]
-    bare_rss, bare_uss = med([b[0] for b in bare]), med([b[1] for b in bare])
     memory = {
-        f"{kind} {method}": probe(method, real)[1]
+        f"{kind} worker, {method}": probe(method, real)[1]
         for method in ("forkserver", "spawn")
-        for kind, probe in (("episode worker", episode_worker_probe),
-                            ("policy worker", policy_worker_probe))
+        for kind, probe in (("episode", episode_worker_probe), ("policy", policy_worker_probe))
     }
-    table.section(
-        "5. Memory and start-up: workers after one harvest episode (4 agents, random; the "
-        "policy worker hosts 2 of them)",
-        f"bare `python -c \"import numpy, gymnasium\"`: RSS {bare_rss:.1f} MB, "
-        f"USS {bare_uss:.1f} MB (same psutil call)",
+    bare = [bare_memory() for _ in range(3)]
+    print(json.dumps({
+        "cold": cold,
+        "startup": {k: med(v) for k, v in startup.items()},
+        "memory": memory,
+        "bare": [med([b[0] for b in bare]), med([b[1] for b in bare])],
+    }))
+
+
+def memory_and_startup(table: Table, repeats: int, settle_s: float) -> None:
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('parcat_bench_parallel', {str(Path(__file__).resolve())!r})\n"  # noqa: E501
+        "module = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(module)\n"
+        f"module.probe_child({repeats})\n"
     )
-    for name, (rss, uss) in memory.items():
+    monitor = settle(settle_s)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, check=True)
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    bare_rss, bare_uss = data["bare"]
+    startup = data["startup"]
+    table.section(
+        "5. Memory and start-up (fresh `python -c` child): workers after one harvest episode "
+        "(4 agents, random; the policy worker hosts 2 of them)",
+        f"bare `python -c \"import numpy, gymnasium\"`: RSS {bare_rss:.1f} MB, "
+        f"USS {bare_uss:.1f} MB (same psutil call); USS of forkserver workers excludes "
+        "pages shared with the fork server",
+    )
+    for name, (rss, uss) in data["memory"].items():
         table.row(f"{name}: RSS", rss, "MB")
-        table.row(f"{name}: RSS / bare", rss / bare_rss, "x", "<= 1.3", rss / bare_rss <= 1.3)
-        table.row(f"{name}: USS (not shared with the fork server)", uss, "MB")
-    table.row("first run of a fresh executor, forkserver, server cold", cold_forkserver * 1e3,
-              "ms")
-    table.row("  (the first in this process: starts the fork server too)", 0.0, "")
-    offset = med(startup["inline"])
+        table.row(f"{name}: RSS / bare RSS", rss / bare_rss, "x", "<= 1.3", rss / bare_rss <= 1.3)
+        table.row(f"{name}: USS / bare USS ({uss:.1f} MB)", uss / bare_uss, "x")
+    table.row("first ProcessExecutor(1) of a run: + fork server start", data["cold"] * 1e3, "ms")
     for method in ("forkserver", "spawn"):
         table.row(f"fresh ProcessExecutor(1) to first result, {method}",
-                  med(startup[f"ep {method}"]) * 1e3, "ms")
+                  startup[f"episode {method}"] * 1e3, "ms")
+    offset = startup["inline"]
     for method in ("forkserver", "spawn"):
-        table.row(f"ProcessStepper first-episode set-up, {method}",
-                  (med(startup[f"pol {method}"]) - offset) * 1e3, "ms")
-    table.row("  (first 1-step episode minus the same on a fresh inline runner)", offset * 1e3,
-              "ms")
+        table.row(f"ProcessStepper(1) first-episode set-up, {method}",
+                  (startup[f"policy {method}"] - offset) * 1e3, "ms")
+    table.row("  (minus: first 1-step episode on a fresh inline runner)", offset * 1e3, "ms")
+    table.load("section 5", monitor)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="few repeats, small workloads")
     parser.add_argument("--repeats", type=int, default=None, help="interleaved repeats")
+    parser.add_argument("--settle", type=float, default=15.0,
+                        help="seconds to wait for a quiet machine before each section")
     args = parser.parse_args()
     repeats = args.repeats or (3 if args.quick else 7)
+    settle_s = min(args.settle, 3.0) if args.quick else args.settle
     began = time.perf_counter()
-    # before anything else starts the fork server: what a fresh CLI process pays once
-    cold_forkserver = episode_worker_probe("forkserver", harvest_task(1))[0]
     print(f"parcat parallel benchmarks: {psutil.cpu_count()} CPUs, Python "
           f"{sys.version.split()[0]}, {repeats} interleaved repeats, medians"
-          + (" (--quick)" if args.quick else ""))
+          + (" (--quick)" if args.quick else ""), flush=True)
     table = Table()
-    episode_level(table, repeats, args.quick)
-    handoff_overhead(table, repeats + 2, args.quick)
-    agent_level_speedup(table, repeats, args.quick)
-    auto_vs_inline(table, repeats, args.quick)
-    memory_and_startup(table, 2 if args.quick else 3, cold_forkserver)
+    episode_level(table, repeats, args.quick, settle_s)
+    handoff_overhead(table, repeats + 2, args.quick, settle_s)
+    agent_level_speedup(table, repeats, args.quick, settle_s)
+    auto_vs_inline(table, repeats, args.quick, settle_s)
+    memory_and_startup(table, 2 if args.quick else 3, settle_s)
     table.summary()
     print(f"total {time.perf_counter() - began:.0f} s")
 
