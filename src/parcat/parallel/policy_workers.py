@@ -3,8 +3,7 @@
 The episode's process keeps one share of the agents and hands the others to policy
 workers. Each step it writes the workers' observations into shared memory and raises
 their request flags (all dispatched before any is awaited), steps its own agents, then
-waits for the done flags and reads the actions. Waiting spins while the plan allows one
-spinner per core; otherwise both sides park on their pipes.
+waits for the done flags and reads the actions (see :mod:`parcat.parallel.handoff`).
 """
 
 from __future__ import annotations
@@ -13,27 +12,23 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, NoReturn
 
 from parcat.missions import Mission
 from parcat.parallel import procs
-from parcat.parallel.shm import DONE, ERROR, MAIN_PARKED, REQUEST, WORKER_PARKED, Codec, SlotBlock
+from parcat.parallel.handoff import Handoff, WorkerGone
+from parcat.parallel.shm import Codec, SlotBlock
 from parcat.parallel.steppers import STRAGGLER_WAIT_S, InlineStepper, PolicyFailure, Seat
 from parcat.parallel.trace import Tracer, now_us
 from parcat.parallel.worker_main import policy_worker_main
 from parcat.policies.builtin import noop_action
 
 SETUP_TIMEOUT_S = 120.0
-LIVENESS_EVERY_S = 0.05
 # a worker that cannot build a policy which this process could build has an environment
 # problem (the class is not importable there): those agents step inline instead
 FALLBACK_ERRORS = {"ImportError", "ModuleNotFoundError", "AttributeError", "PicklingError"}
-
-
-class WorkerDied(Exception):
-    """A policy worker process ended unexpectedly."""
 
 
 @dataclass
@@ -42,13 +37,13 @@ class _Worker:
     process: BaseProcess
     conn: Connection
     block: SlotBlock | None = None
+    handoff: Handoff | None = None
     layout: list[tuple[Any, Any]] = field(default_factory=list)
     seats: list[Seat] = field(default_factory=list)
-    requested: int = 0
 
     @property
     def busy(self) -> bool:
-        return self.block is not None and int(self.block.header[DONE]) != self.requested
+        return self.handoff is not None and self.handoff.busy
 
 
 class ProcessStepper(InlineStepper):
@@ -60,6 +55,7 @@ class ProcessStepper(InlineStepper):
         action_timeout_s: A worker later than this gets the default action for its agents.
         start_method: ``forkserver`` or ``spawn``.
         blas_threads: BLAS/OpenMP threads in each worker.
+        tracer: Records when each worker computed its agents' steps.
     """
 
     name = "process"
@@ -74,12 +70,11 @@ class ProcessStepper(InlineStepper):
         tracer: Tracer | None = None,
     ) -> None:
         super().__init__()
-        self.tracer = tracer
         self.num_workers = max(1, workers)
         self.spin = spin
         self.timeout = action_timeout_s
-        self.start_method = start_method
         self.blas_threads = blas_threads
+        self.tracer = tracer
         self._workers: list[_Worker] = []
         self._local: list[Any] = []
         self._late: dict[Any, int] = {}
@@ -95,8 +90,7 @@ class ProcessStepper(InlineStepper):
         shares = _split(list(seats), self.num_workers + 1)
         local = list(shares[0])
         for worker, share in zip(self._workers, shares[1:], strict=True):
-            inline = [s for s in share if s.spec.name in self._inline_specs]
-            local += inline
+            local += [s for s in share if s.spec.name in self._inline_specs]
             worker.seats = [s for s in share if s.spec.name not in self._inline_specs]
         for worker in self._workers:
             self._send_episode(worker, mission)
@@ -109,12 +103,16 @@ class ProcessStepper(InlineStepper):
 
     def _ensure_workers(self) -> None:
         for worker in list(self._workers):
-            if worker.busy and not self._drain(worker, STRAGGLER_WAIT_S):
-                self._replace(worker)  # hung on a step of the last episode
-            elif not worker.process.is_alive():
-                self._replace(worker)
-            else:
-                self._discard_stale(worker)
+            if not worker.process.is_alive() or (
+                worker.busy and not self._drain(worker, STRAGGLER_WAIT_S)
+            ):
+                self._replace(worker)  # dead, or hung on a step of the last episode
+                continue
+            if worker.handoff is not None:
+                try:
+                    worker.handoff.discard_messages()
+                except WorkerGone:
+                    self._replace(worker)
         while len(self._workers) < self.num_workers:
             self._workers.append(self._spawn(len(self._workers)))
 
@@ -136,8 +134,8 @@ class ProcessStepper(InlineStepper):
                 worker.block.close()
             codecs = [(Codec.for_space(o), Codec.for_space(a)) for o, a in layout]
             worker.block = SlotBlock(codecs)
+            worker.handoff = Handoff(worker.block.header, worker.conn, worker.process, self.spin)
             worker.layout = layout
-            worker.requested = 0
         try:
             worker.conn.send(("episode", mission, worker.seats, worker.block.name))
         except OSError:
@@ -145,27 +143,25 @@ class ProcessStepper(InlineStepper):
 
     def _await_ready(self, worker: _Worker, mission: Mission) -> list[Seat]:
         """Wait for a worker's set-up; return seats that must step here instead."""
-        reply = self._recv(worker, SETUP_TIMEOUT_S, skip=("done",))
+        reply = self._recv(worker, SETUP_TIMEOUT_S)
         if reply[0] == "ready":
             return []
         _, agent, kind, message, formatted = reply
-        if kind in FALLBACK_ERRORS:
-            moved = worker.seats
-            names = sorted({s.spec.name for s in moved})
-            for name in names:
-                if name not in self._inline_specs:
-                    warnings.warn(
-                        f"policy '{name}' cannot run in a policy worker ({kind}: {message}); "
-                        "stepping it inline",
-                        RuntimeWarning,
-                        stacklevel=2,
-                    )
-            self._inline_specs.update(names)
-            worker.seats = []
-            self._send_episode(worker, mission)
-            self._recv(worker, SETUP_TIMEOUT_S, skip=("done",))
-            return moved
-        raise PolicyFailure(agent, "reset", (kind, message, formatted))
+        if kind not in FALLBACK_ERRORS:
+            raise PolicyFailure(agent, "reset", (kind, message, formatted))
+        moved = worker.seats
+        for name in sorted({s.spec.name for s in moved} - self._inline_specs):
+            warnings.warn(
+                f"policy '{name}' cannot run in a policy worker ({kind}: {message}); "
+                "stepping it inline",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            self._inline_specs.add(name)
+        worker.seats = []
+        self._send_episode(worker, mission)
+        self._recv(worker, SETUP_TIMEOUT_S)
+        return moved
 
     # -- stepping -------------------------------------------------------------------
 
@@ -183,20 +179,18 @@ class ProcessStepper(InlineStepper):
                     agents = ", ".join(str(s.agent.agent_id) for s in worker.seats)
                     self.tracer.span(f"step {agents}", started, now_us(),
                                      lane=f"policy-worker-{worker.index}")
-            else:
-                for seat in worker.seats:
-                    agent_id = seat.agent.agent_id
-                    if agent_id in live_set:
-                        self._late[agent_id] += 1
-                        actions[agent_id] = self._defaults[agent_id]
+                continue
+            for seat in worker.seats:
+                agent_id = seat.agent.agent_id
+                if agent_id in live_set:
+                    self._late[agent_id] += 1
+                    actions[agent_id] = self._defaults[agent_id]
         return {a: actions[a] for a in live}
 
     def _dispatch(self, worker: _Worker, obs: dict[Any, Any], live: set[Any]) -> bool:
-        block = worker.block
-        if block is None or not worker.seats:
-            return False
-        if worker.busy:
-            return False  # still on an earlier, late step
+        block, handoff = worker.block, worker.handoff
+        if block is None or handoff is None or not worker.seats or handoff.busy:
+            return False  # nothing to do, or still on an earlier, late step
         any_live = False
         for seat, slots, (codec, _) in zip(worker.seats, block.agents, block.codecs,
                                            strict=True):
@@ -207,66 +201,26 @@ class ProcessStepper(InlineStepper):
                 any_live = True
             else:
                 slots.live[0] = 0
-        if not any_live:
-            return False
-        worker.requested += 1
-        block.header[REQUEST] = worker.requested
-        if block.header[WORKER_PARKED]:
+        if any_live:
             try:
-                worker.conn.send(("wake",))
-            except OSError:
+                handoff.request()
+            except WorkerGone:
                 self._died(worker)
-        return True
+        return any_live
 
     def _wait_done(self, worker: _Worker, deadline: float | None) -> bool:
         """Wait for the worker's actions; False when the deadline passed first."""
-        block = worker.block
-        assert block is not None
-        header = block.header
-        target = worker.requested
-        if self.spin:
-            check_at = time.perf_counter() + LIVENESS_EVERY_S
-            n = 0
-            while header[DONE] != target:
-                n += 1
-                if n % 256 == 0:
-                    now = time.perf_counter()
-                    if deadline is not None and now > deadline:
-                        return False
-                    if now > check_at:
-                        break  # long step: park rather than burn a core
-        if header[DONE] != target and not self._park_until_done(worker, target, deadline):
-            return False
-        if header[ERROR]:
-            header[ERROR] = 0
-            _, agent, kind, message, formatted = self._recv(worker, 10.0, skip=("done",))
-            raise PolicyFailure(agent, "policy", (kind, message, formatted))
-        return True
-
-    def _park_until_done(self, worker: _Worker, target: int, deadline: float | None) -> bool:
-        block = worker.block
-        assert block is not None
-        header = block.header
-        header[MAIN_PARKED] = 1
+        handoff = worker.handoff
+        assert handoff is not None
         try:
-            while header[DONE] != target:
-                remaining = 1.0 if deadline is None else deadline - time.perf_counter()
-                if remaining <= 0:
-                    return False
-                ready = wait([worker.conn, worker.process.sentinel], min(remaining, 1.0))
-                if worker.conn in ready:
-                    if header[ERROR]:
-                        return True
-                    try:
-                        message = worker.conn.recv()
-                    except (EOFError, OSError):
-                        self._died(worker)
-                    if message[0] != "done":
-                        raise PolicyFailure(None, "policy", ("WorkerError", str(message), ""))
-                elif ready and not worker.process.is_alive():
-                    self._died(worker)
-        finally:
-            header[MAIN_PARKED] = 0
+            if not handoff.wait_done(deadline):
+                return False
+        except WorkerGone:
+            self._died(worker)
+        if handoff.failed:
+            handoff.clear_error()
+            _, agent, kind, message, formatted = self._recv(worker, 10.0)
+            raise PolicyFailure(agent, "policy", (kind, message, formatted))
         return True
 
     def _collect(self, worker: _Worker, live: set[Any], actions: dict[Any, Any]) -> None:
@@ -277,50 +231,24 @@ class ProcessStepper(InlineStepper):
             if seat.agent.agent_id in live:
                 actions[seat.agent.agent_id] = codec.read(slots.action)
 
-    def _recv(self, worker: _Worker, timeout: float, skip: tuple[str, ...] = ()) -> Any:
-        end = time.perf_counter() + timeout
-        while True:
-            remaining = end - time.perf_counter()
-            if remaining <= 0:
-                raise PolicyFailure(
-                    worker.seats[0].agent.agent_id if worker.seats else None,
-                    "policy",
-                    ("WorkerError", f"policy worker {worker.index} did not answer in "
-                     f"{timeout:.0f} s", ""),
-                )
-            ready = wait([worker.conn, worker.process.sentinel], remaining)
-            if worker.conn in ready:
-                try:
-                    message = worker.conn.recv()
-                except (EOFError, OSError):
-                    self._died(worker)
-                if message[0] not in skip:
-                    return message
-            elif ready:
-                self._died(worker)
+    def _recv(self, worker: _Worker, timeout: float) -> Any:
+        handoff = worker.handoff
+        assert handoff is not None
+        try:
+            return handoff.recv(timeout)
+        except WorkerGone:
+            self._died(worker)
 
     def _died(self, worker: _Worker) -> NoReturn:
-        worker.process.join(1.0)
+        how = worker.handoff.describe() if worker.handoff else "died"
         agent = worker.seats[0].agent.agent_id if worker.seats else None
-        how = procs.describe_exit(worker.process)
         raise PolicyFailure(
-            agent, "policy", ("WorkerError", f"policy worker {worker.index} died ({how})", "")
+            agent, "policy", ("WorkerError", f"policy worker {worker.index} {how}", "")
         )
 
     def late_actions(self) -> dict[Any, int]:
         """Late steps per agent in this episode."""
         return dict(self._late)
-
-    def _discard_stale(self, worker: _Worker) -> None:
-        """Forget what the last episode left behind (an error nobody collected, wake-ups)."""
-        try:
-            while worker.conn.poll():
-                worker.conn.recv()
-        except (EOFError, OSError):
-            self._replace(worker)
-            return
-        if worker.block is not None:
-            worker.block.header[ERROR] = 0
 
     def _drain(self, worker: _Worker, timeout: float) -> bool:
         end = time.perf_counter() + timeout
@@ -337,6 +265,7 @@ class ProcessStepper(InlineStepper):
         if worker.block is not None:
             worker.block.close()
             worker.block = None
+            worker.handoff = None
 
     def close(self) -> None:
         """Stop every worker and free the shared memory."""

@@ -11,23 +11,17 @@ from __future__ import annotations
 import contextlib
 import pickle
 import sys
-import time
 import traceback
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
 from parcat.missions import Mission
+from parcat.parallel.handoff import Serving
 from parcat.parallel.procs import become_worker
 from parcat.parallel.resources import limit_blas_threads
-from parcat.parallel.shm import DONE, ERROR, MAIN_PARKED, REQUEST, WORKER_PARKED, Codec, SlotBlock
+from parcat.parallel.shm import Codec, SlotBlock
 from parcat.parallel.steppers import PolicyCache, Seat
-
-SPIN_S = 0.02
-"""How long an idle policy worker spins before it parks on its pipe."""
-POLL_EVERY = 1024
-"""Spin iterations between two looks at the pipe (a dead parent, a message)."""
-PARK_POLL_S = 1.0
 
 
 class _PolicyHost:
@@ -36,16 +30,16 @@ class _PolicyHost:
         self.spin = spin
         self.cache = PolicyCache()
         self.block: SlotBlock | None = None
+        self.serving: Serving | None = None
         self.step_fns: list[Any] = []
         self.agent_ids: list[Any] = []
         self.obs_codecs: list[Codec] = []
         self.act_codecs: list[Codec] = []
-        self.last_request = 0
 
     def serve(self) -> None:
         while True:
-            if self._wait_for_request():
-                self._step()
+            if self.serving is not None and self.serving.wait_request():
+                self._step(self.serving)
                 continue
             message = self.conn.recv()
             kind = message[0]
@@ -53,32 +47,6 @@ class _PolicyHost:
                 return
             if kind == "episode":
                 self._start_episode(message[1], message[2], message[3])
-
-    def _wait_for_request(self) -> bool:
-        """True when a step is requested, False when a message waits on the pipe."""
-        block = self.block
-        if block is None:
-            return False
-        header = block.header
-        last = self.last_request
-        if self.spin:
-            end = time.perf_counter() + SPIN_S
-            n = 0
-            while True:
-                if header[REQUEST] != last:
-                    return True
-                n += 1
-                if n % POLL_EVERY == 0 and (self.conn.poll() or time.perf_counter() > end):
-                    break
-        header[WORKER_PARKED] = 1
-        try:
-            while True:
-                if header[REQUEST] != last:
-                    return True
-                if self.conn.poll(PARK_POLL_S):
-                    return False
-        finally:
-            header[WORKER_PARKED] = 0
 
     def _start_episode(self, mission: Mission, seats: Sequence[Seat], block_name: str) -> None:
         try:
@@ -88,12 +56,12 @@ class _PolicyHost:
                 codecs = [(Codec.for_space(s.agent.observation_space),
                            Codec.for_space(s.agent.action_space)) for s in seats]
                 self.block = SlotBlock(codecs, name=block_name, create=False)
+                self.serving = Serving(self.block.header, self.conn, self.spin)
             self.obs_codecs = [c[0] for c in self.block.codecs]
             self.act_codecs = [c[1] for c in self.block.codecs]
             policies = self.cache.reset(mission, seats)
             self.agent_ids = [s.agent.agent_id for s in seats]
             self.step_fns = [policies[a].step for a in self.agent_ids]
-            self.last_request = int(self.block.header[REQUEST])
         except BaseException as exc:
             cause = exc.__cause__ if exc.__cause__ is not None else exc
             agent = getattr(exc, "agent", None)
@@ -101,12 +69,10 @@ class _PolicyHost:
             return
         self.conn.send(("ready",))
 
-    def _step(self) -> None:
+    def _step(self, serving: Serving) -> None:
         block = self.block
         assert block is not None
-        header = block.header
-        request = int(header[REQUEST])
-        self.last_request = request
+        request = serving.take()
         agent_id = None
         try:
             for i, slots in enumerate(block.agents):
@@ -115,11 +81,9 @@ class _PolicyHost:
                     action = self.step_fns[i](self.obs_codecs[i].read(slots.obs))
                     self.act_codecs[i].write(slots.action, action)
         except Exception as exc:
-            self.conn.send(("error", agent_id, *_describe(exc)))
-            header[ERROR] = 1
-        header[DONE] = request
-        if header[MAIN_PARKED]:
-            self.conn.send(("done",))
+            serving.finish(request, (agent_id, *_describe(exc)))
+            return
+        serving.finish(request)
 
     def close(self) -> None:
         if self.block is not None:
