@@ -83,7 +83,7 @@ class AgentSlots:
 
 
 class SlotBlock:
-    """A shared-memory block laid out for a list of (observation, action) codecs.
+    """Per-agent observation and action slots, laid out in an :class:`ArrayBlock`.
 
     The creator owns the block and unlinks it on :meth:`close`; a worker attaches by name.
     """
@@ -92,65 +92,29 @@ class SlotBlock:
         self, codecs: list[tuple[Codec, Codec]], name: str | None = None, create: bool = True
     ) -> None:
         self.codecs = codecs
-        offsets, size = _layout(codecs)
-        if create:
-            self.shm = shared_memory.SharedMemory(
-                name=f"{PREFIX}{os.getpid()}_{secrets.token_hex(6)}", create=True,
-                size=max(size, ALIGN),
-            )
-        else:
-            assert name is not None
-            # The creator owns the block. On Python < 3.13 attaching registers it with the
-            # resource tracker too, which then unlinks it (or complains) when we exit.
-            register = resource_tracker.register
-            resource_tracker.register = lambda *args, **kwargs: None
-            try:
-                self.shm = shared_memory.SharedMemory(name=name)
-            finally:
-                resource_tracker.register = register
-        self.owner = create
-        buf = self.shm.buf
-        self.header = np.ndarray((HEADER_SLOTS,), np.int64, buf, 0)
-        if create:
-            self.header[:] = 0
-        self.agents: list[AgentSlots] = []
-        for (obs_codec, act_codec), (live_at, obs_at, act_at) in zip(codecs, offsets,
-                                                                      strict=True):
-            self.agents.append(
-                AgentSlots(
-                    live=np.ndarray((1,), np.uint8, buf, live_at),
-                    obs=np.ndarray(obs_codec.shape, obs_codec.dtype, buf, obs_at),
-                    action=np.ndarray(act_codec.shape, act_codec.dtype, buf, act_at),
-                )
-            )
+        specs: dict[str, tuple[tuple[int, ...], Any]] = {}
+        for i, (obs_codec, act_codec) in enumerate(codecs):
+            specs[f"live{i}"] = ((1,), np.uint8)
+            specs[f"obs{i}"] = (obs_codec.shape, obs_codec.dtype)
+            specs[f"act{i}"] = (act_codec.shape, act_codec.dtype)
+        self.block = ArrayBlock(specs, name=None if create else name)
+        self.header = self.block.header
+        arrays = self.block.arrays
+        self.agents = [
+            AgentSlots(arrays[f"live{i}"], arrays[f"obs{i}"], arrays[f"act{i}"])
+            for i in range(len(codecs))
+        ]
 
     @property
     def name(self) -> str:
         """The block's name, for workers to attach."""
-        return self.shm.name
+        return self.block.name
 
     def close(self) -> None:
-        """Drop the views, close the mapping, and unlink it if this process created it."""
-        self.header = np.empty(0, np.int64)
+        """Close (and, for the creator, unlink) the block."""
         self.agents = []
-        with contextlib.suppress(BufferError, OSError):
-            self.shm.close()
-        if self.owner:
-            with contextlib.suppress(FileNotFoundError):
-                self.shm.unlink()
-            self.owner = False
-
-
-def _layout(codecs: list[tuple[Codec, Codec]]) -> tuple[list[tuple[int, int, int]], int]:
-    offset = HEADER_SLOTS * 8
-    offsets = []
-    for obs_codec, act_codec in codecs:
-        live_at = _align(offset)
-        obs_at = _align(live_at + 1)
-        act_at = _align(obs_at + obs_codec.nbytes)
-        offset = act_at + act_codec.nbytes
-        offsets.append((live_at, obs_at, act_at))
-    return offsets, _align(offset)
+        self.header = np.empty(0, np.int64)
+        self.block.close()
 
 
 def _align(n: int) -> int:
@@ -176,3 +140,54 @@ def remove_stale_blocks(folder: str = "/dev/shm") -> list[str]:
     return removed
 
 
+
+
+class ArrayBlock:
+    """Named numpy arrays laid out in one shared-memory block (after a handoff header).
+
+    Args:
+        specs: ``name -> (shape, dtype)`` in a fixed order.
+        name: The block to attach to; ``None`` creates a new one (this process owns it).
+    """
+
+    def __init__(self, specs: dict[str, tuple[tuple[int, ...], Any]],
+                 name: str | None = None) -> None:
+        self.specs = specs
+        offsets, size = {}, _align(HEADER_SLOTS * 8)
+        for key, (shape, dtype) in specs.items():
+            offsets[key] = size
+            size = _align(size + int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
+        self.owner = name is None
+        if name is None:
+            self.shm = shared_memory.SharedMemory(
+                name=f"{PREFIX}{os.getpid()}_{secrets.token_hex(6)}", create=True, size=size
+            )
+        else:
+            register = resource_tracker.register
+            resource_tracker.register = lambda *args, **kwargs: None
+            try:
+                self.shm = shared_memory.SharedMemory(name=name)
+            finally:
+                resource_tracker.register = register
+        buf = self.shm.buf
+        self.header = np.ndarray((HEADER_SLOTS,), np.int64, buf, 0)
+        if self.owner:
+            self.header[:] = 0
+        self.arrays = {key: np.ndarray(shape, dtype, buf, offsets[key])
+                       for key, (shape, dtype) in specs.items()}
+
+    @property
+    def name(self) -> str:
+        """The block's name, for workers to attach."""
+        return self.shm.name
+
+    def close(self) -> None:
+        """Drop the views, close the mapping, and unlink it if this process created it."""
+        self.header = np.empty(0, np.int64)
+        self.arrays = {}
+        with contextlib.suppress(BufferError, OSError):
+            self.shm.close()
+        if self.owner:
+            with contextlib.suppress(FileNotFoundError):
+                self.shm.unlink()
+            self.owner = False

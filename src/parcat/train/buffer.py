@@ -1,0 +1,220 @@
+"""The replay buffer: a ring of transitions that a learner samples uniformly from its own seed.
+
+Observations are float32, actions int64, rewards float32 and ``terminated`` bool. Storage
+grows by doubling up to ``capacity``, so a buffer that never fills costs only what it holds;
+once full, each new transition overwrites the oldest.
+
+For asynchronous learning the trainer trains on a :meth:`ReplayBuffer.snapshot`
+(copy-on-train): ``add_batch`` and ``snapshot`` hold the buffer's lock, so actors may keep
+adding while a training thread samples its own copy.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from parcat.errors import CheckpointError, ConfigError
+from parcat.train.learner import decode_rng, encode_rng
+
+FIELDS = ("obs", "actions", "rewards", "next_obs", "terminated")
+"""Names of the arrays of a transition batch, in ``add_batch`` order."""
+
+_MIN_ROWS = 1024
+
+
+class ReplayBuffer:
+    """A seeded ring buffer of transitions.
+
+    Args:
+        capacity: Most transitions kept; older ones are overwritten.
+        obs_shape: Shape of one observation (an int for flat observations).
+        seed: Seed of the generator that :meth:`sample` draws indices from.
+
+    Raises:
+        ConfigError: ``capacity`` is not an integer >= 1.
+    """
+
+    def __init__(self, capacity: int, obs_shape: int | tuple[int, ...], seed: int = 0) -> None:
+        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
+            raise ConfigError(
+                f"replay buffer: 'capacity' must be an integer >= 1, got {capacity!r}"
+            )
+        self.capacity = capacity
+        self.obs_shape = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
+        self.rng = np.random.default_rng(seed)
+        """The sampling generator; part of the buffer's state."""
+        self._pos = 0
+        self._size = 0
+        self._data = self._allocate(0)
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of storage allocated now."""
+        return sum(array.nbytes for array in self._data.values())
+
+    @property
+    def bytes_per_transition(self) -> int:
+        """Bytes one stored transition takes (times 1e6 for the memory of 1M transitions)."""
+        return sum(array.itemsize * int(np.prod(array.shape[1:])) for array in self._data.values())
+
+    def add_batch(
+        self,
+        obs: np.ndarray,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        next_obs: np.ndarray,
+        terminated: np.ndarray,
+    ) -> None:
+        """Append a batch of transitions, each array with a leading batch dimension.
+
+        Raises:
+            ValueError: the arrays disagree on the batch size or an observation's shape.
+        """
+        batch = self._as_batch(obs, actions, rewards, next_obs, terminated)
+        n = len(batch["actions"])
+        if n == 0:
+            return
+        with self._lock:
+            keep = min(n, self.capacity)
+            self._grow(min(self.capacity, self._size + n))
+            start = (self._pos + n - keep) % self.capacity
+            for key, values in batch.items():
+                _write_ring(self._data[key], start, values[n - keep :])
+            self._pos = (self._pos + n) % self.capacity
+            self._size = min(self.capacity, self._size + n)
+
+    def sample(self, batch_size: int) -> dict[str, np.ndarray]:
+        """Draw ``batch_size`` transitions uniformly, with replacement.
+
+        Returns:
+            Fresh arrays keyed by :data:`FIELDS`.
+
+        Raises:
+            ValueError: the buffer is empty.
+        """
+        if self._size == 0:
+            raise ValueError("cannot sample from an empty replay buffer; add transitions first")
+        index = self.rng.integers(0, self._size, size=batch_size)
+        return {key: array.take(index, axis=0) for key, array in self._data.items()}
+
+    def snapshot(self) -> ReplayBuffer:
+        """An independent copy: its contents and its generator state, nothing shared."""
+        with self._lock:
+            twin = copy.copy(self)  # a new lock, via __getstate__ / __setstate__
+            twin._data = {key: array[: self._size].copy() for key, array in self._data.items()}
+            twin.rng = copy.deepcopy(self.rng)
+        return twin
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The contents, ring position, capacity and generator state as named arrays."""
+        with self._lock:
+            arrays = {key: array[: self._size].copy() for key, array in self._data.items()}
+            arrays["pos"] = np.array(self._pos, dtype=np.int64)
+        arrays["capacity"] = np.array(self.capacity, dtype=np.int64)
+        arrays["rng"] = encode_rng(self.rng)
+        return arrays
+
+    def load_state_dict(self, arrays: Mapping[str, np.ndarray], prefix: str = "") -> None:
+        """Restore what :meth:`state_dict` returned.
+
+        Args:
+            arrays: The saved arrays.
+            prefix: Prefix of the keys in ``arrays``, for a buffer saved inside a learner's
+                state; error messages name the full key.
+
+        Raises:
+            CheckpointError: a key is missing, or a shape or the capacity does not match.
+        """
+        capacity = int(_get(arrays, prefix, "capacity"))
+        if capacity != self.capacity:
+            raise CheckpointError(
+                f"array '{prefix}capacity' is {capacity}, but this buffer holds {self.capacity}; "
+                "build the learner with the buffer size it was saved with"
+            )
+        size, pos = len(_get(arrays, prefix, "actions")), int(_get(arrays, prefix, "pos"))
+        if size > capacity or not 0 <= pos < capacity or (size < capacity and pos != size):
+            raise CheckpointError(
+                f"arrays '{prefix}actions' ({size} rows) and '{prefix}pos' ({pos}) do not "
+                f"describe a ring of capacity {capacity}; the state is corrupt"
+            )
+        data = self._allocate(size)
+        for key, target in data.items():
+            value = _get(arrays, prefix, key)
+            if value.shape != target.shape:
+                raise CheckpointError(
+                    f"array '{prefix}{key}' expected shape {target.shape}, got {value.shape}"
+                )
+            target[...] = value
+        rng = decode_rng(_get(arrays, prefix, "rng"), f"{prefix}rng")
+        with self._lock:
+            self._data, self._size, self._pos, self.rng = data, size, pos, rng
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def _allocate(self, rows: int) -> dict[str, np.ndarray]:
+        return {
+            "obs": np.zeros((rows, *self.obs_shape), dtype=np.float32),
+            "actions": np.zeros(rows, dtype=np.int64),
+            "rewards": np.zeros(rows, dtype=np.float32),
+            "next_obs": np.zeros((rows, *self.obs_shape), dtype=np.float32),
+            "terminated": np.zeros(rows, dtype=bool),
+        }
+
+    def _grow(self, needed: int) -> None:
+        rows = len(self._data["actions"])
+        if needed <= rows:
+            return
+        # until the ring wraps, rows [0, size) are exactly the stored transitions
+        bigger = self._allocate(min(self.capacity, max(needed, 2 * rows, _MIN_ROWS)))
+        for key, array in self._data.items():
+            bigger[key][: self._size] = array[: self._size]
+        self._data = bigger
+
+    def _as_batch(self, *arrays: Any) -> dict[str, np.ndarray]:
+        dtypes = (np.float32, np.int64, np.float32, np.float32, np.bool_)
+        batch: dict[str, np.ndarray] = {
+            key: np.asarray(value, dtype=dtype)
+            for key, value, dtype in zip(FIELDS, arrays, dtypes, strict=True)
+        }
+        if batch["actions"].ndim != 1:
+            raise ValueError(
+                f"replay buffer: 'actions' expected shape (batch,), got {batch['actions'].shape}"
+            )
+        n = len(batch["actions"])
+        expected = {"obs": (n, *self.obs_shape), "next_obs": (n, *self.obs_shape)}
+        for key, value in batch.items():
+            shape = expected.get(key, (n,))
+            if value.shape != shape:
+                raise ValueError(
+                    f"replay buffer: '{key}' expected shape {shape} (from {n} actions), "
+                    f"got {value.shape}"
+                )
+        return batch
+
+
+def _write_ring(target: np.ndarray, start: int, values: np.ndarray) -> None:
+    first = min(len(values), len(target) - start)
+    target[start : start + first] = values[:first]
+    target[: len(values) - first] = values[first:]
+
+
+def _get(arrays: Mapping[str, np.ndarray], prefix: str, key: str) -> np.ndarray:
+    if prefix + key not in arrays:
+        raise CheckpointError(f"array '{prefix}{key}' is missing from the learner state")
+    return np.asarray(arrays[prefix + key])
