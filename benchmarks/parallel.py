@@ -435,7 +435,7 @@ def agent_level_speedup(table: Table, repeats: int, quick: bool, settle_s: float
 
 
 def auto_vs_inline(table: Table, repeats: int, quick: bool, settle_s: float) -> None:
-    max_steps, episodes = (2000, 4) if quick else (4000, 6)
+    max_steps, episodes = (2000, 4) if quick else (4000, 8)
     config = make_config(["harvest"], ["random"], episodes=episodes,
                          overrides={"max_steps": max_steps})
     inline_opts = RunOptions(jobs=1, executor=ExecutorKind.INLINE)

@@ -33,6 +33,7 @@ RUN_FORMAT = "parcat.run"
 VERSION = 1
 MANIFEST = "manifest.json"
 ARRAYS = "arrays.npz"
+STATE = "state.npz"
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,9 @@ class PolicyCheckpoint:
     """What ``load_state_dict`` receives."""
     meta: Mapping[str, Any] = field(default_factory=dict)
     """Anything else worth keeping: mission, agent id, spaces, epoch, seed."""
+    state: Mapping[str, np.ndarray] = field(default_factory=dict)
+    """Training state to continue from (optimizer, buffer, counters), in ``state.npz``;
+    read only by ``parcat train --resume`` (:func:`load_state`)."""
 
 
 def save_policy(path: str | Path, checkpoint: PolicyCheckpoint) -> Path:
@@ -63,6 +67,9 @@ def save_policy(path: str | Path, checkpoint: PolicyCheckpoint) -> Path:
     def write(tmp: Path) -> None:
         arrays: dict[str, Any] = {k: np.asarray(v) for k, v in checkpoint.arrays.items()}
         np.savez(tmp / ARRAYS, **arrays)
+        if checkpoint.state:
+            state: dict[str, Any] = {k: np.asarray(v) for k, v in checkpoint.state.items()}
+            np.savez(tmp / STATE, **state)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
 
     _write_dir_atomically(path, write)
@@ -70,13 +77,26 @@ def save_policy(path: str | Path, checkpoint: PolicyCheckpoint) -> Path:
 
 
 def save_run(
-    path: str | Path, agents: Mapping[str, PolicyCheckpoint], meta: Mapping[str, Any]
+    path: str | Path,
+    agents: Mapping[str, PolicyCheckpoint],
+    meta: Mapping[str, Any],
+    keep: tuple[str, ...] = (),
 ) -> Path:
-    """Write a run checkpoint (one policy directory per agent) atomically."""
+    """Write a run checkpoint (one policy directory per agent) atomically.
+
+    Args:
+        path: The run directory; replaced as a whole.
+        agents: Each agent's policy (and training state).
+        meta: Written into the run's manifest.
+        keep: Files of the old directory carried into the new one (e.g. the metrics log).
+    """
     path = Path(path)
     names = {agent_id: _dir_name(agent_id) for agent_id in agents}
 
     def write(tmp: Path) -> None:
+        for name in keep:
+            if (path / name).is_file():
+                shutil.copy2(path / name, tmp / name)
         for agent_id, checkpoint in agents.items():
             save_policy(tmp / names[agent_id], checkpoint)
         manifest = {"format": RUN_FORMAT, "version": VERSION, "agents": names, **dict(meta)}
@@ -125,6 +145,18 @@ def load_policy(path: str | Path) -> PolicyCheckpoint:
         raise CheckpointError(f"checkpoint '{path}': cannot read {ARRAYS}: {exc}") from exc
     meta = {k: v for k, v in manifest.items() if k not in ("policy", "kwargs")}
     return PolicyCheckpoint(manifest["policy"], manifest.get("kwargs", {}), arrays, meta)
+
+
+def load_state(path: str | Path) -> dict[str, np.ndarray]:
+    """The training state saved beside one agent's policy (empty if there is none)."""
+    file = Path(path) / STATE
+    if not file.is_file():
+        return {}
+    try:
+        with np.load(file) as data:
+            return {key: data[key] for key in data.files}
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint '{path}': cannot read {STATE}: {exc}") from exc
 
 
 def load_run(path: str | Path) -> tuple[dict[str, PolicyCheckpoint], dict[str, Any]]:

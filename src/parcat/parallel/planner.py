@@ -222,3 +222,47 @@ def _auto_strategy(workload: Workload, spare: int, reasons: list[str]) -> Policy
     why = "no job left" if spare < 1 else f"a policy step costs only {cost * 1e6:.1f} us"
     reasons.append(f"auto: {why}: inline")
     return PolicyStrategy.INLINE
+
+
+@dataclass(frozen=True)
+class TrainPlan:
+    """How ``parcat train`` splits ``--jobs`` between collection and learning."""
+
+    env_workers: int
+    """Environment worker processes (0: environments step in the trainer's process)."""
+    train_workers: int
+    """Agents trained at the same time (threads; 1 means one after the other)."""
+    spin: bool
+    """Whether environment workers spin (only when they and the trainer fit the cores)."""
+    reasons: tuple[str, ...] = ()
+    """Why, one sentence per decision."""
+
+
+def make_train_plan(
+    jobs: int, cpus: int, agents: int, asynchronous: bool, parallel_training: bool
+) -> TrainPlan:
+    """Split ``jobs`` between environment workers and training.
+
+    The trainer's own process computes actions and (in sync mode) trains between
+    collections, so it counts as one job; an async learning thread needs a job of its own,
+    as does every agent trained concurrently beyond the first.
+    """
+    if jobs < 1 or cpus < 1 or agents < 1:
+        raise ValueError("jobs, cpus and agents must be >= 1")
+    reasons = ["the trainer's process acts for every agent: 1 job"]
+    left = jobs - 1
+    train_workers = 1
+    if asynchronous and left > 0:
+        left -= 1
+        reasons.append("async: the learning thread trains while collection goes on: 1 job")
+    if parallel_training:
+        train_workers = max(1, min(agents, left + 1))
+        left -= train_workers - 1
+        reasons.append(f"--parallel-training: {train_workers} agent(s) trained at once")
+    env_workers = max(0, left)
+    if env_workers == 0:
+        reasons.append("no job left for environment workers: environments step in-process")
+    else:
+        reasons.append(f"{env_workers} environment worker(s) with the remaining jobs")
+    spin = env_workers + 1 <= cpus
+    return TrainPlan(env_workers, train_workers, spin, tuple(reasons))

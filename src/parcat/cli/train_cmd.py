@@ -1,0 +1,178 @@
+"""``parcat train``: collect experience in environment workers, train one learner per agent."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from parcat.cli.common import EXIT_INTERRUPTED, OutputFormat, print_json, user_errors
+from parcat.cli.render import list_table, progress_bar, stderr_console, stdout_console
+from parcat.missions import parse_overrides
+from parcat.parallel.planner import make_train_plan
+from parcat.parallel.resources import available_cpus
+from parcat.train.config import LearningMode, load_train_config
+from parcat.train.trainer import EpochStats, Trainer
+
+MissionOpt = Annotated[
+    str | None, typer.Option("--mission", "-m", help="Mission name or YAML path.")
+]
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", "-c", help="Train YAML (configs/train.yaml).")
+]
+OverridesOpt = Annotated[
+    list[str] | None, typer.Option("--set", help="Mission parameter KEY=VALUE.")
+]
+EpochsOpt = Annotated[int | None, typer.Option(help="Collect-then-learn rounds.")]
+StepsPerEpochOpt = Annotated[int | None, typer.Option(help="Vector steps per epoch.")]
+JobsOpt = Annotated[
+    int | None, typer.Option("--jobs", "-j", help="Budget split between env workers and training.")
+]
+EnvWorkersOpt = Annotated[
+    int | None, typer.Option(help="Environment worker processes (0: in-process).")
+]
+EnvsPerWorkerOpt = Annotated[int | None, typer.Option(help="Environments per worker.")]
+ModeOpt = Annotated[LearningMode | None, typer.Option(help="sync (reference) or async.")]
+TrainIntervalOpt = Annotated[int | None, typer.Option(help="Async: train every N epochs.")]
+TrainStepsOpt = Annotated[int | None, typer.Option(help="Gradient updates per agent per round.")]
+ParallelTrainingOpt = Annotated[
+    bool | None,
+    typer.Option("--parallel-training/--no-parallel-training", help="Train agents concurrently."),
+]
+SharedLearnerOpt = Annotated[
+    bool | None, typer.Option("--shared-learner/--independent", help="One learner for all agents.")
+]
+SeedOpt = Annotated[int | None, typer.Option(help="Run seed.")]
+CheckpointEveryOpt = Annotated[int | None, typer.Option(help="Checkpoint every N epochs.")]
+RunDirOpt = Annotated[str | None, typer.Option(help="Run directory (default runs/<mission>).")]
+MetricsFormatOpt = Annotated[str | None, typer.Option(help="jsonl or csv.")]
+InitFromOpt = Annotated[str | None, typer.Option(help="Start from this checkpoint's weights.")]
+ResumeOpt = Annotated[
+    bool, typer.Option("--resume", help="Continue from the run directory's checkpoint.")
+]
+RenderOpt = Annotated[
+    bool | None, typer.Option("--render", help="Show one environment; runs in one process.")
+]
+FmtOpt = Annotated[OutputFormat, typer.Option("--format", "-f", help="Summary format.")]
+
+
+def train_command(
+    mission: MissionOpt = None,
+    config: ConfigOpt = None,
+    overrides: OverridesOpt = None,
+    epochs: EpochsOpt = None,
+    steps_per_epoch: StepsPerEpochOpt = None,
+    jobs: JobsOpt = None,
+    env_workers: EnvWorkersOpt = None,
+    envs_per_worker: EnvsPerWorkerOpt = None,
+    mode: ModeOpt = None,
+    train_interval: TrainIntervalOpt = None,
+    train_steps: TrainStepsOpt = None,
+    parallel_training: ParallelTrainingOpt = None,
+    shared_learner: SharedLearnerOpt = None,
+    seed: SeedOpt = None,
+    checkpoint_every: CheckpointEveryOpt = None,
+    run_dir: RunDirOpt = None,
+    metrics_format: MetricsFormatOpt = None,
+    init_from: InitFromOpt = None,
+    resume: ResumeOpt = False,
+    render: RenderOpt = None,
+    fmt: FmtOpt = OutputFormat.TABLE,
+) -> None:
+    """Train one independent learner per agent; checkpoints load with `parcat eval -p RUN`."""
+    flags: dict[str, Any] = {
+        "mission": mission,
+        "epochs": epochs,
+        "steps_per_epoch": steps_per_epoch,
+        "env_workers": env_workers,
+        "envs_per_worker": envs_per_worker,
+        "mode": mode.value if mode else None,
+        "train_interval": train_interval,
+        "train_steps": train_steps,
+        "parallel_training": parallel_training,
+        "shared_learner": shared_learner,
+        "seed": seed,
+        "checkpoint_every": checkpoint_every,
+        "run_dir": run_dir,
+        "metrics_format": metrics_format,
+        "init_from": init_from,
+        "render": render,
+    }
+    err = stderr_console()
+    with user_errors():
+        if overrides:
+            flags["overrides"] = parse_overrides(overrides)
+        if jobs is not None and env_workers is None:
+            plan = make_train_plan(
+                jobs, available_cpus(), 2, mode is LearningMode.ASYNC, bool(parallel_training)
+            )
+            flags["env_workers"] = plan.env_workers
+            for reason in plan.reasons:
+                err.print(f"plan: {reason}")
+        cfg = load_train_config(config, flags)
+        if cfg.render:
+            err.print("--render: one environment shown; everything runs in this process")
+        trainer = Trainer(cfg, resume=resume)
+    with progress_bar(cfg.epochs - trainer.start_epoch, "epochs") as advance:
+
+        def on_epoch(stats: EpochStats) -> None:
+            advance()
+            if not err.is_terminal:
+                return
+            rewards = " ".join(f"{a}={_fmt(r)}" for a, r in stats.reward.items())
+            err.print(
+                f"epoch {stats.epoch}: reward {rewards} eps={stats.epsilon:.2f} "
+                f"{stats.env_steps_per_s:,.0f} steps/s",
+                highlight=False,
+            )
+
+        trainer.on_epoch = on_epoch
+        report = trainer.run()
+    rows = [
+        [
+            s.epoch,
+            s.episodes,
+            *(_fmt(r) for r in s.reward.values()),
+            _fmt(s.epsilon),
+            f"{s.env_steps_per_s:,.0f}",
+            f"{s.collect_s:.2f}",
+            f"{s.train_s:.2f}",
+            f"{s.idle_s:.2f}",
+        ]
+        for s in report.epochs
+    ]
+    if fmt is OutputFormat.JSON:
+        print_json(
+            {
+                "checkpoint": report.checkpoint,
+                "interrupted": report.interrupted,
+                "epochs": [s.to_dict() for s in report.epochs],
+            }
+        )
+    else:
+        agents = list(report.epochs[-1].reward) if report.epochs else []
+        headers = [
+            "epoch",
+            "episodes",
+            *(f"reward {a}" for a in agents),
+            "epsilon",
+            "steps/s",
+            "collect s",
+            "train s",
+            "idle s",
+        ]
+        stdout_console().print(list_table(headers, rows[-10:]))
+        typer.echo(
+            f"checkpoint: {report.checkpoint}  (parcat eval -m {cfg.mission} "
+            f"-p {report.checkpoint})"
+        )
+    if report.interrupted:
+        raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _fmt(value: float) -> str:
+    return (
+        "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
+    )

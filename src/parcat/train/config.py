@@ -1,0 +1,127 @@
+"""``parcat train`` configuration: a YAML file (``configs/train.yaml``) with flags on top."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from parcat.errors import ConfigError
+
+
+class LearningMode(str, enum.Enum):
+    """When learning happens relative to collection (``--mode``)."""
+
+    SYNC = "sync"
+    ASYNC = "async"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a training run needs; every field is a YAML key and a flag."""
+
+    mission: str = "goal_tasks"
+    """Mission name or YAML path."""
+    overrides: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """Mission parameter overrides (``--set KEY=VALUE``)."""
+    epochs: int = 20
+    """Collect-then-learn rounds."""
+    steps_per_epoch: int = 100
+    """Vector steps per epoch (every environment steps this many times)."""
+    env_workers: int = 0
+    """Environment worker processes; 0 steps the environments in the trainer's process."""
+    envs_per_worker: int = 4
+    """Environments per worker (or in-process when ``env_workers`` is 0)."""
+    mode: LearningMode = LearningMode.SYNC
+    """``sync``: collect, then train (the reference); ``async``: a learning thread trains
+    on copy-on-train snapshots while collection continues."""
+    train_interval: int = 1
+    """Async mode: train every this many epochs."""
+    train_steps: int = 50
+    """Gradient updates per agent per training round."""
+    parallel_training: bool = False
+    """Train the agents concurrently (threads; numpy releases the GIL in its kernels)."""
+    shared_learner: bool = False
+    """One learner on the pooled experience of all agents instead of one per agent."""
+    learner: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """DQN hyperparameters (see ``parcat.train.dqn.DQNConfig``)."""
+    seed: int = 0
+    """Seeds environments, tasks, exploration and initial weights."""
+    checkpoint_every: int = 5
+    """Write a checkpoint every this many epochs (and at the end)."""
+    run_dir: str = ""
+    """Where checkpoints and metrics go (default ``runs/<mission>``)."""
+    metrics_format: str = "jsonl"
+    """``jsonl`` or ``csv``."""
+    init_from: str = ""
+    """Start from the weights of this checkpoint (a run directory)."""
+    render: bool = False
+    """Show one environment in the terminal; runs everything in one process."""
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "mode", LearningMode(self.mode))
+        except ValueError:
+            raise ConfigError(f"mode must be sync or async, got {self.mode!r}") from None
+        for name in ("epochs", "steps_per_epoch", "envs_per_worker", "train_interval",
+                     "checkpoint_every"):
+            _require_int(name, getattr(self, name), 1)
+        for name in ("env_workers", "train_steps", "seed"):
+            _require_int(name, getattr(self, name), 0)
+        if self.metrics_format not in ("jsonl", "csv"):
+            raise ConfigError(f"metrics_format must be jsonl or csv, got {self.metrics_format!r}")
+        if self.render and self.env_workers:
+            object.__setattr__(self, "env_workers", 0)  # rendering shows one local env
+
+    @property
+    def run_path(self) -> Path:
+        """The run directory."""
+        return Path(self.run_dir or f"runs/{Path(self.mission).stem}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, for the checkpoint manifest."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["mode"] = self.mode.value
+        data["overrides"] = dict(self.overrides)
+        data["learner"] = dict(self.learner)
+        return data
+
+
+def _require_int(name: str, value: Any, low: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
+def load_train_config(path: str | Path | None, flags: Mapping[str, Any]) -> TrainConfig:
+    """Read a train YAML file (optional) and apply flags that were given (not ``None``).
+
+    Raises:
+        ConfigError: unreadable YAML, an unknown key (named, with the valid ones), a bad value.
+    """
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text())
+        except OSError as exc:
+            raise ConfigError(f"config file '{path}': {exc.strerror}") from exc
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" line {mark.line + 1}" if mark is not None else ""
+            raise ConfigError(f"config file '{path}'{where}: invalid YAML") from exc
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config file '{path}': expected a mapping of keys")
+        data = dict(loaded or {})
+        valid = {f.name for f in fields(TrainConfig)}
+        unknown = sorted(set(data) - valid)
+        if unknown:
+            known = ", ".join(sorted(valid))
+            raise ConfigError(f"config file '{path}': unknown key '{unknown[0]}'; valid: {known}")
+    data.update({k: v for k, v in flags.items() if v is not None})
+    try:
+        return replace(TrainConfig(), **data)
+    except TypeError as exc:
+        raise ConfigError(f"train config: {exc}") from exc

@@ -1,0 +1,94 @@
+"""Run directories: checkpoints ``parcat eval -p runs/NAME`` can load, and resuming.
+
+A run directory is a run checkpoint (see :mod:`parcat.checkpoint`): one directory per agent
+holding the greedy policy as ``MLPPolicy`` arrays, plus ``state.npz`` with everything the
+learner needs to continue bit-identically, and the metrics log, carried along.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from parcat import checkpoint
+from parcat.errors import CheckpointError
+from parcat.train.learner import Learner
+
+if TYPE_CHECKING:
+    from parcat.train.trainer import Trainer
+
+POLICY = "parcat.policies.builtin:MLPPolicy"
+METRICS_FILES = ("metrics.jsonl", "metrics.csv")
+
+
+def save_checkpoint(trainer: Trainer, epoch: int) -> Path:
+    """Write the run directory atomically after ``epoch`` epochs."""
+    config, mission = trainer.config, trainer.mission
+    env = mission.make_env()
+    agents = {}
+    for agent, learner in trainer.learners.items():
+        learner_any: Any = learner
+        agents[str(agent)] = checkpoint.PolicyCheckpoint(
+            policy=POLICY,
+            kwargs=dict(learner_any.policy_kwargs),
+            arrays=learner.policy_arrays(),
+            meta={
+                "mission": mission.name, "agent_id": str(agent), "epoch": epoch,
+                "observation_space": str(env.observation_space(agent)),
+                "action_space": str(env.action_space(agent)),
+                "learner": {k: v for k, v in vars(learner_any.config).items()},
+            },
+            state=learner.state_dict(),
+        )
+    meta = {
+        "mission": mission.name, "mission_params": dict(mission.params), "epoch": epoch,
+        "seed": config.seed, "shared_learner": config.shared_learner,
+        "config": config.to_dict(),
+    }
+    return checkpoint.save_run(config.run_path, agents, meta, keep=METRICS_FILES)
+
+
+def restore(path: Path, learners: dict[Any, Learner]) -> int:
+    """Load every learner's state from the run directory; return the epoch it reached.
+
+    Raises:
+        CheckpointError: no checkpoint there, or it belongs to other agents.
+    """
+    manifest = checkpoint.read_manifest(path)
+    if manifest["format"] != checkpoint.RUN_FORMAT:
+        raise CheckpointError(f"--resume: '{path}' is not a run directory")
+    dirs: dict[str, str] = manifest["agents"]
+    for agent, learner in learners.items():
+        if str(agent) not in dirs:
+            raise CheckpointError(f"--resume: '{path}' has no agent '{agent}'")
+        state = checkpoint.load_state(path / dirs[str(agent)])
+        if not state:
+            raise CheckpointError(f"--resume: '{path}/{dirs[str(agent)]}' has no training state")
+        learner.load_state_dict(state)
+    return int(manifest["epoch"])
+
+
+def init_weights(source: str, learners: dict[Any, Learner]) -> None:
+    """Start from trained weights: a run directory (per agent) or one agent's directory."""
+    path = Path(source)
+    manifest = checkpoint.read_manifest(path)
+    for agent, learner in learners.items():
+        if manifest["format"] == checkpoint.RUN_FORMAT:
+            dirs = manifest["agents"]
+            if str(agent) not in dirs:
+                raise CheckpointError(f"--init-from: '{path}' has no agent '{agent}'")
+            saved = checkpoint.load_policy(path / dirs[str(agent)])
+        else:
+            saved = checkpoint.load_policy(path)
+        state = learner.state_dict()
+        for key, array in saved.arrays.items():
+            for net in ("online", "target"):
+                name = f"{net}.{key}"
+                if name not in state or state[name].shape != np.shape(array):
+                    raise CheckpointError(
+                        f"--init-from: '{path}' weights do not fit this learner ({name})"
+                    )
+                state[name] = np.asarray(array)
+        learner.load_state_dict(state)

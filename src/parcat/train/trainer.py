@@ -1,0 +1,288 @@
+"""The training loop: collect from environment workers, train one learner per agent.
+
+``sync`` mode collects an epoch, then trains every agent: the reference, bit-identical for
+every environment-worker layout. ``async`` mode hands training to a learning thread that
+works on copy-on-train snapshots of each agent's buffer while collection goes on; new
+weights reach collection whole (the learner swaps them in at the end of a train step).
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from parcat.missions import Mission, load_mission
+from parcat.parallel.resources import available_cpus
+from parcat.train.config import LearningMode, TrainConfig
+from parcat.train.dqn import DQNConfig, DQNLearner
+from parcat.train.learner import Learner
+from parcat.train.metrics import MetricsLog
+from parcat.train.runs import init_weights, restore, save_checkpoint
+from parcat.train.vecenv import VecEnv
+
+EventLog = Callable[[str, int], None]
+
+
+@dataclass
+class EpochStats:
+    """What one epoch did; one line of the metrics log."""
+
+    epoch: int
+    env_steps: int
+    episodes: int
+    reward: dict[str, float]
+    loss: dict[str, float]
+    epsilon: float
+    collect_s: float
+    train_s: float
+    idle_s: float
+    env_steps_per_s: float
+    discarded_episodes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (NaN becomes null)."""
+        def clean(v: float) -> float | None:
+            return None if isinstance(v, float) and math.isnan(v) else v
+
+        return {
+            "epoch": self.epoch, "env_steps": self.env_steps, "episodes": self.episodes,
+            "reward": {k: clean(v) for k, v in self.reward.items()},
+            "loss": {k: clean(v) for k, v in self.loss.items()},
+            "epsilon": self.epsilon, "collect_s": self.collect_s, "train_s": self.train_s,
+            "idle_s": self.idle_s, "env_steps_per_s": self.env_steps_per_s,
+            "discarded_episodes": self.discarded_episodes,
+        }
+
+
+@dataclass
+class TrainReport:
+    """The outcome of a training run."""
+
+    config: TrainConfig
+    epochs: list[EpochStats] = field(default_factory=list)
+    checkpoint: str = ""
+    interrupted: bool = False
+
+
+class Trainer:
+    """Runs ``config``; build it, then call :meth:`run`.
+
+    Args:
+        config: The training configuration.
+        resume: Continue from the last checkpoint in the run directory.
+        on_epoch: Called with each epoch's statistics (live display).
+        on_event: Called with ``(event, epoch)`` — ``collect``, ``train_start``,
+            ``train_end`` — so tests can see collection and learning overlap.
+    """
+
+    def __init__(self, config: TrainConfig, resume: bool = False,
+                 on_epoch: Callable[[EpochStats], None] | None = None,
+                 on_event: EventLog | None = None) -> None:
+        self.config = config
+        self.mission: Mission = load_mission(config.mission, dict(config.overrides))
+        self.on_epoch = on_epoch
+        self.on_event = on_event or (lambda event, epoch: None)
+        spin = config.env_workers + 1 <= available_cpus()
+        self.vec = VecEnv(self.mission, config.env_workers, config.envs_per_worker,
+                          config.seed, spin=spin)
+        self.learners = make_learners(self.vec, config)
+        self.start_epoch = 0
+        if resume:
+            self.start_epoch = restore(config.run_path, self.learners)
+        elif config.init_from:
+            init_weights(config.init_from, self.learners)
+        self.metrics = MetricsLog(config.run_path, config.metrics_format, fresh=not resume)
+        if resume:
+            self.metrics.truncate(self.start_epoch)
+        self._pool = ThreadPoolExecutor(len(self.unique_learners)) \
+            if config.parallel_training else None
+
+    @property
+    def unique_learners(self) -> list[tuple[str, Learner]]:
+        """(name, learner) once per learner (one in total with ``shared_learner``)."""
+        if self.config.shared_learner:
+            return [("shared", next(iter(self.learners.values())))]
+        return [(str(a), learner) for a, learner in self.learners.items()]
+
+    def run(self) -> TrainReport:
+        """Train for the configured epochs; checkpoint as configured and at the end."""
+        report = TrainReport(self.config)
+        learning = _LearningThread(self) if self.config.mode is LearningMode.ASYNC else None
+        try:
+            for epoch in range(self.start_epoch, self.config.epochs):
+                stats = self._epoch(epoch, learning)
+                report.epochs.append(stats)
+                self.metrics.write(stats.to_dict())
+                if self.on_epoch is not None:
+                    self.on_epoch(stats)
+                last = epoch + 1 == self.config.epochs
+                if (epoch + 1) % self.config.checkpoint_every == 0 or last:
+                    if learning is not None:
+                        learning.wait_idle()
+                    report.checkpoint = str(save_checkpoint(self, epoch + 1))
+        except KeyboardInterrupt:
+            report.interrupted = True
+        finally:
+            if learning is not None:
+                learning.stop()
+            self.close()
+        return report
+
+    def _epoch(self, epoch: int, learning: _LearningThread | None) -> EpochStats:
+        start = time.perf_counter()
+        obs = self.vec.reset(epoch)
+        discarded_before = self.vec.discarded
+        returns: list[list[float]] = []
+        for _ in range(self.config.steps_per_epoch):
+            self.on_event("collect", epoch)
+            actions = {a: self.learners[a].act(obs[a], explore=True) for a in self.vec.agents}
+            self.vec.step(actions)
+            self._observe(obs, actions)
+            obs = self.vec.gather("obs")
+            returns += [r for _, r in self.vec.finished_episodes()]
+        collect_s = time.perf_counter() - start
+        idle_s, train_s, losses = 0.0, 0.0, {}
+        if learning is None:
+            begin = time.perf_counter()
+            losses = self.train_all(epoch)
+            train_s = time.perf_counter() - begin
+        elif (epoch + 1) % self.config.train_interval == 0:
+            idle_s = learning.submit(epoch)
+            losses, train_s = learning.last_losses, learning.last_train_s
+        steps = self.config.steps_per_epoch * self.vec.num_envs
+        return EpochStats(
+            epoch=epoch + 1, env_steps=steps, episodes=len(returns),
+            reward={str(a): _mean([r[i] for r in returns]) for i, a in enumerate(self.vec.agents)},
+            loss=losses, epsilon=float(getattr(next(iter(self.learners.values())), "epsilon", 0)),
+            collect_s=collect_s, train_s=train_s, idle_s=idle_s,
+            env_steps_per_s=steps / collect_s if collect_s > 0 else 0.0,
+            discarded_episodes=self.vec.discarded - discarded_before,
+        )
+
+    def _observe(self, obs: dict[Any, np.ndarray], actions: dict[Any, np.ndarray]) -> None:
+        final, rew = self.vec.gather("final"), self.vec.gather("rew")
+        term, alive = self.vec.gather("term"), self.vec.gather("alive")
+        for agent in self.vec.agents:
+            mask = alive[agent]
+            if not mask.any():
+                continue
+            self.learners[agent].observe(obs[agent][mask], actions[agent][mask],
+                                         rew[agent][mask], final[agent][mask], term[agent][mask])
+
+    def train_all(self, epoch: int, snapshot: bool = False) -> dict[str, float]:
+        """Train every learner ``train_steps`` times; return each one's last loss."""
+        self.on_event("train_start", epoch)
+
+        def train(learner: Learner) -> float:
+            # copy-on-train: the snapshot is ours; collection keeps adding to the live buffer
+            dqn: Any = learner
+            buffer = dqn.buffer.snapshot() if snapshot else None
+            metrics: dict[str, float] = {}
+            for _ in range(self.config.train_steps):
+                metrics = dqn.train_step(buffer) if buffer is not None else dqn.train_step()
+            return float(metrics.get("loss", math.nan))
+
+        named = self.unique_learners
+        if self._pool is not None:
+            losses = list(self._pool.map(train, [learner for _, learner in named]))
+        else:
+            losses = [train(learner) for _, learner in named]
+        self.on_event("train_end", epoch)
+        return {name: loss for (name, _), loss in zip(named, losses, strict=True)}
+
+    def close(self) -> None:
+        """Stop the environment workers and training threads."""
+        self.vec.close()
+        if self._pool is not None:
+            self._pool.shutdown()
+
+
+class _LearningThread:
+    """Trains on snapshots in the background; at most one round queued at a time."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+        self.jobs: queue.Queue[int | None] = queue.Queue(maxsize=1)
+        self.idle = threading.Event()
+        self.idle.set()
+        self.last_losses: dict[str, float] = {}
+        self.last_train_s = 0.0
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._loop, name="parcat-learner", daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            epoch = self.jobs.get()
+            if epoch is None:
+                return
+            begin = time.perf_counter()
+            try:
+                self.last_losses = self.trainer.train_all(epoch, snapshot=True)
+            except BaseException as exc:  # surfaced to the trainer on the next submit
+                self.error = exc
+            self.last_train_s = time.perf_counter() - begin
+            self.idle.set()
+
+    def submit(self, epoch: int) -> float:
+        """Queue a training round after the last one finished; return the time waited."""
+        waited = self.wait_idle()
+        self.idle.clear()
+        self.jobs.put(epoch)
+        return waited
+
+    def wait_idle(self) -> float:
+        """Wait for the running round; return how long collection sat idle."""
+        begin = time.perf_counter()
+        self.idle.wait()
+        if self.error is not None:
+            raise self.error
+        return time.perf_counter() - begin
+
+    def stop(self) -> None:
+        """Finish the running round and end the thread."""
+        self.idle.wait(60)
+        self.jobs.put(None)
+        self.thread.join(60)
+
+
+def make_learners(vec: VecEnv, config: TrainConfig) -> dict[Any, Learner]:
+    """One DQN learner per agent (seeded per agent), or one shared by all."""
+    base = DQNConfig.from_mapping({**dict(config.learner), "seed": config.seed})
+    learners: dict[Any, Learner] = {}
+    shared: Learner | None = None
+    for index, lay in enumerate(vec.layouts):
+        if not lay.act_shape == () or lay.act_dtype is not np.int64:
+            raise TypeError(f"agent {lay.agent_id!r}: DQN needs Discrete actions")
+        obs_dim = int(np.prod(lay.obs_shape))
+        num_actions = _num_actions(vec.mission, lay.agent_id)
+        if config.shared_learner:
+            shared = shared or DQNLearner(obs_dim, num_actions, base)
+            learners[lay.agent_id] = shared
+        else:
+            seeded = DQNConfig.from_mapping({**dict(config.learner),
+                                             "seed": config.seed * 1000 + index})
+            learners[lay.agent_id] = DQNLearner(obs_dim, num_actions, seeded)
+    return learners
+
+
+def _num_actions(mission: Mission, agent: Any) -> int:
+    env = mission.make_env()
+    try:
+        return int(env.action_space(agent).n)  # type: ignore[attr-defined]
+    finally:
+        close = getattr(env, "close", None)
+        if close is not None:
+            close()
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
