@@ -164,9 +164,10 @@ def train_command(
             "idle s",
         ]
         stdout_console().print(list_table(headers, rows[-10:]))
+        sets = "".join(f" --set {k}={v}" for k, v in trainer.mission.params.items())
         typer.echo(
-            f"checkpoint: {report.checkpoint}  (parcat eval -m {cfg.mission} "
-            f"-p {report.checkpoint})"
+            f"checkpoint: {report.checkpoint}\n"
+            f"evaluate it: parcat eval -m {trainer.mission.name}{sets} -p {report.checkpoint}"
         )
     if report.interrupted:
         raise typer.Exit(EXIT_INTERRUPTED)
