@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,7 @@ from parcat.parallel.planner import Plan
 from parcat.parallel.shm import remove_stale_blocks
 from parcat.policies.base import AgentSpec
 from parcat.policies.specs import PolicySpec, make_policy, parse_policy_spec
-from parcat.report import make_document
+from parcat.report import ALL_POLICIES, make_document, summarize
 from parcat.results import EpisodeResult
 from parcat.results_file import ResultsWriter, load_finished
 from parcat.rollout import EpisodeTask
@@ -173,6 +173,7 @@ def evaluate(
     on_plan: PlanCallback | None = None,
     output: Path | None = None,
     resume: bool = False,
+    keep: dict[tuple[str, int], EpisodeResult] | None = None,
 ) -> EvalReport:
     """Run every episode of ``config`` where ``options`` and the planner say.
 
@@ -183,11 +184,13 @@ def evaluate(
         on_plan: Called with the plan before anything runs.
         output: Results file, rewritten as episodes finish and at the end.
         resume: Keep the finished episodes already in ``output`` and run only the rest.
+        keep: Episodes already run (by ``(mission, episode_index)``); only the rest run.
     """
     options = options or RunOptions()
     remove_stale_blocks()
     tasks = make_tasks(config)
     done = load_finished(output, config.to_dict()) if output is not None and resume else {}
+    done.update(keep or {})
     todo = [i for i, t in enumerate(tasks) if t.key not in done]
     plan = plan_run(config.missions, config.policies, len(todo), options)
     if on_plan is not None:
@@ -243,6 +246,41 @@ def _execute(
         executor.close(force=status != "complete")
         report.trace_events = executor.trace_events()
     return status
+
+
+def evaluate_to_precision(
+    config: EvalConfig,
+    precision: float,
+    options: RunOptions | None = None,
+    batch: int | None = None,
+    max_episodes: int = 10_000,
+    on_result: ResultCallback | None = None,
+    output: Path | None = None,
+) -> EvalReport:
+    """Add episodes in batches until every mission's 95% CI half-width is below ``precision``.
+
+    The first batch is ``config.episodes``; while some mission is not precise enough, each
+    further batch adds ``batch`` (default: the same number) episodes to every mission. The
+    batches are fixed and episodes are seeded by index, so the stopping point and the
+    results are deterministic for a seed.
+
+    Raises:
+        ConfigError: ``precision`` is not positive.
+    """
+    if not precision > 0:
+        raise ConfigError(f"--precision must be > 0, got {precision}")
+    step = batch or config.episodes
+    kept: dict[tuple[str, int], EpisodeResult] = {}
+    episodes = config.episodes
+    while True:
+        current = replace(config, episodes=episodes)
+        report = evaluate(current, options, on_result, output=output, keep=kept)
+        kept = {(e.mission, e.episode_index): e for e in report.episodes}
+        wide = [s.mission for s in summarize(report.episodes) if s.policy == ALL_POLICIES
+                and not (s.episodes > 1 and (s.ci95_high - s.ci95_low) / 2 < precision)]
+        if not wide or episodes >= max_episodes or report.status == "interrupted":
+            return report
+        episodes = min(max_episodes, episodes + step)
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:

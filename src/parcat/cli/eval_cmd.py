@@ -19,7 +19,7 @@ from parcat.cli.common import (
 )
 from parcat.cli.render import progress_bar, stderr_console, stdout_console, summary_table
 from parcat.errors import ConfigError
-from parcat.evaluate import EvalReport, evaluate
+from parcat.evaluate import EvalReport, evaluate, evaluate_to_precision
 from parcat.parallel.planner import ExecutorKind, PolicyStrategy
 from parcat.parallel.trace import write_trace
 from parcat.report import summarize, summary_csv
@@ -50,6 +50,14 @@ def eval_command(
         Path | None,
         typer.Option("--output", "-o", help="Write results here: .json (full) or .csv (summary)."),
     ] = None,
+    precision: Annotated[
+        float | None,
+        typer.Option("--precision", help="Add episodes until each mission's 95% CI half-width "
+                     "is below this."),
+    ] = None,
+    max_episodes: Annotated[
+        int, typer.Option("--max-episodes", help="Cap for --precision.")
+    ] = 10_000,
     resume: Annotated[
         bool, typer.Option("--resume", help="Keep the finished episodes in --output; run the rest.")
     ] = False,
@@ -69,8 +77,12 @@ def eval_command(
             raise ConfigError("--resume needs --output FILE (the file to continue)")
     total = len(config.missions) * config.episodes
     with user_errors(), progress_bar(total, "episodes", enabled=progress) as advance:
-        report = evaluate(config, options, on_result=lambda _: advance(), output=output,
-                          resume=resume)
+        if precision is not None:
+            report = evaluate_to_precision(config, precision, options, max_episodes=max_episodes,
+                                           on_result=lambda _: advance(), output=output)
+        else:
+            report = evaluate(config, options, on_result=lambda _: advance(), output=output,
+                              resume=resume)
     if trace is not None:
         write_trace(trace, report.trace_events)
     show_report(report, fmt or OutputFormat.TABLE)

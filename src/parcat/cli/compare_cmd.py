@@ -1,0 +1,37 @@
+"""``parcat compare A.json B.json``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from parcat.cli.common import OutputFormat, print_json, user_errors
+from parcat.cli.render import list_table, stdout_console
+from parcat.compare import compare, load_scores
+
+
+def compare_command(
+    a: Annotated[Path, typer.Argument(help="Baseline results JSON (A).")],
+    b: Annotated[Path, typer.Argument(help="Candidate results JSON (B).")],
+    policy: Annotated[str, typer.Option(help="Compare this policy's agents (default: all).")] = "*",
+    seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
+    fmt: Annotated[OutputFormat, typer.Option("--format", "-f")] = OutputFormat.TABLE,
+) -> None:
+    """Difference B − A and P(B > A) per mission and overall, with bootstrap 95% intervals."""
+    with user_errors():
+        rows = compare(load_scores(a, policy), load_scores(b, policy), seed=seed)
+    if fmt is not OutputFormat.TABLE:
+        print_json([r.to_dict() for r in rows])
+        return
+    table = list_table(
+        ["mission", "episodes A/B", "mean A", "mean B", "IQM A", "IQM B", "B − A [95% CI]",
+         "P(B > A) [95% CI]"],
+        [[r.mission, f"{r.episodes_a}/{r.episodes_b}", f"{r.mean_a:.3f}", f"{r.mean_b:.3f}",
+          f"{r.iqm_a:.3f}", f"{r.iqm_b:.3f}",
+          f"{r.difference.value:+.3f} [{r.difference.low:+.3f}, {r.difference.high:+.3f}]",
+          f"{r.improvement.value:.2f} [{r.improvement.low:.2f}, {r.improvement.high:.2f}]"]
+         for r in rows],
+    )
+    stdout_console().print(table)

@@ -1,0 +1,114 @@
+"""Statistics for comparing results, as rliable recommends (Agarwal et al., NeurIPS 2021).
+
+Point estimates are the interquartile mean (IQM: the mean of the middle 50% of scores,
+robust to outliers yet efficient) and the mean; uncertainty comes from stratified
+bootstrap confidence intervals — episodes are resampled *within* each mission, so every
+bootstrap replicate keeps the design of the evaluation — and the probability of
+improvement P(X > Y) is the Mann–Whitney statistic averaged over missions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+Scores = Mapping[str, Any]
+"""Per mission ("task"), the per-episode scores ("runs"): sequences or arrays of floats."""
+
+
+def iqm(values: Sequence[float] | np.ndarray) -> float:
+    """Interquartile mean: the mean of the middle 50% (25% trimmed from each end).
+
+    Matches ``scipy.stats.trim_mean(values, 0.25)``: ``floor(0.25 n)`` values are cut from
+    each end.
+    """
+    x = np.sort(np.asarray(values, dtype=float))
+    if x.size == 0:
+        return float("nan")
+    cut = int(0.25 * x.size)
+    return float(x[cut: x.size - cut].mean())
+
+
+def aggregate_mean(scores: Scores) -> float:
+    """Mean over missions of the per-mission mean."""
+    return float(np.mean([np.mean(v) for v in scores.values()]))
+
+
+def aggregate_iqm(scores: Scores) -> float:
+    """IQM over all episodes of all missions pooled (rliable's aggregate IQM)."""
+    return iqm(np.concatenate([np.asarray(v, dtype=float) for v in scores.values()]))
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with a bootstrap confidence interval."""
+
+    value: float
+    """The statistic on the data."""
+    low: float
+    """Lower end of the interval."""
+    high: float
+    """Upper end of the interval."""
+
+    @property
+    def half_width(self) -> float:
+        """Half the interval's width."""
+        return (self.high - self.low) / 2
+
+
+def stratified_bootstrap(
+    scores: Scores,
+    statistic: Callable[[Scores], float],
+    reps: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> Interval:
+    """Percentile bootstrap CI of ``statistic``, resampling episodes within each mission."""
+    rng = np.random.default_rng(seed)
+    arrays = {k: np.asarray(v, dtype=float) for k, v in scores.items()}
+    draws = np.empty(reps)
+    for r in range(reps):
+        sample = {k: a[rng.integers(0, a.size, a.size)] for k, a in arrays.items()}
+        draws[r] = statistic(sample)
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(draws, [tail, 100 - tail])
+    return Interval(statistic(arrays), float(low), float(high))
+
+
+def probability_of_improvement(x: Sequence[float], y: Sequence[float]) -> float:
+    """P(X > Y) + P(X = Y)/2 for one mission (the normalised Mann–Whitney U statistic)."""
+    a, b = np.asarray(x, dtype=float)[:, None], np.asarray(y, dtype=float)[None, :]
+    return float((a > b).mean() + 0.5 * (a == b).mean())
+
+
+def paired_bootstrap(
+    x: Scores, y: Scores, statistic: Callable[[Scores, Scores], float],
+    reps: int = 2000, confidence: float = 0.95, seed: int = 0,
+) -> Interval:
+    """Bootstrap CI of a statistic of two result sets, each resampled within missions."""
+    rng = np.random.default_rng(seed)
+    xa = {k: np.asarray(v, dtype=float) for k, v in x.items()}
+    ya = {k: np.asarray(v, dtype=float) for k, v in y.items()}
+    draws = np.empty(reps)
+    for r in range(reps):
+        xs = {k: a[rng.integers(0, a.size, a.size)] for k, a in xa.items()}
+        ys = {k: a[rng.integers(0, a.size, a.size)] for k, a in ya.items()}
+        draws[r] = statistic(xs, ys)
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(draws, [tail, 100 - tail])
+    return Interval(statistic(xa, ya), float(low), float(high))
+
+
+def mean_difference(x: Scores, y: Scores) -> float:
+    """Aggregate mean of ``x`` minus that of ``y`` over their common missions."""
+    common = sorted(set(x) & set(y))
+    return float(np.mean([np.mean(x[k]) - np.mean(y[k]) for k in common]))
+
+
+def average_improvement_probability(x: Scores, y: Scores) -> float:
+    """P(X > Y) averaged over common missions."""
+    common = sorted(set(x) & set(y))
+    return float(np.mean([probability_of_improvement(x[k], y[k]) for k in common]))

@@ -1,0 +1,69 @@
+"""Statistics: IQM, stratified bootstrap coverage, probability of improvement, compare."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from parcat.cli.main import app
+from parcat.evaluate import evaluate_to_precision, make_config
+from parcat.report import strip_timings
+from parcat.stats import (
+    aggregate_mean,
+    iqm,
+    probability_of_improvement,
+    stratified_bootstrap,
+)
+
+
+def test_iqm_trims_a_quarter_from_each_end() -> None:
+    assert iqm([1, 2, 3, 4, 100, -100, 5, 6]) == pytest.approx(np.mean([2, 3, 4, 5]))
+    assert iqm(list(range(10))) == pytest.approx(np.mean(range(2, 8)))
+
+
+def test_stratified_bootstrap_coverage_is_close_to_nominal() -> None:
+    rng = np.random.default_rng(0)
+    trials, hits = 150, 0
+    for trial in range(trials):
+        scores = {"a": rng.normal(0.0, 1.0, 30), "b": rng.exponential(1.0, 40) - 1.0}
+        interval = stratified_bootstrap(scores, aggregate_mean, reps=400, seed=trial)
+        hits += interval.low <= 0.0 <= interval.high
+    coverage = hits / trials
+    # nominal 0.95; the percentile bootstrap runs slightly narrow at n = 30–40
+    assert 0.88 <= coverage <= 0.99, coverage
+
+
+def test_probability_of_improvement() -> None:
+    assert probability_of_improvement([2, 3], [0, 1]) == 1.0
+    assert probability_of_improvement([1, 1], [1, 1]) == 0.5
+    assert probability_of_improvement([0], [1]) == 0.0
+
+
+def test_precision_stops_below_the_target_and_is_deterministic() -> None:
+    config = make_config(["harvest"], ["random"], episodes=4, seed=2,
+                         overrides={"max_steps": 30})
+    first = evaluate_to_precision(config, precision=0.08)
+    second = evaluate_to_precision(config, precision=0.08)
+    summary = first.to_document()["summary"][0]
+    assert (summary["ci95_high"] - summary["ci95_low"]) / 2 < 0.08
+    assert len(first.episodes) > 4 and len(first.episodes) % 4 == 0
+    assert strip_timings(first.to_document()) == strip_timings(second.to_document())
+
+
+def test_compare_command(tmp_path: Path) -> None:
+    runner = CliRunner()
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    base = ["eval", "-m", "harvest", "-n", "8", "--set", "max_steps=40"]
+    assert runner.invoke(app, [*base, "-p", "random", "-o", str(a)]).exit_code == 0
+    assert runner.invoke(app, [*base, "-p", "greedy", "-o", str(b)]).exit_code == 0
+    result = runner.invoke(app, ["compare", str(a), str(b), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)
+    assert row["mission"] == "harvest" and row["difference"]["low"] > 0
+    assert row["p_improvement"]["value"] > 0.9
+    bad = runner.invoke(app, ["compare", str(a), str(tmp_path / "missing.json")])
+    assert bad.exit_code == 2
