@@ -41,6 +41,8 @@ def eval_command(
     retries: opts.Retries = 1,
     episode_timeout: opts.EpisodeTimeout = None,
     fail_fast: opts.FailFast = False,
+    backend: opts.Backend = None,
+    address: opts.Address = None,
     trace: opts.Trace = None,
     fmt: Annotated[
         OutputFormat | None,
@@ -71,7 +73,7 @@ def eval_command(
         config, options = opts.build(
             missions, policies, episodes, seed, overrides, jobs, executor, parallel_policy,
             strategy, action_timeout_ms, gpus, start_method, trace is not None, retries,
-            episode_timeout, fail_fast,
+            episode_timeout, fail_fast, backend, address,
         )
         if resume and output is None:
             raise ConfigError("--resume needs --output FILE (the file to continue)")

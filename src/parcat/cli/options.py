@@ -7,10 +7,12 @@ from typing import Annotated
 
 import typer
 
+from parcat.errors import ConfigError
 from parcat.evaluate import EvalConfig, make_config
 from parcat.missions import parse_overrides
 from parcat.parallel.launch import RunOptions
 from parcat.parallel.planner import ExecutorKind, PolicyStrategy
+from parcat.parallel.ray_executor import import_ray
 
 Missions = Annotated[
     list[str],
@@ -51,6 +53,13 @@ Gpus = Annotated[int | None, typer.Option("--gpus", help="GPUs to use (default: 
 StartMethod = Annotated[
     str | None, typer.Option("--start-method", help="forkserver (default) or spawn.")
 ]
+Backend = Annotated[
+    str | None,
+    typer.Option("--backend", help="local (default) or ray: episodes as Ray tasks."),
+]
+Address = Annotated[
+    str | None, typer.Option("--address", help="Ray cluster address (with --backend ray).")
+]
 Retries = Annotated[
     int, typer.Option("--retries", help="Re-runs of an episode whose worker died.")
 ]
@@ -70,13 +79,21 @@ def build(
     parallel_policy: bool, strategy: PolicyStrategy, action_timeout_ms: float | None,
     gpus: int | None, start_method: str | None, trace: bool, retries: int = 1,
     episode_timeout: float | None = None, fail_fast: bool = False,
+    backend: str | None = None, address: str | None = None,
 ) -> tuple[EvalConfig, RunOptions]:
     """Validate everything the flags say, before anything runs."""
+    if backend not in (None, "local", "ray"):
+        raise ConfigError(f"--backend must be local or ray, got '{backend}'")
+    if backend == "ray":
+        import_ray()
+        executor = ExecutorKind.RAY
+    elif address is not None:
+        raise ConfigError("--address needs --backend ray")
     options = RunOptions(
         jobs=jobs, executor=executor, parallel_policy=parallel_policy,
         policy_strategy=strategy, action_timeout_ms=action_timeout_ms, gpus=gpus,
         start_method=start_method, trace=trace, retries=retries,
-        episode_timeout_s=episode_timeout, fail_fast=fail_fast,
+        episode_timeout_s=episode_timeout, fail_fast=fail_fast, address=address,
     )
     config = make_config(
         missions, policies or ["greedy"], episodes, seed, parse_overrides(overrides or [])

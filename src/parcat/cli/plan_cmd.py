@@ -28,6 +28,8 @@ def plan_command(
     action_timeout_ms: opts.ActionTimeout = None,
     gpus: opts.Gpus = None,
     start_method: opts.StartMethod = None,
+    backend: opts.Backend = None,
+    address: opts.Address = None,
     trace: opts.Trace = None,
     fmt: Annotated[
         OutputFormat, typer.Option("--format", "-f", help="table or json.")
@@ -38,6 +40,7 @@ def plan_command(
         config, options = opts.build(
             missions, policies, episodes, seed, overrides, jobs, executor, parallel_policy,
             strategy, action_timeout_ms, gpus, start_method, trace is not None,
+            backend=backend, address=address,
         )
         plan = plan_run(config.missions, config.policies, len(make_tasks(config)), options)
     info = plan_to_dict(plan)

@@ -59,6 +59,8 @@ class RunOptions:
     """Episodes running longer are stopped and recorded as timeouts (needs worker processes)."""
     fail_fast: bool = False
     """Stop the run at the first failed episode."""
+    address: str | None = None
+    """Ray cluster address for ``--backend ray`` (``None``: start a local cluster)."""
 
     def __post_init__(self) -> None:
         # accept the CLI's words from Python too: RunOptions(policy_strategy="process")
@@ -99,6 +101,7 @@ class RunOptions:
             "retries": self.retries,
             "episode_timeout_s": self.episode_timeout_s,
             "fail_fast": self.fail_fast,
+            "address": self.address,
         }
 
 
@@ -162,7 +165,14 @@ def make_executor(plan: Plan, options: RunOptions) -> Executor:
     if plan.executor is ExecutorKind.THREAD:
         return ThreadExecutor(plan.episode_workers, stepper, options.trace)
     if plan.executor is ExecutorKind.RAY:
-        raise ConfigError("--executor ray is not available yet; use inline, thread or process")
+        from parcat.parallel.ray_executor import RayExecutor
+
+        return RayExecutor(
+            plan.episode_workers, stepper, options.address,
+            cpus_per_task=max(1, plan.busy_processes // plan.episode_workers),
+            gpus_per_task=1.0 if plan.gpus else 0.0, retries=options.retries,
+            episode_timeout_s=options.episode_timeout_s,
+        )
     return InlineExecutor(stepper, options.trace)
 
 

@@ -1,0 +1,166 @@
+"""Episodes as Ray tasks: the same tasks and results as local runs, on a cluster.
+
+Each task runs the inline episode path in a Ray worker (one cached runner per worker
+process). At most ``workers`` tasks are in flight, sized by the planner's CPUs (and GPUs)
+per task. Ray retries a task whose worker died (``max_retries``); because an episode is a
+pure function of its seeds a retry reproduces it, and results are de-duplicated by task
+index. An episode past ``episode_timeout_s`` is cancelled with ``ray.cancel(force=True)``
+and recorded as a timeout. User code reaches the workers through the runtime
+environment: the driver's ``sys.path`` on a local cluster, the working directory (without
+``.venv``, ``.git``, ``runs``) on a remote one.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from parcat import seeding
+from parcat.errors import ConfigError
+from parcat.parallel.config import StepperConfig
+from parcat.parallel.executors import Executor, ResultCallback
+from parcat.results import EpisodeResult, EpisodeStatus, ErrorInfo
+from parcat.rollout import EpisodeRunner, EpisodeTask
+
+EXCLUDES = [".venv", ".git", "runs", "__pycache__", "*.npz", ".mypy_cache", ".ruff_cache"]
+_RUNNER: EpisodeRunner | None = None
+
+
+def _run_task(stepper: StepperConfig, task: EpisodeTask) -> EpisodeResult:
+    """Body of the Ray task: the inline episode path, with a runner kept per worker."""
+    global _RUNNER
+    if _RUNNER is None:
+        _RUNNER = EpisodeRunner(stepper.make_stepper())
+    return _RUNNER.run(task)
+
+
+def import_ray() -> Any:
+    """Import Ray or explain how to get it.
+
+    Raises:
+        ConfigError: Ray is not installed.
+    """
+    try:
+        import ray
+    except ImportError as exc:
+        raise ConfigError(
+            "--backend ray needs Ray: pip install 'parcat[ray]' (or pip install ray)"
+        ) from exc
+    return ray
+
+
+class RayExecutor(Executor):
+    """Episodes as Ray tasks on a local or remote Ray cluster.
+
+    Args:
+        workers: Tasks in flight at once.
+        stepper: Agent-level strategy inside each task.
+        address: Cluster address (``ray start --head`` prints it); ``None`` starts a local one.
+        cpus_per_task: CPUs Ray reserves per task.
+        gpus_per_task: GPUs Ray reserves per task.
+        retries: Times Ray re-runs a task whose worker died.
+        episode_timeout_s: Cancel an episode running longer.
+    """
+
+    name = "ray"
+
+    def __init__(self, workers: int, stepper: StepperConfig | None = None,
+                 address: str | None = None, cpus_per_task: float = 1.0,
+                 gpus_per_task: float = 0.0, retries: int = 1,
+                 episode_timeout_s: float | None = None) -> None:
+        self.ray = import_ray()
+        self.workers = max(1, workers)
+        self.stepper = stepper or StepperConfig()
+        self.timeout = episode_timeout_s
+        self._owns_cluster = False
+        if not self.ray.is_initialized():
+            self._connect(address)
+        self._remote = self.ray.remote(
+            num_cpus=cpus_per_task, num_gpus=gpus_per_task, max_retries=retries,
+            retry_exceptions=False,
+        )(_run_task)
+
+    def _connect(self, address: str | None) -> None:
+        runtime_env: dict[str, Any]
+        if address is None:
+            runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}}
+            self.ray.init(num_cpus=self.workers, include_dashboard=False, log_to_driver=False,
+                          runtime_env=runtime_env, configure_logging=False)
+        else:
+            runtime_env = {"working_dir": str(Path.cwd()), "excludes": EXCLUDES}
+            self.ray.init(address=address, runtime_env=runtime_env, log_to_driver=False,
+                          configure_logging=False)
+        self._owns_cluster = True
+
+    def run(
+        self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None = None
+    ) -> list[EpisodeResult]:
+        """Submit tasks with at most ``workers`` in flight; gather results by index."""
+        ray = self.ray
+        results: list[EpisodeResult | None] = [None] * len(tasks)
+        pending = list(range(len(tasks)))[::-1]
+        inflight: dict[Any, tuple[int, float]] = {}
+        stepper_ref = ray.put(self.stepper)
+        while pending or inflight:
+            while pending and len(inflight) < self.workers:
+                index = pending.pop()
+                inflight[self._remote.remote(stepper_ref, tasks[index])] = (index, time.monotonic())
+            ready, _ = ray.wait(list(inflight), num_returns=1, timeout=0.5)
+            for ref in ready:
+                index, _ = inflight.pop(ref)
+                self._finish(results, index, self._result(ref, tasks[index]), on_result)
+            self._cancel_late(inflight, tasks, results, on_result)
+        return [r for r in results if r is not None]
+
+    def _result(self, ref: Any, task: EpisodeTask) -> EpisodeResult:
+        try:
+            result: EpisodeResult = self.ray.get(ref)
+            return result
+        except self.ray.exceptions.TaskCancelledError:
+            return _failed(task, "EpisodeTimeout", f"episode exceeded {self.timeout} s; "
+                           "cancelled", EpisodeStatus.TIMEOUT)
+        except self.ray.exceptions.RayError as exc:
+            kind = type(exc).__name__
+            return _failed(task, "WorkerError", f"Ray task failed after retries ({kind}): "
+                           f"{str(exc).splitlines()[0] if str(exc) else ''}")
+
+    def _cancel_late(self, inflight: dict[Any, tuple[int, float]], tasks: Sequence[EpisodeTask],
+                     results: list[EpisodeResult | None], on_result: ResultCallback | None) -> None:
+        if self.timeout is None:
+            return
+        now = time.monotonic()
+        for ref, (index, started) in list(inflight.items()):
+            if now - started > self.timeout:
+                self.ray.cancel(ref, force=True)
+                del inflight[ref]
+                self._finish(results, index, _failed(
+                    tasks[index], "EpisodeTimeout",
+                    f"episode exceeded --episode-timeout {self.timeout:g} s; cancelled",
+                    EpisodeStatus.TIMEOUT), on_result)
+
+    @staticmethod
+    def _finish(results: list[EpisodeResult | None], index: int, result: EpisodeResult,
+                on_result: ResultCallback | None) -> None:
+        if results[index] is not None:
+            return  # at-least-once delivery: keep the first record of an episode
+        results[index] = result
+        if on_result is not None:
+            on_result(index, result)
+
+    def close(self, force: bool = False) -> None:
+        """Shut down the local cluster this executor started."""
+        if self._owns_cluster and self.ray.is_initialized():
+            self.ray.shutdown()
+            self._owns_cluster = False
+
+
+def _failed(task: EpisodeTask, kind: str, message: str,
+            status: EpisodeStatus = EpisodeStatus.FAILED) -> EpisodeResult:
+    seed = seeding.episode_seed(task.seed, task.mission.key, task.episode_index)
+    return EpisodeResult(task.mission.name, task.episode_index, seed, 0, (), status=status,
+                         error=ErrorInfo(kind, message, "", None, "worker"))
+

@@ -1,0 +1,80 @@
+"""The Ray backend on a real local Ray cluster (2 CPUs): same results, retries, cancels."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from parcat.evaluate import EvalConfig, evaluate, make_config
+from parcat.missions import Mission
+from parcat.parallel.launch import RunOptions
+from parcat.parallel.planner import ExecutorKind
+from parcat.policies.specs import parse_policy_spec
+from parcat.report import strip_timings
+from parcat.results import EpisodeStatus
+from tests.fakes import dying_mission, scripted_mission
+
+ray = pytest.importorskip("ray")
+RAY = RunOptions(jobs=2, executor=ExecutorKind.RAY, retries=1)
+RANDOM = (parse_policy_spec("random"),)
+
+
+def ray_processes() -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        cmd = " ".join(proc.info.get("cmdline") or [])
+        if any(k in cmd for k in ("raylet", "gcs_server", "ray::", "default_worker.py")):
+            found.append(proc)
+    return found
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster() -> Iterator[None]:
+    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp,
+             configure_logging=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).parents[2])}})
+    yield
+    ray.shutdown()
+    shutil.rmtree(temp, ignore_errors=True)
+    assert not Path(temp).exists()
+    leftover = [p for p in ray_processes() if p.is_running()]
+    for proc in leftover:
+        try:
+            proc.wait(10)
+        except psutil.TimeoutExpired:
+            pytest.fail(f"Ray process left behind: {proc.info}")
+
+
+def test_ray_results_equal_local() -> None:
+    config = make_config(["harvest", "evade"], ["greedy", "random", "tests.fakes:StatefulPolicy"],
+                         episodes=3, seed=4, overrides={"max_steps": 30})
+    local = evaluate(config, RunOptions(jobs=1))
+    remote = evaluate(config, RAY)
+    assert remote.status == "complete"
+    assert strip_timings(remote.to_document()) == strip_timings(local.to_document())
+
+
+def test_killed_ray_worker_is_retried_and_reproduces_the_episode(tmp_path: Path) -> None:
+    marker = tmp_path / "died"
+    dying = dying_mission(how="sigkill", marker=str(marker))
+    healthy = Mission(**{**dying.__dict__, "params": {**dying.params, "at_step": 10**6}})
+    report = evaluate(EvalConfig((dying,), RANDOM, episodes=3), RAY)
+    assert marker.exists()
+    assert report.status == "complete", [e.error for e in report.failed]
+    reference = evaluate(EvalConfig((healthy,), RANDOM, episodes=3), RunOptions(jobs=1))
+    assert strip_timings(report.to_document())["episodes"] == \
+        strip_timings(reference.to_document())["episodes"]
+
+
+def test_hung_episode_is_cancelled() -> None:
+    hung = dying_mission("hung", how="hang", at_step=2)
+    options = RunOptions(jobs=2, executor=ExecutorKind.RAY, episode_timeout_s=2.0)
+    report = evaluate(EvalConfig((hung, scripted_mission("ok")), RANDOM, episodes=1), options)
+    assert [e.status for e in report.episodes] == [EpisodeStatus.TIMEOUT, EpisodeStatus.OK]
+    assert report.elapsed_s < 30
