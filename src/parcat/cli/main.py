@@ -10,10 +10,12 @@ import typer
 
 from parcat import __version__
 from parcat.cli import common, missions_cmd, policies_cmd
+from parcat.cli.bench_cmd import bench_command
 from parcat.cli.common import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE
 from parcat.cli.compare_cmd import compare_command
 from parcat.cli.eval_cmd import eval_command
 from parcat.cli.plan_cmd import plan_command
+from parcat.cli.plot_cmd import plot_command
 from parcat.cli.train_cmd import train_command
 
 app = typer.Typer(
@@ -27,6 +29,8 @@ app.command("eval")(eval_command)
 app.command("plan")(plan_command)
 app.command("train")(train_command)
 app.command("compare")(compare_command)
+app.command("bench")(bench_command)
+app.command("plot")(plot_command)
 app.add_typer(missions_cmd.app, name="missions")
 app.add_typer(policies_cmd.app, name="policies")
 

@@ -12,9 +12,10 @@ import contextlib
 import multiprocessing as mp
 import os
 import signal
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
@@ -50,9 +51,29 @@ def start_worker(
     process: BaseProcess = ctx.Process(  # type: ignore[attr-defined]
         target=target, args=(theirs, os.getpid(), *args), name=name, daemon=False
     )
-    process.start()
+    with _main_without_missing_file():
+        process.start()
     theirs.close()
     return process, ours
+
+
+@contextlib.contextmanager
+def _main_without_missing_file() -> Iterator[None]:
+    """Hide a ``__main__.__file__`` that is no file (``python -``, notebooks, ``-c``).
+
+    A new worker re-runs the parent's main file to find user code; when that "file" is
+    ``<stdin>`` the worker would die on start-up. Our workers only need importable modules.
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or path is None or os.path.exists(path):
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
 
 
 def stop_worker(process: BaseProcess, conn: Connection | None, grace_s: float = 2.0) -> None:
