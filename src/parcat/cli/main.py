@@ -16,6 +16,7 @@ from parcat.cli.compare_cmd import compare_command
 from parcat.cli.eval_cmd import eval_command
 from parcat.cli.plan_cmd import plan_command
 from parcat.cli.plot_cmd import plot_command
+from parcat.cli.sim_cmd import sim_command
 from parcat.cli.train_cmd import train_command
 
 app = typer.Typer(
@@ -31,6 +32,7 @@ app.command("train")(train_command)
 app.command("compare")(compare_command)
 app.command("bench")(bench_command)
 app.command("plot")(plot_command)
+app.command("sim")(sim_command)
 app.add_typer(missions_cmd.app, name="missions")
 app.add_typer(policies_cmd.app, name="policies")
 

@@ -1,0 +1,150 @@
+"""``parcat sim``: run a real-time simulation (or its sequential twin) and evaluate it."""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from parcat.cli.common import EXIT_INTERRUPTED, print_json, user_errors
+from parcat.cli.render import (
+    key_value_table,
+    list_table,
+    progress_bar,
+    stderr_console,
+    stdout_console,
+)
+from parcat.sim import SimMode, SimProgress, load_sim_config, run_sim, summarize
+from parcat.sim.config import SimConfig
+
+
+class SimFormat(str, enum.Enum):
+    """How the evaluation is printed on stdout."""
+
+    TABLE = "table"
+    JSON = "json"
+
+
+ConfigOpt = Annotated[Path, typer.Option("--config", "-c", help="Sim YAML file.")]
+ModeOpt = Annotated[
+    SimMode, typer.Option("--mode", help="parallel: a process each, real time; "
+                          "sequential: one process, simulated time.")
+]
+FastOpt = Annotated[
+    bool, typer.Option("--fast", help="Parallel: step the environment as fast as it goes.")
+]
+ItersOpt = Annotated[int | None, typer.Option("--iters", help="Environment steps.")]
+SeedOpt = Annotated[int | None, typer.Option("--seed", help="Run seed.")]
+OutputOpt = Annotated[
+    str | None, typer.Option("--output", "-o", help="Folder for record.npz and summary.json "
+                             "('' writes nothing).")
+]
+RenderOpt = Annotated[
+    bool | None, typer.Option("--render/--no-render", help="Live line and trajectories.svg.")
+]
+FormatOpt = Annotated[SimFormat, typer.Option("--format", "-f", help="stdout format.")]
+
+
+def sim_command(
+    config: ConfigOpt = Path("configs/sim.yaml"),
+    mode: ModeOpt = SimMode.PARALLEL,
+    fast: FastOpt = False,
+    iters: ItersOpt = None,
+    seed: SeedOpt = None,
+    output: OutputOpt = None,
+    render: RenderOpt = None,
+    fmt: FormatOpt = SimFormat.TABLE,
+) -> None:
+    """Simulate a mission in real time, each agent at its own cycle_time, and evaluate it.
+
+    Exit codes: 0 done, 1 an agent or the environment failed, 2 bad input, 130 interrupted.
+    """
+    with user_errors():
+        cfg = load_sim_config(config).with_options(iters, seed, output, render)
+    with user_errors(), _progress(cfg, mode) as on_progress:
+        record = run_sim(cfg, mode, fast=fast, on_progress=on_progress)
+    summary = summarize(record)
+    if fmt is SimFormat.JSON:
+        print_json(summary)
+    else:
+        show_summary(summary, record.meta["wall_s"])
+    if summary["interrupted"]:
+        stderr_console().print(f"interrupted after {summary['steps']} of {cfg.iters} steps")
+        raise typer.Exit(EXIT_INTERRUPTED)
+
+
+@contextmanager
+def _progress(cfg: SimConfig, mode: SimMode) -> Iterator[Callable[[SimProgress], None]]:
+    """A live line per second with ``render``, else a progress bar (on a terminal)."""
+    if cfg.render:
+        err = stderr_console()
+        requested = 1.0 / cfg.period
+
+        def line(p: SimProgress) -> None:
+            err.print(f"sim {mode.value}: step {p.step}/{p.iters}  episode {p.episode}  "
+                      f"{p.rate_hz:.1f} steps/s (requested {requested:.1f})", highlight=False)
+
+        yield line
+        return
+    with progress_bar(cfg.iters, f"sim {mode.value}") as advance:
+        done = [0]
+
+        def bar(p: SimProgress) -> None:
+            advance(p.step - done[0])
+            done[0] = p.step
+
+        yield bar
+
+
+def show_summary(summary: dict[str, Any], wall_s: float) -> None:
+    """Print the mission metrics, the environment's timing and the agents' latency."""
+    console = stdout_console()
+    fast = " (fast)" if summary["fast"] else ""
+    console.print(f"{summary['mission']} · {summary['mode']}{fast} · {summary['steps']} steps "
+                  f"in {wall_s:.2f} s", highlight=False)
+    metrics = [(k, _fmt(v)) for k, v in summary["mission_metrics"].items()]
+    console.print(key_value_table(metrics, title="mission"))
+    env = summary["env"]
+    rows = [
+        ("rate steps/s (achieved of requested)",
+         f"{_fmt(env['achieved_rate_hz'])} of {_fmt(env['requested_rate_hz'])}"),
+        ("step interval ms (mean / p95 / max)",
+         f"{_fmt(env['interval_mean_ms'])} / {_fmt(env['interval_p95_ms'])} / "
+         f"{_fmt(env['interval_max_ms'])}"),
+        ("lateness ms (p95 / max)",
+         f"{_fmt(env['lateness_p95_ms'])} / {_fmt(env['lateness_max_ms'])}"),
+        ("step cost ms (mean)", _fmt(env["step_cost_mean_ms"])),
+    ]
+    console.print(key_value_table(rows, title="environment"))
+    headers = ["agent", "policy", "kind", "cycle ms (req / got)", "cycles", "missed",
+               "default steps", "age steps (mean / p95)", "age ms (mean / p95)",
+               "compute ms (mean / max)"]
+    table = [
+        [a["agent"], a["policy"], a["kind"],
+         f"{_fmt(_ms(a['requested_cycle_s']))} / {_fmt(_ms(a['achieved_cycle_s']))}",
+         a["cycles"], a["missed_cycles"], a["default_steps"],
+         f"{_fmt(a['age_steps_mean'])} / {_fmt(a['age_steps_p95'])}",
+         f"{_fmt(a['age_ms_mean'])} / {_fmt(a['age_ms_p95'])}",
+         f"{_fmt(a['compute_ms_mean'])} / {_fmt(a['compute_ms_max'])}"]
+        for a in summary["agents"]
+    ]
+    console.print(list_table(headers, table))
+    for path in summary["files"]:
+        typer.echo(f"wrote {path}")
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1e3
+
+
+def _fmt(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 1e4 else f"{value:,.0f}"
+    return str(value)

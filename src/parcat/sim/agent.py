@@ -1,0 +1,157 @@
+"""One simulated agent: its policy, its cycle schedule and its timing statistics.
+
+The same :class:`AgentRunner` computes an agent's actions in the sequential simulation, in
+the environment's process (lockstep agents) and in the agent's own process (parallel mode),
+so the three cannot disagree on when a policy is reset or how a cycle is counted.
+
+Schedules are integer nanoseconds from the run's start: cycle ``m`` of an agent starts at
+``m * cycle_ns``. After a cycle that started at ``t`` and ended at ``end`` the next one starts
+at the first boundary after ``end`` (after ``t`` in simulated time, where computing takes no
+time); boundaries skipped because the computation ran over are counted as ``missed``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from parcat import seeding
+from parcat.missions import Mission
+from parcat.policies.builtin import noop_action
+from parcat.policies.specs import make_policy
+from parcat.sim.config import AgentConfig
+
+
+class AgentFailure(Exception):
+    """A policy raised; carries the agent and the environment step it was acting on."""
+
+    def __init__(self, agent: AgentConfig, step: int, cause: BaseException) -> None:
+        super().__init__(f"{describe_agent(agent)} raised at env step {step}: "
+                         f"{type(cause).__name__}: {cause}")
+        self.agent = agent
+        self.step = step
+        self.cause = cause
+
+
+@dataclass
+class InForce:
+    """The action an agent has in force at an environment step, and where it came from."""
+
+    action: Any
+    """The action the environment applies."""
+    based_on: int = -1
+    """The environment step whose observation it was computed from; -1: the default action."""
+    compute_s: float = math.nan
+    """Seconds the policy took to compute it."""
+
+
+@dataclass
+class CycleStats:
+    """How often an agent computed an action and how long that took."""
+
+    cycles: int = 0
+    """Actions computed."""
+    first_ns: int = -1
+    """Start of the first cycle (ns from the run's start)."""
+    last_ns: int = -1
+    """Start of the last cycle."""
+    missed: int = 0
+    """Cycle boundaries skipped because a computation ran past them."""
+    compute_sum_ns: int = 0
+    """Total compute time."""
+    compute_max_ns: int = 0
+    """Longest compute time."""
+
+    def add(self, start_ns: int, compute_ns: int) -> None:
+        """Count one cycle that started at ``start_ns`` and computed for ``compute_ns``."""
+        if self.cycles == 0:
+            self.first_ns = start_ns
+        self.cycles += 1
+        self.last_ns = start_ns
+        self.compute_sum_ns += compute_ns
+        self.compute_max_ns = max(self.compute_max_ns, compute_ns)
+
+    def as_fields(self) -> list[int]:
+        """The numbers in a fixed order (for shared memory)."""
+        return [self.cycles, self.first_ns, self.last_ns, self.missed, self.compute_sum_ns,
+                self.compute_max_ns]
+
+    @classmethod
+    def from_fields(cls, values: Any) -> CycleStats:
+        """The inverse of :meth:`as_fields`."""
+        return cls(*(int(v) for v in values[:6]))
+
+    def to_dict(self) -> dict[str, float]:
+        """JSON-ready numbers, with the achieved cycle time and mean compute time."""
+        achieved = ((self.last_ns - self.first_ns) / (self.cycles - 1) / 1e9
+                    if self.cycles > 1 else math.nan)
+        mean_compute = self.compute_sum_ns / self.cycles / 1e9 if self.cycles else math.nan
+        return {"cycles": self.cycles, "missed_cycles": self.missed,
+                "achieved_cycle_s": achieved, "compute_mean_s": mean_compute,
+                "compute_max_s": self.compute_max_ns / 1e9}
+
+
+@dataclass
+class CycleClock:
+    """When an agent's next cycle is due (integer ns from the run's start)."""
+
+    cycle_ns: int
+    next_ns: int = 0
+
+    def due(self, now_ns: int) -> bool:
+        """Whether a cycle boundary has been reached."""
+        return now_ns >= self.next_ns
+
+    def advance(self, end_ns: int) -> int:
+        """Move to the first boundary after ``end_ns``; return the boundaries skipped."""
+        expected = self.next_ns + self.cycle_ns
+        self.next_ns = (end_ns // self.cycle_ns + 1) * self.cycle_ns
+        return max(0, (self.next_ns - expected) // self.cycle_ns)
+
+
+@dataclass
+class AgentRunner:
+    """Builds an agent's policy, resets it per episode and times every action.
+
+    Args:
+        config: The agent.
+        mission: The mission (policies may read its parameters).
+        seed: The run's seed; episode ``e`` resets the policy with
+            ``agent_seed(seed, mission, e, agent_index)``, as ``run_episode`` would.
+    """
+
+    config: AgentConfig
+    mission: Mission
+    seed: int
+    stats: CycleStats = field(default_factory=CycleStats)
+    episode: int = -1
+
+    def __post_init__(self) -> None:
+        self.policy = make_policy(self.config.policy, self.mission, self.config.spec)
+        self.default = noop_action(self.config.spec.action_space)
+
+    def act(self, obs: Any, step: int, episode: int, start_ns: int) -> InForce:
+        """Compute an action from the observation of env ``step`` (of ``episode``).
+
+        Raises:
+            AgentFailure: the policy raised in ``reset`` or ``step``.
+        """
+        try:
+            if episode != self.episode:
+                index = self.config.spec.agent_index
+                self.policy.reset(seeding.agent_seed(self.seed, self.mission.key, episode, index))
+                self.episode = episode
+            begin = time.perf_counter_ns()
+            action = self.policy.step(obs)
+            compute_ns = time.perf_counter_ns() - begin
+        except Exception as exc:
+            raise AgentFailure(self.config, step, exc) from exc
+        self.stats.add(start_ns, compute_ns)
+        return InForce(action, step, compute_ns / 1e9)
+
+
+def describe_agent(config: AgentConfig) -> str:
+    """``agent 'evader' (policy greedy)``: how errors name an agent."""
+    return f"agent '{config.agent_id}' (policy {config.policy.name})"

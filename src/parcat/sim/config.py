@@ -1,0 +1,372 @@
+"""``parcat sim`` configuration: ``configs/sim.yaml`` and the files it names.
+
+```yaml
+environment:
+  mission: evade            # a mission name or a mission YAML path
+  config: sim/evade.yaml    # optional: a mapping of mission parameter overrides
+  params: {pursuers: 2}     # optional: more overrides (win over the file's)
+  period: 0.01              # seconds per environment step (required)
+agents:                     # each entry runs in its own process in parallel mode
+  - agent: evader           # optional: the env's agent id (default: the next unlisted one)
+    policy: greedy          # a policy spec: built-in, module:Class, checkpoint directory
+    args: {wall_weight: 1}  # optional: keyword arguments added to the spec
+    cycle_time: 0.03        # seconds between two actions (required)
+  - config: sim/slow.yaml   # keys from a file; keys written here win over the file's
+default_policy: greedy      # plays every agent not listed, every step (see below)
+iters: 500                  # environment steps
+render: false               # live terminal line and an SVG of the trajectories
+debug: {render_traj: false, log_agent_state: false}
+seed: 0
+output: runs/sim            # record.npz + summary.json (+ trajectories.svg); null: no files
+```
+
+Paths in ``config`` keys are relative to the file that names them. An agent the config does
+not list is a *lockstep* agent: ``default_policy`` (the mission's ``greedy`` if it has a
+heuristic, else ``noop``) computed inside the environment's process on the current
+observation at every step — no process of its own, action age always 0 — in both modes.
+
+Everything is validated here, before any process starts: every error is one
+:class:`~parcat.errors.ConfigError` line naming the file and the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from parcat.errors import ConfigError, MissionError, PolicyError
+from parcat.missions import Mission, load_mission
+from parcat.policies.base import AgentSpec
+from parcat.policies.specs import PolicySpec, make_policy, parse_policy_spec
+from parcat.sim.checks import (
+    check_bool,
+    check_int,
+    check_keys,
+    check_seconds,
+    read_mapping,
+    resolve_file,
+    show_path,
+)
+
+TOP_KEYS = ("environment", "agents", "default_policy", "iters", "render", "debug", "seed",
+            "output")
+ENV_KEYS = ("mission", "config", "params", "period")
+AGENT_KEYS = ("agent", "policy", "args", "cycle_time", "config")
+DEBUG_KEYS = ("render_traj", "log_agent_state")
+DEFAULT_ITERS = 1000
+DEFAULT_OUTPUT = "runs/sim"
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """One agent of the simulation and how it acts."""
+
+    spec: AgentSpec
+    """The agent (id, index, spaces) as its policy sees it."""
+    policy: PolicySpec
+    """The policy that plays it."""
+    cycle_time: float
+    """Seconds between the starts of two of its action computations."""
+    lockstep: bool = False
+    """Computed in the environment's process every step (agents the config does not list)."""
+    source: str = ""
+    """The file that configured it."""
+
+    @property
+    def agent_id(self) -> Any:
+        """The environment's id of the agent."""
+        return self.spec.agent_id
+
+    @property
+    def cycle_ns(self) -> int:
+        """``cycle_time`` in integer nanoseconds (schedules are computed on integers)."""
+        return max(1, round(self.cycle_time * 1e9))
+
+
+@dataclass(frozen=True)
+class DebugConfig:
+    """Extra output for debugging a run."""
+
+    render_traj: bool = False
+    """Write ``trajectories.svg`` (also written when ``render`` is on)."""
+    log_agent_state: bool = False
+    """Record every agent's observation at every step (``obs_<i>`` arrays in the record)."""
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """A validated simulation: the mission, its agents and the run's length and outputs."""
+
+    mission: Mission
+    """The mission, with the environment config's overrides applied."""
+    period: float
+    """Seconds per environment step."""
+    agents: tuple[AgentConfig, ...]
+    """Every agent of the environment, in ``possible_agents`` order."""
+    iters: int = DEFAULT_ITERS
+    """Environment steps to run (episodes that end are reset, seeded, and continued)."""
+    seed: int = 0
+    """Seeds every episode's environment and every agent's policy."""
+    render: bool = False
+    """Live terminal line during the run (CLI) and ``trajectories.svg`` at the end."""
+    debug: DebugConfig = DebugConfig()
+    """Extra output."""
+    output: str | None = DEFAULT_OUTPUT
+    """Folder for ``record.npz``, ``summary.json`` and the SVG; ``None`` writes nothing."""
+    source: str = ""
+    """The YAML file this came from."""
+
+    @property
+    def period_ns(self) -> int:
+        """``period`` in integer nanoseconds."""
+        return max(1, round(self.period * 1e9))
+
+    @property
+    def process_agents(self) -> tuple[AgentConfig, ...]:
+        """The agents that run in their own process in parallel mode."""
+        return tuple(a for a in self.agents if not a.lockstep)
+
+    def with_options(self, iters: int | None = None, seed: int | None = None,
+                     output: str | None = None, render: bool | None = None) -> SimConfig:
+        """This config with command-line values (those not ``None``) on top."""
+        where = "command line"
+        return replace(
+            self,
+            iters=self.iters if iters is None else check_int(iters, where, "--iters", 1),
+            seed=self.seed if seed is None else check_int(seed, where, "--seed", 0),
+            output=self.output if output is None else (output or None),
+            render=self.render if render is None else render,
+        )
+
+
+def load_sim_config(path: str | Path) -> SimConfig:
+    """Read and validate a sim YAML file and every file it names.
+
+    Raises:
+        ConfigError: a missing or malformed file, an unknown key, a bad value (named).
+    """
+    data = read_mapping(Path(path), "sim config")
+    return parse_sim_config(data, source=str(path), base_dir=Path(path).parent)
+
+
+def parse_sim_config(data: Mapping[str, Any], source: str = "sim config",
+                     base_dir: str | Path = ".") -> SimConfig:
+    """Validate a sim configuration given as a mapping (the YAML file's content).
+
+    Args:
+        data: The keys of ``configs/sim.yaml``.
+        source: How errors name where the mapping came from.
+        base_dir: Folder that relative ``config`` paths start from.
+
+    Raises:
+        ConfigError: an unknown key, a missing required key or a bad value (named).
+    """
+    base = Path(base_dir)
+    check_keys(data, TOP_KEYS, source, "")
+    mission, period = _environment(data, source, base)
+    agents = _agents(data, mission, period, source, base)
+    debug = data.get("debug") or {}
+    if not isinstance(debug, Mapping):
+        raise ConfigError(f"{source}: 'debug' must be a mapping with keys {', '.join(DEBUG_KEYS)}")
+    check_keys(debug, DEBUG_KEYS, source, "debug.")
+    output = data.get("output", DEFAULT_OUTPUT)
+    if output is not None and not isinstance(output, str):
+        raise ConfigError(f"{source}: 'output' must be a folder path or null, got {output!r}")
+    return SimConfig(
+        mission=mission,
+        period=period,
+        agents=agents,
+        iters=check_int(data.get("iters", DEFAULT_ITERS), source, "iters", 1),
+        seed=check_int(data.get("seed", 0), source, "seed", 0),
+        render=check_bool(data.get("render", False), source, "render"),
+        debug=DebugConfig(
+            render_traj=check_bool(debug.get("render_traj", False), source, "debug.render_traj"),
+            log_agent_state=check_bool(debug.get("log_agent_state", False), source,
+                                       "debug.log_agent_state"),
+        ),
+        output=output or None,
+        source=source,
+    )
+
+
+def _environment(data: Mapping[str, Any], source: str, base: Path) -> tuple[Mission, float]:
+    env = data.get("environment")
+    if env is None:
+        raise ConfigError(
+            f"{source}: missing key 'environment' (a mapping with 'mission' and 'period')"
+        )
+    if not isinstance(env, Mapping):
+        raise ConfigError(f"{source}: 'environment' must be a mapping with 'mission' and 'period'")
+    check_keys(env, ENV_KEYS, source, "environment.")
+    name = env.get("mission")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(
+            f"{source}: 'environment' has no 'mission' (a mission name or YAML path)"
+        )
+    if "period" not in env:
+        raise ConfigError(
+            f"{source}: 'environment' has no 'period' (seconds per environment step, "
+            "e.g. period: 0.01)"
+        )
+    period = check_seconds(env["period"], source, "environment.period")
+    params = env.get("params") or {}
+    if not isinstance(params, Mapping):
+        raise ConfigError(f"{source}: 'environment.params' must be a mapping of parameters")
+    local = base / name
+    reference = str(local) if name.endswith((".yaml", ".yml")) and local.is_file() else name
+    try:
+        mission = load_mission(reference)
+    except MissionError as exc:
+        raise ConfigError(f"{source}: {exc}") from exc
+    layers: list[tuple[Mapping[str, Any], str]] = []
+    if env.get("config") is not None:
+        file = resolve_file(env["config"], base, source, "environment.config")
+        layers.append((read_mapping(file, "environment config"), show_path(file)))
+    layers.append((params, source))
+    for overrides, where in layers:  # each layer's errors name the file it came from
+        try:
+            mission = mission.with_overrides(overrides) if overrides else mission
+        except MissionError as exc:
+            raise ConfigError(f"{where}: {exc}") from exc
+    return mission, period
+
+
+def _agents(data: Mapping[str, Any], mission: Mission, period: float, source: str,
+            base: Path) -> tuple[AgentConfig, ...]:
+    entries = data.get("agents") or []
+    if not isinstance(entries, list):
+        raise ConfigError(f"{source}: 'agents' must be a list of agent entries")
+    env = mission.make_env()
+    try:
+        ids = list(env.possible_agents)
+        specs = [_agent_spec(mission, env, i, a) for i, a in enumerate(ids)]
+    finally:
+        close = getattr(env, "close", None)
+        if close is not None:
+            close()
+    merged = [_merge_entry(e, i, source, base) for i, e in enumerate(entries)]
+    indices = _assign_ids(merged, ids, mission, source)
+    chosen: dict[int, AgentConfig] = {}
+    for (entry, where), index in zip(merged, indices, strict=True):
+        chosen[index] = _agent(entry, specs[index], mission, where)
+    default = _default_policy(data, mission, source)
+    agents = []
+    for index, spec in enumerate(specs):
+        if index in chosen:
+            agents.append(chosen[index])
+        else:
+            _validate_policy(default, mission, spec, f"{source}: 'default_policy'")
+            agents.append(AgentConfig(spec, default, period, lockstep=True, source=source))
+    return tuple(agents)
+
+
+def _agent_spec(mission: Mission, env: Any, index: int, agent_id: Any) -> AgentSpec:
+    return AgentSpec(
+        mission=mission.name,
+        agent_id=agent_id,
+        agent_index=index,
+        observation_space=env.observation_space(agent_id),
+        action_space=env.action_space(agent_id),
+        params=dict(mission.params),
+    )
+
+
+def _merge_entry(entry: Any, position: int, source: str,
+                 base: Path) -> tuple[dict[str, Any], str]:
+    """An agent entry with its config file's keys under it, and the file to name in errors."""
+    label = f"agents[{position}]"
+    if not isinstance(entry, Mapping):
+        raise ConfigError(
+            f"{source}: {label} must be a mapping with keys policy, cycle_time "
+            "(and agent, args, config)"
+        )
+    check_keys(entry, AGENT_KEYS, source, f"{label}.")
+    if entry.get("config") is None:
+        return dict(entry), source
+    file = resolve_file(entry["config"], base, source, f"{label}.config")
+    from_file = read_mapping(file, "agent config")
+    check_keys(from_file, tuple(k for k in AGENT_KEYS if k != "config"), show_path(file), "")
+    merged = {**from_file, **{k: v for k, v in entry.items() if k != "config"}}
+    return merged, show_path(file)
+
+
+def _assign_ids(merged: list[tuple[dict[str, Any], str]], ids: list[Any], mission: Mission,
+                source: str) -> list[int]:
+    """The agent index of every entry: named ones first, the rest in ``possible_agents`` order."""
+    names = [str(a) for a in ids]
+    indices: list[int | None] = []
+    for entry, where in merged:
+        if entry.get("agent") is None:
+            indices.append(None)
+            continue
+        wanted = str(entry["agent"])
+        if wanted not in names:
+            raise ConfigError(
+                f"{where}: agent '{wanted}' is not in mission '{mission.name}'; "
+                f"its agents: {', '.join(names)}"
+            )
+        index = names.index(wanted)
+        if index in indices:
+            raise ConfigError(f"{where}: agent '{wanted}' is listed twice")
+        indices.append(index)
+    free = [i for i in range(len(ids)) if i not in indices]
+    if sum(i is None for i in indices) > len(free):
+        raise ConfigError(
+            f"{source}: {len(merged)} agent entries but mission '{mission.name}' has "
+            f"{len(ids)} agent(s): {', '.join(names)}"
+        )
+    free_iter = iter(free)
+    return [next(free_iter) if i is None else i for i in indices]
+
+
+def _agent(entry: Mapping[str, Any], spec: AgentSpec, mission: Mission,
+           where: str) -> AgentConfig:
+    name = str(spec.agent_id)
+    if "cycle_time" not in entry:
+        raise ConfigError(
+            f"{where}: agent '{name}' has no 'cycle_time' (seconds between its actions, "
+            "e.g. cycle_time: 0.05)"
+        )
+    cycle_time = check_seconds(entry["cycle_time"], where, f"agent '{name}': 'cycle_time'")
+    text = entry.get("policy")
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError(
+            f"{where}: agent '{name}' has no 'policy' (a built-in name, module:Class or "
+            "checkpoint directory)"
+        )
+    args = entry.get("args") or {}
+    if not isinstance(args, Mapping):
+        raise ConfigError(f"{where}: agent '{name}': 'args' must be a mapping of keyword arguments")
+    label = f"{where}: agent '{name}'"
+    try:
+        policy = parse_policy_spec(text)
+    except PolicyError as exc:
+        raise ConfigError(f"{label}: {exc}") from exc
+    policy = replace(policy, kwargs={**policy.kwargs, **args}, weight=1.0)
+    _validate_policy(policy, mission, spec, label)
+    return AgentConfig(spec, policy, cycle_time, source=where)
+
+
+def _default_policy(data: Mapping[str, Any], mission: Mission, source: str) -> PolicySpec:
+    text = data.get("default_policy")
+    if text is None:
+        text = "greedy" if mission.heuristic else "noop"
+    if not isinstance(text, str):
+        raise ConfigError(f"{source}: 'default_policy' must be a policy spec, got {text!r}")
+    try:
+        return replace(parse_policy_spec(text), weight=1.0)
+    except PolicyError as exc:
+        raise ConfigError(f"{source}: 'default_policy': {exc}") from exc
+
+
+def _validate_policy(policy: PolicySpec, mission: Mission, spec: AgentSpec, label: str) -> None:
+    """Build the policy once so a bad spec fails before any process starts."""
+    try:
+        built = make_policy(policy, mission, spec)
+    except PolicyError as exc:
+        raise ConfigError(f"{label}: {exc}") from exc
+    close = getattr(built, "close", None)
+    if callable(close):
+        close()

@@ -1,0 +1,214 @@
+"""The parallel simulation: the environment and every agent in its own process, in real time.
+
+The parent creates the shared block (and alone unlinks it), starts the environment process
+and one process per non-lockstep agent (:mod:`parcat.sim.workers`), waits until every one
+is ready, sends them all the same start instant, and then only watches: the pipes for
+``done`` or ``error`` and the process sentinels for a death, with a timeout on every wait.
+A failure anywhere — an agent that raises or dies, an environment that stops making
+progress — ends the run with a :class:`~parcat.errors.WorkerError` naming the agent;
+whatever happens, every process is stopped (STOP flag, ``close``, SIGTERM, SIGKILL) and the
+block is unlinked before this returns. Ctrl-C stops the run and returns the steps done so
+far, marked ``interrupted``.
+
+Against the sequential twin, real time adds what a robot would see: an action computed
+from step ``j``'s observation lands in the first step after its computation ends, so a fast
+agent whose cycle boundary coincides with an environment step races it and its action is
+0–1 steps older than in simulated time; a slow agent acts on observations as old as its
+compute time; and the first step(s) may run on the neutral action before any arrived.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from typing import Any, NoReturn
+
+from parcat.errors import WorkerError
+from parcat.parallel import procs
+from parcat.sim.agent import CycleStats, describe_agent
+from parcat.sim.config import SimConfig
+from parcat.sim.progress import SimProgress
+from parcat.sim.record import SimRecord, make_record
+from parcat.sim.slots import H_EPISODE, H_STEP, SimBlock
+from parcat.sim.workers import agent_main, attach_block, env_main
+from parcat.sim.world import WorldResult
+
+READY_TIMEOUT_S = 120.0
+"""Longest wait for every process to build its environment or policy."""
+START_MARGIN_NS = 50_000_000
+"""The start instant is this far ahead, so every process has it before it arrives."""
+STALL_TIMEOUT_S = 30.0
+"""An environment whose step counter does not move for this long is considered hung."""
+COLLECT_TIMEOUT_S = 10.0
+"""Longest wait for the environment's record after a stop (Ctrl-C)."""
+PROGRESS_EVERY_S = 1.0
+
+
+class RemoteTraceback(Exception):
+    """The formatted traceback of an exception raised in a simulation process."""
+
+
+@dataclass
+class _Child:
+    label: str
+    process: BaseProcess
+    conn: Connection
+
+
+def run_parallel(config: SimConfig, fast: bool = False,
+                 on_progress: Callable[[SimProgress], None] | None = None,
+                 start_method: str | None = None) -> SimRecord:
+    """Run the simulation with the environment and every agent in its own process.
+
+    Args:
+        config: The simulation.
+        fast: Step the environment as fast as it goes instead of once per period.
+        on_progress: Called about once a second while the environment runs.
+        start_method: ``forkserver`` (default where available) or ``spawn``.
+
+    Raises:
+        WorkerError: a process raised, died or hung (the agent is named).
+    """
+    block = attach_block(config)
+    children: list[_Child] = []
+    try:
+        ctx = procs.get_context(start_method)
+        children.append(_start(ctx, "the environment", env_main, (config, block.name, fast)))
+        for slot, agent in enumerate(config.process_agents):
+            children.append(_start(ctx, describe_agent(agent), agent_main,
+                                   (config, slot, block.name)))
+        _await_ready(children)
+        t0_ns = time.monotonic_ns() + START_MARGIN_NS
+        for child in children:
+            child.conn.send(("start", t0_ns))
+        interrupted = False
+        try:
+            done = _monitor(children, block, config, t0_ns, on_progress)
+        except KeyboardInterrupt:
+            block.stop()
+            done = _collect(children[0])
+            interrupted = True
+    finally:
+        block.stop()
+        _stop_all(children)
+        block.close()
+    result, cycles, wall_s = done
+    return make_record(config, "parallel", fast, result, {**cycles, **result.cycles}, wall_s,
+                       interrupted)
+
+
+def _start(ctx: Any, label: str, target: Callable[..., None], args: tuple[Any, ...]) -> _Child:
+    name = "parcat-sim-env" if target is env_main else f"parcat-sim-agent-{args[1]}"
+    process, conn = procs.start_worker(ctx, target, args, name)
+    return _Child(label, process, conn)
+
+
+def _await_ready(children: list[_Child]) -> None:
+    waiting = {id(c): c for c in children}
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while waiting:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            labels = ", ".join(c.label for c in waiting.values())
+            raise WorkerError(f"not ready after {READY_TIMEOUT_S:.0f} s: {labels}")
+        objects = [c.conn for c in waiting.values()] + [c.process.sentinel
+                                                         for c in waiting.values()]
+        wait(objects, timeout=min(remaining, 1.0))
+        for child in list(waiting.values()):
+            alive = child.process.is_alive()
+            message = _poll(child)
+            if message is not None and message[0] == "ready":
+                del waiting[id(child)]
+            elif message is not None:
+                _raise_for(child, message, 0)
+            elif not alive:
+                _raise_died(child, 0)
+
+
+def _monitor(children: list[_Child], block: SimBlock, config: SimConfig, t0_ns: int,
+             on_progress: Callable[[SimProgress], None] | None,
+             ) -> tuple[WorldResult, dict[int, CycleStats], float]:
+    env = children[0]
+    last_step, last_move = -1, time.monotonic()
+    next_report = time.monotonic() + PROGRESS_EVERY_S
+    while True:
+        objects = [c.conn for c in children] + [c.process.sentinel for c in children]
+        wait(objects, timeout=0.25)
+        step = int(block.header[H_STEP])
+        for child in children:
+            done = _check(child, child is env, step)
+            if done is not None:
+                return done
+        now = time.monotonic()
+        if step != last_step:
+            last_step, last_move = step, now
+        elif now - last_move > max(STALL_TIMEOUT_S, 3 * config.period):
+            raise WorkerError(f"the environment made no progress for {now - last_move:.0f} s "
+                              f"(stuck at step {step} of {config.iters})")
+        if on_progress is not None and now >= next_report:
+            next_report = now + PROGRESS_EVERY_S
+            elapsed = max(0.0, (time.monotonic_ns() - t0_ns) / 1e9)
+            on_progress(SimProgress(step, config.iters, int(block.header[H_EPISODE]), elapsed))
+
+
+def _check(child: _Child, is_env: bool, step: int,
+           ) -> tuple[WorldResult, dict[int, CycleStats], float] | None:
+    """The environment's result if it is done; raise if the child failed or died."""
+    alive = child.process.is_alive()
+    message = _poll(child)  # after is_alive: a child that reported and exited is read
+    if message is not None and message[0] == "done" and is_env:
+        return message[1], message[2], message[3]
+    if message is not None:
+        _raise_for(child, message, step)
+    if not alive:
+        _raise_died(child, step)
+    return None
+
+
+def _collect(env: _Child) -> tuple[WorldResult, dict[int, CycleStats], float]:
+    """The environment's record after a stop; Ctrl-C again if it does not come."""
+    deadline = time.monotonic() + COLLECT_TIMEOUT_S
+    while time.monotonic() < deadline:
+        wait([env.conn, env.process.sentinel], timeout=0.25)
+        message = _poll(env)
+        if message is not None and message[0] == "done":
+            return message[1], message[2], message[3]
+        if message is not None or not env.process.is_alive():
+            break
+    raise KeyboardInterrupt
+
+
+def _poll(child: _Child) -> tuple[Any, ...] | None:
+    """The child's next message, if one is waiting (``None`` on a broken pipe too)."""
+    try:
+        if child.conn.poll():
+            message: tuple[Any, ...] = child.conn.recv()
+            return message
+    except (EOFError, OSError):
+        return None
+    return None
+
+
+def _raise_for(child: _Child, message: tuple[Any, ...], step: int) -> NoReturn:
+    if message[0] == "error":
+        _, _agent, text, formatted = message
+        raise WorkerError(text) from RemoteTraceback(formatted)
+    raise WorkerError(f"{child.label} sent an unexpected message {message[0]!r} at step {step}")
+
+
+def _raise_died(child: _Child, step: int) -> NoReturn:
+    child.process.join(0.1)
+    raise WorkerError(f"{child.label} process died ({procs.describe_exit(child.process)}) "
+                      f"at env step {step}")
+
+
+def _stop_all(children: list[_Child]) -> None:
+    for child in children:
+        with contextlib.suppress(OSError, ValueError):
+            child.conn.send(("close",))
+    for child in children:
+        procs.stop_worker(child.process, child.conn)

@@ -1,0 +1,167 @@
+"""The record of a simulation: per-step arrays plus a JSON description, saved as ``.npz``.
+
+Arrays (``T`` steps, ``N`` agents in ``possible_agents`` order):
+
+===================  ===========  ==========================================================
+``time_s``           (T,)         when the step applied its actions, seconds from the start
+                                  (simulated ``k * period`` in sequential mode)
+``step_cost_s``      (T,)         wall time of the step (lockstep agents, ``env.step``, record)
+``episode``          (T,)         episode index; ``episode_step`` the step within it
+``state``            (T, S)       ``env.state()`` before the step, if the env has one
+``action_<i>``       (T, ...)     agent ``i``'s action in force (its space's shared-memory code)
+``based_on``         (T, N)       the step whose observation that action came from (-1: default)
+``age_steps``        (T, N)       ``k - based_on`` (-1 for the default action)
+``age_s``            (T, N)       ``time_s[k] - time_s[based_on]`` (NaN for the default action)
+``compute_s``        (T, N)       seconds the policy took to compute the action in force
+``reward``           (T, N)       the reward of the step
+``obs_<i>``          (T, ...)     agent ``i``'s observation at each step (``log_agent_state``)
+===================  ===========  ==========================================================
+
+Timing arrays (``step_cost_s``, ``compute_s``, and in parallel mode ``time_s``, ``age_*``)
+are measurements; everything else of a sequential run is a pure function of the config.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from parcat.sim.agent import CycleStats
+from parcat.sim.config import SimConfig
+from parcat.sim.world import WorldResult
+
+RECORD_FILE = "record.npz"
+TIMING_ARRAYS = ("step_cost_s", "compute_s")
+"""Arrays that hold measured times even in sequential mode."""
+
+
+@dataclass(frozen=True)
+class SimRecord:
+    """A finished (or interrupted) simulation run."""
+
+    meta: dict[str, Any]
+    """Mission, mode, period, agents (with their cycle statistics), episodes, wall time."""
+    arrays: dict[str, np.ndarray] = field(repr=False)
+    """The per-step arrays (see the module docstring)."""
+    files: tuple[str, ...] = ()
+    """Files written for this run."""
+
+    @property
+    def steps(self) -> int:
+        """Environment steps recorded."""
+        return int(self.meta["steps"])
+
+    @property
+    def agent_ids(self) -> list[str]:
+        """The agents' ids (as strings), in record order."""
+        return [a["agent"] for a in self.meta["agents"]]
+
+    def agent_index(self, agent_id: Any) -> int:
+        """The record column of ``agent_id``."""
+        return self.agent_ids.index(str(agent_id))
+
+    def deterministic_arrays(self) -> dict[str, np.ndarray]:
+        """The arrays that do not hold measured times (equal between sequential runs)."""
+        return {k: v for k, v in self.arrays.items() if k not in TIMING_ARRAYS}
+
+    def save(self, folder: str | Path) -> Path:
+        """Write ``record.npz`` (arrays and a ``meta`` JSON string) atomically into ``folder``."""
+        path = Path(folder) / RECORD_FILE
+        payload = dict(self.arrays)
+        payload["meta"] = np.array(json.dumps(jsonable(self.meta)))
+        write_npz_atomically(path, payload)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> SimRecord:
+        """Read a record written by :meth:`save` (a file or its folder)."""
+        path = Path(path)
+        if path.is_dir():
+            path = path / RECORD_FILE
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {key: data[key] for key in data.files if key != "meta"}
+            meta = json.loads(str(data["meta"]))
+        return cls(meta, arrays, (str(path),))
+
+
+def make_record(config: SimConfig, mode: str, fast: bool, result: WorldResult,
+                cycles: dict[int, CycleStats], wall_s: float, interrupted: bool) -> SimRecord:
+    """Build the record from the world's arrays and every agent's cycle statistics."""
+    arrays = dict(result.arrays)
+    arrays["age_steps"], arrays["age_s"] = _ages(arrays["based_on"], arrays["time_s"])
+    agents = []
+    for agent in config.agents:
+        stats = cycles.get(agent.spec.agent_index, CycleStats())
+        agents.append({
+            "agent": str(agent.agent_id),
+            "index": agent.spec.agent_index,
+            "policy": agent.policy.name,
+            "kind": "lockstep" if agent.lockstep else "cycled",
+            "cycle_time_s": agent.cycle_time,
+            **stats.to_dict(),
+        })
+    meta = {
+        "schema": "parcat.sim.record",
+        "version": 1,
+        "mission": config.mission.name,
+        "env": config.mission.env,
+        "mission_params": dict(config.mission.params),
+        "source": config.source,
+        "mode": mode,
+        "fast": fast,
+        "period_s": config.period,
+        "iters": config.iters,
+        "steps": result.steps,
+        "seed": config.seed,
+        "interrupted": interrupted,
+        "wall_s": wall_s,
+        "agents": agents,
+        "episodes": result.episodes,
+    }
+    return SimRecord(meta, arrays)
+
+
+def _ages(based_on: np.ndarray, time_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    steps = np.arange(len(based_on))[:, None]
+    known = based_on >= 0
+    age_steps = np.where(known, steps - based_on, -1).astype(np.int64)
+    source_time = time_s[np.clip(based_on, 0, None)] if len(time_s) else np.zeros_like(time_s)
+    age_s = np.where(known, time_s[:, None] - source_time, np.nan)
+    return age_steps, age_s
+
+
+def write_npz_atomically(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """Replace ``path`` with a compressed ``.npz`` so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            np.savez_compressed(handle, **arrays)  # type: ignore[arg-type]
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with NaN and infinities as ``None`` and numpy scalars as Python numbers."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

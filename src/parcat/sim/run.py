@@ -1,0 +1,89 @@
+"""``run_sim``: one simulation in the mode chosen at run time, and its output files.
+
+The mode is independent of the configuration: the same ``SimConfig`` runs in real time with
+the environment and every agent in its own process (``parallel``), or in simulated time in
+one process (``sequential``), and both produce the same record format.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from parcat.atomic import write_text_atomically
+from parcat.errors import ConfigError
+from parcat.sim.config import SimConfig, load_sim_config
+from parcat.sim.metrics import summarize
+from parcat.sim.parallel import run_parallel
+from parcat.sim.progress import SimProgress
+from parcat.sim.record import SimRecord
+from parcat.sim.sequential import run_sequential
+from parcat.sim.svg import write_svg
+
+SUMMARY_FILE = "summary.json"
+SVG_FILE = "trajectories.svg"
+
+
+class SimMode(str, enum.Enum):
+    """Where the environment and the agents run (``--mode``)."""
+
+    PARALLEL = "parallel"
+    SEQUENTIAL = "sequential"
+
+
+def run_sim(
+    config: SimConfig | str | Path,
+    mode: SimMode | str = SimMode.PARALLEL,
+    *,
+    fast: bool = False,
+    on_progress: Callable[[SimProgress], None] | None = None,
+    start_method: str | None = None,
+    write: bool = True,
+) -> SimRecord:
+    """Run a simulation and (if the config names an ``output`` folder) write its files.
+
+    Args:
+        config: A validated config, or the path of a sim YAML file.
+        mode: ``parallel`` (real time, a process each) or ``sequential`` (simulated time).
+        fast: Parallel mode: step the environment as fast as it goes, not once per period.
+        on_progress: Called about once a second while the run goes on.
+        start_method: Parallel mode: ``forkserver`` (default where available) or ``spawn``.
+        write: Write ``record.npz``, ``summary.json`` (and the SVG) into ``config.output``.
+
+    Returns:
+        The record; ``record.files`` lists what was written.
+
+    Raises:
+        ConfigError: a bad config file or mode.
+        RunError: the environment or an agent failed (the agent is named).
+    """
+    if not isinstance(config, SimConfig):
+        config = load_sim_config(config)
+    try:
+        mode = SimMode(mode)
+    except ValueError:
+        raise ConfigError(f"mode must be parallel or sequential, got {mode!r}") from None
+    if mode is SimMode.PARALLEL:
+        record = run_parallel(config, fast=fast, on_progress=on_progress,
+                              start_method=start_method)
+    else:
+        record = run_sequential(config, on_progress=on_progress)
+    if write and config.output:
+        record = write_outputs(record, config)
+    return record
+
+
+def write_outputs(record: SimRecord, config: SimConfig) -> SimRecord:
+    """Write the record, its summary and (when asked for) the SVG; each file atomically."""
+    assert config.output is not None
+    folder = Path(config.output)
+    files = [str(record.save(folder))]
+    if (config.render or config.debug.render_traj) and write_svg(record, folder / SVG_FILE):
+        files.append(str(folder / SVG_FILE))
+    files.append(str(folder / SUMMARY_FILE))
+    record = replace(record, files=tuple(files))
+    write_text_atomically(folder / SUMMARY_FILE, json.dumps(summarize(record), indent=2) + "\n")
+    return record

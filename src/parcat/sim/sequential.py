@@ -1,0 +1,70 @@
+"""The sequential simulation: the parallel semantics in simulated time, in one process.
+
+Step ``k`` happens at simulated time ``t_k = k * period``. An agent whose cycle boundary
+(``m * cycle_time``) has been reached by ``t_k`` computes a new action from the observation
+of step ``k`` — computing takes no simulated time, so that action is in force at step ``k``
+— and its next cycle starts at the first boundary after ``t_k``. Otherwise its previous
+action stays in force and grows older. Everything runs on integer nanoseconds, so the run
+is a pure function of the configuration; with every ``cycle_time`` equal to the period it
+is exactly a lockstep rollout (``run_episode`` with the same seeds).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from parcat.errors import EpisodeError
+from parcat.sim.agent import AgentFailure, AgentRunner, CycleClock
+from parcat.sim.config import SimConfig
+from parcat.sim.progress import SimProgress
+from parcat.sim.record import SimRecord, make_record
+from parcat.sim.world import World
+
+PROGRESS_EVERY_S = 1.0
+
+
+def run_sequential(config: SimConfig,
+                   on_progress: Callable[[SimProgress], None] | None = None) -> SimRecord:
+    """Run the simulation in simulated time; Ctrl-C ends it early (``interrupted``).
+
+    Raises:
+        EpisodeError: a policy or the environment raised (the agent is named).
+    """
+    world = World(config)
+    try:
+        runners = {a.spec.agent_index: AgentRunner(a, config.mission, config.seed)
+                   for a in config.process_agents}
+        clocks = {index: CycleClock(r.config.cycle_ns) for index, r in runners.items()}
+        in_force = world.default_actions()
+        start = time.perf_counter()
+        next_report = start + PROGRESS_EVERY_S
+        steps, interrupted = 0, False
+        try:
+            for k in range(config.iters):
+                now_ns = k * config.period_ns
+                for index, runner in runners.items():
+                    if clocks[index].due(now_ns):
+                        in_force[index] = runner.act(world.obs[index], k, world.episode, now_ns)
+                        clocks[index].advance(now_ns)
+                world.step(k, now_ns, in_force)
+                steps = k + 1
+                if on_progress is not None and time.perf_counter() >= next_report:
+                    next_report += PROGRESS_EVERY_S
+                    on_progress(SimProgress(steps, config.iters, world.episode,
+                                            time.perf_counter() - start))
+        except KeyboardInterrupt:
+            interrupted = True
+        except AgentFailure as failure:
+            raise EpisodeError(str(failure)) from failure.cause
+        except Exception as exc:
+            raise EpisodeError(
+                f"the environment of mission '{config.mission.name}' raised at step {steps}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        result = world.result(steps)
+        cycles = {**{i: r.stats for i, r in runners.items()}, **result.cycles}
+        return make_record(config, "sequential", False, result, cycles,
+                           time.perf_counter() - start, interrupted)
+    finally:
+        world.close()

@@ -1,0 +1,112 @@
+"""The parallel simulation: fresh actions, stale slow agents, on time, failures, Ctrl-C."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from parcat.errors import WorkerError
+from parcat.sim import SimProgress, run_sim, summarize
+from parcat.sim.parallel import RemoteTraceback
+from tests.sim.helpers import make_config, my_blocks, settles, worker_processes
+
+PERIOD = 0.01
+
+
+def test_a_fast_agent_acts_within_one_cycle(tmp_path: Path) -> None:
+    agents = [{"agent": "evader", "policy": "greedy", "cycle_time": 0.01},
+              {"agent": "pursuer_0", "policy": "greedy", "cycle_time": 0.02}]
+    record = run_sim(make_config(tmp_path, agents, period=PERIOD, iters=80), "parallel")
+    assert record.steps == 80 and not record.meta["interrupted"]
+    for agent_id, cycle in (("evader", 0.01), ("pursuer_0", 0.02)):
+        i = record.agent_index(agent_id)
+        based_on = record.arrays["based_on"][:, i]
+        ages = record.arrays["age_steps"][based_on >= 0, i]
+        assert (based_on < 0).sum() <= 2  # only before the first action arrives
+        within = (ages <= round(cycle / PERIOD) + 1).mean()
+        assert within >= 0.9, (agent_id, np.bincount(ages))
+    agents_summary = {a["agent"]: a for a in summarize(record)["agents"]}
+    assert agents_summary["pursuer_2"]["kind"] == "lockstep"
+    assert agents_summary["pursuer_2"]["age_steps_max"] == 0
+
+
+def test_a_slow_agent_grows_stale_and_the_run_ends_on_time(tmp_path: Path) -> None:
+    iters = 60
+    agents = [{"agent": "evader", "policy": "tests.sim.policies:SleepyPolicy",
+               "args": {"sleep_s": 0.035}, "cycle_time": 0.01},
+              {"agent": "pursuer_0", "policy": "greedy", "cycle_time": 0.01}]
+    record = run_sim(make_config(tmp_path, agents, period=PERIOD, iters=iters), "parallel")
+    slow, fast = record.agent_index("evader"), record.agent_index("pursuer_0")
+    ages = record.arrays["age_steps"][:, slow]
+    known = ages[ages >= 0]
+    # staleness grows step by step while the slow agent computes, then drops
+    assert (np.diff(known) == 1).sum() >= 20 and known.max() >= 3
+    fast_ages = record.arrays["age_steps"][:, fast]
+    assert known.mean() > fast_ages[fast_ages >= 0].mean() + 1
+    summary = {a["agent"]: a for a in summarize(record)["agents"]}
+    assert summary["evader"]["missed_cycles"] > 0
+    assert summary["evader"]["achieved_cycle_s"] >= 0.03
+    # the environment kept its own schedule: the last step ran at (iters - 1) x period
+    nominal = (iters - 1) * PERIOD
+    assert nominal - 0.001 <= record.arrays["time_s"][-1] <= nominal * 1.25 + 0.05
+    assert record.meta["wall_s"] <= iters * PERIOD * 1.25 + 0.1
+
+
+@pytest.mark.parametrize(
+    ("policy", "message"),
+    [
+        ("RaisingPolicy", "agent 'evader' (policy tests.sim.policies:RaisingPolicy) raised at "
+         "env step "),
+        ("ExitingPolicy", "agent 'evader' (policy tests.sim.policies:ExitingPolicy) process died "
+         "(exit code 3) at env step "),
+    ],
+)
+def test_an_agent_crash_stops_everything_cleanly(tmp_path: Path, policy: str,
+                                                 message: str) -> None:
+    before = worker_processes()
+    agents = [{"agent": "evader", "policy": f"tests.sim.policies:{policy}", "cycle_time": 0.01},
+              {"agent": "pursuer_0", "policy": "greedy", "cycle_time": 0.01}]
+    config = make_config(tmp_path, agents, period=PERIOD, iters=500)
+    with pytest.raises(WorkerError, match=f"^{re.escape(message)}") as info:
+        run_sim(config, "parallel")
+    if policy == "RaisingPolicy":
+        assert str(info.value).endswith("RuntimeError: boom on call 4")
+        assert isinstance(info.value.__cause__, RemoteTraceback)
+        assert "boom on call 4" in str(info.value.__cause__)
+    assert settles(lambda: not (worker_processes() - before)), "orphan processes"
+    assert not my_blocks(), "leaked shared memory"
+
+
+def test_ctrl_c_returns_the_steps_done_so_far(tmp_path: Path) -> None:
+    agents = [{"agent": "evader", "policy": "greedy", "cycle_time": 0.01}]
+    config = make_config(tmp_path, agents, period=0.005, iters=1000)
+
+    def interrupt(progress: SimProgress) -> None:
+        raise KeyboardInterrupt
+
+    record = run_sim(config, "parallel", on_progress=interrupt)
+    assert record.meta["interrupted"] and 0 < record.steps < 1000
+    assert len(record.arrays["time_s"]) == record.steps
+    assert not my_blocks()
+
+
+def test_fast_mode_outruns_the_period(tmp_path: Path) -> None:
+    agents = [{"agent": "evader", "policy": "greedy", "cycle_time": 0.01}]
+    record = run_sim(make_config(tmp_path, agents, period=0.01, iters=200), "parallel",
+                     fast=True)
+    env = summarize(record)["env"]
+    assert env["achieved_rate_hz"] > 2 * env["requested_rate_hz"]
+    assert env["lateness_max_ms"] is None  # no schedule to be late for
+
+
+@pytest.mark.parametrize("mission", ["harvest", "goal_tasks"])
+def test_discrete_missions_run_in_parallel(tmp_path: Path, mission: str) -> None:
+    agents = [{"policy": "greedy", "cycle_time": 0.01}, {"policy": "random", "cycle_time": 0.02}]
+    params = {"agents": 2}
+    record = run_sim(make_config(tmp_path, agents, mission=mission, period=0.005, iters=40,
+                                 params=params), "parallel")
+    assert record.steps == 40 and record.arrays["action_0"].dtype == np.int64
+    assert summarize(record)["agents"][0]["cycles"] >= 10
