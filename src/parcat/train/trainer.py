@@ -90,9 +90,7 @@ class Trainer:
         self.mission: Mission = load_mission(config.mission, dict(config.overrides))
         self.on_epoch = on_epoch
         self.on_event = on_event or (lambda event, epoch: None)
-        spin = config.env_workers + 1 <= available_cpus()
-        self.vec = VecEnv(self.mission, config.env_workers, config.envs_per_worker,
-                          config.seed, spin=spin)
+        self.vec = make_vecenv(self.mission, config)
         self.learners = make_learners(self.vec, config)
         self.start_epoch = 0
         if resume:
@@ -252,6 +250,22 @@ class _LearningThread:
         self.idle.wait(60)
         self.jobs.put(None)
         self.thread.join(60)
+
+
+def make_vecenv(mission: Mission, config: TrainConfig) -> VecEnv:
+    """Environment workers laid out for the learning mode.
+
+    Sync: this process steps a share of the environments while the workers step theirs,
+    and everyone spins if the workers plus this process fit the cores. Async: this process
+    leaves the interpreter to the learning thread — it steps no environments and never
+    spins — and the workers spin only if they, this process and the learner fit the cores.
+    """
+    asynchronous = config.mode is LearningMode.ASYNC
+    busy_here = 2 if asynchronous else 1
+    spin = config.env_workers + busy_here <= available_cpus()
+    return VecEnv(mission, config.env_workers, config.envs_per_worker, config.seed,
+                  spin=spin, local_share=not asynchronous,
+                  parent_spin=spin and not asynchronous)
 
 
 def make_learners(vec: VecEnv, config: TrainConfig) -> dict[Any, Learner]:

@@ -39,7 +39,8 @@ class _Slot:
     conn: Connection | None = None
     block: ArrayBlock | None = None
     handoff: Handoff | None = None
-    local: EnvSlice | None = None
+    local: bool = False
+    envs: EnvSlice | None = None
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
 
 
@@ -51,9 +52,14 @@ class VecEnv:
         num_workers: Worker processes; 0 steps the environments in this process.
         envs_per_worker: Environments per worker (or in-process when ``num_workers`` is 0).
         seed: The run seed (resets and tasks derive from it, never from the layout).
-        spin: Whether workers spin on shared memory (only when processes <= cores).
+        spin: Whether workers spin on shared memory (only when busy processes <= cores).
         start_method: ``forkserver`` or ``spawn``.
         on_event: Called with short event names (``"step"``, ``"worker restarted"``).
+        local_share: This process steps a share of the environments itself while the
+            workers step theirs (the ``num_workers × envs_per_worker`` environments are
+            spread over the workers and this process).
+        parent_spin: Whether this process spins while it waits for the workers (never
+            while a learning thread needs the interpreter).
     """
 
     def __init__(
@@ -65,6 +71,8 @@ class VecEnv:
         spin: bool = False,
         start_method: str | None = None,
         on_event: Callable[[str], None] | None = None,
+        local_share: bool = False,
+        parent_spin: bool | None = None,
     ) -> None:
         self.mission = mission
         self.layouts: list[AgentLayout] = agent_layouts(mission)
@@ -72,12 +80,19 @@ class VecEnv:
         self.num_envs = max(1, num_workers) * envs_per_worker
         self.seed = seed
         self.spin = spin
+        self.parent_spin = spin if parent_spin is None else parent_spin
         self.on_event = on_event
         self.discarded = 0
         self._ctx = procs.get_context(start_method) if num_workers else None
-        self._slots = [
-            _Slot(w * envs_per_worker, envs_per_worker) for w in range(max(1, num_workers))
-        ]
+        lanes = max(1, num_workers) + (1 if local_share and num_workers else 0)
+        lanes = min(lanes, self.num_envs)
+        # the local slice (if any) is last, so every worker is dispatched before it steps
+        self._slots = []
+        first = 0
+        for lane, count in enumerate(_shares(self.num_envs, lanes)):
+            local = not num_workers or lane == num_workers
+            self._slots.append(_Slot(first, count, local=local))
+            first += count
         for slot in self._slots:
             self._open(slot)
         self.epoch = 0
@@ -86,9 +101,9 @@ class VecEnv:
 
     def _open(self, slot: _Slot) -> None:
         specs = array_specs(self.layouts, slot.count)
-        if self._ctx is None:
+        if slot.local or self._ctx is None:
             slot.arrays = {k: np.zeros(shape, dtype) for k, (shape, dtype) in specs.items()}
-            slot.local = EnvSlice(self.mission, slot.first, slot.count, self.seed, slot.arrays)
+            slot.envs = EnvSlice(self.mission, slot.first, slot.count, self.seed, slot.arrays)
             return
         slot.block = ArrayBlock(specs)
         slot.arrays = slot.block.arrays
@@ -98,15 +113,15 @@ class VecEnv:
             (self.mission, slot.first, slot.count, self.seed, specs, slot.block.name, self.spin),
             f"parcat-env-{slot.first // slot.count}",
         )
-        slot.handoff = Handoff(slot.block.header, slot.conn, slot.process, self.spin)
+        slot.handoff = Handoff(slot.block.header, slot.conn, slot.process, self.parent_spin)
         reply = slot.handoff.recv(SETUP_TIMEOUT_S)
         if reply[0] != "ready":
             raise RuntimeError(f"environment worker failed to start: {reply[2]}: {reply[3]}")
 
     def _close_slot(self, slot: _Slot) -> None:
-        if slot.local is not None:
-            slot.local.close()
-            slot.local = None
+        if slot.envs is not None:
+            slot.envs.close()
+            slot.envs = None
         if slot.process is not None:
             procs.stop_worker(slot.process, slot.conn)
             slot.process = None
@@ -139,11 +154,11 @@ class VecEnv:
     # -- commands -------------------------------------------------------------------------
 
     def _command(self, slot: _Slot, cmd: int) -> None:
-        if slot.local is not None:
+        if slot.envs is not None:
             if cmd == RESET:
-                slot.local.reset_all(self.epoch)
+                slot.envs.reset_all(self.epoch)
             else:
-                slot.local.step()
+                slot.envs.step()
             return
         assert slot.block is not None and slot.handoff is not None
         slot.block.header[CMD] = cmd
@@ -210,6 +225,11 @@ class VecEnv:
                 found.append((int(arrays["ep_len"][e]), [float(r) for r in arrays["ep_ret"][e]]))
         return found
 
+    @property
+    def layout(self) -> list[tuple[str, int]]:
+        """Where the environments step: ("local" or "worker", count) per slice."""
+        return [("local" if s.local else "worker", s.count) for s in self._slots]
+
     def worker_pids(self) -> list[int]:
         """Process ids of the environment workers (empty in-process)."""
         return [s.process.pid for s in self._slots if s.process is not None and s.process.pid]
@@ -224,3 +244,9 @@ class VecEnv:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _shares(total: int, parts: int) -> list[int]:
+    """``total`` split into ``parts`` nearly equal counts, earlier ones larger."""
+    size, extra = divmod(total, parts)
+    return [size + (1 if i < extra else 0) for i in range(parts)]
