@@ -23,11 +23,15 @@ ratios (differences) of variants that ran back to back, so slow drift cancels.
    and the fork server starts cold there, as in a fresh ``python -m parcat`` run.
 
 The machine is shared: before each section the script waits (up to ``--settle`` seconds) for
-other processes to go quiet, and it prints the CPU that processes outside its own tree used
-while each section ran. Figures taken under such load are not comparable (spinning handoffs
-in particular collapse when another process takes a core).
+other processes to go quiet, re-runs repeats during which processes outside its own tree
+used CPU, and prints how much they used while each section ran. Figures taken under such
+load are not comparable (spinning handoffs in particular collapse when another process
+takes a core). Even on a quiet VM the two vCPUs do not always run at full speed together,
+so sections 1 and 3 interleave a "machine ceiling": the same 2-process speedup for bare
+pure-Python work on a ``ProcessPoolExecutor``, without parcat.
 
     .venv/bin/python benchmarks/parallel.py [--quick] [--repeats N] [--settle SECONDS]
+                                            [--sections 12345]
 """
 
 from __future__ import annotations
@@ -187,6 +191,52 @@ def settle(limit_s: float) -> LoadMonitor:
 # -- helpers --------------------------------------------------------------------------------
 
 
+def burn(n: int) -> int:
+    """Pure-Python CPU work, no parcat involved."""
+    total = 0
+    for i in range(n):
+        total += i * i
+    return total
+
+
+class Ceiling:
+    """What two processes reach on this machine right now, without parcat.
+
+    8 chunks of :func:`burn` one after the other here vs on a 2-process pool. Two vCPUs
+    of this VM do not always run at full speed together (per-core speed drifts; at times
+    both slow down ~1.6x while both are busy), which caps every 2-process speedup; this
+    variant is interleaved with the ones it bounds.
+    """
+
+    CHUNKS = 8
+
+    def __init__(self, chunk_s: float = 0.04) -> None:
+        probe = 200_000
+        probe_s = min(timed(lambda: burn(probe))[0] for _ in range(3))
+        self.n = max(1000, int(probe * chunk_s / probe_s))
+        self.pool = ProcessPoolExecutor(2, mp_context=mp.get_context("forkserver"))
+        list(self.pool.map(burn, [1000, 1000]))
+
+    def serial(self) -> None:
+        for _ in range(self.CHUNKS):
+            burn(self.n)
+
+    def parallel(self) -> None:
+        list(self.pool.map(burn, [self.n] * self.CHUNKS))
+
+    def variants(self) -> dict[str, Callable[[], Any]]:
+        return {"ceiling 1": self.serial, "ceiling 2": self.parallel}
+
+    def row(self, table: Table, times: Timings, target: float) -> float:
+        ceiling = paired(times, "ceiling 1", "ceiling 2")
+        note = f"< {target}: the target is out of reach now" if ceiling < target else ""
+        table.row("machine ceiling: bare 2-process speedup, same repeats", ceiling, "x", note)
+        return ceiling
+
+    def close(self) -> None:
+        self.pool.shutdown()
+
+
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     start = time.perf_counter()
     out = fn()
@@ -196,8 +246,8 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 def interleave(variants: dict[str, Callable[[], Any]], repeats: int) -> Timings:
     """Seconds per call of each variant, the variants alternating within every repeat.
 
-    A repeat during which other processes used a core's worth of CPU beyond
-    ``QUIET_CORES`` is thrown away and run again (at most ``repeats`` times in all).
+    A repeat during which other processes used ``QUIET_CORES`` or more is thrown away and
+    run again (at most ``repeats`` times in all; after that loaded repeats are kept).
     """
     timings = Timings({name: [] for name in variants})
     names = list(variants)
@@ -293,6 +343,7 @@ def episode_level(table: Table, repeats: int, quick: bool, settle_s: float) -> N
     par_plan = plan_run(config.missions, config.policies, len(tasks), par_options)
     inline = make_executor(seq_plan, seq_options)
     pool = make_executor(par_plan, par_options)
+    ceiling = Ceiling()
     try:
         pool_first, first = timed(lambda: pool.run(tasks))  # starts the workers
         expected = outcome(inline.run(tasks))
@@ -304,18 +355,32 @@ def episode_level(table: Table, repeats: int, quick: bool, settle_s: float) -> N
 
             return go
 
+        durations: dict[str, list[float]] = {"inline": [], "pool": []}
+        busy: list[float] = []
+
+        def warm_run(name: str, executor: Any) -> Callable[[], None]:
+            def go() -> None:
+                elapsed, results = timed(lambda: executor.run(tasks))
+                durations[name].append(med([r.duration_s for r in results]))
+                if name == "pool":
+                    busy.append(sum(r.duration_s for r in results) / 2 / elapsed)
+
+            return go
+
         times = interleave(
             {
-                "inline": lambda: inline.run(tasks),
-                "pool": lambda: pool.run(tasks),
+                "inline": warm_run("inline", inline),
+                "pool": warm_run("pool", pool),
                 "eval1": cold(seq_options),
                 "eval2": cold(par_options),
+                **ceiling.variants(),
             },
             repeats,
         )
     finally:
         inline.close()
         pool.close()
+        ceiling.close()
     table.section(
         f"1. Episode level: {episodes} episodes of harvest (4 agents, {steps} steps), "
         f"mlp width={width} depth={depth} ({step_s * 1e3:.2f} ms a step timed alone); "
@@ -332,13 +397,16 @@ def episode_level(table: Table, repeats: int, quick: bool, settle_s: float) -> N
     table.row("process executor (2 workers), warm run", t_pool * 1e3, "ms")
     warm = paired(times, "inline", "pool")
     table.row("speedup, warm (inline / process)", warm, "x", ">= 1.9", warm >= 1.9)
+    table.row("speedup / machine ceiling", warm / ceiling.row(table, times, 1.9), "x")
     table.row("evaluate(jobs=1), cold", t_e1 * 1e3, "ms")
     table.row("evaluate(jobs=2, executor=process), cold", t_e2 * 1e3, "ms")
     table.row("speedup, cold (pool start/stop included)", paired(times, "eval1", "eval2"), "x")
     table.row("pool start + stop inside evaluate (cold - warm)", (t_e2 - t_pool) * 1e3, "ms")
     table.row("first run of the persistent pool (+ fork server start)", pool_first * 1e3, "ms")
-    one = statistics.median(r.duration_s for r in first)
-    table.row("one episode (its duration_s in a worker)", one * 1e3, "ms")
+    table.row("one episode, warm: inline", med(durations["inline"]) * 1e3, "ms")
+    table.row("one episode, warm: in a worker (2 running at once)", med(durations["pool"]) * 1e3,
+              "ms")
+    table.row("workers busy in a warm run (episode time / 2 / run)", med(busy), "")
     table.load("section 1", monitor, times)
 
 
@@ -404,6 +472,7 @@ def agent_level_speedup(table: Table, repeats: int, quick: bool, settle_s: float
     spec = (parse_policy_spec(f"mlp,width={width},depth={depth}"),)
     inline = EpisodeRunner(InlineStepper())
     process = EpisodeRunner(ProcessStepper(1, spin=True))
+    ceiling = Ceiling()
     try:
         expected = outcome(run_episodes(inline, mission, spec, 1))
         assert outcome(run_episodes(process, mission, spec, 1)) == expected
@@ -411,12 +480,14 @@ def agent_level_speedup(table: Table, repeats: int, quick: bool, settle_s: float
             {
                 "inline": lambda: run_episodes(inline, mission, spec, 1),
                 "process": lambda: run_episodes(process, mission, spec, 1),
+                **ceiling.variants(),
             },
             repeats,
         )
     finally:
         inline.close()
         process.close()
+        ceiling.close()
     t_in, t_proc = med(times["inline"]), med(times["process"])
     table.section(
         f"3. Agent-level speedup: ScriptedEnv(agents=2, {steps} steps), one episode a "
@@ -428,6 +499,7 @@ def agent_level_speedup(table: Table, repeats: int, quick: bool, settle_s: float
     table.row("process episode", t_proc * 1e3, "ms")
     speedup = paired(times, "inline", "process")
     table.row("speedup (inline / process)", speedup, "x", ">= 1.8", speedup >= 1.8)
+    table.row("speedup / machine ceiling", speedup / ceiling.row(table, times, 1.8), "x")
     table.load("section 3", monitor, times)
 
 
@@ -612,6 +684,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=None, help="interleaved repeats")
     parser.add_argument("--settle", type=float, default=15.0,
                         help="seconds to wait for a quiet machine before each section")
+    parser.add_argument("--sections", default="12345", help="which sections to run, e.g. 13")
     args = parser.parse_args()
     repeats = args.repeats or (3 if args.quick else 7)
     settle_s = min(args.settle, 3.0) if args.quick else args.settle
@@ -620,11 +693,16 @@ def main() -> None:
           f"{sys.version.split()[0]}, {repeats} interleaved repeats, medians"
           + (" (--quick)" if args.quick else ""), flush=True)
     table = Table()
-    episode_level(table, repeats, args.quick, settle_s)
-    handoff_overhead(table, repeats + 2, args.quick, settle_s)
-    agent_level_speedup(table, repeats, args.quick, settle_s)
-    auto_vs_inline(table, repeats, args.quick, settle_s)
-    memory_and_startup(table, 2 if args.quick else 3, settle_s)
+    if "1" in args.sections:
+        episode_level(table, repeats, args.quick, settle_s)
+    if "2" in args.sections:
+        handoff_overhead(table, repeats + 2, args.quick, settle_s)
+    if "3" in args.sections:
+        agent_level_speedup(table, repeats, args.quick, settle_s)
+    if "4" in args.sections:
+        auto_vs_inline(table, repeats, args.quick, settle_s)
+    if "5" in args.sections:
+        memory_and_startup(table, 2 if args.quick else 3, settle_s)
     table.summary()
     print(f"total {time.perf_counter() - began:.0f} s")
 

@@ -169,14 +169,16 @@ class DyingEnv(ScriptedEnv):
         at_step: The step on which it happens.
         marker: A file path: die only if it does not exist yet (creating it first), so
             the retry in a fresh worker succeeds; ``""`` dies every time.
+        spare_pid: Never die in this process (the test runner, when it steps envs too).
     """
 
     def __init__(self, how: str = "sigkill", at_step: int = 3, marker: str = "",
-                 **kwargs: Any) -> None:
+                 spare_pid: int = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.how = how
         self.at_step = at_step
         self.marker = marker
+        self.spare_pid = spare_pid
 
     def step(self, actions: dict[int, Any]) -> Any:
         if self.t == self.at_step and self._should_die():
@@ -184,6 +186,8 @@ class DyingEnv(ScriptedEnv):
         return super().step(actions)
 
     def _should_die(self) -> bool:
+        if os.getpid() == self.spare_pid:
+            return False  # never kill the test runner itself
         if not self.marker:
             return True
         if os.path.exists(self.marker):

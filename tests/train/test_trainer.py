@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from pathlib import Path
@@ -121,7 +122,8 @@ def test_crashed_env_worker_is_restarted_and_training_goes_on(tmp_path: Path) ->
     marker = tmp_path / "died"
     mission.write_text(
         "name: dying\nenv: tests.fakes:DyingEnv\n"
-        f"params: {{agents: 2, max_steps: 10, how: sigkill, at_step: 4, marker: '{marker}'}}\n"
+        f"params: {{agents: 2, max_steps: 10, how: sigkill, at_step: 4, marker: '{marker}', "
+        f"spare_pid: {os.getpid()}}}\n"
     )
     cfg = config(tmp_path, mission=str(mission), overrides={}, env_workers=2, envs_per_worker=2)
     report = Trainer(cfg).run()

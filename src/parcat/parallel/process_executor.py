@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import pickle
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -84,6 +85,8 @@ class ProcessExecutor(Executor):
         self._ctx = procs.get_context(start_method)
         self._workers: list[_Worker] = []
         self._events: list[dict[str, Any]] = []
+        # an executor that is never closed must not keep the interpreter from exiting
+        weakref.finalize(self, _stop_all, self._workers)
 
     def _start(self, index: int) -> _Worker:
         from parcat.parallel.worker_main import episode_worker_main
@@ -116,7 +119,10 @@ class ProcessExecutor(Executor):
         return [r for r in run.results if r is not None]
 
     def _feed(self, worker: _Worker, run: _Run) -> None:
-        while run.pending and len(worker.inflight) < PREFETCH:
+        # queue a second task only while there is work for every worker: at the tail a
+        # task queued behind a slow episode would wait while another worker idles
+        depth = PREFETCH if len(run.pending) >= len(self._workers) else 1
+        while run.pending and len(worker.inflight) < depth:
             index = run.pending.popleft()
             if not worker.inflight:
                 worker.head_started = time.monotonic()
@@ -199,12 +205,16 @@ class ProcessExecutor(Executor):
 
     def close(self, force: bool = False) -> None:
         """Stop every worker (politely, then by force) and reap it."""
-        grace = 0.5 if force else 5.0
-        for worker in self._workers:
-            if worker.inflight or force:
-                worker.process.terminate()  # busy: SIGTERM makes it clean up and exit
-            procs.stop_worker(worker.process, worker.conn, grace_s=grace)
-        self._workers = []
+        _stop_all(self._workers, force)
+
+
+def _stop_all(workers: list[_Worker], force: bool = False) -> None:
+    grace = 0.5 if force else 5.0
+    for worker in workers:
+        if worker.inflight or force:
+            worker.process.terminate()  # busy: SIGTERM makes it clean up and exit
+        procs.stop_worker(worker.process, worker.conn, grace_s=grace)
+    workers.clear()
 
 
 class _Run:

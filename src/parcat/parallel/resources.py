@@ -59,7 +59,9 @@ def limit_blas_threads(threads: int) -> None:
     for name in BLAS_VARIABLES:
         os.environ[name] = str(threads)
     try:
-        from threadpoolctl import threadpool_limits
+        from threadpoolctl import threadpool_info, threadpool_limits
     except ImportError:  # optional at run time; the variables still apply to new imports
         return
-    threadpool_limits(limits=threads)
+    # only touch the pools when needed: setting a limit can start (spinning) BLAS threads
+    if any(pool.get("num_threads") != threads for pool in threadpool_info()):
+        threadpool_limits(limits=threads)
