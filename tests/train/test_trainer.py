@@ -171,3 +171,24 @@ def test_cli_train_smoke(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert (tmp_path / "r" / "manifest.json").exists()
     assert (tmp_path / "r" / "metrics.jsonl").exists()
+
+
+def test_stateful_learners_are_reset_at_episode_boundaries(tmp_path: Path) -> None:
+    cfg = config(tmp_path, overrides={**GOALS, "max_steps": 10}, steps_per_epoch=25, epochs=2,
+                 env_workers=1)
+    trainer = Trainer(cfg)
+    calls: list[np.ndarray] = []
+    for learner in trainer.learners.values():
+        learner.reset_states = lambda mask: calls.append(mask.copy())  # type: ignore[attr-defined]
+    trainer.run()
+    per_learner = len(calls) // 2
+    assert per_learner == 2 * 3  # each epoch: its start, then episode ends at steps 10 and 20
+    assert all(mask.shape == (4,) and mask.all() for mask in calls)
+
+
+def test_render_shows_one_environment_in_process(tmp_path: Path) -> None:
+    frames: list[str] = []
+    cfg = config(tmp_path, render=True, env_workers=2, epochs=1, steps_per_epoch=3)
+    assert cfg.env_workers == 0  # rendering runs everything in one process
+    Trainer(cfg, on_frame=frames.append).run()
+    assert len(frames) == 3 and all(isinstance(f, str) and f for f in frames)

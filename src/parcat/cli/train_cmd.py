@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -114,7 +115,7 @@ def train_command(
         cfg = load_train_config(config, flags)
         if cfg.render:
             err.print("--render: one environment shown; everything runs in this process")
-        trainer = Trainer(cfg, resume=resume)
+        trainer = Trainer(cfg, resume=resume, on_frame=_frame_printer(err) if cfg.render else None)
     with progress_bar(cfg.epochs - trainer.start_epoch, "epochs") as advance:
 
         def on_epoch(stats: EpochStats) -> None:
@@ -171,6 +172,21 @@ def train_command(
         )
     if report.interrupted:
         raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _frame_printer(console: Any) -> Any:
+    """Redraw the rendered environment on stderr, at most 20 times a second."""
+    last = [0.0]
+
+    def show(frame: str) -> None:
+        now = time.monotonic()
+        if now - last[0] < 0.05:
+            return
+        last[0] = now
+        console.file.write("\x1b[H\x1b[J" + frame + "\n")
+        console.file.flush()
+
+    return show
 
 
 def _fmt(value: float) -> str:

@@ -7,6 +7,12 @@ resumed from a checkpoint continues bit for bit.
 
 The helpers :func:`encode_rng` and :func:`decode_rng` turn a numpy generator into an
 array and back, so a learner's random state fits in its ``state_dict``.
+
+Stateful (memory) learners: ``act`` is called with one row per environment, always in
+the same environment order, so a learner can keep one state per environment. If it has a
+``reset_states(mask: np.ndarray) -> None`` method, the trainer calls it with a boolean
+mask of the environments whose episode just began (all of them at each epoch start), so
+those states are cleared at episode boundaries.
 """
 
 from __future__ import annotations

@@ -81,15 +81,19 @@ class Trainer:
         on_epoch: Called with each epoch's statistics (live display).
         on_event: Called with ``(event, epoch)`` — ``collect``, ``train_start``,
             ``train_end`` — so tests can see collection and learning overlap.
+        on_frame: With ``config.render``, called with the first environment drawn as
+            text after every step.
     """
 
     def __init__(self, config: TrainConfig, resume: bool = False,
                  on_epoch: Callable[[EpochStats], None] | None = None,
-                 on_event: EventLog | None = None) -> None:
+                 on_event: EventLog | None = None,
+                 on_frame: Callable[[str], None] | None = None) -> None:
         self.config = config
         self.mission: Mission = load_mission(config.mission, dict(config.overrides))
         self.on_epoch = on_epoch
         self.on_event = on_event or (lambda event, epoch: None)
+        self.on_frame = on_frame
         self.vec = make_vecenv(self.mission, config)
         self.learners = make_learners(self.vec, config)
         self.start_epoch = 0
@@ -139,13 +143,21 @@ class Trainer:
         obs = self.vec.reset(epoch)
         discarded_before = self.vec.discarded
         returns: list[list[float]] = []
+        self._reset_states(np.ones(self.vec.num_envs, dtype=bool))
         for _ in range(self.config.steps_per_epoch):
             self.on_event("collect", epoch)
             actions = {a: self.learners[a].act(obs[a], explore=True) for a in self.vec.agents}
             self.vec.step(actions)
             self._observe(obs, actions)
             obs = self.vec.gather("obs")
-            returns += [r for _, r in self.vec.finished_episodes()]
+            finished = self.vec.finished_episodes()
+            if finished:
+                returns += [r for _, r in finished]
+                self._reset_states(self.vec.reset_mask())
+            if self.config.render and self.on_frame is not None:
+                frame = self.vec.render()
+                if frame is not None:
+                    self.on_frame(frame)
         collect_s = time.perf_counter() - start
         idle_s, train_s, losses = 0.0, 0.0, {}
         if learning is None:
@@ -164,6 +176,13 @@ class Trainer:
             env_steps_per_s=steps / collect_s if collect_s > 0 else 0.0,
             discarded_episodes=self.vec.discarded - discarded_before,
         )
+
+    def _reset_states(self, mask: np.ndarray) -> None:
+        """Clear per-environment memory of stateful learners where an episode began."""
+        for _, learner in self.unique_learners:
+            reset = getattr(learner, "reset_states", None)
+            if reset is not None:
+                reset(mask)
 
     def _observe(self, obs: dict[Any, np.ndarray], actions: dict[Any, np.ndarray]) -> None:
         final, rew = self.vec.gather("final"), self.vec.gather("rew")

@@ -225,6 +225,20 @@ class VecEnv:
                 found.append((int(arrays["ep_len"][e]), [float(r) for r in arrays["ep_ret"][e]]))
         return found
 
+    def render(self) -> str | None:
+        """The first in-process environment drawn as text, if it can draw itself."""
+        for slot in self._slots:
+            if slot.envs is not None and slot.envs.envs:
+                render = getattr(slot.envs.envs[0], "render", None)
+                if render is not None:
+                    frame = render()
+                    return frame if isinstance(frame, str) else None
+        return None
+
+    def reset_mask(self) -> np.ndarray:
+        """Which environments started a new episode with the last step (autoreset)."""
+        return np.concatenate([slot.arrays["ep_done"] for slot in self._slots])
+
     @property
     def layout(self) -> list[tuple[str, int]]:
         """Where the environments step: ("local" or "worker", count) per slice."""
