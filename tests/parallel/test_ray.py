@@ -78,3 +78,21 @@ def test_hung_episode_is_cancelled() -> None:
     report = evaluate(EvalConfig((hung, scripted_mission("ok")), RANDOM, episodes=1), options)
     assert [e.status for e in report.episodes] == [EpisodeStatus.TIMEOUT, EpisodeStatus.OK]
     assert report.elapsed_s < 30
+
+
+def test_train_env_workers_as_ray_actors_equal_local(tmp_path: Path) -> None:
+    from parcat.train.config import TrainConfig
+    from parcat.train.trainer import Trainer
+    from tests.train.test_trainer import assert_same, saved_arrays
+
+    def cfg(run: Path, **changes: object) -> TrainConfig:
+        base = TrainConfig(mission="goal_tasks", overrides={"agents": 2, "max_steps": 10},
+                           epochs=2, steps_per_epoch=10, env_workers=0, envs_per_worker=4,
+                           train_steps=5, learner={"width": 8, "depth": 1,
+                                                   "learning_starts": 16, "batch_size": 8},
+                           seed=3, checkpoint_every=2, run_dir=str(run))
+        return TrainConfig(**{**base.__dict__, **changes})  # type: ignore[arg-type]
+
+    Trainer(cfg(tmp_path / "local")).run()
+    Trainer(cfg(tmp_path / "ray", backend="ray", env_workers=2, envs_per_worker=2)).run()
+    assert_same(saved_arrays(tmp_path / "local"), saved_arrays(tmp_path / "ray"))

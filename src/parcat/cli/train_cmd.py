@@ -56,6 +56,10 @@ ResumeOpt = Annotated[
 RenderOpt = Annotated[
     bool | None, typer.Option("--render", help="Show one environment; runs in one process.")
 ]
+BackendOpt = Annotated[
+    str | None, typer.Option("--backend", help="local worker processes, or ray actors.")
+]
+AddressOpt = Annotated[str | None, typer.Option("--address", help="Ray cluster address.")]
 FmtOpt = Annotated[OutputFormat, typer.Option("--format", "-f", help="Summary format.")]
 
 
@@ -80,6 +84,8 @@ def train_command(
     init_from: InitFromOpt = None,
     resume: ResumeOpt = False,
     render: RenderOpt = None,
+    backend: BackendOpt = None,
+    address: AddressOpt = None,
     fmt: FmtOpt = OutputFormat.TABLE,
 ) -> None:
     """Train one independent learner per agent; checkpoints load with `parcat eval -p RUN`."""
@@ -100,6 +106,8 @@ def train_command(
         "metrics_format": metrics_format,
         "init_from": init_from,
         "render": render,
+        "backend": backend,
+        "address": address,
     }
     err = stderr_console()
     with user_errors():

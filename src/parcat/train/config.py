@@ -61,6 +61,10 @@ class TrainConfig:
     """Start from the weights of this checkpoint (a run directory)."""
     render: bool = False
     """Show one environment in the terminal; runs everything in one process."""
+    backend: str = "local"
+    """``local`` environment worker processes, or ``ray`` actors on a Ray cluster."""
+    address: str = ""
+    """Ray cluster address with ``backend: ray`` (empty: start a local cluster)."""
 
     def __post_init__(self) -> None:
         try:
@@ -72,6 +76,8 @@ class TrainConfig:
             _require_int(name, getattr(self, name), 1)
         for name in ("env_workers", "train_steps", "seed"):
             _require_int(name, getattr(self, name), 0)
+        if self.backend not in ("local", "ray"):
+            raise ConfigError(f"backend must be local or ray, got {self.backend!r}")
         if self.metrics_format not in ("jsonl", "csv"):
             raise ConfigError(f"metrics_format must be jsonl or csv, got {self.metrics_format!r}")
         if self.render and self.env_workers:

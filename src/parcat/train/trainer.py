@@ -94,6 +94,7 @@ class Trainer:
         self.on_epoch = on_epoch
         self.on_event = on_event or (lambda event, epoch: None)
         self.on_frame = on_frame
+        self._ray_started = config.backend == "ray" and _connect_ray(config.address)
         self.vec = make_vecenv(self.mission, config)
         self.learners = make_learners(self.vec, config)
         self.start_epoch = 0
@@ -216,8 +217,12 @@ class Trainer:
         return {name: loss for (name, _), loss in zip(named, losses, strict=True)}
 
     def close(self) -> None:
-        """Stop the environment workers and training threads."""
+        """Stop the environment workers and training threads (and a Ray cluster we started)."""
         self.vec.close()
+        if self._ray_started:
+            from parcat.parallel.ray_executor import import_ray
+
+            import_ray().shutdown()
         if self._pool is not None:
             self._pool.shutdown()
 
@@ -284,7 +289,28 @@ def make_vecenv(mission: Mission, config: TrainConfig) -> VecEnv:
     spin = config.env_workers + busy_here <= available_cpus()
     return VecEnv(mission, config.env_workers, config.envs_per_worker, config.seed,
                   spin=spin, local_share=not asynchronous,
-                  parent_spin=spin and not asynchronous)
+                  parent_spin=spin and not asynchronous, backend=config.backend)
+
+
+def _connect_ray(address: str) -> bool:
+    """Join (or start) a Ray cluster; True when this call started a local one."""
+    from parcat.parallel.ray_executor import import_ray
+
+    ray = import_ray()
+    if ray.is_initialized():
+        return False
+    import os
+    import sys
+    from pathlib import Path
+
+    if address:
+        ray.init(address=address, log_to_driver=False, configure_logging=False,
+                 runtime_env={"working_dir": str(Path.cwd()),
+                              "excludes": [".venv", ".git", "runs", "*.npz"]})
+    else:
+        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False,
+                 runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(sys.path)}})
+    return not address
 
 
 def make_learners(vec: VecEnv, config: TrainConfig) -> dict[Any, Learner]:

@@ -24,6 +24,7 @@ from parcat.parallel import procs
 from parcat.parallel.handoff import Handoff, WorkerGone
 from parcat.parallel.shm import ArrayBlock
 from parcat.train.envslice import AgentLayout, EnvSlice, agent_layouts, array_specs
+from parcat.train.ray_envs import RaySlot
 from parcat.train.worker import CMD, EPOCH, RESET, STEP, env_worker_main
 
 log = logging.getLogger("parcat.train")
@@ -41,6 +42,7 @@ class _Slot:
     handoff: Handoff | None = None
     local: bool = False
     envs: EnvSlice | None = None
+    actor: RaySlot | None = None
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
 
 
@@ -60,6 +62,8 @@ class VecEnv:
             spread over the workers and this process).
         parent_spin: Whether this process spins while it waits for the workers (never
             while a learning thread needs the interpreter).
+        backend: ``local`` (worker processes) or ``ray`` (Ray actors, see
+            :mod:`parcat.train.ray_envs`; the cluster must be initialised or is started).
     """
 
     def __init__(
@@ -73,6 +77,7 @@ class VecEnv:
         on_event: Callable[[str], None] | None = None,
         local_share: bool = False,
         parent_spin: bool | None = None,
+        backend: str = "local",
     ) -> None:
         self.mission = mission
         self.layouts: list[AgentLayout] = agent_layouts(mission)
@@ -83,7 +88,9 @@ class VecEnv:
         self.parent_spin = spin if parent_spin is None else parent_spin
         self.on_event = on_event
         self.discarded = 0
-        self._ctx = procs.get_context(start_method) if num_workers else None
+        self.backend = backend
+        use_processes = num_workers and backend == "local"
+        self._ctx = procs.get_context(start_method) if use_processes else None
         lanes = max(1, num_workers) + (1 if local_share and num_workers else 0)
         lanes = min(lanes, self.num_envs)
         # the local slice (if any) is last, so every worker is dispatched before it steps
@@ -101,6 +108,10 @@ class VecEnv:
 
     def _open(self, slot: _Slot) -> None:
         specs = array_specs(self.layouts, slot.count)
+        if self.backend == "ray" and not slot.local:
+            slot.arrays = {k: np.zeros(shape, dtype) for k, (shape, dtype) in specs.items()}
+            slot.actor = RaySlot(self.mission, slot.first, slot.count, self.seed, specs)
+            return
         if slot.local or self._ctx is None:
             slot.arrays = {k: np.zeros(shape, dtype) for k, (shape, dtype) in specs.items()}
             slot.envs = EnvSlice(self.mission, slot.first, slot.count, self.seed, slot.arrays)
@@ -119,6 +130,9 @@ class VecEnv:
             raise RuntimeError(f"environment worker failed to start: {reply[2]}: {reply[3]}")
 
     def _close_slot(self, slot: _Slot) -> None:
+        if slot.actor is not None:
+            slot.actor.close()
+            slot.actor = None
         if slot.envs is not None:
             slot.envs.close()
             slot.envs = None
@@ -154,6 +168,9 @@ class VecEnv:
     # -- commands -------------------------------------------------------------------------
 
     def _command(self, slot: _Slot, cmd: int) -> None:
+        if slot.actor is not None:
+            slot.actor.submit("reset" if cmd == RESET else "step", slot.arrays, self.epoch)
+            return
         if slot.envs is not None:
             if cmd == RESET:
                 slot.envs.reset_all(self.epoch)
@@ -166,6 +183,12 @@ class VecEnv:
         slot.handoff.request()
 
     def _finish(self, slot: _Slot) -> None:
+        if slot.actor is not None:
+            try:
+                slot.actor.collect(slot.arrays)
+            except RuntimeError as exc:
+                raise WorkerGone(str(exc)) from exc
+            return
         handoff = slot.handoff
         if handoff is None:
             return
