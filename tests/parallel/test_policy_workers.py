@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -46,11 +47,21 @@ def children() -> list[psutil.Process]:
 def clean_machine():  # type: ignore[no-untyped-def]
     before_shm, before_kids = shm_entries(), {p.pid for p in children()}
     yield
-    assert shm_entries() - before_shm == set(), "shared memory leaked"
-    # the fork server and the resource tracker outlive runs by design
-    left = [p for p in children() if p.pid not in before_kids
-            and not any(k in " ".join(p.cmdline()) for k in ("forkserver", "resource_tracker"))]
-    assert not left, f"orphan processes: {left}"
+
+    def leftovers() -> tuple[set[str], list[psutil.Process]]:
+        # the fork server and the resource tracker outlive runs by design
+        kids = [p for p in children() if p.pid not in before_kids and p.is_running()
+                and p.status() != psutil.STATUS_ZOMBIE
+                and not any(k in " ".join(p.cmdline())
+                            for k in ("forkserver", "resource_tracker"))]
+        return shm_entries() - before_shm, kids
+
+    deadline = time.monotonic() + 5  # stopping workers may still be on their way out
+    while any(leftovers()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    shm, kids = leftovers()
+    assert not shm, f"shared memory leaked: {shm}"
+    assert not kids, f"orphan processes: {kids}"
 
 
 @pytest.mark.usefixtures("clean_machine")
