@@ -36,7 +36,21 @@ def episode_with_policy_on_agent(mission: Mission, specs: tuple[PolicySpec, ...]
 
 
 def shm_entries() -> set[str]:
-    return {p.name for p in Path("/dev/shm").iterdir()} if Path("/dev/shm").is_dir() else set()
+    """parcat blocks made by this process tree or by processes now gone (leaks); other
+    programs' blocks (a benchmark running beside the tests) do not count."""
+    folder = Path("/dev/shm")
+    if not folder.is_dir():
+        return set()
+    me = psutil.Process()
+    tree = {me.pid, *(p.pid for p in me.children(recursive=True))}
+    found = set()
+    for path in folder.iterdir():
+        parts = path.name.split("_")
+        if path.name.startswith("parcat_") and len(parts) > 2 and parts[1].isdigit():
+            pid = int(parts[1])
+            if pid in tree or not psutil.pid_exists(pid):
+                found.add(path.name)
+    return found
 
 
 def children() -> list[psutil.Process]:
