@@ -5,17 +5,23 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 
-def write_text_atomically(path: str | Path, text: str) -> None:
-    """Replace ``path`` with ``text`` so readers see the old or the new file, never half."""
+def write_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> None:
+    """Replace ``path`` with what ``write`` puts into a binary file, never half of it.
+
+    Readers see the old or the new file; a killed writer leaves a ``.NAME.*.tmp`` file
+    beside it, which the next run removes.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -23,3 +29,8 @@ def write_text_atomically(path: str | Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def write_text_atomically(path: str | Path, text: str) -> None:
+    """Replace ``path`` with ``text`` so readers see the old or the new file, never half."""
+    write_atomically(path, lambda handle: handle.write(text.encode()))

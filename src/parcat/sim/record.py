@@ -23,17 +23,15 @@ are measurements; everything else of a sequential run is a pure function of the 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from parcat.atomic import write_atomically
 from parcat.sim.agent import CycleStats
 from parcat.sim.config import SimConfig
 from parcat.sim.world import WorldResult
@@ -140,18 +138,7 @@ def _ages(based_on: np.ndarray, time_s: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 def write_npz_atomically(path: Path, arrays: dict[str, np.ndarray]) -> None:
     """Replace ``path`` with a compressed ``.npz`` so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            np.savez_compressed(handle, **arrays)  # type: ignore[arg-type]
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomically(path, lambda handle: np.savez_compressed(handle, **arrays))  # type: ignore[arg-type]
 
 
 def jsonable(value: Any) -> Any:
