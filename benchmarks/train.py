@@ -6,23 +6,28 @@ because per-core speed drifts up to 2x here; ratios are medians of per-repeat ra
 variants that ran back to back, so slow drift cancels.
 
 1. Collection throughput (env steps/s, random actions) of ``parcat.train.vecenv.VecEnv``
-   (2 worker processes x M environments, ``vec.step`` then ``vec.gather("obs")`` as a
-   trainer does) vs ``gymnasium.vector.AsyncVectorEnv`` (2 processes, one env each, default
-   settings) and a plain in-process ``env.step`` loop.
+   (``vec.step`` then ``vec.gather("obs")`` as a trainer does) vs
+   ``gymnasium.vector.AsyncVectorEnv`` (2 processes, one env each, default settings) and a
+   plain in-process ``env.step`` loop.
    a. CartPole-v1 (a mission YAML ``env: gymnasium:CartPole-v1`` in a temp dir).
    b. ``BusyStep-v0``, a gymnasium Env defined here whose step busy-waits 0.1 ms or 1 ms;
       efficiency = throughput / (2 x the in-process loop on the same env).
-   parcat runs ``spin=False``: 2 workers + the main process are 3 processes on 2 cores, so
-   (as the trainer decides) nobody spins; a ``spin=True`` row shows why. What-if rows (no
-   verdict) measure DESIGN.md's pattern, which ``VecEnv`` does not offer: the main process
-   steps a share of the environments itself while one spinning worker steps the rest.
-   AsyncVectorEnv counts its autoreset steps as steps (a few % on CartPole, in its favour).
-2. ``Trainer`` epoch time, ``mode=async`` vs ``sync``, with ``train_steps`` calibrated so
-   that training takes as long as collection in sync mode. Per-epoch time is
-   ``collect_s + train_s`` (sync) and ``collect_s + idle_s`` (async) from ``report.epochs``,
-   the first epochs skipped. Run on goal_tasks as in configs/train.yaml, and on an
-   env-bound mission (``BusyStep-v0`` at 0.5 ms, 1 worker) where a core is left for the
-   learning thread; a what-if row repeats it with the trainer's process not spinning.
+   Targets apply to the layout ``parcat train`` itself would use on this machine in sync
+   mode with one environment worker: ``make_vecenv`` with ``env_workers=1`` and
+   ``envs_per_worker=2M`` -- on 2 cores ``VecEnv(m, 1, 2M, spin=True, local_share=True)``,
+   1 worker and this process stepping M environments each, both spinning: 2 processes
+   stepping environments, as many as AsyncVectorEnv with 2 envs. Context rows (no verdict):
+   ``VecEnv(m, 2, M, spin=False)``, AsyncVectorEnv's own shape (2 stepping workers and a
+   waiting main process, 3 processes on 2 cores, so nobody spins), and a ``spin=True`` row
+   that shows why not. AsyncVectorEnv counts its autoreset steps as steps (a few % on
+   CartPole, in its favour).
+2. ``Trainer`` epoch time, ``mode=async`` vs ``sync``, each laid out as the trainer lays it
+   out (``make_vecenv``: sync steps a share in the trainer's process; async leaves that
+   process to the learning thread), with ``train_steps`` calibrated so that training takes as
+   long as collection in sync mode. Per-epoch time is ``collect_s + train_s`` (sync) and
+   ``collect_s + idle_s`` (async) from ``report.epochs``, the first epochs skipped. Run on
+   goal_tasks as in configs/train.yaml, and on an env-bound mission (``BusyStep-v0`` at
+   0.5 ms, 1 worker). A missed target comes with a one-line reason from the figures.
 3. Resident memory (RSS, USS) of an environment worker vs a bare
    ``python -c "import numpy, gymnasium"``, measured in a fresh ``python -c`` child (so
    workers do not re-import this script as their ``__main__``); replay-buffer bytes per
@@ -30,7 +35,7 @@ variants that ran back to back, so slow drift cancels.
 
 The machine is shared: each section prints the CPU that processes outside this benchmark's
 process tree used meanwhile (a repeat under such load is run again, a few times at most);
-figures taken under load are flagged. A full run takes about 2 minutes.
+figures taken under load are flagged. A full run takes about 90 s.
 
     .venv/bin/python benchmarks/train.py [--quick] [--repeats N] [--settle SECONDS]
 """
@@ -112,7 +117,7 @@ class Table:
             ok: bool | None = None) -> None:
         verdict = "" if ok is None else ("PASS" if ok else "FAIL")
         digits = 3 if unit in ("x", "of ideal") else 1
-        line = f"  {label:<54} {value:>11,.{digits}f} {unit:<8} {target:<9} {verdict}"
+        line = f"  {label:<70} {value:>11,.{digits}f} {unit:<8} {target:<9} {verdict}"
         print(line.rstrip(), flush=True)
         if ok is not None:
             self.checks.append((label, ok))
@@ -179,6 +184,8 @@ class Runs(dict[str, list[float]]):
     """Repeats thrown away (and run again) because other processes loaded the machine."""
     loaded = 0
     """Loaded repeats kept anyway (no retries left)."""
+    labels: dict[str, str]
+    """Each variant's row label (set by ``measure``)."""
 
 
 def interleave(variants: dict[str, Callable[[], float]], repeats: int) -> Runs:
@@ -284,29 +291,46 @@ class GymAsync:
         self.vec.close()
 
 
+def describe(vec: Any) -> str:
+    """Where ``vec``'s environments step, from its public ``layout``, ``spin``, ``parent_spin``."""
+    counts = [count for _, count in vec.layout]
+    workers = sum(1 for kind, _ in vec.layout if kind == "worker")
+    local = any(kind == "local" for kind, _ in vec.layout)
+    who = f"{workers} worker{'s' if workers != 1 else ''}" + (" + this process" if local else "")
+    spinners = workers * vec.spin + (1 if workers and vec.parent_spin else 0)
+    how = ["local_share"] if local else []
+    how.append(f"spin, {spinners} spinners" if spinners > 2 else
+               "spin" if spinners else "no spin")
+    if len(set(counts)) == 1:
+        envs = f"{counts[0]} env{'s' if counts[0] != 1 else ''} each"
+    else:
+        envs = f"envs {'+'.join(map(str, counts))}"
+    return f"{who} ({', '.join(how)}), {envs}"
+
+
+def trainer_vecenv(mission: Any, workers: int, per_worker: int, mode: str = "sync") -> Any:
+    """The VecEnv ``parcat train`` builds for this layout and mode (``make_vecenv``)."""
+    from parcat.train.config import TrainConfig
+    from parcat.train.trainer import make_vecenv
+
+    config = TrainConfig(mission=mission.name, env_workers=workers, envs_per_worker=per_worker,
+                         mode=mode, seed=0)
+    return make_vecenv(mission, config)
+
+
+def plain_vecenv(mission: Any, workers: int, per_worker: int, spin: bool) -> Any:
+    """``VecEnv(mission, workers, per_worker)``: workers only, this process just waits."""
+    from parcat.train.vecenv import VecEnv
+
+    return VecEnv(mission, workers, per_worker, seed=0, spin=spin)
+
+
 class ParcatVec:
-    """parcat's env workers: ``vec.step(actions)`` then ``vec.gather("obs")``.
+    """parcat's env workers: ``vec.step(actions)`` then ``vec.gather("obs")``."""
 
-    ``local_share``: the what-if of DESIGN.md's pattern -- this process steps as many
-    environments as each worker itself (an in-process slice appended to the VecEnv, which
-    ``VecEnv._run`` steps between dispatching to the workers and waiting for them) and the
-    workers spin; ``VecEnv`` has no option for it, so this reaches into its internals.
-    """
-
-    def __init__(self, mission: Any, workers: int, per_worker: int, spin: bool,
-                 local_share: bool = False) -> None:
-        from parcat.train.envslice import EnvSlice, array_specs
-        from parcat.train.vecenv import VecEnv, _Slot
-
-        self.vec = VecEnv(mission, workers, per_worker, seed=0, spin=spin)
-        if local_share:
-            vec, first = self.vec, self.vec.num_envs
-            slot = _Slot(first, per_worker)
-            slot.arrays = {k: np.zeros(shape, dtype)
-                           for k, (shape, dtype) in array_specs(vec.layouts, per_worker).items()}
-            slot.local = EnvSlice(mission, first, per_worker, 0, slot.arrays)
-            vec._slots.append(slot)
-            vec.num_envs += per_worker
+    def __init__(self, build: Callable[[], Any]) -> None:
+        self.vec = build()
+        self.label = "parcat " + describe(self.vec)
         self.vec.reset(0)
         rng = np.random.default_rng(0)
         self.actions = [
@@ -329,34 +353,35 @@ class ParcatVec:
         self.vec.close()
 
 
-Layout = tuple[str, str, dict[str, Any], str]
-"""(key, label, ParcatVec arguments, target)."""
+Layout = tuple[str, Callable[[Any], Any], str]
+"""(key, mission -> VecEnv, target); the row's label comes from the VecEnv built."""
+
+
+def trainer_layout(m: int) -> Callable[[Any], Any]:
+    """The trainer's sync layout with 1 worker: 2M environments, M in each process."""
+    return lambda mission: trainer_vecenv(mission, 1, 2 * m)
+
+
+def plain_layout(workers: int, m: int, spin: bool = False) -> Callable[[Any], Any]:
+    return lambda mission: plain_vecenv(mission, workers, m, spin)
 
 
 def measure(variants: dict[str, Callable[[], Any]], budget_s: float, repeats: int,
             budgets: dict[str, float] | None = None) -> Runs:
-    """Build the variants, warm them up, interleave ``repeats`` timed runs; close them.
-
-    A what-if variant (key starting with ``h``) that cannot be built -- it reaches into
-    ``VecEnv``'s internals, which may change -- is left out with a note.
-    """
+    """Build the variants, warm them up, interleave ``repeats`` timed runs; close them."""
     budgets = budgets or {}
     built: dict[str, Any] = {}
     try:
         for name, make in variants.items():
-            try:
-                built[name] = make()
-            except (AttributeError, ImportError, TypeError) as exc:
-                if not name.startswith("h"):
-                    raise
-                print(f"    [what-if {name} left out: {type(exc).__name__}: {exc}]")
-                continue
+            built[name] = make()
             built[name].run(0.05)  # first steps, lazy imports in workers
-        return interleave(
+        runs = interleave(
             {name: functools.partial(v.run, budgets.get(name, budget_s))
              for name, v in built.items()},
             repeats,
         )
+        runs.labels = {name: getattr(v, "label", name) for name, v in built.items()}
+        return runs
     finally:
         for v in built.values():
             v.close()
@@ -368,19 +393,24 @@ def collection(env_id: str, kwargs: dict[str, Any], mission: Any, layouts: Seque
         "single": functools.partial(SingleLoop, env_id, kwargs),
         "gymnasium": functools.partial(GymAsync, env_id, kwargs, 2),
     }
-    for key, _, args, _ in layouts:
-        variants[key] = functools.partial(ParcatVec, mission, **args)
+    for key, build, _ in layouts:
+        variants[key] = functools.partial(ParcatVec, functools.partial(build, mission))
     return measure(variants, budget_s, repeats, budgets)
 
 
-SPIN_NOTE = (
-    "parcat: VecEnv(mission, 2, M, spin=False) -- 2 workers + main = 3 processes on 2 cores, "
-    "so nobody spins (the trainer's rule)"
-)
-WHAT_IF_NOTE = (
-    "what-if rows (no verdict): main steps M envs itself + 1 spinning worker x M "
-    "(DESIGN.md's pattern; 2 spinners on 2 cores)"
-)
+def layout_notes() -> tuple[str, ...]:
+    from parcat.parallel.resources import available_cpus
+
+    return (
+        "verdict rows (the 'T' keys): the trainer's sync layout with env_workers=1, "
+        f"envs_per_worker=2M, as make_vecenv builds it on this machine ({available_cpus()} "
+        "CPUs) --",
+        "  2 processes step environments (1 worker + this process, M each), as many as "
+        "AsyncVectorEnv with 2 envs, and it is what `parcat train` runs",
+        "context rows (no verdict): VecEnv(m, 2, M, spin=False) has AsyncVectorEnv's shape -- "
+        "2 stepping workers + a waiting main,",
+        "  3 processes on 2 cores, so nobody spins; the spin=True row shows why",
+    )
 
 
 def cartpole(table: Table, tmp: Path, repeats: int, quick: bool, settle_s: float) -> None:
@@ -388,17 +418,13 @@ def cartpole(table: Table, tmp: Path, repeats: int, quick: bool, settle_s: float
 
     mission = load_mission(str(write_mission(tmp, "cartpole", "gymnasium:CartPole-v1")))
     layouts: list[Layout] = [
-        ("2x1", "parcat 2 workers x 1 env", {"workers": 2, "per_worker": 1, "spin": False}, ""),
-        ("2x16", "parcat 2 workers x 16 envs", {"workers": 2, "per_worker": 16, "spin": False},
-         ">= 10"),
-        ("2x64", "parcat 2 workers x 64 envs", {"workers": 2, "per_worker": 64, "spin": False},
-         ">= 10"),
-        ("2x1 spin", "parcat 2 workers x 1 env, spin=True (3 spinners)",
-         {"workers": 2, "per_worker": 1, "spin": True}, ""),
-        ("h1", "what-if: main 1 env + 1 spinning worker x 1",
-         {"workers": 1, "per_worker": 1, "spin": True, "local_share": True}, "(>= 10)"),
-        ("h16", "what-if: main 16 envs + 1 spinning worker x 16",
-         {"workers": 1, "per_worker": 16, "spin": True, "local_share": True}, "(>= 10)"),
+        ("T1", trainer_layout(1), ">= 10"),
+        ("T16", trainer_layout(16), ">= 10"),
+        ("T64", trainer_layout(64), ">= 10"),
+        ("2x1", plain_layout(2, 1), ""),
+        ("2x16", plain_layout(2, 16), ""),
+        ("2x64", plain_layout(2, 64), ""),
+        ("2x1 spin", plain_layout(2, 1, spin=True), ""),
     ]
     budget = 0.15 if quick else 0.4
     settle(settle_s)
@@ -409,16 +435,14 @@ def cartpole(table: Table, tmp: Path, repeats: int, quick: bool, settle_s: float
         "1a. CartPole-v1 collection, env steps/s (random actions; x = / AsyncVectorEnv, "
         "paired)",
         "gymnasium: AsyncVectorEnv, 2 envs = 2 processes (one env each), default settings",
-        SPIN_NOTE, WHAT_IF_NOTE,
+        *layout_notes(),
     )
     table.row("in-process CartPole loop (reference)", med(runs["single"]), "steps/s")
     table.row("gymnasium AsyncVectorEnv, 2 envs", med(runs["gymnasium"]), "steps/s")
-    for key, label, _, target in layouts:
-        if key not in runs:
-            continue
-        table.row(label, med(runs[key]), "steps/s")
+    for key, _, target in layouts:
+        table.row(f"{key}: {runs.labels[key]}", med(runs[key]), "steps/s")
         ratio = paired(runs, key, "gymnasium")
-        verdict = ratio >= 10 if target == ">= 10" else None
+        verdict = ratio >= 10 if target else None
         table.row(f"  {key}: x AsyncVectorEnv", ratio, "x", target, verdict)
     table.load("1a", monitor.stop(), runs)
 
@@ -427,15 +451,14 @@ def busy(table: Table, tmp: Path, repeats: int, quick: bool, settle_s: float) ->
     from parcat.missions import load_mission
 
     layouts: list[Layout] = [
-        ("2x1", "parcat 2 workers x 1 env", {"workers": 2, "per_worker": 1, "spin": False}, ""),
-        ("2x16", "parcat 2 workers x 16 envs", {"workers": 2, "per_worker": 16, "spin": False},
-         ">= 0.85"),
-        ("h16", "what-if: main 16 + 1 spinning worker x 16",
-         {"workers": 1, "per_worker": 16, "spin": True, "local_share": True}, "(>= 0.85)"),
+        ("T16", trainer_layout(16), ">= 0.85"),
+        ("2x1", plain_layout(2, 1), ""),
+        ("2x16", plain_layout(2, 16), ""),
     ]
     table.section(
         "1b. Env step burning CPU (BusyStep-v0): efficiency = steps/s / (2 x in-process steps/s)",
-        "same gymnasium.make(BusyStep-v0) everywhere; parcat spin=False as in 1a",
+        "same gymnasium.make(BusyStep-v0) everywhere; verdict on the trainer's layout (T16), "
+        "the 2-worker rows are context, as in 1a",
     )
     for busy_us in (100, 1000):
         kwargs = {"busy_us": busy_us}
@@ -449,12 +472,11 @@ def busy(table: Table, tmp: Path, repeats: int, quick: bool, settle_s: float) ->
         table.row(f"{ms}: in-process loop (reference)", med(runs["single"]), "steps/s")
         table.row(f"{ms}: gymnasium AsyncVectorEnv, 2 envs",
                   paired(runs, "gymnasium", "single", 2.0), "of ideal")
-        for key, label, _, target in layouts:
-            if key not in runs:
-                continue
+        for key, _, target in layouts:
             eff = paired(runs, key, "single", 2.0)
-            verdict = eff >= 0.85 if target == ">= 0.85" else None
-            table.row(f"{ms}: {label}", eff, "of ideal", target, verdict)
+            verdict = eff >= 0.85 if target else None
+            label = runs.labels[key].removeprefix("parcat ")
+            table.row(f"{ms} {key}: {label}", eff, "of ideal", target, verdict)
         table.load(f"1b {ms}", monitor.stop(), runs)
 
 
@@ -469,8 +491,8 @@ WARM_EPOCHS = 2
 
 
 def train_once(case: dict[str, Any], mode: str, train_steps: int,
-               epochs: int) -> tuple[float, float, float]:
-    """Median (epoch_s, collect_s, train_s) over the epochs after the warm ones."""
+               epochs: int) -> dict[str, Any]:
+    """Medians over the epochs after the warm ones (seconds), and the trainer's layout."""
     from parcat.train.config import TrainConfig
     from parcat.train.trainer import Trainer
 
@@ -482,17 +504,20 @@ def train_once(case: dict[str, Any], mode: str, train_steps: int,
             checkpoint_every=epochs, run_dir=run_dir,
         )
         trainer = Trainer(config)
-        slots = getattr(trainer.vec, "_slots", [])
-        handoffs = [h for s in slots if (h := getattr(s, "handoff", None)) is not None]
-        if "parent_spin" in case:  # what-if: the trainer's process waits without spinning
-            for handoff in handoffs:
-                handoff.spin = case["parent_spin"]
-        case["spins"] = any(h.spin for h in handoffs)
+        vec = trainer.vec
+        layout = {"label": describe(vec), "workers": len(vec.worker_pids()),
+                  "local": any(kind == "local" for kind, _ in vec.layout),
+                  "spin": vec.spin, "parent_spin": vec.parent_spin}
         report = trainer.run()
     kept = report.epochs[WARM_EPOCHS:]
     extra = [e.train_s if mode == "sync" else e.idle_s for e in kept]
-    return (med([e.collect_s + x for e, x in zip(kept, extra, strict=True)]),
-            med([e.collect_s for e in kept]), med([e.train_s for e in kept]))
+    return {
+        "epoch": med([e.collect_s + x for e, x in zip(kept, extra, strict=True)]),
+        "collect": med([e.collect_s for e in kept]),
+        "train": med([e.train_s for e in kept]),
+        "idle": med([e.idle_s for e in kept]),
+        "layout": layout,
+    }
 
 
 def calibrate(case: dict[str, Any]) -> int:
@@ -502,53 +527,77 @@ def calibrate(case: dict[str, Any]) -> int:
     """
     steps = 20
     for _ in range(2):
-        _, collect_s, train_s = train_once(case, "sync", steps, WARM_EPOCHS + 3)
-        steps = max(1, round(steps * collect_s / train_s))
+        got = train_once(case, "sync", steps, WARM_EPOCHS + 3)
+        steps = max(1, round(steps * got["collect"] / got["train"]))
     return steps
+
+
+def why_slow(sync: dict[str, float], asyn: dict[str, float],
+             layouts: dict[str, dict[str, Any]]) -> str:
+    """One line: what kept async above 0.6 x sync, from the measured medians (ms)."""
+    s_lay, a_lay = layouts["sync"], layouts["async"]
+    where = []
+    if s_lay["local"] and not a_lay["local"]:
+        n = a_lay["workers"]
+        where.append(f"async collection runs on {n} worker{'s' if n != 1 else ''} while sync "
+                     "also steps a share in the trainer's process")
+    if s_lay["spin"] and not a_lay["spin"]:
+        where.append("sync spins, async does not")
+    slower = asyn["collect"] - sync["collect"]
+    collect = (f"async collect {asyn['collect']:.0f} ms vs sync {sync['collect']:.0f} ms"
+               + (f" ({'; '.join(where)})" if where else ""))
+    idle = (f"idle {asyn['idle']:.0f} ms waiting for the learner (round {asyn['train']:.0f} ms "
+            f"async vs {sync['train']:.0f} ms sync)")
+    parts = [collect, idle] if slower >= asyn["idle"] else [idle, collect]
+    return "why: " + "; ".join(parts)
 
 
 def learning(table: Table, tmp: Path, repeats: int, quick: bool, settle_s: float) -> None:
     busy = str(write_mission(tmp, "busy500", f"gymnasium:train:{ENV_ID}", {"busy_us": 500}, 200))
     cases: list[dict[str, Any]] = [
-        {"short": "goal_tasks", "name": "goal_tasks as configs/train.yaml, 2 workers x 4 envs",
-         "mission": "goal_tasks", "overrides": GOALS, "workers": 2, "per_worker": 4},
-        {"short": "busy", "name": "BusyStep-v0 0.5 ms, 1 worker x 4 envs",
+        {"short": "goal_tasks", "name": "goal_tasks as configs/train.yaml, env_workers 2, "
+         "envs_per_worker 4", "mission": "goal_tasks", "overrides": GOALS, "workers": 2,
+         "per_worker": 4},
+        {"short": "busy", "name": "BusyStep-v0 0.5 ms, env_workers 1, envs_per_worker 4",
          "mission": busy, "overrides": {}, "workers": 1, "per_worker": 4},
-        {"short": "busy, what-if", "name": "what-if: same, the trainer's process not spinning",
-         "mission": busy, "overrides": {}, "workers": 1, "per_worker": 4,
-         "parent_spin": False},
     ]
     epochs = WARM_EPOCHS + (3 if quick else 5)
     table.section(
-        "2. Trainer epoch time, async vs sync (Trainer + TrainConfig; x = async / sync, paired)",
+        "2. Trainer epoch time, async vs sync (Trainer + TrainConfig as is; x = async / sync, "
+        "paired)",
         "DQN of configs/train.yaml but learning_starts 64; 50 vector steps per epoch; "
         "train_steps calibrated so that train_s ~ collect_s in sync mode",
         "epoch = collect_s + train_s (sync), collect_s + idle_s (async), medians over epochs "
-        f"after the first {WARM_EPOCHS}; in brackets: median collect_s, train round (ms)",
+        f"after the first {WARM_EPOCHS}; in brackets: median collect_s, train round, idle_s (ms)",
     )
     for case in cases:
         settle(settle_s)
         monitor = LoadMonitor()
         steps = calibrate(case)
-        figures: dict[str, list[tuple[float, float, float]]] = {"sync": [], "async": []}
+        figures: dict[str, list[dict[str, Any]]] = {"sync": [], "async": []}
 
         def run(mode: str, case: dict[str, Any] = case, steps: int = steps,
-                figures: dict[str, list[tuple[float, float, float]]] = figures) -> float:
+                figures: dict[str, list[dict[str, Any]]] = figures) -> float:
             figures[mode].append(train_once(case, mode, steps, epochs))
-            return figures[mode][-1][0]
+            return float(figures[mode][-1]["epoch"])
 
         runs = interleave({m: functools.partial(run, m) for m in ("sync", "async")}, repeats)
-        table.section(f"  {case['name']}: train_steps {steps}, trainer's process spins: "
-                      f"{case['spins']}")
+        layouts = {mode: figures[mode][-1]["layout"] for mode in figures}
+        table.section(
+            f"  {case['name']}: train_steps {steps}",
+            *(f"  {mode} layout: {layouts[mode]['label']}" for mode in ("sync", "async")),
+        )
+        ms: dict[str, dict[str, float]] = {}
         for mode in ("sync", "async"):
-            collect = med([f[1] for f in figures[mode]]) * 1e3
-            train = med([f[2] for f in figures[mode]]) * 1e3
-            table.row(f"    {mode} epoch (collect {collect:.0f}, train round {train:.0f})",
+            ms[mode] = {k: med([f[k] for f in figures[mode]]) * 1e3
+                        for k in ("collect", "train", "idle")}
+            table.row(f"    {mode} epoch (collect {ms[mode]['collect']:.0f}, train round "
+                      f"{ms[mode]['train']:.0f}, idle {ms[mode]['idle']:.0f})",
                       med(runs[mode]) * 1e3, "ms")
         ratio = paired(runs, "async", "sync")
-        what_if = "parent_spin" in case
-        table.row(f"    {case['short']}: async / sync", ratio, "x",
-                  "(<= 0.6)" if what_if else "<= 0.6", None if what_if else ratio <= 0.6)
+        table.row(f"    {case['short']}: async / sync", ratio, "x", "<= 0.6", ratio <= 0.6)
+        if ratio > 0.6:
+            print(f"      {why_slow(ms['sync'], ms['async'], layouts)}", flush=True)
         table.load(f"2 {case['short']}", monitor.stop(), runs)
 
 
