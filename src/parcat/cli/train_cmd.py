@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,7 +12,7 @@ import typer
 
 from parcat.cli.common import EXIT_INTERRUPTED, OutputFormat, print_json, user_errors
 from parcat.cli.render import list_table, progress_bar, stderr_console, stdout_console
-from parcat.missions import parse_overrides
+from parcat.missions import load_mission, parse_overrides
 from parcat.parallel.planner import make_train_plan
 from parcat.parallel.resources import available_cpus
 from parcat.train.config import LearningMode, load_train_config
@@ -113,14 +114,16 @@ def train_command(
     with user_errors():
         if overrides:
             flags["overrides"] = parse_overrides(overrides)
+        cfg = load_train_config(config, flags)
         if jobs is not None and env_workers is None:
-            plan = make_train_plan(
-                jobs, available_cpus(), 2, mode is LearningMode.ASYNC, bool(parallel_training)
+            num_agents = len(
+                load_mission(cfg.mission, dict(cfg.overrides)).make_env().possible_agents
             )
-            flags["env_workers"] = plan.env_workers
+            plan = make_train_plan(jobs, available_cpus(), num_agents,
+                                   cfg.mode is LearningMode.ASYNC, cfg.parallel_training)
+            cfg = replace(cfg, env_workers=plan.env_workers)
             for reason in plan.reasons:
                 err.print(f"plan: {reason}")
-        cfg = load_train_config(config, flags)
         if cfg.render:
             err.print("--render: one environment shown; everything runs in this process")
         trainer = Trainer(cfg, resume=resume, on_frame=_frame_printer(err) if cfg.render else None)
