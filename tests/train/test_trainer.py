@@ -69,26 +69,21 @@ def test_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None:
 
 
 def test_async_learning_overlaps_collection(tmp_path: Path) -> None:
-    """Each training round holds until collection has taken a step: if collection waited
-    for training, this would deadlock (and fail on the timeout) instead."""
+    """The learner process reads a counter that collection bumps every step when a round
+    starts and when it ends: a larger count at the end shows collection went on while the
+    learner trained (event order, not timing)."""
     events: list[tuple[str, int]] = []
-    collected = threading.Event()
-
-    def record(event: str, epoch: int) -> None:
-        events.append((event, epoch))
-        if event == "collect":
-            collected.set()
-        elif event == "train_start" and epoch < 3:  # after the last round nothing collects
-            collected.clear()
-            assert collected.wait(10), "collection stalled while the learner trained"
-
-    cfg = config(tmp_path, mode="async", epochs=4, checkpoint_every=10)
-    Trainer(cfg, on_event=record).run()
-    starts = [i for i, (e, _) in enumerate(events) if e == "train_start"]
-    ends = [i for i, (e, _) in enumerate(events) if e == "train_end"]
-    assert len(starts) == len(ends) == 4
-    for start, end in zip(starts[:-1], ends[:-1], strict=True):
-        assert any(events[k][0] == "collect" for k in range(start, end))
+    cfg = config(tmp_path, mode="async", epochs=6, train_steps=400, checkpoint_every=10)
+    report = Trainer(cfg, on_event=lambda event, epoch: events.append((event, epoch))).run()
+    overlaps = [n for stats in report.epochs for n in stats.overlap_steps]
+    assert overlaps and any(n > 0 for n in overlaps), overlaps
+    starts = [e for e, _ in events if e == "train_start"]
+    ends = [e for e, _ in events if e == "train_end"]
+    assert len(starts) == len(ends) == 6
+    run = tmp_path / "run"
+    assert checkpoint.read_manifest(run)["epoch"] == 6  # a checkpoint of the trained copies
+    report = evaluate(make_config(["goal_tasks"], [str(run)], episodes=1, overrides=GOALS))
+    assert report.status == "complete"
 
 
 def test_checkpoint_loads_in_eval_and_acts_like_the_learner(tmp_path: Path) -> None:

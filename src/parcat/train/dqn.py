@@ -277,6 +277,19 @@ class DQNLearner:
         arrays.update({f"b{i}": b.copy() for i, (_, b) in enumerate(self._acting)})
         return arrays
 
+    def load_policy_arrays(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """Act (and go on learning) with greedy weights in :meth:`policy_arrays` layout.
+
+        Raises:
+            CheckpointError: a weight is missing or has another shape.
+        """
+        flat = np.empty_like(self._online)
+        for i, (w, b) in enumerate(_views(flat, self._sizes)):
+            w[...] = _expect(arrays, f"w{i}", w.shape)
+            b[...] = _expect(arrays, f"b{i}", b.shape)
+        self._online[...] = flat
+        self._publish()
+
     def state_dict(self) -> dict[str, np.ndarray]:
         """Everything needed to continue bit-identically, as named arrays.
 

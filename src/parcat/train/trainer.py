@@ -1,16 +1,16 @@
 """The training loop: collect from environment workers, train one learner per agent.
 
 ``sync`` mode collects an epoch, then trains every agent: the reference, bit-identical for
-every environment-worker layout. ``async`` mode hands training to a learning thread that
-works on copy-on-train snapshots of each agent's buffer while collection goes on; new
-weights reach collection whole (the learner swaps them in at the end of a train step).
+every environment-worker layout. ``async`` mode hands each round's transitions to a
+learner process (:mod:`parcat.train.learner_process`), which trains its own copies while
+collection goes on; new weights come back whole and are swapped into the acting learners
+between two steps. (A learning *thread* was tried first: it shares the interpreter with
+the collection loop, and both slowed down — see BENCHMARKS.md.)
 """
 
 from __future__ import annotations
 
 import math
-import queue
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +21,7 @@ import numpy as np
 
 from parcat.missions import Mission, load_mission
 from parcat.parallel.resources import available_cpus
+from parcat.train.async_learning import AsyncLearning
 from parcat.train.config import LearningMode, TrainConfig
 from parcat.train.dqn import DQNConfig, DQNLearner
 from parcat.train.learner import Learner
@@ -46,6 +47,8 @@ class EpochStats:
     idle_s: float
     env_steps_per_s: float
     discarded_episodes: int = 0
+    overlap_steps: list[int] = field(default_factory=list)
+    """Async: collection steps taken while each learning round that finished ran."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (NaN becomes null)."""
@@ -59,6 +62,7 @@ class EpochStats:
             "epsilon": self.epsilon, "collect_s": self.collect_s, "train_s": self.train_s,
             "idle_s": self.idle_s, "env_steps_per_s": self.env_steps_per_s,
             "discarded_episodes": self.discarded_episodes,
+            "overlap_steps": self.overlap_steps,
         }
 
 
@@ -95,6 +99,7 @@ class Trainer:
         self.on_event = on_event or (lambda event, epoch: None)
         self.on_frame = on_frame
         self._ray_started = config.backend == "ray" and _connect_ray(config.address)
+        self._learning: AsyncLearning | None = None
         self.vec = make_vecenv(self.mission, config)
         self.learners = make_learners(self.vec, config)
         self.start_epoch = 0
@@ -118,7 +123,11 @@ class Trainer:
     def run(self) -> TrainReport:
         """Train for the configured epochs; checkpoint as configured and at the end."""
         report = TrainReport(self.config)
-        learning = _LearningThread(self) if self.config.mode is LearningMode.ASYNC else None
+        learning = None
+        if self.config.mode is LearningMode.ASYNC:
+            dqns: Any = dict(self.unique_learners)
+            learning = AsyncLearning(dqns, self.config.train_steps, self.on_event)
+        self._learning = learning
         try:
             for epoch in range(self.start_epoch, self.config.epochs):
                 stats = self._epoch(epoch, learning)
@@ -129,17 +138,18 @@ class Trainer:
                 last = epoch + 1 == self.config.epochs
                 if (epoch + 1) % self.config.checkpoint_every == 0 or last:
                     if learning is not None:
-                        learning.wait_idle()
+                        learning.sync_states()
                     report.checkpoint = str(save_checkpoint(self, epoch + 1))
         except KeyboardInterrupt:
             report.interrupted = True
         finally:
             if learning is not None:
-                learning.stop()
+                learning.close()
+            self._learning = None
             self.close()
         return report
 
-    def _epoch(self, epoch: int, learning: _LearningThread | None) -> EpochStats:
+    def _epoch(self, epoch: int, learning: AsyncLearning | None) -> EpochStats:
         start = time.perf_counter()
         obs = self.vec.reset(epoch)
         discarded_before = self.vec.discarded
@@ -150,6 +160,8 @@ class Trainer:
             actions = {a: self.learners[a].act(obs[a], explore=True) for a in self.vec.agents}
             self.vec.step(actions)
             self._observe(obs, actions)
+            if learning is not None:
+                learning.step_done()
             obs = self.vec.gather("obs")
             finished = self.vec.finished_episodes()
             if finished:
@@ -161,13 +173,16 @@ class Trainer:
                     self.on_frame(frame)
         collect_s = time.perf_counter() - start
         idle_s, train_s, losses = 0.0, 0.0, {}
+        overlap: list[int] = []
         if learning is None:
             begin = time.perf_counter()
             losses = self.train_all(epoch)
             train_s = time.perf_counter() - begin
-        elif (epoch + 1) % self.config.train_interval == 0:
-            idle_s = learning.submit(epoch)
-            losses, train_s = learning.last_losses, learning.last_train_s
+        else:
+            if (epoch + 1) % self.config.train_interval == 0:
+                idle_s = learning.submit(epoch)
+            losses, train_s = learning.losses, learning.train_s
+            overlap = learning.take_overlaps()
         steps = self.config.steps_per_epoch * self.vec.num_envs
         return EpochStats(
             epoch=epoch + 1, env_steps=steps, episodes=len(returns),
@@ -176,6 +191,7 @@ class Trainer:
             collect_s=collect_s, train_s=train_s, idle_s=idle_s,
             env_steps_per_s=steps / collect_s if collect_s > 0 else 0.0,
             discarded_episodes=self.vec.discarded - discarded_before,
+            overlap_steps=overlap,
         )
 
     def _reset_states(self, mask: np.ndarray) -> None:
@@ -192,20 +208,22 @@ class Trainer:
             mask = alive[agent]
             if not mask.any():
                 continue
-            self.learners[agent].observe(obs[agent][mask], actions[agent][mask],
-                                         rew[agent][mask], final[agent][mask], term[agent][mask])
+            batch = (obs[agent][mask], actions[agent][mask], rew[agent][mask],
+                     final[agent][mask], term[agent][mask])
+            if self._learning is not None:
+                name = "shared" if self.config.shared_learner else str(agent)
+                self._learning.record(name, batch)
+            else:
+                self.learners[agent].observe(*batch)
 
-    def train_all(self, epoch: int, snapshot: bool = False) -> dict[str, float]:
+    def train_all(self, epoch: int) -> dict[str, float]:
         """Train every learner ``train_steps`` times; return each one's last loss."""
         self.on_event("train_start", epoch)
 
         def train(learner: Learner) -> float:
-            # copy-on-train: the snapshot is ours; collection keeps adding to the live buffer
-            dqn: Any = learner
-            buffer = dqn.buffer.snapshot() if snapshot else None
             metrics: dict[str, float] = {}
             for _ in range(self.config.train_steps):
-                metrics = dqn.train_step(buffer) if buffer is not None else dqn.train_step()
+                metrics = learner.train_step()
             return float(metrics.get("loss", math.nan))
 
         named = self.unique_learners
@@ -227,62 +245,13 @@ class Trainer:
             self._pool.shutdown()
 
 
-class _LearningThread:
-    """Trains on snapshots in the background; at most one round queued at a time."""
-
-    def __init__(self, trainer: Trainer) -> None:
-        self.trainer = trainer
-        self.jobs: queue.Queue[int | None] = queue.Queue(maxsize=1)
-        self.idle = threading.Event()
-        self.idle.set()
-        self.last_losses: dict[str, float] = {}
-        self.last_train_s = 0.0
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._loop, name="parcat-learner", daemon=True)
-        self.thread.start()
-
-    def _loop(self) -> None:
-        while True:
-            epoch = self.jobs.get()
-            if epoch is None:
-                return
-            begin = time.perf_counter()
-            try:
-                self.last_losses = self.trainer.train_all(epoch, snapshot=True)
-            except BaseException as exc:  # surfaced to the trainer on the next submit
-                self.error = exc
-            self.last_train_s = time.perf_counter() - begin
-            self.idle.set()
-
-    def submit(self, epoch: int) -> float:
-        """Queue a training round after the last one finished; return the time waited."""
-        waited = self.wait_idle()
-        self.idle.clear()
-        self.jobs.put(epoch)
-        return waited
-
-    def wait_idle(self) -> float:
-        """Wait for the running round; return how long collection sat idle."""
-        begin = time.perf_counter()
-        self.idle.wait()
-        if self.error is not None:
-            raise self.error
-        return time.perf_counter() - begin
-
-    def stop(self) -> None:
-        """Finish the running round and end the thread."""
-        self.idle.wait(60)
-        self.jobs.put(None)
-        self.thread.join(60)
-
-
 def make_vecenv(mission: Mission, config: TrainConfig) -> VecEnv:
     """Environment workers laid out for the learning mode.
 
     Sync: this process steps a share of the environments while the workers step theirs,
-    and everyone spins if the workers plus this process fit the cores. Async: this process
-    leaves the interpreter to the learning thread — it steps no environments and never
-    spins — and the workers spin only if they, this process and the learner fit the cores.
+    and everyone spins if the workers plus this process fit the cores. Async: the learner
+    process needs a core, so this process steps no environments and never spins, and the
+    workers spin only if they, this process and the learner fit the cores.
     """
     asynchronous = config.mode is LearningMode.ASYNC
     busy_here = 2 if asynchronous else 1

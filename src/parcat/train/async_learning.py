@@ -1,0 +1,88 @@
+"""The trainer's side of async learning: transitions out, weights back, between steps."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from parcat.train.dqn import DQNLearner
+from parcat.train.learner_process import Batch, LearnerProcess, Round
+
+
+class AsyncLearning:
+    """Feeds a :class:`LearnerProcess` and swaps its weights into the acting learners.
+
+    Args:
+        learners: The acting learners by name (one per agent, or ``shared``).
+        train_steps: Gradient updates per learner per round.
+        on_event: Called with ``("train_start" | "train_end", epoch)``.
+    """
+
+    def __init__(self, learners: dict[str, DQNLearner], train_steps: int,
+                 on_event: Callable[[str, int], None]) -> None:
+        self.learners = learners
+        self.process = LearnerProcess(learners, train_steps)
+        self.on_event = on_event
+        self.pending: dict[str, list[Batch]] = {name: [] for name in learners}
+        self.losses: dict[str, float] = {name: math.nan for name in learners}
+        self.train_s = 0.0
+        self.overlap_steps: list[int] = []
+
+    def record(self, name: str, batch: Batch) -> None:
+        """Keep transitions for the next round; the acting learner's schedule moves on."""
+        self.pending[name].append(batch)
+        self.learners[name].num_observed += len(batch[0])
+
+    def step_done(self) -> None:
+        """Count a collection step; take new weights if a round has just finished."""
+        self.process.collected()
+        if self.process.busy and self.process.conn.poll():
+            self._apply(self.process.result())
+
+    def submit(self, epoch: int) -> float:
+        """Start a round on the transitions so far; return how long collection waited."""
+        waited = self.wait()
+        batches = {name: _concat(parts) for name, parts in self.pending.items() if parts}
+        self.pending = {name: [] for name in self.learners}
+        self.process.submit(epoch, batches)
+        self.on_event("train_start", epoch)
+        return waited
+
+    def wait(self) -> float:
+        """Wait for the running round (if any) and apply it; return the time waited."""
+        if not self.process.busy:
+            return 0.0
+        begin = time.perf_counter()
+        self._apply(self.process.result())
+        return time.perf_counter() - begin
+
+    def sync_states(self) -> None:
+        """Make the acting learners full copies of the trained ones (for a checkpoint)."""
+        self.wait()
+        for name, state in self.process.states().items():
+            self.learners[name].load_state_dict(state)
+
+    def take_overlaps(self) -> list[int]:
+        """Collection steps taken during each round applied since the last call."""
+        overlaps, self.overlap_steps = self.overlap_steps, []
+        return overlaps
+
+    def _apply(self, result: Round) -> None:
+        for name, weights in result.weights.items():
+            self.learners[name].load_policy_arrays(weights)
+        self.losses, self.train_s = result.losses, result.train_s
+        self.overlap_steps.append(result.collected_after - result.collected_before)
+        self.on_event("train_end", result.epoch)
+
+    def close(self) -> None:
+        """Stop the learner process."""
+        self.process.close()
+
+
+def _concat(parts: list[Batch]) -> Batch:
+    columns: list[Any] = [np.concatenate([p[i] for p in parts]) for i in range(5)]
+    return (columns[0], columns[1], columns[2], columns[3], columns[4])

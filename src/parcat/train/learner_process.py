@@ -1,0 +1,157 @@
+"""Async learning in its own process: collection and training truly run at the same time.
+
+A learning *thread* shares the trainer's interpreter with the collection loop, so on a
+Python-bound loop both slow down. Here the trainer keeps *acting* copies of the learners
+and sends each round's transitions to a learner process, which adds them to its own
+buffers and trains; the new greedy weights come back whole and are swapped into the acting
+copies between two steps. A counter in shared memory that collection bumps every step,
+read by the learner process when a round starts and ends, shows by event order that
+collection went on while the learner trained.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import numpy as np
+
+from parcat.parallel import procs
+from parcat.train.dqn import DQNLearner
+
+Batch = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+@dataclass
+class Round:
+    """What one training round in the learner process did."""
+
+    epoch: int
+    weights: dict[str, dict[str, np.ndarray]]
+    losses: dict[str, float]
+    train_s: float
+    collected_before: int
+    """Collection steps taken when the round started."""
+    collected_after: int
+    """... and when it ended: more means collection went on meanwhile."""
+
+
+class LearnerProcess:
+    """Trains copies of ``learners`` (by name) in another process.
+
+    Args:
+        learners: The learners to mirror, by name; their state is copied once.
+        train_steps: Gradient updates per learner per round.
+        start_method: ``forkserver`` or ``spawn``.
+    """
+
+    def __init__(self, learners: dict[str, DQNLearner], train_steps: int,
+                 start_method: str | None = None) -> None:
+        ctx = procs.get_context(start_method)
+        self.counter: Any = ctx.Value("q", 0, lock=False)
+        payload = {name: (lr.obs_dim, lr.num_actions, lr.config, lr.state_dict())
+                   for name, lr in learners.items()}
+        self.process, self.conn = procs.start_worker(
+            ctx, learner_main, (payload, train_steps, self.counter), "parcat-learner"
+        )
+        self.busy = False
+
+    def collected(self) -> None:
+        """Count one collection step (read by the learner process)."""
+        self.counter.value += 1
+
+    def submit(self, epoch: int, batches: dict[str, Batch]) -> None:
+        """Start a training round on these new transitions (returns at once)."""
+        self.conn.send(("train", epoch, batches))
+        self.busy = True
+
+    def result(self) -> Round:
+        """Wait for the running round and return it.
+
+        Raises:
+            RuntimeError: the learner process died or raised.
+        """
+        message = self._recv()
+        self.busy = False
+        if message[0] == "error":
+            raise RuntimeError(f"learner process raised {message[1]}: {message[2]}")
+        return message[1]
+
+    def states(self) -> dict[str, dict[str, np.ndarray]]:
+        """Every learner's full state (after the running round, if any)."""
+        self.conn.send(("state",))
+        message = self._recv()
+        if message[0] == "error":
+            raise RuntimeError(f"learner process raised {message[1]}: {message[2]}")
+        return message[1]
+
+    def _recv(self) -> Any:
+        while True:
+            ready = wait([self.conn, self.process.sentinel], timeout=1.0)
+            if self.conn in ready:
+                try:
+                    return self.conn.recv()
+                except (EOFError, OSError) as exc:
+                    raise RuntimeError(f"learner process {procs.describe_exit(self.process)}") \
+                        from exc
+            if ready and not self.process.is_alive():
+                self.process.join(0.5)
+                raise RuntimeError(f"learner process died ({procs.describe_exit(self.process)})")
+
+    def close(self) -> None:
+        """Stop the learner process."""
+        procs.stop_worker(self.process, self.conn)
+
+
+def learner_main(conn: Connection, parent_pid: int, payload: dict[str, Any], train_steps: int,
+                 counter: Any) -> None:
+    """Serve training rounds until told to close or the parent is gone."""
+    import sys
+    import traceback
+
+    procs.become_worker(parent_pid)
+    learners = {}
+    for name, (obs_dim, num_actions, config, state) in payload.items():
+        learner = DQNLearner(obs_dim, num_actions, config)
+        learner.load_state_dict(state)
+        learners[name] = learner
+    try:
+        while True:
+            message = conn.recv()
+            try:
+                if message[0] == "close":
+                    break
+                if message[0] == "state":
+                    conn.send(("state", {n: lr.state_dict() for n, lr in learners.items()}))
+                    continue
+                conn.send(("trained", _train(learners, message[1], message[2], train_steps,
+                                             counter)))
+            except Exception as exc:
+                conn.send(("error", type(exc).__name__,
+                           "".join(traceback.format_exception_only(type(exc), exc)).strip()))
+    except (EOFError, OSError, SystemExit):
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            conn.close()
+    sys.exit(0)
+
+
+def _train(learners: dict[str, DQNLearner], epoch: int, batches: dict[str, Batch],
+           train_steps: int, counter: Any) -> Round:
+    before = int(counter.value)
+    start = time.perf_counter()
+    losses = {}
+    for name, learner in learners.items():
+        batch = batches.get(name)
+        if batch is not None and len(batch[0]):
+            learner.observe(*batch)
+        metrics: dict[str, float] = {}
+        for _ in range(train_steps):
+            metrics = learner.train_step()
+        losses[name] = float(metrics.get("loss", float("nan")))
+    return Round(epoch, {n: lr.policy_arrays() for n, lr in learners.items()}, losses,
+                 time.perf_counter() - start, before, int(counter.value))
