@@ -73,3 +73,14 @@ def test_direct_call(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
                 iters=20, seed=1, output="", render=False, fmt=SimFormat.JSON)
     document = json.loads(capsys.readouterr().out)
     assert document["steps"] == 20 and document["seed"] == 1 and document["files"] == []
+
+
+def test_set_overrides_mission_parameters(tmp_path: Path) -> None:
+    args = ["sim", "-c", config_file(tmp_path), "--mode", "sequential", "-f", "json",
+            "--output", ""]
+    result = runner.invoke(app, [*args, "--set", "pursuers=4"])
+    assert result.exit_code == 0, result.output
+    agents = [a["agent"] for a in json.loads(result.stdout)["agents"]]
+    assert agents == ["pursuer_0", "pursuer_1", "pursuer_2", "pursuer_3", "evader"]
+    bad = runner.invoke(app, [*args, "--set", "pursuerz=4"])
+    assert bad.exit_code == 2

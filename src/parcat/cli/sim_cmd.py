@@ -19,6 +19,7 @@ from parcat.cli.render import (
     stderr_console,
     stdout_console,
 )
+from parcat.missions import parse_overrides
 from parcat.sim import SimMode, SimProgress, load_sim_config, run_sim, summarize
 from parcat.sim.config import SimConfig
 
@@ -59,13 +60,19 @@ def sim_command(
     output: OutputOpt = None,
     render: RenderOpt = None,
     fmt: FormatOpt = SimFormat.TABLE,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override a mission parameter, KEY=VALUE (e.g. pursuers=2)."),
+    ] = None,
 ) -> None:
     """Simulate a mission in real time, each agent at its own cycle_time, and evaluate it.
 
     Exit codes: 0 done, 1 an agent or the environment failed, 2 bad input, 130 interrupted.
     """
     with user_errors():
-        cfg = load_sim_config(config).with_options(iters, seed, output, render)
+        cfg = load_sim_config(config, parse_overrides(overrides or [])).with_options(
+            iters, seed, output, render
+        )
     with user_errors(), _progress(cfg, mode) as on_progress:
         record = run_sim(cfg, mode, fast=fast, on_progress=on_progress)
     summary = summarize(record)

@@ -141,13 +141,21 @@ class SimConfig:
         )
 
 
-def load_sim_config(path: str | Path) -> SimConfig:
+def load_sim_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> SimConfig:
     """Read and validate a sim YAML file and every file it names.
+
+    Args:
+        path: The sim YAML file.
+        overrides: Mission parameters from the command line (``--set``), applied last.
 
     Raises:
         ConfigError: a missing or malformed file, an unknown key, a bad value (named).
     """
-    data = read_mapping(Path(path), "sim config")
+    data = dict(read_mapping(Path(path), "sim config"))
+    if overrides:
+        env = data.get("environment")
+        if isinstance(env, Mapping):
+            data["environment"] = {**env, "command_line": dict(overrides)}
     return parse_sim_config(data, source=str(path), base_dir=Path(path).parent)
 
 
@@ -199,6 +207,8 @@ def _environment(data: Mapping[str, Any], source: str, base: Path) -> tuple[Miss
         )
     if not isinstance(env, Mapping):
         raise ConfigError(f"{source}: 'environment' must be a mapping with 'mission' and 'period'")
+    command_line = env.get("command_line") or {}
+    env = {k: v for k, v in env.items() if k != "command_line"}
     check_keys(env, ENV_KEYS, source, "environment.")
     name = env.get("mission")
     if not isinstance(name, str) or not name:
@@ -225,6 +235,7 @@ def _environment(data: Mapping[str, Any], source: str, base: Path) -> tuple[Miss
         file = resolve_file(env["config"], base, source, "environment.config")
         layers.append((read_mapping(file, "environment config"), show_path(file)))
     layers.append((params, source))
+    layers.append((command_line, "--set"))
     for overrides, where in layers:  # each layer's errors name the file it came from
         try:
             mission = mission.with_overrides(overrides) if overrides else mission
