@@ -147,14 +147,16 @@ class EnvSlice:
         self.arrays["ep_done"][:] = False
         max_steps = self.mission.max_steps
         returns = self.returns
+        # one conversion per agent per step, not one numpy scalar per environment
+        chosen = [act.tolist() if act.ndim == 1 else act for _, act, *_ in self.columns]
         for e, env in enumerate(self.envs):
             live = set(env.agents)
             actions = {}
-            for agent, act, _, _, _, _, _, alive in self.columns:
+            for column, (agent, act, _, _, _, _, _, alive) in zip(chosen, self.columns,
+                                                                   strict=True):
                 alive[e] = agent in live
                 if agent in live:
-                    action = act[e]
-                    actions[agent] = int(action) if action.ndim == 0 else action.copy()
+                    actions[agent] = column[e] if act.ndim == 1 else act[e].copy()
             obs, rewards, terms, truncs, _ = env.step(actions)
             self.steps[e] += 1
             over = not env.agents or self.steps[e] >= max_steps

@@ -10,6 +10,7 @@ training goes on.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -228,15 +229,19 @@ class VecEnv:
         for i, agent in enumerate(self.agents):
             column = actions[agent]
             for slot in self._slots:
-                slot.arrays[f"act{i}"][:] = column[slot.first : slot.first + slot.count]
+                slot.arrays[_key("act", i)][:] = column[slot.first : slot.first + slot.count]
         self._run(STEP)
 
     def gather(self, kind: str) -> dict[Any, np.ndarray]:
         """One ``(num_envs, ...)`` array per agent of ``kind`` (obs, final, rew, ...)."""
         out = {}
+        slots = self._slots
         for i, agent in enumerate(self.agents):
-            parts = [slot.arrays[f"{kind}{i}"] for slot in self._slots]
-            out[agent] = parts[0].copy() if len(parts) == 1 else np.concatenate(parts)
+            key = _key(kind, i)
+            if len(slots) == 1:
+                out[agent] = slots[0].arrays[key].copy()
+            else:
+                out[agent] = np.concatenate([slot.arrays[key] for slot in slots])
         return out
 
     def finished_episodes(self) -> list[tuple[int, list[float]]]:
@@ -287,3 +292,9 @@ def _shares(total: int, parts: int) -> list[int]:
     """``total`` split into ``parts`` nearly equal counts, earlier ones larger."""
     size, extra = divmod(total, parts)
     return [size + (1 if i < extra else 0) for i in range(parts)]
+
+
+@functools.lru_cache(maxsize=1024)
+def _key(kind: str, index: int) -> str:
+    """``kind`` + agent index, e.g. ``obs0``: built once, not every step."""
+    return f"{kind}{index}"
