@@ -116,8 +116,7 @@ def show_report(report: EvalReport, fmt: OutputFormat) -> None:
             highlight=False,
         )
     if report.status == "interrupted":
-        err.print("interrupted: the results so far are shown above"
-                  + (" and written" if report.options else ""))
+        err.print("interrupted: the results so far are shown above (and in --output, if given)")
 
 
 def exit_code(report: EvalReport) -> int:
