@@ -14,7 +14,6 @@ from parcat.missions import Mission, load_mission
 from parcat.parallel.launch import RunOptions, make_executor, plan_run
 from parcat.parallel.planner import Plan
 from parcat.parallel.shm import remove_stale_blocks
-from parcat.policies.base import AgentSpec
 from parcat.policies.specs import PolicySpec, make_policy, parse_policy_spec
 from parcat.report import ALL_POLICIES, make_document, summarize
 from parcat.results import EpisodeResult
@@ -133,15 +132,7 @@ def check_policies(config: EvalConfig) -> None:
     for mission in config.missions:
         env = mission.make_env()
         try:
-            for index, agent_id in enumerate(env.possible_agents):
-                agent = AgentSpec(
-                    mission.name,
-                    agent_id,
-                    index,
-                    env.observation_space(agent_id),
-                    env.action_space(agent_id),
-                    dict(mission.params),
-                )
+            for agent in mission.agent_specs(env):
                 for spec in config.policies:
                     try:
                         make_policy(spec, mission, agent)

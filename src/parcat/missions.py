@@ -19,6 +19,7 @@ from parcat.envs.adapters import make_gymnasium_env
 from parcat.envs.base import ParallelEnv
 from parcat.errors import MissionError
 from parcat.imports import import_reference
+from parcat.policies.base import AgentSpec
 
 BUILTIN_DIR = Path(__file__).parent / "missions"
 DEFAULT_MAX_STEPS = 1000
@@ -52,6 +53,20 @@ class Mission:
     def make_env(self) -> ParallelEnv:
         """Build a fresh environment for this mission."""
         return make_env(self.env, self.params, self.name)
+
+    def agent_specs(self, env: ParallelEnv) -> list[AgentSpec]:
+        """What a policy is told about each agent of ``env``, in ``possible_agents`` order."""
+        return [
+            AgentSpec(
+                mission=self.name,
+                agent_id=agent_id,
+                agent_index=index,
+                observation_space=env.observation_space(agent_id),
+                action_space=env.action_space(agent_id),
+                params=dict(self.params),
+            )
+            for index, agent_id in enumerate(env.possible_agents)
+        ]
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Mission:
         """Return this mission with some parameters replaced (validated)."""

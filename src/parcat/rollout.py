@@ -22,7 +22,6 @@ from parcat.missions import Mission
 from parcat.parallel.steppers import InlineStepper, PolicyFailure, Seat, Stepper
 from parcat.parallel.trace import Tracer, now_us
 from parcat.policies.assignment import assign_policies
-from parcat.policies.base import AgentSpec
 from parcat.policies.specs import PolicySpec
 from parcat.results import AgentResult, EpisodeResult, EpisodeStatus, ErrorInfo
 
@@ -183,20 +182,9 @@ class EpisodeRunner:
             seeding.assignment_seed(task.seed, mission.key, task.episode_index),
         )
         return [
-            Seat(
-                AgentSpec(
-                    mission=mission.name,
-                    agent_id=agent_id,
-                    agent_index=index,
-                    observation_space=env.observation_space(agent_id),
-                    action_space=env.action_space(agent_id),
-                    params=dict(mission.params),
-                ),
-                task.policies[policy_index],
-                seeding.agent_seed(task.seed, mission.key, task.episode_index, index),
-            )
-            for index, (agent_id, policy_index) in enumerate(zip(agent_ids, assignment,
-                                                                  strict=True))
+            Seat(agent, task.policies[policy_index],
+                 seeding.agent_seed(task.seed, mission.key, task.episode_index, agent.agent_index))
+            for agent, policy_index in zip(mission.agent_specs(env), assignment, strict=True)
         ]
 
     def _discard_env(self, mission: Mission) -> None:

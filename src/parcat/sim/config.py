@@ -274,14 +274,7 @@ def _agents(data: Mapping[str, Any], mission: Mission, period: float, source: st
 
 
 def _agent_spec(mission: Mission, env: Any, index: int, agent_id: Any) -> AgentSpec:
-    return AgentSpec(
-        mission=mission.name,
-        agent_id=agent_id,
-        agent_index=index,
-        observation_space=env.observation_space(agent_id),
-        action_space=env.action_space(agent_id),
-        params=dict(mission.params),
-    )
+    return mission.agent_specs(env)[index]
 
 
 def _merge_entry(entry: Any, position: int, source: str,
