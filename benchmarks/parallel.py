@@ -36,10 +36,8 @@ pure-Python work on a ``ProcessPoolExecutor``, without parcat.
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing as mp
-import statistics
 import subprocess
 import sys
 import time
@@ -49,12 +47,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # tests.fakes (ScriptedEnv), in workers too
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+for path in (HERE, ROOT):  # harness, and tests.fakes (ScriptedEnv); in workers too
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
 
+import harness  # noqa: E402
+from harness import med, paired, timed  # noqa: E402
 from tests.fakes import scripted_mission  # noqa: E402
 
 from parcat.evaluate import EvalConfig, evaluate, make_config, make_tasks  # noqa: E402
@@ -71,98 +72,24 @@ from parcat.rollout import EpisodeRunner, EpisodeTask  # noqa: E402
 
 RANDOM = parse_policy_spec("random")
 NOOP = parse_policy_spec("noop")
-BARE_CODE = "import sys, numpy, gymnasium; print('ready', flush=True); sys.stdin.read()"
-QUIET_CORES = 0.15
-"""Other processes using less CPU than this (in cores) count as a quiet machine."""
 
 
 # -- reporting ------------------------------------------------------------------------------
 
 
-class Table:
-    """Rows of figures, printed as they come; targets are checked and counted."""
+class Table(harness.Table):
+    """The harness's table; a load line gives the steal and the repeats re-run too."""
 
-    def __init__(self) -> None:
-        self.checks: list[tuple[str, bool]] = []
-        self.noisy: list[str] = []
-
-    def section(self, title: str, *notes: str) -> None:
-        print(f"\n{title}", flush=True)
-        for note in notes:
-            print(f"    {note}", flush=True)
-
-    def row(self, label: str, value: float, unit: str, target: str = "",
-            ok: bool | None = None) -> None:
-        verdict = "" if ok is None else ("PASS" if ok else "FAIL")
-        line = f"  {label:<54} {value:>10,.3f} {unit:<8} {target:<8} {verdict}"
-        print(line.rstrip(), flush=True)
-        if ok is not None:
-            self.checks.append((label, ok))
-
-    def load(self, name: str, monitor: LoadMonitor, times: Timings | None = None) -> None:
+    def load(self, name: str, monitor: harness.LoadMonitor,
+             times: harness.Runs | None = None) -> None:
         other, steal = monitor.stop()
-        loaded = other >= QUIET_CORES if times is None else times.loaded > 0
-        flag = "   <-- LOADED: figures above are disturbed" if loaded else ""
-        rerun = ""
-        if times is not None:
-            rerun = f"; repeats re-run for load: {times.discarded}, kept loaded: {times.loaded}"
-        print(f"    [machine during {name}: other processes {other:.2f} cores, "
-              f"steal {steal:.1%}{rerun}]{flag}", flush=True)
-        if flag:
-            self.noisy.append(name)
-
-    def summary(self) -> None:
-        passed = sum(ok for _, ok in self.checks)
-        print(f"\n{passed}/{len(self.checks)} targets met", flush=True)
-        for label, ok in self.checks:
-            if not ok:
-                print(f"  FAIL: {label}", flush=True)
-        if self.noisy:
-            print(f"  other processes loaded the machine during: {', '.join(self.noisy)}")
+        rerun = "" if times is None else (
+            f"; repeats re-run for load: {times.discarded}, kept loaded: {times.loaded}")
+        self.load_line(name, f"machine during {name}: other processes {other:.2f} cores, "
+                       f"steal {steal:.1%}{rerun}", other, times)
 
 
-class LoadMonitor:
-    """CPU used by processes outside this benchmark's process tree, over a time window.
-
-    System-wide busy time minus the CPU of this process and its descendants (workers
-    that ended are counted through their reaper's ``children_*`` times).
-    """
-
-    def __init__(self) -> None:
-        self.start()
-
-    @staticmethod
-    def _tree_cpu() -> float:
-        me = psutil.Process()
-        total = 0.0
-        for process in (me, *me.children(recursive=True)):
-            try:
-                t = process.cpu_times()
-            except psutil.Error:
-                continue
-            total += t.user + t.system + t.children_user + t.children_system
-        return total
-
-    @staticmethod
-    def _system() -> tuple[float, float]:
-        t = psutil.cpu_times()
-        return t.user + t.nice + t.system + t.irq + t.softirq, t.steal
-
-    def start(self) -> None:
-        self.t0 = time.perf_counter()
-        self.busy0, self.steal0 = self._system()
-        self.tree0 = self._tree_cpu()
-
-    def stop(self) -> tuple[float, float]:
-        """(other processes' CPU in cores, steal as a fraction of all CPUs) since start."""
-        wall = max(time.perf_counter() - self.t0, 1e-9)
-        busy, steal = self._system()
-        other = (busy - self.busy0) - (self._tree_cpu() - self.tree0)
-        cpus = psutil.cpu_count() or 1
-        return max(0.0, other / wall), (steal - self.steal0) / wall / cpus
-
-
-class Measured(LoadMonitor):
+class Measured(harness.LoadMonitor):
     """Load measured elsewhere (section 5's child process)."""
 
     def __init__(self, other: float, steal: float) -> None:
@@ -170,22 +97,6 @@ class Measured(LoadMonitor):
 
     def stop(self) -> tuple[float, float]:
         return self.figures
-
-
-def settle(limit_s: float) -> LoadMonitor:
-    """Wait (up to ``limit_s``) for a quiet second; return a monitor started afterwards."""
-    deadline = time.perf_counter() + limit_s
-    while True:
-        monitor = LoadMonitor()
-        if limit_s <= 0:
-            return monitor
-        time.sleep(1.0)
-        other, _ = monitor.stop()
-        if other < QUIET_CORES or time.perf_counter() > deadline:
-            if other >= QUIET_CORES:
-                print(f"\n    [still {other:.2f} cores used by other processes after "
-                      f"{limit_s:.0f} s: measuring anyway]", flush=True)
-            return LoadMonitor()
 
 
 # -- helpers --------------------------------------------------------------------------------
@@ -227,7 +138,7 @@ class Ceiling:
     def variants(self) -> dict[str, Callable[[], Any]]:
         return {"ceiling 1": self.serial, "ceiling 2": self.parallel}
 
-    def row(self, table: Table, times: Timings, target: float) -> float:
+    def row(self, table: Table, times: harness.Runs, target: float) -> float:
         ceiling = paired(times, "ceiling 1", "ceiling 2")
         note = f"< {target}: the target is out of reach now" if ceiling < target else ""
         table.row("machine ceiling: bare 2-process speedup, same repeats", ceiling, "x", note)
@@ -237,51 +148,18 @@ class Ceiling:
         self.pool.shutdown()
 
 
-def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
-    start = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - start, out
-
-
-def interleave(variants: dict[str, Callable[[], Any]], repeats: int) -> Timings:
+def interleave_timed(variants: dict[str, Callable[[], Any]], repeats: int) -> harness.Runs:
     """Seconds per call of each variant, the variants alternating within every repeat.
 
-    A repeat during which other processes used ``QUIET_CORES`` or more is thrown away and
-    run again (at most ``repeats`` times in all; after that loaded repeats are kept).
+    A repeat under outside load is run again, at most ``repeats`` times in all (see
+    :func:`harness.interleave`).
     """
-    timings = Timings({name: [] for name in variants})
-    names = list(variants)
-    while len(timings[names[0]]) < repeats:
-        # alternate the order too, so no variant always runs first after a switch
-        order = names if len(timings[names[0]]) % 2 == 0 else names[::-1]
-        monitor = LoadMonitor()
-        row = {name: timed(variants[name])[0] for name in order}
-        if monitor.stop()[0] >= QUIET_CORES:
-            if timings.discarded < repeats:
-                timings.discarded += 1
-                continue
-            timings.loaded += 1
-        for name, seconds in row.items():
-            timings[name].append(seconds)
-    return timings
 
+    def seconds(fn: Callable[[], Any]) -> Callable[[], float]:
+        return lambda: timed(fn)[0]
 
-class Timings(dict[str, list[float]]):
-    """Seconds per variant, and how many repeats were re-run because of outside load."""
-
-    discarded = 0
-    """Repeats thrown away because other processes loaded the machine."""
-    loaded = 0
-    """Loaded repeats kept anyway (no retries left)."""
-
-
-def med(values: Sequence[float]) -> float:
-    return statistics.median(values)
-
-
-def paired(times: Timings, num: str, den: str) -> float:
-    """Median over repeats of ``num / den``: each pair ran back to back, so drift cancels."""
-    return med([a / b for a, b in zip(times[num], times[den], strict=True)])
+    return harness.interleave({name: seconds(fn) for name, fn in variants.items()}, repeats,
+                              retries=repeats)
 
 
 def outcome(results: Sequence[EpisodeResult]) -> list[tuple[int, tuple[float, ...]]]:
@@ -331,7 +209,7 @@ def episode_level(table: Table, repeats: int, quick: bool, settle_s: float) -> N
     # real CPU work: ScriptedEnv's busy_us loop waits on the wall clock, so it would look
     # parallel even if the two workers shared one core
     steps, episodes, width = (100 if quick else 200), 8, 64
-    monitor = settle(settle_s)
+    monitor = harness.settle(settle_s, say_if_loaded=True)
     depth, step_s = mlp_depth(width, 0.1e-3)
     mission = load_mission("harvest", {"max_steps": steps})
     spec = parse_policy_spec(f"mlp,width={width},depth={depth}")
@@ -367,7 +245,7 @@ def episode_level(table: Table, repeats: int, quick: bool, settle_s: float) -> N
 
             return go
 
-        times = interleave(
+        times = interleave_timed(
             {
                 "inline": warm_run("inline", inline),
                 "pool": warm_run("pool", pool),
@@ -416,7 +294,7 @@ def episode_level(table: Table, repeats: int, quick: bool, settle_s: float) -> N
 def handoff_overhead(table: Table, repeats: int, quick: bool, settle_s: float) -> None:
     steps, episodes, trips = (2000, 2, 200) if quick else (5000, 3, 500)
     mission = scripted_mission(agents=2, max_steps=steps)
-    monitor = settle(settle_s)
+    monitor = harness.settle(settle_s, say_if_loaded=True)
     inline = EpisodeRunner(InlineStepper())
     process = EpisodeRunner(ProcessStepper(1, spin=True))
     pool = ProcessPoolExecutor(1, mp_context=mp.get_context("forkserver"))
@@ -429,7 +307,7 @@ def handoff_overhead(table: Table, repeats: int, quick: bool, settle_s: float) -
             for _ in range(trips):
                 pool.submit(abs, -1).result()
 
-        times = interleave(
+        times = interleave_timed(
             {
                 "inline": lambda: run_episodes(inline, mission, (NOOP,), episodes),
                 "process": lambda: run_episodes(process, mission, (NOOP,), episodes),
@@ -465,7 +343,7 @@ def handoff_overhead(table: Table, repeats: int, quick: bool, settle_s: float) -
 
 def agent_level_speedup(table: Table, repeats: int, quick: bool, settle_s: float) -> None:
     width = 64
-    monitor = settle(settle_s)
+    monitor = harness.settle(settle_s, say_if_loaded=True)
     depth, step_s = mlp_depth(width, 2e-3)
     steps = 60 if quick else 150
     mission = scripted_mission(agents=2, max_steps=steps)
@@ -476,7 +354,7 @@ def agent_level_speedup(table: Table, repeats: int, quick: bool, settle_s: float
     try:
         expected = outcome(run_episodes(inline, mission, spec, 1))
         assert outcome(run_episodes(process, mission, spec, 1)) == expected
-        times = interleave(
+        times = interleave_timed(
             {
                 "inline": lambda: run_episodes(inline, mission, spec, 1),
                 "process": lambda: run_episodes(process, mission, spec, 1),
@@ -527,8 +405,8 @@ def auto_vs_inline(table: Table, repeats: int, quick: bool, settle_s: float) -> 
 
         return go
 
-    monitor = settle(settle_s)
-    times = interleave({"inline": run(inline_opts), "auto": run(auto_opts)}, repeats)
+    monitor = harness.settle(settle_s, say_if_loaded=True)
+    times = interleave_timed({"inline": run(inline_opts), "auto": run(auto_opts)}, repeats)
     assert len(set(agent_steps)) == 1
     rate_in = agent_steps[0] / med(times["inline"])
     rate_auto = agent_steps[0] / med(times["auto"])
@@ -551,26 +429,6 @@ def auto_vs_inline(table: Table, repeats: int, quick: bool, settle_s: float) -> 
 # -- 5. memory and start-up (in a fresh child process) --------------------------------------
 
 
-def memory_of(pid: int) -> tuple[float, float]:
-    """(RSS, USS) in MB; USS is NaN where psutil cannot tell."""
-    process = psutil.Process(pid)
-    try:
-        info = process.memory_full_info()
-        return info.rss / 2**20, info.uss / 2**20
-    except (psutil.AccessDenied, AttributeError):
-        return process.memory_info().rss / 2**20, float("nan")
-
-
-def bare_memory() -> tuple[float, float]:
-    child = subprocess.Popen([sys.executable, "-c", BARE_CODE], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
-        return memory_of(child.pid)
-    finally:
-        child.communicate("")
-
-
 def harvest_task(max_steps: int) -> EpisodeTask:
     return EpisodeTask(load_mission("harvest", {"max_steps": max_steps}), (RANDOM,), 0, 0)
 
@@ -585,7 +443,7 @@ def episode_worker_probe(method: str, task: EpisodeTask) -> tuple[float, tuple[f
         results = executor.run([task])
         elapsed = time.perf_counter() - start
         outcome(results)
-        memory = memory_of(executor._workers[0].process.pid)  # type: ignore[attr-defined]
+        memory = harness.memory_of(executor._workers[0].process.pid)  # type: ignore[attr-defined]
     finally:
         executor.close()
     return elapsed, memory
@@ -598,7 +456,7 @@ def policy_worker_probe(method: str, task: EpisodeTask) -> tuple[float, tuple[fl
     try:
         elapsed, result = timed(lambda: runner.run(task))
         outcome([result])
-        memory = memory_of(stepper._workers[0].process.pid)
+        memory = harness.memory_of(stepper._workers[0].process.pid)
     finally:
         runner.close()
     return elapsed, memory
@@ -614,7 +472,7 @@ def inline_first(task: EpisodeTask) -> float:
 
 def probe_child(repeats: int) -> None:
     """Section 5's measurements; runs in a fresh ``python -c`` and prints JSON."""
-    monitor = LoadMonitor()  # here: this child's fork server and its workers die with it
+    monitor = harness.LoadMonitor()  # here: this child's fork server and its workers die with it
     tiny, real = harvest_task(1), harvest_task(200)
     # first thing in this process: starts the fork server too, as a fresh CLI run does
     cold = episode_worker_probe("forkserver", tiny)[0]
@@ -631,12 +489,12 @@ def probe_child(repeats: int) -> None:
         for method in ("forkserver", "spawn")
         for kind, probe in (("episode", episode_worker_probe), ("policy", policy_worker_probe))
     }
-    bare = [bare_memory() for _ in range(3)]
+    bare = harness.bare_memory()
     print(json.dumps({
         "cold": cold,
         "startup": {k: med(v) for k, v in startup.items()},
         "memory": memory,
-        "bare": [med([b[0] for b in bare]), med([b[1] for b in bare])],
+        "bare": bare,
         "other": monitor.stop(),
     }))
 
@@ -649,7 +507,7 @@ def memory_and_startup(table: Table, repeats: int, settle_s: float) -> None:
         "spec.loader.exec_module(module)\n"
         f"module.probe_child({repeats})\n"
     )
-    settle(settle_s)
+    harness.settle(settle_s, say_if_loaded=True)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, check=True)
     data = json.loads(out.stdout.strip().splitlines()[-1])
@@ -679,19 +537,11 @@ def memory_and_startup(table: Table, repeats: int, settle_s: float) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="few repeats, small workloads")
-    parser.add_argument("--repeats", type=int, default=None, help="interleaved repeats")
-    parser.add_argument("--settle", type=float, default=15.0,
-                        help="seconds to wait for a quiet machine before each section")
+    parser = harness.options(__doc__, "few repeats, small workloads", 15.0,
+                             "seconds to wait for a quiet machine before each section")
     parser.add_argument("--sections", default="12345", help="which sections to run, e.g. 13")
     args = parser.parse_args()
-    repeats = args.repeats or (3 if args.quick else 7)
-    settle_s = min(args.settle, 3.0) if args.quick else args.settle
-    began = time.perf_counter()
-    print(f"parcat parallel benchmarks: {psutil.cpu_count()} CPUs, Python "
-          f"{sys.version.split()[0]}, {repeats} interleaved repeats, medians"
-          + (" (--quick)" if args.quick else ""), flush=True)
+    repeats, settle_s = harness.begin("parallel", args, quick_repeats=3, quick_settle_s=3.0)
     table = Table()
     if "1" in args.sections:
         episode_level(table, repeats, args.quick, settle_s)
@@ -704,7 +554,6 @@ def main() -> None:
     if "5" in args.sections:
         memory_and_startup(table, 2 if args.quick else 3, settle_s)
     table.summary()
-    print(f"total {time.perf_counter() - began:.0f} s")
 
 
 if __name__ == "__main__":

@@ -23,11 +23,12 @@ section is printed with it; figures taken under load are not comparable.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing as mp
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -158,28 +159,36 @@ def _manager_echo(conn: Any, shared: Any, rounds: int) -> None:
         shared["resp"] = item
 
 
+@contextlib.contextmanager
+def _echoing(ctx: Any, echo: Callable[..., None], *args: Any) -> Iterator[None]:
+    """Another process running ``echo(conn, *args)``, ready (it said so over ``conn``) when
+    the block begins; joined (for up to 10 s) when the block ends."""
+    ours, theirs = ctx.Pipe()
+    proc = ctx.Process(target=echo, args=(theirs, *args))
+    proc.start()
+    ours.recv()
+    yield
+    proc.join(10)
+
+
 def seqlock_round_trips(ctx: Any, rounds: int) -> list[float]:
     """Round-trip times (µs) through two seqlocked slots, another process echoing."""
     block = ArrayBlock(SPECS)
     arrays = block.arrays
     req = SeqSlot(arrays["req_meta"], arrays["req"], CODEC)
     resp = SeqSlot(arrays["resp_meta"], arrays["resp"], CODEC)
-    ours, theirs = ctx.Pipe()
-    proc = ctx.Process(target=_seqlock_echo, args=(theirs, block.name, rounds))
-    proc.start()
-    ours.recv()
     state = np.random.default_rng(0).random(STATE)
     times = []
-    for i in range(rounds):
-        begin = time.perf_counter_ns()
-        seen = resp.seq
-        req.write(state, (i,))
-        while resp.seq == seen:
-            pass
-        snapshot = resp.read()
-        assert snapshot is not None and int(snapshot[2][0]) == i
-        times.append((time.perf_counter_ns() - begin) / 1e3)
-    proc.join(10)
+    with _echoing(ctx, _seqlock_echo, block.name, rounds):
+        for i in range(rounds):
+            begin = time.perf_counter_ns()
+            seen = resp.seq
+            req.write(state, (i,))
+            while resp.seq == seen:
+                pass
+            snapshot = resp.read()
+            assert snapshot is not None and int(snapshot[2][0]) == i
+            times.append((time.perf_counter_ns() - begin) / 1e3)
     block.close()
     return times[rounds // 10:]
 
@@ -187,21 +196,17 @@ def seqlock_round_trips(ctx: Any, rounds: int) -> list[float]:
 def manager_round_trips(ctx: Any, manager: Any, rounds: int) -> list[float]:
     """Round-trip times (µs) through a Manager dict proxy, another process echoing."""
     shared = manager.dict()
-    ours, theirs = ctx.Pipe()
-    proc = ctx.Process(target=_manager_echo, args=(theirs, shared, rounds))
-    proc.start()
-    ours.recv()
     state = np.random.default_rng(0).random(STATE)
     times = []
-    for i in range(rounds):
-        begin = time.perf_counter_ns()
-        shared["req"] = (i, state)
-        while True:
-            item = shared.get("resp")
-            if item is not None and item[0] == i:
-                break
-        times.append((time.perf_counter_ns() - begin) / 1e3)
-    proc.join(10)
+    with _echoing(ctx, _manager_echo, shared, rounds):
+        for i in range(rounds):
+            begin = time.perf_counter_ns()
+            shared["req"] = (i, state)
+            while True:
+                item = shared.get("resp")
+                if item is not None and item[0] == i:
+                    break
+            times.append((time.perf_counter_ns() - begin) / 1e3)
     return times[rounds // 10:]
 
 

@@ -42,10 +42,8 @@ figures taken under load are flagged. A full run takes about 90 s.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,17 +54,16 @@ from typing import Any
 
 import gymnasium
 import numpy as np
-import psutil
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))  # workers import this module (as ``train``) for BusyStep-v0
 
+import harness  # noqa: E402
+from harness import med, paired  # noqa: E402
+
 ENV_ID = "BusyStep-v0"
-QUIET_CORES = 0.15
-"""Other processes using less CPU than this (in cores) count as a quiet machine."""
-BARE_CODE = "import sys, numpy, gymnasium; print('ready', flush=True); sys.stdin.read()"
 GOALS = {"agents": 2, "task_kind": "direction", "max_steps": 50}
 """goal_tasks as configs/train.yaml trains it."""
 
@@ -101,128 +98,20 @@ if ENV_ID not in gymnasium.registry:
 # -- reporting ------------------------------------------------------------------------------
 
 
-class Table:
-    """Rows of figures, printed as they come; targets are checked and counted."""
+class Table(harness.Table):
+    """The harness's table, wider, with 1 digit but for ratios."""
 
-    def __init__(self) -> None:
-        self.checks: list[tuple[str, bool]] = []
-        self.noisy: list[str] = []
+    LABEL_WIDTH = 70
+    VALUE_WIDTH = 11
+    TARGET_WIDTH = 9
 
-    def section(self, title: str, *notes: str) -> None:
-        print(f"\n{title}", flush=True)
-        for note in notes:
-            print(f"    {note}", flush=True)
+    def digits(self, unit: str) -> int:
+        return 3 if unit in ("x", "of ideal") else 1
 
-    def row(self, label: str, value: float, unit: str, target: str = "",
-            ok: bool | None = None) -> None:
-        verdict = "" if ok is None else ("PASS" if ok else "FAIL")
-        digits = 3 if unit in ("x", "of ideal") else 1
-        line = f"  {label:<70} {value:>11,.{digits}f} {unit:<8} {target:<9} {verdict}"
-        print(line.rstrip(), flush=True)
-        if ok is not None:
-            self.checks.append((label, ok))
-
-    def load(self, name: str, other: float, runs: Runs | None = None) -> None:
-        loaded = other >= QUIET_CORES if runs is None else runs.loaded > 0
-        flag = "   <-- LOADED: figures above are disturbed" if loaded else ""
+    def load(self, name: str, other: float, runs: harness.Runs | None = None) -> None:
         kept = "" if runs is None else (
             f"; repeats re-run for load {runs.discarded}, kept loaded {runs.loaded}")
-        print(f"    [{name}: other processes used {other:.2f} cores{kept}]{flag}", flush=True)
-        if flag:
-            self.noisy.append(name)
-
-    def summary(self) -> None:
-        passed = sum(ok for _, ok in self.checks)
-        print(f"\n{passed}/{len(self.checks)} targets met", flush=True)
-        for label, ok in self.checks:
-            if not ok:
-                print(f"  FAIL: {label.strip()}", flush=True)
-        if self.noisy:
-            print(f"  other processes loaded the machine during: {', '.join(self.noisy)}")
-
-
-class LoadMonitor:
-    """CPU used by processes outside this benchmark's process tree, over a time window."""
-
-    def __init__(self) -> None:
-        self.t0 = time.perf_counter()
-        self.busy0 = self._system()
-        self.tree0 = self._tree()
-
-    @staticmethod
-    def _tree() -> float:
-        me = psutil.Process()
-        total = 0.0
-        for process in (me, *me.children(recursive=True)):
-            try:
-                t = process.cpu_times()
-            except psutil.Error:
-                continue
-            total += t.user + t.system + t.children_user + t.children_system
-        return total
-
-    @staticmethod
-    def _system() -> float:
-        t = psutil.cpu_times()
-        return t.user + t.nice + t.system + t.irq + t.softirq
-
-    def stop(self) -> float:
-        """Other processes' CPU, in cores, since construction."""
-        wall = max(time.perf_counter() - self.t0, 1e-9)
-        other = (self._system() - self.busy0) - (self._tree() - self.tree0)
-        return max(0.0, other / wall)
-
-
-def med(values: Sequence[float]) -> float:
-    return statistics.median(values)
-
-
-class Runs(dict[str, list[float]]):
-    """Per-repeat figures of each variant, and how many repeats ran under outside load."""
-
-    discarded = 0
-    """Repeats thrown away (and run again) because other processes loaded the machine."""
-    loaded = 0
-    """Loaded repeats kept anyway (no retries left)."""
-    labels: dict[str, str]
-    """Each variant's row label (set by ``measure``)."""
-
-
-def interleave(variants: dict[str, Callable[[], float]], repeats: int) -> Runs:
-    """Call every variant once per repeat, alternating the order; collect what they return.
-
-    A repeat during which other processes used more than ``QUIET_CORES`` is run again, at
-    most ``repeats // 2`` times in all; after that loaded repeats are kept and counted.
-    """
-    runs = Runs({name: [] for name in variants})
-    names = list(variants)
-    while len(runs[names[0]]) < repeats:
-        monitor = LoadMonitor()
-        order = names if (len(runs[names[0]]) + runs.discarded) % 2 == 0 else names[::-1]
-        row = {name: variants[name]() for name in order}
-        if monitor.stop() >= QUIET_CORES:
-            if runs.discarded < repeats // 2:
-                runs.discarded += 1
-                continue
-            runs.loaded += 1
-        for name, value in row.items():
-            runs[name].append(value)
-    return runs
-
-
-def settle(limit_s: float) -> None:
-    """Wait (up to ``limit_s``) for a second in which other processes stay quiet."""
-    deadline = time.perf_counter() + limit_s
-    while limit_s > 0:
-        monitor = LoadMonitor()
-        time.sleep(1.0)
-        if monitor.stop() < QUIET_CORES or time.perf_counter() > deadline:
-            return
-
-
-def paired(runs: Runs, num: str, den: str, scale: float = 1.0) -> float:
-    """Median over repeats of ``num / (scale * den)``."""
-    return med([a / (scale * b) for a, b in zip(runs[num], runs[den], strict=True)])
+        self.load_line(name, f"{name}: other processes used {other:.2f} cores{kept}", other, runs)
 
 
 # -- 1. collection throughput ---------------------------------------------------------------
@@ -367,7 +256,7 @@ def plain_layout(workers: int, m: int, spin: bool = False) -> Callable[[Any], An
 
 
 def measure(variants: dict[str, Callable[[], Any]], budget_s: float, repeats: int,
-            budgets: dict[str, float] | None = None) -> Runs:
+            budgets: dict[str, float] | None = None) -> harness.Runs:
     """Build the variants, warm them up, interleave ``repeats`` timed runs; close them."""
     budgets = budgets or {}
     built: dict[str, Any] = {}
@@ -375,10 +264,10 @@ def measure(variants: dict[str, Callable[[], Any]], budget_s: float, repeats: in
         for name, make in variants.items():
             built[name] = make()
             built[name].run(0.05)  # first steps, lazy imports in workers
-        runs = interleave(
+        runs = harness.interleave(
             {name: functools.partial(v.run, budgets.get(name, budget_s))
              for name, v in built.items()},
-            repeats,
+            repeats, retries=repeats // 2, flip_on_retry=True,
         )
         runs.labels = {name: getattr(v, "label", name) for name, v in built.items()}
         return runs
@@ -388,7 +277,8 @@ def measure(variants: dict[str, Callable[[], Any]], budget_s: float, repeats: in
 
 
 def collection(env_id: str, kwargs: dict[str, Any], mission: Any, layouts: Sequence[Layout],
-               budget_s: float, repeats: int, budgets: dict[str, float] | None = None) -> Runs:
+               budget_s: float, repeats: int,
+               budgets: dict[str, float] | None = None) -> harness.Runs:
     variants: dict[str, Callable[[], Any]] = {
         "single": functools.partial(SingleLoop, env_id, kwargs),
         "gymnasium": functools.partial(GymAsync, env_id, kwargs, 2),
@@ -427,8 +317,7 @@ def cartpole(table: Table, tmp: Path, repeats: int, quick: bool, settle_s: float
         ("2x1 spin", plain_layout(2, 1, spin=True), ""),
     ]
     budget = 0.15 if quick else 0.4
-    settle(settle_s)
-    monitor = LoadMonitor()
+    monitor = harness.settle(settle_s)
     runs = collection("CartPole-v1", {}, mission, layouts, budget, repeats,
                       {"2x1 spin": min(budget, 0.2)})
     table.section(
@@ -444,7 +333,7 @@ def cartpole(table: Table, tmp: Path, repeats: int, quick: bool, settle_s: float
         ratio = paired(runs, key, "gymnasium")
         verdict = ratio >= 10 if target else None
         table.row(f"  {key}: x AsyncVectorEnv", ratio, "x", target, verdict)
-    table.load("1a", monitor.stop(), runs)
+    table.load("1a", monitor.other(), runs)
 
 
 def busy(table: Table, tmp: Path, repeats: int, quick: bool, settle_s: float) -> None:
@@ -465,8 +354,7 @@ def busy(table: Table, tmp: Path, repeats: int, quick: bool, settle_s: float) ->
         path = write_mission(tmp, f"busy{busy_us}", f"gymnasium:train:{ENV_ID}", kwargs, 200)
         mission = load_mission(str(path))
         budget = (0.15 if quick else 0.4) * (2.0 if busy_us >= 1000 else 1.0)
-        settle(settle_s)
-        monitor = LoadMonitor()
+        monitor = harness.settle(settle_s)
         runs = collection(ENV_ID, kwargs, mission, layouts, budget, repeats)
         ms = f"{busy_us / 1000:g} ms"
         table.row(f"{ms}: in-process loop (reference)", med(runs["single"]), "steps/s")
@@ -477,7 +365,7 @@ def busy(table: Table, tmp: Path, repeats: int, quick: bool, settle_s: float) ->
             verdict = eff >= 0.85 if target else None
             label = runs.labels[key].removeprefix("parcat ")
             table.row(f"{ms} {key}: {label}", eff, "of ideal", target, verdict)
-        table.load(f"1b {ms}", monitor.stop(), runs)
+        table.load(f"1b {ms}", monitor.other(), runs)
 
 
 # -- 2. async vs sync learning ------------------------------------------------------------------
@@ -571,8 +459,7 @@ def learning(table: Table, tmp: Path, repeats: int, quick: bool, settle_s: float
         f"after the first {WARM_EPOCHS}; in brackets: median collect_s, train round, idle_s (ms)",
     )
     for case in cases:
-        settle(settle_s)
-        monitor = LoadMonitor()
+        monitor = harness.settle(settle_s)
         steps = calibrate(case)
         figures: dict[str, list[dict[str, Any]]] = {"sync": [], "async": []}
 
@@ -581,7 +468,8 @@ def learning(table: Table, tmp: Path, repeats: int, quick: bool, settle_s: float
             figures[mode].append(train_once(case, mode, steps, epochs))
             return float(figures[mode][-1]["epoch"])
 
-        runs = interleave({m: functools.partial(run, m) for m in ("sync", "async")}, repeats)
+        runs = harness.interleave({m: functools.partial(run, m) for m in ("sync", "async")},
+                          repeats, retries=repeats // 2, flip_on_retry=True)
         layouts = {mode: figures[mode][-1]["layout"] for mode in figures}
         table.section(
             f"  {case['name']}: train_steps {steps}",
@@ -598,26 +486,10 @@ def learning(table: Table, tmp: Path, repeats: int, quick: bool, settle_s: float
         table.row(f"    {case['short']}: async / sync", ratio, "x", "<= 0.6", ratio <= 0.6)
         if ratio > 0.6:
             print(f"      {why_slow(ms['sync'], ms['async'], layouts)}", flush=True)
-        table.load(f"2 {case['short']}", monitor.stop(), runs)
+        table.load(f"2 {case['short']}", monitor.other(), runs)
 
 
 # -- 3. memory --------------------------------------------------------------------------------
-
-
-def memory_of(pid: int) -> tuple[float, float]:
-    """(RSS, USS) in MB."""
-    info = psutil.Process(pid).memory_full_info()
-    return info.rss / 2**20, info.uss / 2**20
-
-
-def bare_memory() -> tuple[float, float]:
-    child = subprocess.Popen([sys.executable, "-c", BARE_CODE], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
-        return memory_of(child.pid)
-    finally:
-        child.communicate("")
 
 
 def memory_child() -> None:
@@ -625,7 +497,7 @@ def memory_child() -> None:
     from parcat.missions import load_mission
     from parcat.train.vecenv import VecEnv
 
-    monitor = LoadMonitor()
+    monitor = harness.LoadMonitor()
     out: dict[str, Any] = {}
     for name, overrides in (("goal_tasks", GOALS), ("harvest", {})):
         vec = VecEnv(load_mission(name, overrides), 2, 4, seed=0, spin=False)
@@ -634,12 +506,11 @@ def memory_child() -> None:
             rng = np.random.default_rng(0)
             for _ in range(200):
                 vec.step({a: rng.integers(0, 2, vec.num_envs) for a in vec.agents})
-            out[name] = [memory_of(pid) for pid in vec.worker_pids()]
+            out[name] = [harness.memory_of(pid) for pid in vec.worker_pids()]
         finally:
             vec.close()
-    bare = [bare_memory() for _ in range(3)]
-    out["bare"] = [med([b[0] for b in bare]), med([b[1] for b in bare])]
-    out["other"] = monitor.stop()
+    out["bare"] = harness.bare_memory()
+    out["other"] = monitor.other()
     print(json.dumps(out))
 
 
@@ -686,27 +557,18 @@ def memory(table: Table) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="few repeats, short runs")
-    parser.add_argument("--repeats", type=int, default=None, help="interleaved repeats")
-    parser.add_argument("--settle", type=float, default=8.0,
-                        help="seconds to wait for a quiet machine before each measurement")
+    parser = harness.options(__doc__, "few repeats, short runs", 8.0,
+                             "seconds to wait for a quiet machine before each measurement")
     args = parser.parse_args()
-    repeats = args.repeats or (2 if args.quick else 7)
-    settle_s = min(args.settle, 2.0) if args.quick else args.settle
-    began = time.perf_counter()
-    print(f"parcat train benchmarks: {psutil.cpu_count()} CPUs, Python "
-          f"{sys.version.split()[0]}, {repeats} interleaved repeats, medians"
-          + (" (--quick)" if args.quick else ""), flush=True)
+    repeats, settle_s = harness.begin("train", args, quick_repeats=2, quick_settle_s=2.0)
     table = Table()
     with tempfile.TemporaryDirectory() as tmp:
         cartpole(table, Path(tmp), repeats, args.quick, settle_s)
         busy(table, Path(tmp), max(2, repeats - 2), args.quick, settle_s)
         learning(table, Path(tmp), max(2, repeats - 4), args.quick, settle_s)
-    settle(settle_s)
+    harness.settle(settle_s)
     memory(table)
     table.summary()
-    print(f"total {time.perf_counter() - began:.0f} s")
 
 
 if __name__ == "__main__":
