@@ -87,3 +87,23 @@ def test_cron_bench_script_appends_to_the_history(tmp_path: Path) -> None:
                       THRESHOLD="100")
     assert done.returncode == 0, done.stdout + done.stderr
     assert len(read_history(history)) == 1
+
+
+def test_charts_as_files_with_matplotlib(tmp_path: Path) -> None:
+    import pytest
+
+    pytest.importorskip("matplotlib")
+    log = tmp_path / "metrics.jsonl"
+    log.write_text("".join(json.dumps({"epoch": i, "reward": {"agent_0": i * 0.5}}) + "\n"
+                           for i in range(1, 6)))
+    runner = CliRunner()
+    for name in ("curve.svg", "curve.png"):
+        result = runner.invoke(app, ["plot", str(log), "-o", str(tmp_path / name)])
+        assert result.exit_code == 0, result.output
+        assert (tmp_path / name).stat().st_size > 1000
+    assert (tmp_path / "curve.svg").read_text().lstrip().startswith("<?xml")
+    chart = tmp_path / "scaling.svg"
+    result = runner.invoke(app, ["bench", "--quick", "--max-jobs", "2", "--history",
+                                 str(tmp_path / "h.jsonl"), "--chart", str(chart)])
+    assert result.exit_code == 0, result.output
+    assert chart.stat().st_size > 1000
