@@ -19,7 +19,7 @@ from typing import Any
 from parcat import seeding
 from parcat.envs.base import ParallelEnv
 from parcat.missions import Mission
-from parcat.parallel.steppers import InlineStepper, PolicyFailure, Seat, Stepper
+from parcat.parallel.steppers import InlineStepper, PolicyStepError, Seat, Stepper
 from parcat.parallel.trace import Tracer, now_us
 from parcat.policies.assignment import assign_policies
 from parcat.policies.specs import PolicySpec
@@ -99,7 +99,7 @@ class EpisodeRunner:
             totals = dict.fromkeys(agent_ids, 0.0)
             progress.phase = "step"
             self._play(env, task, obs, totals, progress)
-        except PolicyFailure as failure:
+        except PolicyStepError as failure:
             error = _policy_error_info(failure)
         except Exception as exc:
             error = _error_info(exc, None, progress.phase)
@@ -220,7 +220,7 @@ def run_episode(
         runner.close()
 
 
-def _policy_error_info(failure: PolicyFailure) -> ErrorInfo:
+def _policy_error_info(failure: PolicyStepError) -> ErrorInfo:
     agent = None if failure.agent is None else str(failure.agent)
     if failure.remote is not None:
         kind, message, formatted = failure.remote

@@ -28,7 +28,7 @@ POLL_EVERY = 1024
 """Spin iterations between two looks at the clock and the pipe."""
 
 
-class WorkerGone(Exception):
+class WorkerLostError(Exception):
     """The worker process ended (or its pipe broke) while we waited for it."""
 
 
@@ -65,13 +65,13 @@ class Handoff:
             try:
                 self.conn.send(("wake",))
             except OSError as exc:
-                raise WorkerGone(self.describe()) from exc
+                raise WorkerLostError(self.describe()) from exc
 
     def wait_done(self, deadline: float | None = None) -> bool:
         """Wait for the result of the last request; False if ``deadline`` passed first.
 
         Raises:
-            WorkerGone: the worker died meanwhile.
+            WorkerLostError: the worker died meanwhile.
         """
         header, target = self.header, self.requested
         if self.spin:
@@ -104,9 +104,9 @@ class Handoff:
                     try:
                         self.conn.recv()  # a "done" wake-up
                     except (EOFError, OSError) as exc:
-                        raise WorkerGone(self.describe()) from exc
+                        raise WorkerLostError(self.describe()) from exc
                 elif ready and not self.process.is_alive():
-                    raise WorkerGone(self.describe())
+                    raise WorkerLostError(self.describe())
         finally:
             header[MAIN_PARKED] = 0
         return True
@@ -115,23 +115,23 @@ class Handoff:
         """The next message that is not a wake-up, waiting at most ``timeout`` seconds.
 
         Raises:
-            WorkerGone: the worker died, or said nothing in time.
+            WorkerLostError: the worker died, or said nothing in time.
         """
         end = time.perf_counter() + timeout
         while True:
             remaining = end - time.perf_counter()
             if remaining <= 0:
-                raise WorkerGone(f"did not answer in {timeout:.0f} s")
+                raise WorkerLostError(f"did not answer in {timeout:.0f} s")
             ready = wait([self.conn, self.process.sentinel], remaining)
             if self.conn in ready:
                 try:
                     message = self.conn.recv()
                 except (EOFError, OSError) as exc:
-                    raise WorkerGone(self.describe()) from exc
+                    raise WorkerLostError(self.describe()) from exc
                 if message[0] not in skip:
                     return tuple(message)
             elif ready:
-                raise WorkerGone(self.describe())
+                raise WorkerLostError(self.describe())
 
     def discard_messages(self) -> None:
         """Drop whatever an earlier, abandoned exchange left on the pipe."""
@@ -139,7 +139,7 @@ class Handoff:
             while self.conn.poll():
                 self.conn.recv()
         except (EOFError, OSError) as exc:
-            raise WorkerGone(self.describe()) from exc
+            raise WorkerLostError(self.describe()) from exc
         self.header[ERROR] = 0
 
     def describe(self) -> str:

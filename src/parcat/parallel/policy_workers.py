@@ -18,9 +18,9 @@ from typing import Any, NoReturn
 
 from parcat.missions import Mission
 from parcat.parallel import procs
-from parcat.parallel.handoff import Handoff, WorkerGone
+from parcat.parallel.handoff import Handoff, WorkerLostError
 from parcat.parallel.shm import Codec, SlotBlock
-from parcat.parallel.steppers import STRAGGLER_WAIT_S, InlineStepper, PolicyFailure, Seat
+from parcat.parallel.steppers import STRAGGLER_WAIT_S, InlineStepper, PolicyStepError, Seat
 from parcat.parallel.trace import Tracer, now_us
 from parcat.parallel.worker_main import policy_worker_main
 from parcat.policies.builtin import noop_action
@@ -111,7 +111,7 @@ class ProcessStepper(InlineStepper):
             if worker.handoff is not None:
                 try:
                     worker.handoff.discard_messages()
-                except WorkerGone:
+                except WorkerLostError:
                     self._replace(worker)
         while len(self._workers) < self.num_workers:
             self._workers.append(self._spawn(len(self._workers)))
@@ -148,7 +148,7 @@ class ProcessStepper(InlineStepper):
             return []
         _, agent, kind, message, formatted = reply
         if kind not in FALLBACK_ERRORS:
-            raise PolicyFailure(agent, "reset", (kind, message, formatted))
+            raise PolicyStepError(agent, "reset", (kind, message, formatted))
         moved = worker.seats
         for name in sorted({s.spec.name for s in moved} - self._inline_specs):
             warnings.warn(
@@ -204,7 +204,7 @@ class ProcessStepper(InlineStepper):
         if any_live:
             try:
                 handoff.request()
-            except WorkerGone:
+            except WorkerLostError:
                 self._died(worker)
         return any_live
 
@@ -215,12 +215,12 @@ class ProcessStepper(InlineStepper):
         try:
             if not handoff.wait_done(deadline):
                 return False
-        except WorkerGone:
+        except WorkerLostError:
             self._died(worker)
         if handoff.failed:
             handoff.clear_error()
             _, agent, kind, message, formatted = self._recv(worker, 10.0)
-            raise PolicyFailure(agent, "policy", (kind, message, formatted))
+            raise PolicyStepError(agent, "policy", (kind, message, formatted))
         return True
 
     def _collect(self, worker: _Worker, live: set[Any], actions: dict[Any, Any]) -> None:
@@ -236,13 +236,13 @@ class ProcessStepper(InlineStepper):
         assert handoff is not None
         try:
             return handoff.recv(timeout)
-        except WorkerGone:
+        except WorkerLostError:
             self._died(worker)
 
     def _died(self, worker: _Worker) -> NoReturn:
         how = worker.handoff.describe() if worker.handoff else "died"
         agent = worker.seats[0].agent.agent_id if worker.seats else None
-        raise PolicyFailure(
+        raise PolicyStepError(
             agent, "policy", ("WorkerError", f"policy worker {worker.index} {how}", "")
         )
 

@@ -39,7 +39,7 @@ class Seat:
     """The seed for ``policy.reset``."""
 
 
-class PolicyFailure(Exception):
+class PolicyStepError(Exception):
     """A policy raised (here or in a worker) while acting for ``agent``."""
 
     def __init__(self, agent: Any, phase: str, remote: tuple[str, str, str] | None = None):
@@ -72,7 +72,7 @@ class PolicyCache:
             try:
                 policy.reset(seat.seed)
             except Exception as exc:
-                raise PolicyFailure(seat.agent.agent_id, "reset") from exc
+                raise PolicyStepError(seat.agent.agent_id, "reset") from exc
             policies[seat.agent.agent_id] = policy
         return policies
 
@@ -130,7 +130,7 @@ class InlineStepper(Stepper):
             for agent_id in live:
                 actions[agent_id] = step_fns[agent_id](obs[agent_id])
         except Exception as exc:
-            raise PolicyFailure(agent_id, "policy") from exc
+            raise PolicyStepError(agent_id, "policy") from exc
         return actions
 
     def close(self) -> None:
@@ -175,7 +175,7 @@ class BatchStepper(InlineStepper):
             try:
                 batch = self._leader[spec].step_batch([obs[a] for a in acting])
             except Exception as exc:
-                raise PolicyFailure(acting[0], "policy") from exc
+                raise PolicyStepError(acting[0], "policy") from exc
             actions.update(zip(acting, batch, strict=True))
         singles = [a for a in self._singles if a in live_set]
         actions.update(super().act(obs, singles))
@@ -246,7 +246,7 @@ class ThreadStepper(InlineStepper):
                 self._pending[agent_id] = future
                 actions[agent_id] = self._late_default(agent_id)
             except Exception as exc:
-                raise PolicyFailure(agent_id, "policy") from exc
+                raise PolicyStepError(agent_id, "policy") from exc
         return {a: actions[a] for a in live}
 
     def _late_default(self, agent_id: Any) -> Any:

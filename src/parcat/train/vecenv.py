@@ -22,7 +22,7 @@ import numpy as np
 
 from parcat.missions import Mission
 from parcat.parallel import procs
-from parcat.parallel.handoff import Handoff, WorkerGone
+from parcat.parallel.handoff import Handoff, WorkerLostError
 from parcat.parallel.shm import ArrayBlock
 from parcat.train.envslice import AgentLayout, EnvSlice, agent_layouts, array_specs
 from parcat.train.ray_envs import RaySlot
@@ -188,7 +188,7 @@ class VecEnv:
             try:
                 slot.actor.collect(slot.arrays)
             except RuntimeError as exc:
-                raise WorkerGone(str(exc)) from exc
+                raise WorkerLostError(str(exc)) from exc
             return
         handoff = slot.handoff
         if handoff is None:
@@ -197,14 +197,14 @@ class VecEnv:
         if handoff.failed:
             handoff.clear_error()
             message = handoff.recv(10.0)
-            raise WorkerGone(f"raised {message[2]}: {message[3]}")
+            raise WorkerLostError(f"raised {message[2]}: {message[3]}")
 
     def _run(self, cmd: int) -> None:
         failed: list[tuple[_Slot, str]] = []
         for slot in self._slots:  # all dispatched before any is awaited
             try:
                 self._command(slot, cmd)
-            except WorkerGone as exc:
+            except WorkerLostError as exc:
                 failed.append((slot, str(exc)))
             except Exception as exc:  # in-process slice
                 failed.append((slot, f"raised {type(exc).__name__}: {exc}"))
@@ -213,7 +213,7 @@ class VecEnv:
                 continue
             try:
                 self._finish(slot)
-            except WorkerGone as exc:
+            except WorkerLostError as exc:
                 failed.append((slot, str(exc)))
         for slot, why in failed:
             self._recover(slot, why)
