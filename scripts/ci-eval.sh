@@ -28,10 +28,11 @@ failed = False
 for row in doc["summary"]:
     if row["policy"] != "*":
         continue
-    low = row["ci95_low"]
+    low, mean = row["ci95_low"], row["mean"]
     ok = low is not None and low >= threshold
     failed |= not ok
-    print(f"{'PASS' if ok else 'FAIL'} {row['mission']}: mean {row['mean']:.3f}, "
+    shown = "n/a (no finished episode)" if mean is None else f"{mean:.3f}"
+    print(f"{'PASS' if ok else 'FAIL'} {row['mission']}: mean {shown}, "
           f"95% CI low {low if low is None else round(low, 3)} vs threshold {threshold}")
 sys.exit(1 if failed or status != 0 else 0)
 PY

@@ -67,8 +67,11 @@ def load_scores(path: str | Path, policy: str = "*") -> dict[str, np.ndarray]:
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
         raise ConfigError(f"'{path}' is not a parcat eval results file")
     scores: dict[str, list[float]] = {}
-    for data in document.get("episodes", []):
-        episode = EpisodeResult.from_dict(data)
+    for index, data in enumerate(document.get("episodes", [])):
+        try:
+            episode = EpisodeResult.from_dict(data)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"'{path}': episode {index} is malformed ({exc!r})") from exc
         if not episode.ok:
             continue
         rewards = [a.reward for a in episode.agents if policy in ("*", a.policy)]

@@ -269,7 +269,7 @@ def evaluate_to_precision(
         kept = {(e.mission, e.episode_index): e for e in report.episodes}
         wide = [s.mission for s in summarize(report.episodes) if s.policy == ALL_POLICIES
                 and not (s.episodes > 1 and (s.ci95_high - s.ci95_low) / 2 < precision)]
-        if not wide or episodes >= max_episodes or report.status == "interrupted":
+        if not wide or episodes >= max_episodes or report.status != "complete":
             return report
         episodes = min(max_episodes, episodes + step)
 

@@ -80,8 +80,12 @@ def load_finished(path: Path, config: dict[str, Any]) -> dict[tuple[str, int], E
             "episodes or seed; use another --output or the same arguments"
         )
     finished = {}
-    for data in document.get("episodes", []):
-        episode = EpisodeResult.from_dict(data)
+    for index, data in enumerate(document.get("episodes", [])):
+        try:
+            episode = EpisodeResult.from_dict(data)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"--resume: '{path}': episode {index} is malformed "
+                              f"({exc!r}); use another --output") from exc
         transient = episode.status is EpisodeStatus.TIMEOUT or (
             episode.error is not None and episode.error.phase in _TRANSIENT_PHASES
         )

@@ -34,7 +34,11 @@ def bench_command(
         previous = read_history(history)
     record = run_suite(quick=quick, max_jobs=max_jobs)
     append_record(history, record)
-    changes = compare_records(previous[-1], record, threshold) if previous and compare else []
+    # compare like with like: the same suite version, run length and machine size
+    alike = [r for r in previous if r.get("suite_version") == record["suite_version"]
+             and r.get("quick") == record["quick"]
+             and r.get("machine", {}).get("cpus") == record["machine"]["cpus"]]
+    changes = compare_records(alike[-1], record, threshold) if alike and compare else []
     if fmt is OutputFormat.JSON:
         print_json({"record": record, "changes": [vars(c) for c in changes]})
     else:

@@ -22,8 +22,17 @@ def compare_command(
     """Difference B − A and P(B > A) per mission and overall, with bootstrap 95% intervals."""
     with user_errors():
         rows = compare(load_scores(a, policy), load_scores(b, policy), seed=seed)
-    if fmt is not OutputFormat.TABLE:
+    if fmt is OutputFormat.JSON:
         print_json([r.to_dict() for r in rows])
+        return
+    if fmt is OutputFormat.CSV:
+        typer.echo("mission,episodes_a,episodes_b,mean_a,mean_b,iqm_a,iqm_b,"
+                   "diff,diff_low,diff_high,p_improvement,p_low,p_high")
+        for r in rows:
+            d, p = r.difference, r.improvement
+            typer.echo(f"{r.mission},{r.episodes_a},{r.episodes_b},{r.mean_a},{r.mean_b},"
+                       f"{r.iqm_a},{r.iqm_b},{d.value},{d.low},{d.high},{p.value},{p.low},"
+                       f"{p.high}")
         return
     table = list_table(
         ["mission", "episodes A/B", "mean A", "mean B", "IQM A", "IQM B", "B − A [95% CI]",

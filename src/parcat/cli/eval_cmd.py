@@ -77,6 +77,9 @@ def eval_command(
         )
         if resume and output is None:
             raise ConfigError("--resume needs --output FILE (the file to continue)")
+        if resume and precision is not None:
+            raise ConfigError("--resume and --precision cannot be combined yet; rerun "
+                              "--precision (its batches are deterministic)")
     total = len(config.missions) * config.episodes
     with user_errors(), progress_bar(total, "episodes", enabled=progress) as advance:
         if precision is not None:

@@ -12,6 +12,7 @@ import typer
 
 from parcat.cli.common import EXIT_INTERRUPTED, OutputFormat, print_json, user_errors
 from parcat.cli.render import list_table, progress_bar, stderr_console, stdout_console
+from parcat.errors import ConfigError
 from parcat.missions import load_mission, parse_overrides
 from parcat.parallel.planner import make_train_plan
 from parcat.parallel.resources import available_cpus
@@ -115,6 +116,8 @@ def train_command(
         if overrides:
             flags["overrides"] = parse_overrides(overrides)
         cfg = load_train_config(config, flags)
+        if jobs is not None and jobs < 1:
+            raise ConfigError(f"--jobs must be an integer >= 1, got {jobs}")
         if jobs is not None and env_workers is None:
             num_agents = len(
                 load_mission(cfg.mission, dict(cfg.overrides)).make_env().possible_agents

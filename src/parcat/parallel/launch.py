@@ -72,6 +72,13 @@ class RunOptions:
                 valid = ", ".join(k.value for k in kind)
                 flag = name.replace("_", "-")
                 raise ConfigError(f"--{flag} must be one of {valid}, got {value!r}") from None
+        if self.episode_timeout_s is not None and self.executor in (
+            ExecutorKind.INLINE, ExecutorKind.THREAD
+        ):
+            raise ConfigError(
+                f"--episode-timeout needs episodes in worker processes; --executor "
+                f"{self.executor.value} cannot stop one (use process, ray or auto)"
+            )
         if self.retries < 0:
             raise ConfigError(f"--retries must be >= 0, got {self.retries}")
         if self.episode_timeout_s is not None and not self.episode_timeout_s > 0:
@@ -82,6 +89,11 @@ class RunOptions:
             raise ConfigError(f"--gpus must be >= 0, got {self.gpus}")
         if self.action_timeout_ms is not None and not self.action_timeout_ms > 0:
             raise ConfigError(f"--action-timeout-ms must be > 0, got {self.action_timeout_ms}")
+        if self.action_timeout_ms is not None and not self.parallel_policy:
+            raise ConfigError(
+                "--action-timeout-ms needs --parallel-policy: only a policy worker's late "
+                "action can be replaced (inline steps cannot be interrupted)"
+            )
         if self.start_method is not None and self.start_method not in START_METHODS:
             raise ConfigError(
                 f"--start-method must be one of {', '.join(START_METHODS)}, "

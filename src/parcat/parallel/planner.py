@@ -254,7 +254,7 @@ def make_train_plan(
     train_workers = 1
     if asynchronous and left > 0:
         left -= 1
-        reasons.append("async: the learning thread trains while collection goes on: 1 job")
+        reasons.append("async: the learner process trains while collection goes on: 1 job")
     if parallel_training:
         train_workers = max(1, min(agents, left + 1))
         left -= train_workers - 1

@@ -76,6 +76,16 @@ class TrainConfig:
             _require_int(name, getattr(self, name), 1)
         for name in ("env_workers", "train_steps", "seed"):
             _require_int(name, getattr(self, name), 0)
+        for name in ("overrides", "learner"):
+            if not isinstance(getattr(self, name), Mapping):
+                raise ConfigError(f"{name} must be a mapping of keys to values, "
+                                  f"got {getattr(self, name)!r}")
+        for name in ("parallel_training", "shared_learner", "render"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        for name in ("mission", "run_dir", "init_from", "address"):
+            if not isinstance(getattr(self, name), str):
+                raise ConfigError(f"{name} must be a string, got {getattr(self, name)!r}")
         if self.backend not in ("local", "ray"):
             raise ConfigError(f"backend must be local or ray, got {self.backend!r}")
         if self.metrics_format not in ("jsonl", "csv"):
@@ -126,7 +136,11 @@ def load_train_config(path: str | Path | None, flags: Mapping[str, Any]) -> Trai
         if unknown:
             known = ", ".join(sorted(valid))
             raise ConfigError(f"config file '{path}': unknown key '{unknown[0]}'; valid: {known}")
-    data.update({k: v for k, v in flags.items() if v is not None})
+    given = {k: v for k, v in flags.items() if v is not None}
+    if isinstance(data.get("overrides"), Mapping) and "overrides" in given:
+        # --set adds to (and wins over) the file's mission overrides
+        given["overrides"] = {**data["overrides"], **given["overrides"]}
+    data.update(given)
     try:
         return replace(TrainConfig(), **data)
     except TypeError as exc:

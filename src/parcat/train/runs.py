@@ -17,6 +17,7 @@ from parcat.errors import CheckpointError
 from parcat.train.learner import Learner
 
 if TYPE_CHECKING:
+    from parcat.train.config import TrainConfig
     from parcat.train.trainer import Trainer
 
 POLICY = "parcat.policies.builtin:MLPPolicy"
@@ -50,15 +51,30 @@ def save_checkpoint(trainer: Trainer, epoch: int) -> Path:
     return checkpoint.save_run(config.run_path, agents, meta, keep=METRICS_FILES)
 
 
-def restore(path: Path, learners: dict[Any, Learner]) -> int:
+# settings a resumed run must share with the run it continues (the rest may change)
+SAME_ON_RESUME = ("mission", "overrides", "seed", "learner", "shared_learner",
+                  "steps_per_epoch", "train_steps", "mode", "train_interval")
+
+
+def restore(path: Path, learners: dict[Any, Learner], config: TrainConfig | None = None) -> int:
     """Load every learner's state from the run directory; return the epoch it reached.
 
     Raises:
-        CheckpointError: no checkpoint there, or it belongs to other agents.
+        CheckpointError: no checkpoint there, it belongs to other agents, or ``config``
+            differs from the saved run in a setting that changes the results.
     """
     manifest = checkpoint.read_manifest(path)
     if manifest["format"] != checkpoint.RUN_FORMAT:
         raise CheckpointError(f"--resume: '{path}' is not a run directory")
+    if config is not None:
+        saved, now = manifest.get("config", {}), config.to_dict()
+        changed = [k for k in SAME_ON_RESUME if k in saved and saved[k] != now[k]]
+        if changed:
+            key = changed[0]
+            raise CheckpointError(
+                f"--resume: '{path}' was trained with {key}={saved[key]!r}, not {now[key]!r}; "
+                "resume with the same settings or use another --run-dir"
+            )
     dirs: dict[str, str] = manifest["agents"]
     for agent, learner in learners.items():
         if str(agent) not in dirs:

@@ -17,8 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import gymnasium
 import numpy as np
 
+from parcat.errors import ConfigError
 from parcat.missions import Mission, load_mission
 from parcat.parallel.resources import available_cpus
 from parcat.train.async_learning import AsyncLearning
@@ -95,23 +97,29 @@ class Trainer:
                  on_frame: Callable[[str], None] | None = None) -> None:
         self.config = config
         self.mission: Mission = load_mission(config.mission, dict(config.overrides))
+        check_trainable(self.mission)  # before any worker starts
         self.on_epoch = on_epoch
         self.on_event = on_event or (lambda event, epoch: None)
         self.on_frame = on_frame
-        self._ray_started = config.backend == "ray" and _connect_ray(config.address)
         self._learning: AsyncLearning | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._ray_started = config.backend == "ray" and _connect_ray(config.address)
         self.vec = make_vecenv(self.mission, config)
-        self.learners = make_learners(self.vec, config)
-        self.start_epoch = 0
-        if resume:
-            self.start_epoch = restore(config.run_path, self.learners)
-        elif config.init_from:
-            init_weights(config.init_from, self.learners)
-        self.metrics = MetricsLog(config.run_path, config.metrics_format, fresh=not resume)
-        if resume:
-            self.metrics.truncate(self.start_epoch)
-        self._pool = ThreadPoolExecutor(len(self.unique_learners)) \
-            if config.parallel_training else None
+        try:
+            self.learners = make_learners(self.vec, config)
+            self.start_epoch = 0
+            if resume:
+                self.start_epoch = restore(config.run_path, self.learners, config)
+            elif config.init_from:
+                init_weights(config.init_from, self.learners)
+            self.metrics = MetricsLog(config.run_path, config.metrics_format, fresh=not resume)
+            if resume:
+                self.metrics.truncate(self.start_epoch)
+        except BaseException:
+            self.close()  # no worker or shared memory outlives a failed start
+            raise
+        if config.parallel_training:
+            self._pool = ThreadPoolExecutor(len(self.unique_learners))
 
     @property
     def unique_learners(self) -> list[tuple[str, Learner]]:
@@ -236,7 +244,9 @@ class Trainer:
 
     def close(self) -> None:
         """Stop the environment workers and training threads (and a Ray cluster we started)."""
-        self.vec.close()
+        vec = getattr(self, "vec", None)
+        if vec is not None:
+            vec.close()
         if self._ray_started:
             from parcat.parallel.ray_executor import import_ray
 
@@ -280,6 +290,33 @@ def _connect_ray(address: str) -> bool:
         ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False,
                  runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(sys.path)}})
     return not address
+
+
+def check_trainable(mission: Mission) -> None:
+    """The built-in DQN needs Box observations and Discrete actions for every agent.
+
+    Raises:
+        ConfigError: naming the agent and its space.
+    """
+    env = mission.make_env()
+    try:
+        for agent in mission.agent_specs(env):
+            obs, act = agent.observation_space, agent.action_space
+            if not isinstance(act, gymnasium.spaces.Discrete):
+                raise ConfigError(
+                    f"mission '{mission.name}': agent '{agent.agent_id}' has action space "
+                    f"{act}; the built-in DQN learner needs Discrete actions "
+                    "(trainable built-ins: harvest, goal_tasks)"
+                )
+            if not isinstance(obs, gymnasium.spaces.Box):
+                raise ConfigError(
+                    f"mission '{mission.name}': agent '{agent.agent_id}' observes {obs}; "
+                    "training needs Box observations"
+                )
+    finally:
+        close = getattr(env, "close", None)
+        if close is not None:
+            close()
 
 
 def make_learners(vec: VecEnv, config: TrainConfig) -> dict[Any, Learner]:
