@@ -23,9 +23,15 @@ def plot_command(
 ) -> None:
     """Draw a training curve per agent: in the terminal, or to a file with matplotlib."""
     with user_errors():
-        path = metrics / "metrics.jsonl" if metrics.is_dir() else metrics
+        path = metrics
+        if metrics.is_dir():
+            found = [metrics / n for n in ("metrics.jsonl", "metrics.csv")
+                     if (metrics / n).is_file()]
+            path = found[0] if found else metrics / "metrics.jsonl"
         if not path.is_file():
             raise ConfigError(f"no metrics log at '{path}' (parcat train writes metrics.jsonl)")
+        if output is not None and output.suffix.lower() not in (".svg", ".png", ".pdf"):
+            raise ConfigError(f"--output must end in .svg, .png or .pdf, got '{output.name}'")
         records = read_metrics(path)
         if not records or field not in records[0]:
             valid = ", ".join(k for k in (records[0] if records else {}) if k != "epoch")
@@ -35,7 +41,9 @@ def plot_command(
             value = record[field]
             items = value.items() if isinstance(value, dict) else [(field, value)]
             for name, v in items:
-                series.setdefault(name, []).append(float("nan") if v is None else float(v))
+                number = v if isinstance(v, int | float) and not isinstance(v, bool) else None
+                series.setdefault(name, []).append(float("nan") if number is None
+                                                   else float(number))
         epochs = [float(r["epoch"]) for r in records]
         if output is not None:
             save_chart(output, {k: (epochs, v) for k, v in series.items()}, "epoch", field)

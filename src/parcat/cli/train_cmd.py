@@ -129,6 +129,11 @@ def train_command(
                 err.print(f"plan: {reason}")
         if cfg.render:
             err.print("--render: one environment shown; everything runs in this process")
+        if resume and trainer_done(cfg):
+            raise ConfigError(
+                f"--resume: '{cfg.run_path}' already reached --epochs {cfg.epochs}; "
+                "raise --epochs to train on"
+            )
         trainer = Trainer(cfg, resume=resume, on_frame=_frame_printer(err) if cfg.render else None)
     with progress_bar(cfg.epochs - trainer.start_epoch, "epochs") as advance:
 
@@ -201,6 +206,16 @@ def _frame_printer(console: Any) -> Any:
         console.file.flush()
 
     return show
+
+
+def trainer_done(cfg: Any) -> bool:
+    """Whether the run directory's checkpoint already has ``cfg.epochs`` epochs."""
+    from parcat import checkpoint
+
+    try:
+        return int(checkpoint.read_manifest(cfg.run_path).get("epoch", 0)) >= cfg.epochs
+    except Exception:
+        return False  # no checkpoint: Trainer says so
 
 
 def _fmt(value: float) -> str:

@@ -244,7 +244,7 @@ def make_train_plan(
     """Split ``jobs`` between environment workers and training.
 
     The trainer's own process computes actions and (in sync mode) trains between
-    collections, so it counts as one job; an async learning thread needs a job of its own,
+    collections, so it counts as one job; an async learner process needs a job of its own,
     as does every agent trained concurrently beyond the first.
     """
     if jobs < 1 or cpus < 1 or agents < 1:

@@ -20,12 +20,13 @@ class AsyncLearning:
         learners: The acting learners by name (one per agent, or ``shared``).
         train_steps: Gradient updates per learner per round.
         on_event: Called with ``("train_start" | "train_end", epoch)``.
+        parallel: Train the learners at once in the learner process.
     """
 
     def __init__(self, learners: dict[str, DQNLearner], train_steps: int,
-                 on_event: Callable[[str, int], None]) -> None:
+                 on_event: Callable[[str, int], None], parallel: bool = False) -> None:
         self.learners = learners
-        self.process = LearnerProcess(learners, train_steps)
+        self.process = LearnerProcess(learners, train_steps, parallel=parallel)
         self.on_event = on_event
         self.pending: dict[str, list[Batch]] = {name: [] for name in learners}
         self.losses: dict[str, float] = {name: math.nan for name in learners}

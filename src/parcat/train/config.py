@@ -37,8 +37,8 @@ class TrainConfig:
     envs_per_worker: int = 4
     """Environments per worker (or in-process when ``env_workers`` is 0)."""
     mode: LearningMode = LearningMode.SYNC
-    """``sync``: collect, then train (the reference); ``async``: a learning thread trains
-    on copy-on-train snapshots while collection continues."""
+    """``sync``: collect, then train (the reference); ``async``: a learner process trains
+    on each round's transitions while collection continues."""
     train_interval: int = 1
     """Async mode: train every this many epochs."""
     train_steps: int = 50
@@ -90,8 +90,9 @@ class TrainConfig:
             raise ConfigError(f"backend must be local or ray, got {self.backend!r}")
         if self.metrics_format not in ("jsonl", "csv"):
             raise ConfigError(f"metrics_format must be jsonl or csv, got {self.metrics_format!r}")
-        if self.render and self.env_workers:
-            object.__setattr__(self, "env_workers", 0)  # rendering shows one local env
+        if self.render:  # rendering shows one local env: everything in this process
+            object.__setattr__(self, "env_workers", 0)
+            object.__setattr__(self, "mode", LearningMode.SYNC)
 
     @property
     def run_path(self) -> Path:

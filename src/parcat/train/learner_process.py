@@ -46,16 +46,17 @@ class LearnerProcess:
         learners: The learners to mirror, by name; their state is copied once.
         train_steps: Gradient updates per learner per round.
         start_method: ``forkserver`` or ``spawn``.
+        parallel: Train the learners on threads at once (``--parallel-training``).
     """
 
     def __init__(self, learners: dict[str, DQNLearner], train_steps: int,
-                 start_method: str | None = None) -> None:
+                 start_method: str | None = None, parallel: bool = False) -> None:
         ctx = procs.get_context(start_method)
         self.counter: Any = ctx.Value("q", 0, lock=False)
         payload = {name: (lr.obs_dim, lr.num_actions, lr.config, lr.state_dict())
                    for name, lr in learners.items()}
         self.process, self.conn = procs.start_worker(
-            ctx, learner_main, (payload, train_steps, self.counter), "parcat-learner"
+            ctx, learner_main, (payload, train_steps, self.counter, parallel), "parcat-learner"
         )
         self.busy = False
 
@@ -107,12 +108,15 @@ class LearnerProcess:
 
 
 def learner_main(conn: Connection, parent_pid: int, payload: dict[str, Any], train_steps: int,
-                 counter: Any) -> None:
+                 counter: Any, parallel: bool = False) -> None:
     """Serve training rounds until told to close or the parent is gone."""
     import sys
     import traceback
 
     procs.become_worker(parent_pid)
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(len(payload)) if parallel and len(payload) > 1 else None
     learners = {}
     for name, (obs_dim, num_actions, config, state) in payload.items():
         learner = DQNLearner(obs_dim, num_actions, config)
@@ -128,7 +132,7 @@ def learner_main(conn: Connection, parent_pid: int, payload: dict[str, Any], tra
                     conn.send(("state", {n: lr.state_dict() for n, lr in learners.items()}))
                     continue
                 conn.send(("trained", _train(learners, message[1], message[2], train_steps,
-                                             counter)))
+                                             counter, pool)))
             except Exception as exc:
                 conn.send(("error", type(exc).__name__,
                            "".join(traceback.format_exception_only(type(exc), exc)).strip()))
@@ -141,17 +145,22 @@ def learner_main(conn: Connection, parent_pid: int, payload: dict[str, Any], tra
 
 
 def _train(learners: dict[str, DQNLearner], epoch: int, batches: dict[str, Batch],
-           train_steps: int, counter: Any) -> Round:
+           train_steps: int, counter: Any, pool: Any = None) -> Round:
     before = int(counter.value)
     start = time.perf_counter()
-    losses = {}
-    for name, learner in learners.items():
+
+    def one(name: str) -> float:
+        learner = learners[name]
         batch = batches.get(name)
         if batch is not None and len(batch[0]):
             learner.observe(*batch)
         metrics: dict[str, float] = {}
         for _ in range(train_steps):
             metrics = learner.train_step()
-        losses[name] = float(metrics.get("loss", float("nan")))
+        return float(metrics.get("loss", float("nan")))
+
+    names = list(learners)
+    results = list(pool.map(one, names)) if pool is not None else [one(n) for n in names]
+    losses = dict(zip(names, results, strict=True))
     return Round(epoch, {n: lr.policy_arrays() for n, lr in learners.items()}, losses,
                  time.perf_counter() - start, before, int(counter.value))

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from parcat.errors import ConfigError
+
 
 class MetricsLog:
     """Appends one record per epoch to ``RUN/metrics.jsonl`` (or ``metrics.csv``).
@@ -54,8 +56,55 @@ class MetricsLog:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The records of a JSON-lines metrics log."""
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The records of a metrics log (``.jsonl``, or ``.csv`` with ``reward.agent_0`` columns).
+
+    Raises:
+        ConfigError: the file is unreadable or a record is not an epoch's mapping.
+    """
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read metrics log '{path}': {exc.strerror}") from exc
+    if path.suffix == ".csv":
+        records = [_unflatten(row) for row in csv.DictReader(text.splitlines())]
+    else:
+        records = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"metrics log '{path}' line {number}: not JSON") from exc
+    for number, record in enumerate(records, 1):
+        if not isinstance(record, dict) or "epoch" not in record:
+            raise ConfigError(f"metrics log '{path}' record {number}: expected an epoch's "
+                              "mapping with an 'epoch' key")
+    return records
+
+
+def _unflatten(row: dict[str, str]) -> dict[str, Any]:
+    record: dict[str, Any] = {}
+    for key, value in row.items():
+        number: Any = _number(value)
+        head, dot, tail = key.partition(".")
+        if dot:
+            record.setdefault(head, {})[tail] = number
+        else:
+            record[key] = number
+    return record
+
+
+def _number(text: str) -> float | int | None:
+    if text in ("", "None", "nan"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            return None
 
 
 def _flatten(record: dict[str, Any]) -> dict[str, Any]:

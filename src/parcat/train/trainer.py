@@ -134,7 +134,8 @@ class Trainer:
         learning = None
         if self.config.mode is LearningMode.ASYNC:
             dqns: Any = dict(self.unique_learners)
-            learning = AsyncLearning(dqns, self.config.train_steps, self.on_event)
+            learning = AsyncLearning(dqns, self.config.train_steps, self.on_event,
+                                     parallel=self.config.parallel_training)
         self._learning = learning
         try:
             for epoch in range(self.start_epoch, self.config.epochs):

@@ -62,7 +62,7 @@ class VecEnv:
             workers step theirs (the ``num_workers × envs_per_worker`` environments are
             spread over the workers and this process).
         parent_spin: Whether this process spins while it waits for the workers (never
-            while a learning thread needs the interpreter).
+            while a learner process needs the core).
         backend: ``local`` (worker processes) or ``ray`` (Ray actors, see
             :mod:`parcat.train.ray_envs`; the cluster must be initialised or is started).
     """
