@@ -49,11 +49,15 @@ def summarize(record: SimRecord) -> dict[str, Any]:
 
 
 def mission_metrics(record: SimRecord) -> dict[str, Any]:
-    """Episode counts and the mean of every ``episode_stats()`` number."""
+    """Episode counts and the mean of every ``episode_stats()`` number over the episodes
+    that ended; with none ended, the running episode's numbers, except ``*_step`` ones
+    (a capture step an unfinished episode reports is its step limit, not an event)."""
     episodes = record.meta["episodes"]
     complete = [e for e in episodes if e["complete"]]
     chosen = complete or episodes
     keys = [k for k in (chosen[0] if chosen else {}) if k not in ("episode", "complete")]
+    if not complete:
+        keys = [k for k in keys if not k.endswith("_step")]
     metrics: dict[str, Any] = {"episodes": len(episodes), "complete_episodes": len(complete)}
     period = float(record.meta["period_s"])
     for key in keys:
