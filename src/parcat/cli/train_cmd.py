@@ -124,7 +124,7 @@ def train_command(
             )
             plan = make_train_plan(jobs, available_cpus(), num_agents,
                                    cfg.mode is LearningMode.ASYNC, cfg.parallel_training)
-            cfg = replace(cfg, env_workers=plan.env_workers)
+            cfg = replace(cfg, env_workers=plan.env_workers, train_threads=plan.train_workers)
             for reason in plan.reasons:
                 err.print(f"plan: {reason}")
         if cfg.render:

@@ -21,12 +21,14 @@ class AsyncLearning:
         train_steps: Gradient updates per learner per round.
         on_event: Called with ``("train_start" | "train_end", epoch)``.
         parallel: Train the learners at once in the learner process.
+        threads: Threads for that (0: one per learner).
     """
 
     def __init__(self, learners: dict[str, DQNLearner], train_steps: int,
-                 on_event: Callable[[str, int], None], parallel: bool = False) -> None:
+                 on_event: Callable[[str, int], None], parallel: bool = False,
+                 threads: int = 0) -> None:
         self.learners = learners
-        self.process = LearnerProcess(learners, train_steps, parallel=parallel)
+        self.process = LearnerProcess(learners, train_steps, parallel=parallel, threads=threads)
         self.on_event = on_event
         self.pending: dict[str, list[Batch]] = {name: [] for name in learners}
         self.losses: dict[str, float] = {name: math.nan for name in learners}

@@ -45,6 +45,8 @@ class TrainConfig:
     """Gradient updates per agent per training round."""
     parallel_training: bool = False
     """Train the agents concurrently (threads; numpy releases the GIL in its kernels)."""
+    train_threads: int = 0
+    """Threads for ``parallel_training``; 0 means one per learner (``--jobs`` plans it)."""
     shared_learner: bool = False
     """One learner on the pooled experience of all agents instead of one per agent."""
     learner: Mapping[str, Any] = field(default_factory=dict, hash=False)
@@ -74,7 +76,7 @@ class TrainConfig:
         for name in ("epochs", "steps_per_epoch", "envs_per_worker", "train_interval",
                      "checkpoint_every"):
             _require_int(name, getattr(self, name), 1)
-        for name in ("env_workers", "train_steps", "seed"):
+        for name in ("env_workers", "train_steps", "seed", "train_threads"):
             _require_int(name, getattr(self, name), 0)
         for name in ("overrides", "learner"):
             if not isinstance(getattr(self, name), Mapping):

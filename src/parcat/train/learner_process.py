@@ -47,16 +47,19 @@ class LearnerProcess:
         train_steps: Gradient updates per learner per round.
         start_method: ``forkserver`` or ``spawn``.
         parallel: Train the learners on threads at once (``--parallel-training``).
+        threads: How many threads (0: one per learner).
     """
 
     def __init__(self, learners: dict[str, DQNLearner], train_steps: int,
-                 start_method: str | None = None, parallel: bool = False) -> None:
+                 start_method: str | None = None, parallel: bool = False,
+                 threads: int = 0) -> None:
         ctx = procs.get_context(start_method)
         self.counter: Any = ctx.Value("q", 0, lock=False)
         payload = {name: (lr.obs_dim, lr.num_actions, lr.config, lr.state_dict())
                    for name, lr in learners.items()}
+        pool_size = (threads or len(payload)) if parallel else 0
         self.process, self.conn = procs.start_worker(
-            ctx, learner_main, (payload, train_steps, self.counter, parallel), "parcat-learner"
+            ctx, learner_main, (payload, train_steps, self.counter, pool_size), "parcat-learner"
         )
         self.busy = False
 
@@ -108,7 +111,7 @@ class LearnerProcess:
 
 
 def learner_main(conn: Connection, parent_pid: int, payload: dict[str, Any], train_steps: int,
-                 counter: Any, parallel: bool = False) -> None:
+                 counter: Any, threads: int = 0) -> None:
     """Serve training rounds until told to close or the parent is gone."""
     import sys
     import traceback
@@ -116,7 +119,7 @@ def learner_main(conn: Connection, parent_pid: int, payload: dict[str, Any], tra
     procs.become_worker(parent_pid)
     from concurrent.futures import ThreadPoolExecutor
 
-    pool = ThreadPoolExecutor(len(payload)) if parallel and len(payload) > 1 else None
+    pool = ThreadPoolExecutor(threads) if threads > 1 and len(payload) > 1 else None
     learners = {}
     for name, (obs_dim, num_actions, config, state) in payload.items():
         learner = DQNLearner(obs_dim, num_actions, config)

@@ -119,7 +119,7 @@ class Trainer:
             self.close()  # no worker or shared memory outlives a failed start
             raise
         if config.parallel_training:
-            self._pool = ThreadPoolExecutor(len(self.unique_learners))
+            self._pool = ThreadPoolExecutor(config.train_threads or len(self.unique_learners))
 
     @property
     def unique_learners(self) -> list[tuple[str, Learner]]:
@@ -135,7 +135,8 @@ class Trainer:
         if self.config.mode is LearningMode.ASYNC:
             dqns: Any = dict(self.unique_learners)
             learning = AsyncLearning(dqns, self.config.train_steps, self.on_event,
-                                     parallel=self.config.parallel_training)
+                                     parallel=self.config.parallel_training,
+                                     threads=self.config.train_threads)
         self._learning = learning
         try:
             for epoch in range(self.start_epoch, self.config.epochs):
