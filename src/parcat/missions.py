@@ -20,6 +20,7 @@ from parcat.envs.base import ParallelEnv
 from parcat.errors import MissionError
 from parcat.imports import import_reference
 from parcat.policies.base import AgentSpec
+from parcat.yamlfile import read_yaml_mapping
 
 BUILTIN_DIR = Path(__file__).parent / "missions"
 DEFAULT_MAX_STEPS = 1000
@@ -183,17 +184,7 @@ def unknown_mission_message(name: str, files: Iterable[str]) -> str:
 
 def read_mission(path: Path) -> Mission:
     """Parse and check one mission YAML file (without building its environment)."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise MissionError(f"mission file '{path}'{where}: {problem}") from exc
-    except OSError as exc:
-        raise MissionError(f"mission file '{path}': {exc.strerror}") from exc
-    if not isinstance(data, dict):
-        raise MissionError(f"mission file '{path}': expected a mapping with keys env, params")
+    data = read_yaml_mapping(path, f"mission file '{path}'", MissionError)
     unknown = sorted(set(data) - _KEYS)
     if unknown:
         raise MissionError(

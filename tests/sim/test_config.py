@@ -109,7 +109,7 @@ def test_unreadable_files(tmp_path: Path) -> None:
         load_sim_config(tmp_path / "nope.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("environment: [\n")
-    with pytest.raises(ConfigError, match=r"bad.yaml line \d+: invalid YAML"):
+    with pytest.raises(ConfigError, match=r"bad.yaml' line \d+: invalid YAML"):
         load_sim_config(bad)
     write_yaml(tmp_path / "configs/sim/env.yaml", {"speed": 1})
     data = sim_data([])

@@ -12,30 +12,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from parcat.errors import ConfigError
+from parcat.yamlfile import read_yaml_mapping
 
 
 def read_mapping(path: Path, what: str) -> dict[str, Any]:
     """The mapping in a YAML file (empty for an empty file); ``what`` names the file's role."""
-    shown = show_path(path)
-    try:
-        loaded = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{what} '{shown}' does not exist") from None
-    except OSError as exc:
-        raise ConfigError(f"{what} '{shown}': {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ConfigError(f"{shown}{where}: invalid YAML ({problem})") from exc
-    if loaded is None:
-        return {}
-    if not isinstance(loaded, dict):
-        raise ConfigError(f"{shown}: expected a mapping of keys, got {type(loaded).__name__}")
-    return loaded
+    return read_yaml_mapping(path, f"{what} '{show_path(path)}'", ConfigError)
 
 
 def resolve_file(value: Any, base: Path, source: str, key: str) -> Path:

@@ -8,9 +8,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from parcat.errors import ConfigError
+from parcat.yamlfile import read_yaml_mapping
 
 
 class LearningMode(str, enum.Enum):
@@ -123,17 +122,7 @@ def load_train_config(path: str | Path | None, flags: Mapping[str, Any]) -> Trai
     """
     data: dict[str, Any] = {}
     if path is not None:
-        try:
-            loaded = yaml.safe_load(Path(path).read_text())
-        except OSError as exc:
-            raise ConfigError(f"config file '{path}': {exc.strerror}") from exc
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" line {mark.line + 1}" if mark is not None else ""
-            raise ConfigError(f"config file '{path}'{where}: invalid YAML") from exc
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"config file '{path}': expected a mapping of keys")
-        data = dict(loaded or {})
+        data = read_yaml_mapping(Path(path), f"config file '{path}'", ConfigError)
         valid = {f.name for f in fields(TrainConfig)}
         unknown = sorted(set(data) - valid)
         if unknown:
