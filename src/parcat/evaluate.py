@@ -130,18 +130,12 @@ def check_policies(config: EvalConfig) -> None:
         PolicyError: a spec is unknown, or a policy cannot be built for some agent.
     """
     for mission in config.missions:
-        env = mission.make_env()
-        try:
-            for agent in mission.agent_specs(env):
-                for spec in config.policies:
-                    try:
-                        make_policy(spec, mission, agent)
-                    except PolicyError as exc:
-                        raise PolicyError(f"{exc} (mission '{mission.name}')") from exc
-        finally:
-            close = getattr(env, "close", None)
-            if close is not None:
-                close()
+        for agent in mission.agents():
+            for spec in config.policies:
+                try:
+                    make_policy(spec, mission, agent)
+                except PolicyError as exc:
+                    raise PolicyError(f"{exc} (mission '{mission.name}')") from exc
 
 
 def make_tasks(config: EvalConfig) -> list[EpisodeTask]:

@@ -6,9 +6,11 @@ built-in ones shipped inside the package, or given as a path to a YAML file.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import functools
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -54,6 +56,19 @@ class Mission:
     def make_env(self) -> ParallelEnv:
         """Build a fresh environment for this mission."""
         return make_env(self.env, self.params, self.name)
+
+    def agents(self) -> tuple[AgentSpec, ...]:
+        """Every agent's spec, read once from a throwaway environment (cached per mission)."""
+        return _agents_of(self)
+
+    @contextlib.contextmanager
+    def open_env(self) -> Iterator[ParallelEnv]:
+        """A fresh environment, closed when the block ends."""
+        env = self.make_env()
+        try:
+            yield env
+        finally:
+            close_env(env)
 
     def agent_specs(self, env: ParallelEnv) -> list[AgentSpec]:
         """What a policy is told about each agent of ``env``, in ``possible_agents`` order."""
@@ -118,17 +133,25 @@ def make_env(reference: str, params: Mapping[str, Any], mission_name: str = "?")
     return env
 
 
+def close_env(env: Any) -> None:
+    """Close an environment if it can be closed (the API makes ``close`` optional)."""
+    close = getattr(env, "close", None)
+    if close is not None:
+        close()
+
+
+@functools.lru_cache(maxsize=64)
+def _agents_of(mission: Mission) -> tuple[AgentSpec, ...]:
+    with mission.open_env() as env:
+        return tuple(mission.agent_specs(env))
+
+
 def validate_env(mission: Mission) -> None:
     """Build the mission's environment once so bad parameters fail before any run."""
-    env = mission.make_env()
-    try:
+    with mission.open_env() as env:
         env.reset(seed=0)
         if not env.possible_agents:
             raise MissionError(f"mission '{mission.name}': the environment has no agents")
-    finally:
-        close = getattr(env, "close", None)
-        if close is not None:
-            close()
 
 
 def mission_dirs() -> list[Path]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from parcat import seeding
 from parcat.envs.base import ParallelEnv
-from parcat.missions import Mission
+from parcat.missions import Mission, close_env
 from parcat.parallel.steppers import InlineStepper, PolicyStepError, Seat, Stepper
 from parcat.parallel.trace import Tracer, now_us
 from parcat.policies.assignment import assign_policies
@@ -189,11 +189,9 @@ class EpisodeRunner:
 
     def _discard_env(self, mission: Mission) -> None:
         env = self._envs.pop(mission, None)
-        close = getattr(env, "close", None)
-        if close is not None:
-            # a broken env may fail to close; it is dropped anyway
-            with contextlib.suppress(Exception):
-                close()
+        # a broken env may fail to close; it is dropped anyway
+        with contextlib.suppress(Exception):
+            close_env(env)
 
     def _env(self, mission: Mission) -> ParallelEnv:
         env = self._envs.get(mission)

@@ -57,10 +57,10 @@ def show_command(
     """Show a mission: its environment, parameters, agents and spaces."""
     with user_errors():
         m = load_mission(mission)
-        env = m.make_env()
-        agents = list(env.possible_agents)
-        spaces = {str(a): (describe_space(env.observation_space(a)),
-                           describe_space(env.action_space(a))) for a in agents}
+        specs = m.agents()
+        agents = [s.agent_id for s in specs]
+        spaces = {str(s.agent_id): (describe_space(s.observation_space),
+                                    describe_space(s.action_space)) for s in specs}
     info = {
         "name": m.name,
         "description": m.description,

@@ -119,9 +119,7 @@ def train_command(
         if jobs is not None and jobs < 1:
             raise ConfigError(f"--jobs must be an integer >= 1, got {jobs}")
         if jobs is not None and env_workers is None:
-            num_agents = len(
-                load_mission(cfg.mission, dict(cfg.overrides)).make_env().possible_agents
-            )
+            num_agents = len(load_mission(cfg.mission, dict(cfg.overrides)).agents())
             plan = make_train_plan(jobs, available_cpus(), num_agents,
                                    cfg.mode is LearningMode.ASYNC, cfg.parallel_training)
             cfg = replace(cfg, env_workers=plan.env_workers, train_threads=plan.train_workers)

@@ -125,7 +125,7 @@ def plan_run(
     cpus = available_cpus()
     jobs = options.jobs or cpus
     gpus = visible_gpus() if options.gpus is None else options.gpus
-    agents = max(_num_agents(m) for m in missions)
+    agents = max(len(m.agents()) for m in missions)
     step_s = None
     wants_auto = options.parallel_policy and options.policy_strategy is PolicyStrategy.AUTO
     if wants_auto and measure:
@@ -217,12 +217,3 @@ def measure_policy_step(mission: Mission, policies: tuple[PolicySpec, ...]) -> f
 class _Enough(Exception):
     """Calibration has seen enough steps."""
 
-
-def _num_agents(mission: Mission) -> int:
-    env = mission.make_env()
-    try:
-        return len(env.possible_agents)
-    finally:
-        close = getattr(env, "close", None)
-        if close is not None:
-            close()

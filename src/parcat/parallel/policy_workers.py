@@ -31,7 +31,7 @@ SETUP_TIMEOUT_S = 120.0
 FALLBACK_ERRORS = {"ImportError", "ModuleNotFoundError", "AttributeError", "PicklingError"}
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: fields hold processes and pipes
 class _Worker:
     index: int
     process: BaseProcess

@@ -39,7 +39,7 @@ WAIT_S = 0.5
 """Longest single wait; deadlines and liveness are checked at least this often."""
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: fields hold processes and pipes
 class _Worker:
     index: int
     process: BaseProcess

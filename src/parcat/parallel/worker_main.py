@@ -12,7 +12,7 @@ import contextlib
 import pickle
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -111,15 +111,7 @@ def policy_worker_main(conn: Connection, parent_pid: int, spin: bool, blas_threa
     become_worker(parent_pid)
     limit_blas_threads(blas_threads)
     host = _PolicyHost(conn, spin)
-    try:
-        host.serve()
-    except (EOFError, OSError, SystemExit):
-        pass  # the parent is gone or stopped us: exit quietly
-    finally:
-        host.close()
-        with contextlib.suppress(OSError):
-            conn.close()
-    sys.exit(0)
+    _serve(conn, host.serve, host.close)
 
 
 def episode_worker_main(
@@ -143,11 +135,12 @@ def episode_worker_main(
     limit_blas_threads(blas_threads)
     tracer = Tracer(lane) if trace else None
     runner = EpisodeRunner(stepper.make_stepper(tracer), tracer=tracer, lane=lane)
-    try:
+
+    def serve() -> None:
         while True:
             message = conn.recv()
             if message[0] == "close":
-                break
+                return
             _, index, task = message
             result = runner.run(task)
             events = tracer.take() if tracer else []
@@ -156,10 +149,18 @@ def episode_worker_main(
             except Exception as exc:
                 payload = pickle.dumps(("result", index, _unsendable(result, exc), []))
             conn.send_bytes(payload)
+
+    _serve(conn, serve, runner.close)
+
+
+def _serve(conn: Connection, serve: Callable[[], None], cleanup: Callable[[], None]) -> None:
+    """Run a worker's loop; exit quietly when the parent is gone or stops us, cleaned up."""
+    try:
+        serve()
     except (EOFError, OSError, SystemExit):
-        pass  # the parent is gone or stopped us: exit quietly
+        pass
     finally:
-        runner.close()
+        cleanup()
         with contextlib.suppress(OSError):
             conn.close()
     sys.exit(0)

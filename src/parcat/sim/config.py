@@ -249,14 +249,8 @@ def _agents(data: Mapping[str, Any], mission: Mission, period: float, source: st
     entries = data.get("agents") or []
     if not isinstance(entries, list):
         raise ConfigError(f"{source}: 'agents' must be a list of agent entries")
-    env = mission.make_env()
-    try:
-        ids = list(env.possible_agents)
-        specs = [_agent_spec(mission, env, i, a) for i, a in enumerate(ids)]
-    finally:
-        close = getattr(env, "close", None)
-        if close is not None:
-            close()
+    specs = list(mission.agents())
+    ids = [s.agent_id for s in specs]
     merged = [_merge_entry(e, i, source, base) for i, e in enumerate(entries)]
     indices = _assign_ids(merged, ids, mission, source)
     chosen: dict[int, AgentConfig] = {}
@@ -272,9 +266,6 @@ def _agents(data: Mapping[str, Any], mission: Mission, period: float, source: st
             agents.append(AgentConfig(spec, default, period, lockstep=True, source=source))
     return tuple(agents)
 
-
-def _agent_spec(mission: Mission, env: Any, index: int, agent_id: Any) -> AgentSpec:
-    return mission.agent_specs(env)[index]
 
 
 def _merge_entry(entry: Any, position: int, source: str,

@@ -52,7 +52,7 @@ class RemoteTraceback(Exception):
     """The formatted traceback of an exception raised in a simulation process."""
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: fields hold processes and pipes
 class _Child:
     label: str
     process: BaseProcess

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from parcat import seeding
+from parcat.missions import close_env
 from parcat.parallel.shm import Codec
 from parcat.policies.builtin import noop_action
 from parcat.sim.agent import AgentRunner, CycleStats, InForce
@@ -180,7 +181,5 @@ class World:
 
     def close(self) -> None:
         """Close the environment."""
-        close = getattr(self.env, "close", None)
-        if callable(close):
-            with contextlib.suppress(Exception):
-                close()
+        with contextlib.suppress(Exception):
+            close_env(self.env)

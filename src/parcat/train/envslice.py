@@ -18,7 +18,7 @@ import gymnasium
 import numpy as np
 
 from parcat import seeding
-from parcat.missions import Mission
+from parcat.missions import Mission, close_env
 
 RESET_STREAM = 101
 TASK_STREAM = 102
@@ -37,30 +37,21 @@ class AgentLayout:
 
 def agent_layouts(mission: Mission) -> list[AgentLayout]:
     """The array layout of every agent of ``mission`` (Box observations required)."""
-    env = mission.make_env()
-    try:
-        layouts = []
-        for agent in env.possible_agents:
-            obs_space = env.observation_space(agent)
-            act_space = env.action_space(agent)
-            if not isinstance(obs_space, gymnasium.spaces.Box):
-                raise TypeError(f"agent {agent!r}: training needs Box observations: {obs_space}")
-            act_shape: tuple[int, ...] = ()
-            act_dtype: Any = np.int64
-            if isinstance(act_space, gymnasium.spaces.Discrete):
-                pass
-            elif isinstance(act_space, gymnasium.spaces.Box):
-                act_shape, act_dtype = tuple(act_space.shape), act_space.dtype
-            else:
-                raise TypeError(f"agent {agent!r}: unsupported action space {act_space}")
-            layouts.append(
-                AgentLayout(agent, tuple(obs_space.shape), obs_space.dtype, act_shape, act_dtype)
-            )
-        return layouts
-    finally:
-        close = getattr(env, "close", None)
-        if close is not None:
-            close()
+    layouts = []
+    for spec in mission.agents():
+        agent, obs_space, act_space = spec.agent_id, spec.observation_space, spec.action_space
+        if not isinstance(obs_space, gymnasium.spaces.Box):
+            raise TypeError(f"agent {agent!r}: training needs Box observations: {obs_space}")
+        act_shape: tuple[int, ...] = ()
+        act_dtype: Any = np.int64
+        if isinstance(act_space, gymnasium.spaces.Box):
+            act_shape, act_dtype = tuple(act_space.shape), act_space.dtype
+        elif not isinstance(act_space, gymnasium.spaces.Discrete):
+            raise TypeError(f"agent {agent!r}: unsupported action space {act_space}")
+        layouts.append(
+            AgentLayout(agent, tuple(obs_space.shape), obs_space.dtype, act_shape, act_dtype)
+        )
+    return layouts
 
 
 ArraySpecs = dict[str, tuple[tuple[int, ...], Any]]
@@ -184,9 +175,7 @@ class EnvSlice:
     def close(self) -> None:
         """Close the environments."""
         for env in self.envs:
-            close = getattr(env, "close", None)
-            if close is not None:
-                close()
+            close_env(env)
 
 
 def episode_stats(arrays: dict[str, np.ndarray]) -> list[tuple[int, list[float]]]:

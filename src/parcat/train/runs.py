@@ -27,7 +27,7 @@ METRICS_FILES = ("metrics.jsonl", "metrics.csv")
 def save_checkpoint(trainer: Trainer, epoch: int) -> Path:
     """Write the run directory atomically after ``epoch`` epochs."""
     config, mission = trainer.config, trainer.mission
-    env = mission.make_env()
+    specs = {s.agent_id: s for s in mission.agents()}
     agents = {}
     for agent, learner in trainer.learners.items():
         learner_any: Any = learner
@@ -37,8 +37,8 @@ def save_checkpoint(trainer: Trainer, epoch: int) -> Path:
             arrays=learner.policy_arrays(),
             meta={
                 "mission": mission.name, "agent_id": str(agent), "epoch": epoch,
-                "observation_space": str(env.observation_space(agent)),
-                "action_space": str(env.action_space(agent)),
+                "observation_space": str(specs[agent].observation_space),
+                "action_space": str(specs[agent].action_space),
                 "learner": {k: v for k, v in vars(learner_any.config).items()},
             },
             state=learner.state_dict(),

@@ -300,55 +300,41 @@ def check_trainable(mission: Mission) -> None:
     Raises:
         ConfigError: naming the agent and its space.
     """
-    env = mission.make_env()
-    try:
-        for agent in mission.agent_specs(env):
-            obs, act = agent.observation_space, agent.action_space
-            if not isinstance(act, gymnasium.spaces.Discrete):
-                raise ConfigError(
-                    f"mission '{mission.name}': agent '{agent.agent_id}' has action space "
-                    f"{act}; the built-in DQN learner needs Discrete actions "
-                    "(trainable built-ins: harvest, goal_tasks)"
-                )
-            if not isinstance(obs, gymnasium.spaces.Box):
-                raise ConfigError(
-                    f"mission '{mission.name}': agent '{agent.agent_id}' observes {obs}; "
-                    "training needs Box observations"
-                )
-    finally:
-        close = getattr(env, "close", None)
-        if close is not None:
-            close()
+    for agent in mission.agents():
+        obs, act = agent.observation_space, agent.action_space
+        if not isinstance(act, gymnasium.spaces.Discrete):
+            raise ConfigError(
+                f"mission '{mission.name}': agent '{agent.agent_id}' has action space "
+                f"{act}; the built-in DQN learner needs Discrete actions "
+                "(trainable built-ins: harvest, goal_tasks)"
+            )
+        if not isinstance(obs, gymnasium.spaces.Box):
+            raise ConfigError(
+                f"mission '{mission.name}': agent '{agent.agent_id}' observes {obs}; "
+                "training needs Box observations"
+            )
 
 
 def make_learners(vec: VecEnv, config: TrainConfig) -> dict[Any, Learner]:
-    """One DQN learner per agent (seeded per agent), or one shared by all."""
+    """One DQN learner per agent (seeded per agent), or one shared by all.
+
+    The mission must have passed :func:`check_trainable` (Discrete actions).
+    """
     base = DQNConfig.from_mapping({**dict(config.learner), "seed": config.seed})
     learners: dict[Any, Learner] = {}
     shared: Learner | None = None
-    for index, lay in enumerate(vec.layouts):
-        if not lay.act_shape == () or lay.act_dtype is not np.int64:
-            raise TypeError(f"agent {lay.agent_id!r}: DQN needs Discrete actions")
-        obs_dim = int(np.prod(lay.obs_shape))
-        num_actions = _num_actions(vec.mission, lay.agent_id)
+    for index, spec in enumerate(vec.mission.agents()):
+        obs_dim = int(np.prod(spec.observation_space.shape))  # type: ignore[arg-type]
+        num_actions = int(spec.action_space.n)  # type: ignore[attr-defined]
+        agent_id = spec.agent_id
         if config.shared_learner:
             shared = shared or DQNLearner(obs_dim, num_actions, base)
-            learners[lay.agent_id] = shared
+            learners[agent_id] = shared
         else:
             seeded = DQNConfig.from_mapping({**dict(config.learner),
                                              "seed": config.seed * 1000 + index})
-            learners[lay.agent_id] = DQNLearner(obs_dim, num_actions, seeded)
+            learners[agent_id] = DQNLearner(obs_dim, num_actions, seeded)
     return learners
-
-
-def _num_actions(mission: Mission, agent: Any) -> int:
-    env = mission.make_env()
-    try:
-        return int(env.action_space(agent).n)  # type: ignore[attr-defined]
-    finally:
-        close = getattr(env, "close", None)
-        if close is not None:
-            close()
 
 
 def _mean(values: list[float]) -> float:

@@ -33,7 +33,7 @@ log = logging.getLogger("parcat.train")
 SETUP_TIMEOUT_S = 120.0
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: fields hold processes and pipes
 class _Slot:
     first: int
     count: int
