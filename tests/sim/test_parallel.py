@@ -49,10 +49,10 @@ def test_a_slow_agent_grows_stale_and_the_run_ends_on_time(tmp_path: Path) -> No
     summary = {a["agent"]: a for a in summarize(record)["agents"]}
     assert summary["evader"]["missed_cycles"] > 0
     assert summary["evader"]["achieved_cycle_s"] >= 0.03
-    # the environment kept its own schedule: the last step ran at (iters - 1) x period
-    nominal = (iters - 1) * PERIOD
-    assert nominal - 0.001 <= record.arrays["time_s"][-1] <= nominal * 1.25 + 0.05
-    assert record.meta["wall_s"] <= iters * PERIOD * 1.25 + 0.1
+    # the environment never waited for the slow agent: it took all its steps while the
+    # agent finished far fewer cycles than there were steps
+    assert len(record.arrays["time_s"]) == iters and not record.meta["interrupted"]
+    assert summary["evader"]["cycles"] < iters // 2
 
 
 @pytest.mark.parametrize(
