@@ -102,3 +102,12 @@ def test_run_checkpoint_gives_each_agent_its_own(tmp_path: Path) -> None:
     message = "is not a parcat checkpoint: no manifest.json"
     with pytest.raises(PolicyError, match=re.escape(message)):
         make_policy(parse_policy_spec(str(tmp_path)), m, agent_spec())
+
+
+def test_a_checkpoint_moved_aside_by_a_killed_writer_is_put_back(tmp_path: Path) -> None:
+    run = checkpoint.save_run(tmp_path / "run", {}, {"mission": "harvest", "epoch": 1})
+    run.rename(tmp_path / ".run.old.12345")  # a writer killed between its two renames
+    assert checkpoint.read_manifest(tmp_path / "run")["epoch"] == 1
+    checkpoint.save_run(tmp_path / "run", {}, {"mission": "harvest", "epoch": 2})
+    assert checkpoint.read_manifest(tmp_path / "run")["epoch"] == 2
+    assert not list(tmp_path.glob(".run.*"))

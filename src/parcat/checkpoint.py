@@ -15,11 +15,14 @@ a checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import tempfile
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,6 +115,7 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
     Raises:
         CheckpointError: no manifest, unreadable JSON, or an unknown format or version.
     """
+    recover_swap(Path(path))
     file = Path(path) / MANIFEST
     if not file.is_file():
         raise CheckpointError(f"'{path}' is not a parcat checkpoint: no {MANIFEST} in it")
@@ -175,16 +179,43 @@ def _dir_name(agent_id: Any) -> str:
 
 def _write_dir_atomically(path: Path, write: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    recover_swap(path)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
         write(tmp)
-        if path.exists():
-            old = path.with_name(f".{path.name}.old.{os.getpid()}")
+        if not path.exists():
+            tmp.rename(path)
+            return
+        # A directory cannot be replaced in one rename: old aside, new in. Ctrl-C and
+        # SIGTERM wait until both renames are done; after a SIGKILL in between,
+        # recover_swap() (run by every reader and writer) puts the old one back.
+        old = path.with_name(f".{path.name}.old.{os.getpid()}")
+        with _signals_deferred():
             path.rename(old)
             tmp.rename(path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(path)
+        shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def recover_swap(path: Path) -> None:
+    """Put back a checkpoint directory that a killed writer moved aside, if any."""
+    if path.exists():
+        return
+    aside = sorted(path.parent.glob(f".{path.name}.old.*")) if path.parent.is_dir() else []
+    if aside:
+        aside[-1].rename(path)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    deferred = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, deferred)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
