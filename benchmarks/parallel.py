@@ -62,13 +62,13 @@ from parcat.evaluate import EvalConfig, evaluate, make_config, make_tasks  # noq
 from parcat.missions import Mission, load_mission  # noqa: E402
 from parcat.parallel.launch import RunOptions, make_executor, plan_run  # noqa: E402
 from parcat.parallel.planner import ExecutorKind  # noqa: E402
-from parcat.parallel.policy_workers import ProcessStepper  # noqa: E402
-from parcat.parallel.steppers import InlineStepper  # noqa: E402
 from parcat.policies.base import AgentSpec  # noqa: E402
 from parcat.policies.builtin import MLPPolicy  # noqa: E402
 from parcat.policies.specs import PolicySpec, parse_policy_spec  # noqa: E402
 from parcat.results import EpisodeResult  # noqa: E402
 from parcat.rollout import EpisodeRunner, EpisodeTask  # noqa: E402
+from parcat.stepping.base import InlineStepper  # noqa: E402
+from parcat.stepping.process import ProcessStepper  # noqa: E402
 
 RANDOM = parse_policy_spec("random")
 NOOP = parse_policy_spec("noop")
@@ -443,7 +443,7 @@ def episode_worker_probe(method: str, task: EpisodeTask) -> tuple[float, tuple[f
         results = executor.run([task])
         elapsed = time.perf_counter() - start
         outcome(results)
-        memory = harness.memory_of(executor._workers[0].process.pid)  # type: ignore[attr-defined]
+        memory = harness.memory_of(executor.worker_pids()[0])  # type: ignore[attr-defined]
     finally:
         executor.close()
     return elapsed, memory
@@ -456,7 +456,7 @@ def policy_worker_probe(method: str, task: EpisodeTask) -> tuple[float, tuple[fl
     try:
         elapsed, result = timed(lambda: runner.run(task))
         outcome([result])
-        memory = harness.memory_of(stepper._workers[0].process.pid)
+        memory = harness.memory_of(stepper.worker_pids()[0])
     finally:
         runner.close()
     return elapsed, memory

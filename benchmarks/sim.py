@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from parcat.parallel.shm import ArrayBlock, Codec  # noqa: E402
+from parcat.ipc.shm import ArrayBlock, Codec  # noqa: E402
 from parcat.sim import parse_sim_config, run_sim, summarize  # noqa: E402
 from parcat.sim.slots import SeqSlot  # noqa: E402
 

@@ -289,7 +289,7 @@ def collection(env_id: str, kwargs: dict[str, Any], mission: Any, layouts: Seque
 
 
 def layout_notes() -> tuple[str, ...]:
-    from parcat.parallel.resources import available_cpus
+    from parcat.resources import available_cpus
 
     return (
         "verdict rows (the 'T' keys): the trainer's sync layout with env_workers=1, "

@@ -24,11 +24,11 @@ from parcat.evaluate import EvalConfig, evaluate
 from parcat.missions import load_mission
 from parcat.parallel.launch import RunOptions
 from parcat.parallel.planner import ExecutorKind
-from parcat.parallel.policy_workers import ProcessStepper
-from parcat.parallel.resources import available_cpus
-from parcat.parallel.steppers import InlineStepper
 from parcat.policies.specs import parse_policy_spec
+from parcat.resources import available_cpus
 from parcat.rollout import EpisodeRunner, EpisodeTask
+from parcat.stepping.base import InlineStepper
+from parcat.stepping.process import ProcessStepper
 
 SUITE = "parcat-bench"
 SUITE_VERSION = 1

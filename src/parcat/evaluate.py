@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from parcat.errors import ConfigError, PolicyError
+from parcat.ipc.shm import remove_stale_blocks
 from parcat.missions import Mission, load_mission
 from parcat.parallel.launch import RunOptions, make_executor, plan_run
 from parcat.parallel.planner import Plan
-from parcat.parallel.shm import remove_stale_blocks
 from parcat.policies.specs import PolicySpec, make_policy, parse_policy_spec
 from parcat.report import ALL_POLICIES, make_document, summarize
 from parcat.results import EpisodeResult

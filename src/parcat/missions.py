@@ -18,10 +18,9 @@ from typing import Any
 import yaml
 
 from parcat.envs.adapters import make_gymnasium_env
-from parcat.envs.base import ParallelEnv
+from parcat.envs.base import AgentSpec, ParallelEnv
 from parcat.errors import MissionError
 from parcat.imports import import_reference
-from parcat.policies.base import AgentSpec
 from parcat.yamlfile import read_yaml_mapping
 
 BUILTIN_DIR = Path(__file__).parent / "missions"

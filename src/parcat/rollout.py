@@ -1,7 +1,7 @@
 """The episode path: ``EpisodeRunner.run`` is the one place an episode is stepped.
 
 Everything that runs episodes in parallel only decides *where* this code runs, and the
-agent-level strategies (:mod:`parcat.parallel.steppers`) only decide where each policy
+agent-level strategies (:mod:`parcat.stepping`) only decide where each policy
 step runs. An episode is a pure function of (mission, policy specs, run seed, episode
 index): the environment seed, the policy assignment and every policy's seed are derived
 from those four with ``numpy.random.SeedSequence`` (see :mod:`parcat.seeding`).
@@ -19,11 +19,11 @@ from typing import Any
 from parcat import seeding
 from parcat.envs.base import ParallelEnv
 from parcat.missions import Mission, close_env
-from parcat.parallel.steppers import InlineStepper, PolicyStepError, Seat, Stepper
-from parcat.parallel.trace import Tracer, now_us
 from parcat.policies.assignment import assign_policies
 from parcat.policies.specs import PolicySpec
 from parcat.results import AgentResult, EpisodeResult, EpisodeStatus, ErrorInfo
+from parcat.stepping.base import InlineStepper, PolicyStepError, Seat, Stepper
+from parcat.trace import Tracer, now_us
 
 
 @dataclass(frozen=True)
@@ -221,8 +221,8 @@ def run_episode(
 def _policy_error_info(failure: PolicyStepError) -> ErrorInfo:
     agent = None if failure.agent is None else str(failure.agent)
     if failure.remote is not None:
-        kind, message, formatted = failure.remote
-        return ErrorInfo(kind, message, formatted, agent, failure.phase)
+        report = failure.remote
+        return ErrorInfo(report.kind, report.message, report.traceback, agent, failure.phase)
     return _error_info(failure.__cause__ or failure, failure.agent, failure.phase)
 
 

@@ -13,12 +13,12 @@ import pytest
 
 from parcat import seeding
 from parcat.missions import Mission
-from parcat.parallel.policy_workers import ProcessStepper
-from parcat.parallel.steppers import ThreadStepper
 from parcat.policies.assignment import assign_policies
 from parcat.policies.specs import PolicySpec, parse_policy_spec
 from parcat.results import EpisodeStatus
 from parcat.rollout import EpisodeRunner, EpisodeTask
+from parcat.stepping.process import ProcessStepper
+from parcat.stepping.thread import ThreadStepper
 from tests.fakes import scripted_mission
 
 RANDOM = parse_policy_spec("random")
@@ -107,7 +107,7 @@ def test_error_raised_inside_the_worker_is_reported() -> None:
         assert result.error is not None and result.error.agent == "1"
         assert (result.error.type, result.error.phase) == ("ValueError", "policy")
         assert "policy crashed on step 3" in result.error.traceback
-        assert "worker_main.py" in result.error.traceback
+        assert "policy_worker.py" in result.error.traceback
     finally:
         runner.close()
 
@@ -156,7 +156,7 @@ def test_killed_policy_worker_fails_the_episode_then_recovers() -> None:
     mission = scripted_mission(agents=2, max_steps=200, busy_us=500)
     stepper = ProcessStepper(1, spin=False)
     runner = EpisodeRunner(stepper, on_step=lambda task, step: step == 5 and os.kill(
-        stepper._workers[0].process.pid, 9))  # type: ignore[union-attr]
+        stepper.worker_pids()[0], 9))
     try:
         result = runner.run(EpisodeTask(mission, (RANDOM,), 0, 0))
         assert result.status is EpisodeStatus.FAILED and result.error is not None

@@ -21,8 +21,8 @@ from parcat.cli.render import progress_bar, stderr_console, stdout_console, summ
 from parcat.errors import ConfigError
 from parcat.evaluate import EvalReport, evaluate, evaluate_to_precision
 from parcat.parallel.planner import ExecutorKind, PolicyStrategy
-from parcat.parallel.trace import write_trace
 from parcat.report import summarize, summary_csv
+from parcat.trace import write_trace
 
 
 def eval_command(

@@ -12,7 +12,7 @@ from parcat.cli.render import key_value_table, stdout_console
 from parcat.evaluate import make_tasks, plan_to_dict
 from parcat.parallel.launch import plan_run
 from parcat.parallel.planner import ExecutorKind, PolicyStrategy
-from parcat.parallel.resources import available_cpus, visible_gpus
+from parcat.resources import available_cpus, visible_gpus
 
 
 def plan_command(

@@ -15,7 +15,7 @@ from parcat.cli.render import list_table, progress_bar, stderr_console, stdout_c
 from parcat.errors import ConfigError
 from parcat.missions import load_mission, parse_overrides
 from parcat.parallel.planner import make_train_plan
-from parcat.parallel.resources import available_cpus
+from parcat.resources import available_cpus
 from parcat.train.config import LearningMode, load_train_config
 from parcat.train.trainer import EpochStats, Trainer
 

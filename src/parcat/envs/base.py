@@ -7,6 +7,7 @@ unchanged, and any PettingZoo parallel environment plugs into parcat as it is.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import gymnasium
@@ -14,6 +15,24 @@ import numpy as np
 
 AgentID = Hashable
 """Agent ids may be any hashable: strings such as ``"agent_0"`` or plain ints."""
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """Everything a policy factory may know about the agent it will play."""
+
+    mission: str
+    """Name of the mission, e.g. ``"harvest"``."""
+    agent_id: Any
+    """The environment's id of the agent (any hashable)."""
+    agent_index: int
+    """Position of the agent in ``env.possible_agents``."""
+    observation_space: gymnasium.spaces.Space[Any]
+    """What the agent observes."""
+    action_space: gymnasium.spaces.Space[Any]
+    """What the agent may do."""
+    params: Mapping[str, Any] = field(default_factory=dict)
+    """The mission's environment parameters (map size, number of agents, ...)."""
 
 
 @runtime_checkable

@@ -14,14 +14,12 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from parcat.parallel.config import StepperConfig
-from parcat.parallel.trace import Tracer
 from parcat.results import EpisodeResult
 from parcat.rollout import EpisodeRunner, EpisodeTask
+from parcat.stepping.config import StepperConfig
+from parcat.trace import Tracer
 
 ResultCallback = Callable[[int, EpisodeResult], None]
-PREFETCH = 2
-"""Tasks queued per worker, so a worker never idles waiting for its next task."""
 
 
 class Executor(ABC):

@@ -12,15 +12,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from parcat.errors import ConfigError
+from parcat.ipc.process import START_METHODS
 from parcat.missions import Mission
-from parcat.parallel.config import StepperConfig
 from parcat.parallel.executors import Executor, InlineExecutor, ThreadExecutor
 from parcat.parallel.planner import ExecutorKind, Plan, PolicyStrategy, Workload, make_plan
 from parcat.parallel.process_executor import ProcessExecutor
-from parcat.parallel.procs import START_METHODS
-from parcat.parallel.resources import available_cpus, visible_gpus
 from parcat.policies.specs import PolicySpec
+from parcat.resources import available_cpus, visible_gpus
 from parcat.rollout import EpisodeRunner, EpisodeTask
+from parcat.stepping.config import StepperConfig
 
 HANDOFF_S = 20e-6
 """Cost of handing a step to a spinning policy worker and back, with margin: the

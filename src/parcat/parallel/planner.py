@@ -1,8 +1,8 @@
 """The resource planner: a pure function from resources × workload to a plan.
 
-Measuring the machine (CPUs, GPUs, the cost of a policy step) lives in
-:mod:`parcat.parallel.resources`; this module only decides. The rules come from what was
-measured on the target machines (see ../shared/DESIGN.md and BENCHMARKS.md):
+Measuring the machine (CPUs, GPUs) lives in :mod:`parcat.resources` and measuring the
+workload in :mod:`parcat.parallel.launch`; this module only decides. The rules come from
+what was measured on the target machines (BENCHMARKS.md):
 
 - whole episodes per worker reach 0.93–1.0 efficiency, so episode-level parallelism takes
   the budget first whenever there are at least as many episodes as workers;
@@ -17,15 +17,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-
-class PolicyStrategy(str, enum.Enum):
-    """How an episode steps its agents' policies (``--policy-strategy``)."""
-
-    AUTO = "auto"
-    INLINE = "inline"
-    THREAD = "thread"
-    PROCESS = "process"
-    BATCH = "batch"
+from parcat.stepping.strategy import PolicyStrategy
 
 
 class ExecutorKind(str, enum.Enum):

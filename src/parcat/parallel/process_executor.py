@@ -21,17 +21,16 @@ import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection, wait
-from multiprocessing.process import BaseProcess
 from typing import Any
 
 from parcat import seeding
 from parcat.errors import ConfigError
-from parcat.parallel import procs
-from parcat.parallel.config import StepperConfig
+from parcat.ipc.process import Worker, get_context, wait_any
+from parcat.parallel.episode_worker import episode_worker_main
 from parcat.parallel.executors import Executor, ResultCallback
 from parcat.results import EpisodeResult, EpisodeStatus, ErrorInfo
 from parcat.rollout import EpisodeTask
+from parcat.stepping.config import StepperConfig
 
 PREFETCH = 2
 """Tasks queued per worker, so a worker never idles waiting for its next task."""
@@ -40,10 +39,11 @@ WAIT_S = 0.5
 
 
 @dataclass(eq=False)  # compared by identity: fields hold processes and pipes
-class _Worker:
+class _Lane:
+    """An episode worker and the tasks it has been sent."""
+
     index: int
-    process: BaseProcess
-    conn: Connection
+    worker: Worker
     inflight: collections.deque[int] = field(default_factory=collections.deque)
     head_started: float = 0.0
 
@@ -82,23 +82,21 @@ class ProcessExecutor(Executor):
         self.trace = trace
         self.retries = retries
         self.timeout = episode_timeout_s
-        self._ctx = procs.get_context(start_method)
-        self._workers: list[_Worker] = []
+        self._ctx = get_context(start_method)
+        self._workers: list[_Lane] = []
         self._events: list[dict[str, Any]] = []
         # an executor that is never closed must not keep the interpreter from exiting
         weakref.finalize(self, _stop_all, self._workers)
 
-    def _start(self, index: int) -> _Worker:
-        from parcat.parallel.worker_main import episode_worker_main
-
+    def _start(self, index: int) -> _Lane:
         gpu = self.gpus[index % len(self.gpus)] if self.gpus else None
-        process, conn = procs.start_worker(
-            self._ctx,
+        worker = Worker(
             episode_worker_main,
             (self.stepper, self.blas_threads, gpu, f"episode-worker-{index}", self.trace),
             f"parcat-episode-{index}",
+            ctx=self._ctx,
         )
-        return _Worker(index, process, conn)
+        return _Lane(index, worker)
 
     def run(
         self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None = None
@@ -112,13 +110,12 @@ class ProcessExecutor(Executor):
             for worker in self._workers:
                 self._feed(worker, run)
             busy = [w for w in self._workers if w.inflight]
-            waitables: list[Any] = [w.conn for w in busy] + [w.process.sentinel for w in busy]
-            wait(waitables, timeout=self._next_wait(busy))
+            wait_any([w.worker for w in busy], timeout=self._next_wait(busy))
             for worker in busy:
                 self._collect(worker, run)
         return [r for r in run.results if r is not None]
 
-    def _feed(self, worker: _Worker, run: _Run) -> None:
+    def _feed(self, worker: _Lane, run: _Run) -> None:
         # queue a second task only while there is work for every worker: at the tail a
         # task queued behind a slow episode would wait while another worker idles
         depth = PREFETCH if len(run.pending) >= len(self._workers) else 1
@@ -128,33 +125,33 @@ class ProcessExecutor(Executor):
                 worker.head_started = time.monotonic()
             worker.inflight.append(index)
             try:
-                worker.conn.send(("task", index, run.tasks[index]))
+                worker.worker.conn.send(("task", index, run.tasks[index]))
             except OSError:
                 return  # the worker is dead: _collect notices and requeues
 
-    def _next_wait(self, busy: list[_Worker]) -> float:
+    def _next_wait(self, busy: list[_Lane]) -> float:
         if self.timeout is None or not busy:
             return WAIT_S
         now = time.monotonic()
         first_deadline = min(w.head_started + self.timeout for w in busy)
         return max(0.0, min(WAIT_S, first_deadline - now))
 
-    def _collect(self, worker: _Worker, run: _Run) -> None:
+    def _collect(self, worker: _Lane, run: _Run) -> None:
         try:
-            while worker.inflight and worker.conn.poll():
+            while worker.inflight and worker.worker.conn.poll():
                 self._receive_one(worker, run)
         except (EOFError, OSError):
             pass  # the worker died: handled below
         if not worker.inflight:
             return
-        if not worker.process.is_alive():
+        if not worker.worker.alive:
             self._lost(worker, run, timed_out=False)
         elif self.timeout is not None and time.monotonic() - worker.head_started > self.timeout:
             self._lost(worker, run, timed_out=True)
 
-    def _receive_one(self, worker: _Worker, run: _Run) -> None:
+    def _receive_one(self, worker: _Lane, run: _Run) -> None:
         try:
-            kind, index, payload, events = worker.conn.recv()
+            kind, index, payload, events = worker.worker.conn.recv()
         except (EOFError, OSError):
             raise
         except Exception as exc:  # a result that cannot be unpickled
@@ -169,16 +166,14 @@ class ProcessExecutor(Executor):
         self._events.extend(events)
         run.finish(index, payload)
 
-    def _lost(self, worker: _Worker, run: _Run, timed_out: bool) -> None:
+    def _lost(self, worker: _Lane, run: _Run, timed_out: bool) -> None:
         """The worker's current episode ended it (death or timeout): replace the worker."""
         index = worker.inflight.popleft()
         task = run.tasks[index]
-        procs.stop_worker(worker.process, None, grace_s=1.0)
-        how = procs.describe_exit(worker.process)
-        with_conn = worker.conn
+        worker.worker.stop(grace_s=1.0, terminate=True)
+        how = worker.worker.describe()
         run.pending.extendleft(reversed(worker.inflight))
         worker.inflight.clear()
-        with_conn.close()
         self._workers[self._workers.index(worker)] = self._start(worker.index)
         if timed_out:
             run.finish(index, _failed(
@@ -194,9 +189,13 @@ class ProcessExecutor(Executor):
         tries = run.attempts[index]
         run.finish(index, _failed(
             task, "WorkerError",
-            f"episode worker died ({how}) while running this episode "
+            f"episode worker {how} while running this episode "
             f"({tries} attempt{'s' if tries > 1 else ''})",
         ))
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the episode workers."""
+        return [lane.worker.pid for lane in self._workers if lane.worker.pid]
 
     def trace_events(self) -> list[dict[str, Any]]:
         """Events shipped back by the workers."""
@@ -208,12 +207,11 @@ class ProcessExecutor(Executor):
         _stop_all(self._workers, force)
 
 
-def _stop_all(workers: list[_Worker], force: bool = False) -> None:
+def _stop_all(workers: list[_Lane], force: bool = False) -> None:
     grace = 0.5 if force else 5.0
     for worker in workers:
-        if worker.inflight or force:
-            worker.process.terminate()  # busy: SIGTERM makes it clean up and exit
-        procs.stop_worker(worker.process, worker.conn, grace_s=grace)
+        # busy: SIGTERM makes it clean up and exit
+        worker.worker.stop(grace_s=grace, terminate=bool(worker.inflight) or force)
     workers.clear()
 
 

@@ -5,28 +5,23 @@ process). At most ``workers`` tasks are in flight, sized by the planner's CPUs (
 per task. Ray retries a task whose worker died (``max_retries``); because an episode is a
 pure function of its seeds a retry reproduces it, and results are de-duplicated by task
 index. An episode past ``episode_timeout_s`` is cancelled with ``ray.cancel(force=True)``
-and recorded as a timeout. User code reaches the workers through the runtime
-environment: the driver's ``sys.path`` on a local cluster, the working directory (without
-``.venv``, ``.git``, ``runs``) on a remote one.
+and recorded as a timeout. Connecting to the cluster: :mod:`parcat.raycluster`.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from parcat import seeding
-from parcat.errors import ConfigError
-from parcat.parallel.config import StepperConfig
+from parcat import raycluster, seeding
 from parcat.parallel.executors import Executor, ResultCallback
+from parcat.raycluster import import_ray
 from parcat.results import EpisodeResult, EpisodeStatus, ErrorInfo
 from parcat.rollout import EpisodeRunner, EpisodeTask
+from parcat.stepping.config import StepperConfig
 
-EXCLUDES = [".venv", ".git", "runs", "__pycache__", "*.npz", ".mypy_cache", ".ruff_cache"]
+__all__ = ["RayExecutor", "import_ray"]
 _RUNNER: EpisodeRunner | None = None
 
 
@@ -36,21 +31,6 @@ def _run_task(stepper: StepperConfig, task: EpisodeTask) -> EpisodeResult:
     if _RUNNER is None:
         _RUNNER = EpisodeRunner(stepper.make_stepper())
     return _RUNNER.run(task)
-
-
-def import_ray() -> Any:
-    """Import Ray or explain how to get it.
-
-    Raises:
-        ConfigError: Ray is not installed.
-    """
-    try:
-        import ray
-    except ImportError as exc:
-        raise ConfigError(
-            "--backend ray needs Ray: pip install 'parcat[ray]' (or pip install ray)"
-        ) from exc
-    return ray
 
 
 class RayExecutor(Executor):
@@ -76,25 +56,11 @@ class RayExecutor(Executor):
         self.workers = max(1, workers)
         self.stepper = stepper or StepperConfig()
         self.timeout = episode_timeout_s
-        self._owns_cluster = False
-        if not self.ray.is_initialized():
-            self._connect(address)
+        self._owns_cluster = raycluster.connect(address, num_cpus=self.workers)
         self._remote = self.ray.remote(
             num_cpus=cpus_per_task, num_gpus=gpus_per_task, max_retries=retries,
             retry_exceptions=False,
         )(_run_task)
-
-    def _connect(self, address: str | None) -> None:
-        runtime_env: dict[str, Any]
-        if address is None:
-            runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}}
-            self.ray.init(num_cpus=self.workers, include_dashboard=False, log_to_driver=False,
-                          runtime_env=runtime_env, configure_logging=False)
-        else:
-            runtime_env = {"working_dir": str(Path.cwd()), "excludes": EXCLUDES}
-            self.ray.init(address=address, runtime_env=runtime_env, log_to_driver=False,
-                          configure_logging=False)
-        self._owns_cluster = True
 
     def run(
         self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None = None
@@ -153,8 +119,8 @@ class RayExecutor(Executor):
 
     def close(self, force: bool = False) -> None:
         """Shut down the local cluster this executor started."""
-        if self._owns_cluster and self.ray.is_initialized():
-            self.ray.shutdown()
+        if self._owns_cluster:
+            raycluster.disconnect()
             self._owns_cluster = False
 
 

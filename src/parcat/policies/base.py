@@ -1,30 +1,17 @@
-"""The policy contract and what a policy is told about the agent it plays."""
+"""The policy contract and what a policy is told about the agent it plays.
+
+:class:`AgentSpec` is defined with the environment contract (missions build it from an
+environment) and re-exported here, where policy authors look for it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-import gymnasium
+from parcat.envs.base import AgentSpec
 
-
-@dataclass(frozen=True)
-class AgentSpec:
-    """Everything a policy factory may know about the agent it will play."""
-
-    mission: str
-    """Name of the mission, e.g. ``"harvest"``."""
-    agent_id: Any
-    """The environment's id of the agent (any hashable)."""
-    agent_index: int
-    """Position of the agent in ``env.possible_agents``."""
-    observation_space: gymnasium.spaces.Space[Any]
-    """What the agent observes."""
-    action_space: gymnasium.spaces.Space[Any]
-    """What the agent may do."""
-    params: Mapping[str, Any] = field(default_factory=dict)
-    """The mission's environment parameters (map size, number of agents, ...)."""
+__all__ = ["AgentSpec", "BatchPolicy", "Policy", "PolicyFactory"]
 
 
 @runtime_checkable

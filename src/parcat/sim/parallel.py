@@ -19,16 +19,13 @@ compute time; and the first step(s) may run on the neutral action before any arr
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
-from multiprocessing.process import BaseProcess
 from typing import Any, NoReturn
 
 from parcat.errors import WorkerError
-from parcat.parallel import procs
+from parcat.ipc.process import ErrorReport, Worker, get_context, stop_all, wait_any
 from parcat.sim.agent import CycleStats, describe_agent
 from parcat.sim.config import SimConfig
 from parcat.sim.progress import SimProgress
@@ -54,9 +51,10 @@ class RemoteTraceback(Exception):
 
 @dataclass(eq=False)  # compared by identity: fields hold processes and pipes
 class _Child:
+    """A simulation process and how messages name it."""
+
     label: str
-    process: BaseProcess
-    conn: Connection
+    worker: Worker
 
 
 def run_parallel(config: SimConfig, fast: bool = False,
@@ -76,7 +74,7 @@ def run_parallel(config: SimConfig, fast: bool = False,
     block = attach_block(config)
     children: list[_Child] = []
     try:
-        ctx = procs.get_context(start_method)
+        ctx = get_context(start_method)
         children.append(_start(ctx, "the environment", env_main, (config, block.name, fast)))
         for slot, agent in enumerate(config.process_agents):
             children.append(_start(ctx, describe_agent(agent), agent_main,
@@ -84,7 +82,7 @@ def run_parallel(config: SimConfig, fast: bool = False,
         _await_ready(children)
         t0_ns = time.monotonic_ns() + START_MARGIN_NS
         for child in children:
-            child.conn.send(("start", t0_ns))
+            child.worker.send(("start", t0_ns))
         interrupted = False
         try:
             done = _monitor(children, block, config, t0_ns, on_progress)
@@ -94,7 +92,7 @@ def run_parallel(config: SimConfig, fast: bool = False,
             interrupted = True
     finally:
         block.stop()
-        _stop_all(children)
+        stop_all(c.worker for c in children)
         block.close()
     result, cycles, wall_s = done
     return make_record(config, "parallel", fast, result, {**cycles, **result.cycles}, wall_s,
@@ -103,8 +101,7 @@ def run_parallel(config: SimConfig, fast: bool = False,
 
 def _start(ctx: Any, label: str, target: Callable[..., None], args: tuple[Any, ...]) -> _Child:
     name = "parcat-sim-env" if target is env_main else f"parcat-sim-agent-{args[1]}"
-    process, conn = procs.start_worker(ctx, target, args, name)
-    return _Child(label, process, conn)
+    return _Child(label, Worker(target, args, name, ctx=ctx))
 
 
 def _await_ready(children: list[_Child]) -> None:
@@ -115,11 +112,9 @@ def _await_ready(children: list[_Child]) -> None:
         if remaining <= 0:
             labels = ", ".join(c.label for c in waiting.values())
             raise WorkerError(f"not ready after {READY_TIMEOUT_S:.0f} s: {labels}")
-        objects = [c.conn for c in waiting.values()] + [c.process.sentinel
-                                                         for c in waiting.values()]
-        wait(objects, timeout=min(remaining, 1.0))
+        wait_any([c.worker for c in waiting.values()], timeout=min(remaining, 1.0))
         for child in list(waiting.values()):
-            alive = child.process.is_alive()
+            alive = child.worker.alive
             message = _poll(child)
             if message is not None and message[0] == "ready":
                 del waiting[id(child)]
@@ -136,8 +131,7 @@ def _monitor(children: list[_Child], block: SimBlock, config: SimConfig, t0_ns: 
     last_step, last_move = -1, time.monotonic()
     next_report = time.monotonic() + PROGRESS_EVERY_S
     while True:
-        objects = [c.conn for c in children] + [c.process.sentinel for c in children]
-        wait(objects, timeout=0.25)
+        wait_any([c.worker for c in children], timeout=0.25)
         step = int(block.header[H_STEP])
         for child in children:
             done = _check(child, child is env, step)
@@ -158,7 +152,7 @@ def _monitor(children: list[_Child], block: SimBlock, config: SimConfig, t0_ns: 
 def _check(child: _Child, is_env: bool, step: int,
            ) -> tuple[WorldResult, dict[int, CycleStats], float] | None:
     """The environment's result if it is done; raise if the child failed or died."""
-    alive = child.process.is_alive()
+    alive = child.worker.alive
     message = _poll(child)  # after is_alive: a child that reported and exited is read
     if message is not None and message[0] == "done" and is_env:
         return message[1], message[2], message[3]
@@ -173,20 +167,21 @@ def _collect(env: _Child) -> tuple[WorldResult, dict[int, CycleStats], float]:
     """The environment's record after a stop; Ctrl-C again if it does not come."""
     deadline = time.monotonic() + COLLECT_TIMEOUT_S
     while time.monotonic() < deadline:
-        wait([env.conn, env.process.sentinel], timeout=0.25)
+        wait_any([env.worker], timeout=0.25)
         message = _poll(env)
         if message is not None and message[0] == "done":
             return message[1], message[2], message[3]
-        if message is not None or not env.process.is_alive():
+        if message is not None or not env.worker.alive:
             break
     raise KeyboardInterrupt
 
 
 def _poll(child: _Child) -> tuple[Any, ...] | None:
     """The child's next message, if one is waiting (``None`` on a broken pipe too)."""
+    conn = child.worker.conn
     try:
-        if child.conn.poll():
-            message: tuple[Any, ...] = child.conn.recv()
+        if conn.poll():
+            message: tuple[Any, ...] = conn.recv()
             return message
     except (EOFError, OSError):
         return None
@@ -195,20 +190,10 @@ def _poll(child: _Child) -> tuple[Any, ...] | None:
 
 def _raise_for(child: _Child, message: tuple[Any, ...], step: int) -> NoReturn:
     if message[0] == "error":
-        _, _agent, text, formatted = message
-        raise WorkerError(text) from RemoteTraceback(formatted)
+        report: ErrorReport = message[1]
+        raise WorkerError(report.message) from RemoteTraceback(report.traceback)
     raise WorkerError(f"{child.label} sent an unexpected message {message[0]!r} at step {step}")
 
 
 def _raise_died(child: _Child, step: int) -> NoReturn:
-    child.process.join(0.1)
-    raise WorkerError(f"{child.label} process died ({procs.describe_exit(child.process)}) "
-                      f"at env step {step}")
-
-
-def _stop_all(children: list[_Child]) -> None:
-    for child in children:
-        with contextlib.suppress(OSError, ValueError):
-            child.conn.send(("close",))
-    for child in children:
-        procs.stop_worker(child.process, child.conn)
+    raise WorkerError(f"{child.label} process {child.worker.describe()} at env step {step}")

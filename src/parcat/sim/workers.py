@@ -1,6 +1,6 @@
 """Entry points of a parallel simulation's processes: the environment and each agent.
 
-Both start with ``(conn, parent_pid, ...)`` (see :func:`parcat.parallel.procs.start_worker`),
+Both start with ``(conn, parent_pid, ...)`` (see :class:`parcat.ipc.process.Worker`),
 build what they need, attach the shared block, send ``("ready",)`` and wait for
 ``("start", t0_ns)``: ``t0_ns`` is a ``time.monotonic_ns()`` instant (the clock is shared by
 every process of the machine) from which all schedules count.
@@ -14,7 +14,8 @@ every process of the machine) from which all schedules count.
   time and its cycle statistics, and moves to the first boundary after the computation
   ended (boundaries it ran past are counted as missed).
 
-A process that raises sends ``("error", agent, message, traceback)``; the shared STOP flag
+A process that raises sends ``("error", ErrorReport)`` (the agent, a message naming it,
+and the traceback); the shared STOP flag
 ends every loop; SIGTERM (the parent's last resort) exits through ``SystemExit``.
 """
 
@@ -23,13 +24,11 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
-from parcat.parallel.procs import become_worker
-from parcat.parallel.resources import limit_blas_threads
-from parcat.parallel.shm import Codec
+from parcat.ipc.process import ErrorReport, become_worker
+from parcat.ipc.shm import Codec
 from parcat.sim.agent import (
     AgentFailure,
     AgentRunner,
@@ -66,8 +65,7 @@ def sleep_until(deadline_ns: int, block: SimBlock) -> bool:
 def env_main(conn: Connection, parent_pid: int, config: SimConfig, block_name: str,
              fast: bool) -> None:
     """Run the environment of a parallel simulation."""
-    become_worker(parent_pid)
-    limit_blas_threads(1)  # one process per agent already: threads would only oversubscribe
+    become_worker(parent_pid)  # one BLAS thread: one process per agent already
     world: World | None = None
     block: SimBlock | None = None
     try:
@@ -140,7 +138,6 @@ def agent_main(conn: Connection, parent_pid: int, config: SimConfig, slot: int,
                block_name: str) -> None:
     """Run one agent of a parallel simulation (``slot``: its index among process agents)."""
     become_worker(parent_pid)
-    limit_blas_threads(1)
     agent = config.process_agents[slot]
     block: SimBlock | None = None
     try:
@@ -183,6 +180,6 @@ def _run_agent(runner: AgentRunner, block: SimBlock, slot: int, t0_ns: int) -> N
 
 
 def _report(conn: Connection, agent: str | None, text: str, exc: BaseException) -> None:
-    formatted = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    report = ErrorReport.from_exception(exc, agent)
     with contextlib.suppress(OSError, ValueError):
-        conn.send(("error", agent, text, formatted))
+        conn.send(("error", ErrorReport(report.kind, text, report.traceback, agent)))

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from parcat import seeding
+from parcat.ipc.shm import Codec
 from parcat.missions import close_env
-from parcat.parallel.shm import Codec
 from parcat.policies.builtin import noop_action
 from parcat.sim.agent import AgentRunner, CycleStats, InForce
 from parcat.sim.config import SimConfig

@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 
 from parcat.train.dqn import DQNLearner
-from parcat.train.learner_process import Batch, LearnerProcess, Round
+from parcat.train.learner_process import Batch, LearnerWorker, Round
 
 
 class AsyncLearning:
-    """Feeds a :class:`LearnerProcess` and swaps its weights into the acting learners.
+    """Feeds a :class:`LearnerWorker` and swaps its weights into the acting learners.
 
     Args:
         learners: The acting learners by name (one per agent, or ``shared``).
@@ -28,7 +28,7 @@ class AsyncLearning:
                  on_event: Callable[[str, int], None], parallel: bool = False,
                  threads: int = 0) -> None:
         self.learners = learners
-        self.process = LearnerProcess(learners, train_steps, parallel=parallel, threads=threads)
+        self.process = LearnerWorker(learners, train_steps, parallel=parallel, threads=threads)
         self.on_event = on_event
         self.pending: dict[str, list[Batch]] = {name: [] for name in learners}
         self.losses: dict[str, float] = {name: math.nan for name in learners}

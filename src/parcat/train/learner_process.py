@@ -11,15 +11,22 @@ collection went on while the learner trained.
 
 from __future__ import annotations
 
-import contextlib
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
 
-from parcat.parallel import procs
+from parcat.ipc.process import (
+    Worker,
+    WorkerLostError,
+    become_worker,
+    get_context,
+    report_error,
+    serve,
+)
 from parcat.train.dqn import DQNLearner
 
 Batch = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -39,7 +46,7 @@ class Round:
     """... and when it ended: more means collection went on meanwhile."""
 
 
-class LearnerProcess:
+class LearnerWorker:
     """Trains copies of ``learners`` (by name) in another process.
 
     Args:
@@ -53,14 +60,14 @@ class LearnerProcess:
     def __init__(self, learners: dict[str, DQNLearner], train_steps: int,
                  start_method: str | None = None, parallel: bool = False,
                  threads: int = 0) -> None:
-        ctx = procs.get_context(start_method)
+        ctx = get_context(start_method)
         self.counter: Any = ctx.Value("q", 0, lock=False)
         payload = {name: (lr.obs_dim, lr.num_actions, lr.config, lr.state_dict())
                    for name, lr in learners.items()}
         pool_size = (threads or len(payload)) if parallel else 0
-        self.process, self.conn = procs.start_worker(
-            ctx, learner_main, (payload, train_steps, self.counter, pool_size), "parcat-learner"
-        )
+        self.worker = Worker(learner_main, (payload, train_steps, self.counter, pool_size),
+                             "parcat-learner", ctx=ctx)
+        self.conn = self.worker.conn
         self.busy = False
 
     def collected(self) -> None:
@@ -69,7 +76,7 @@ class LearnerProcess:
 
     def submit(self, epoch: int, batches: dict[str, Batch]) -> None:
         """Start a training round on these new transitions (returns at once)."""
-        self.conn.send(("train", epoch, batches))
+        self._send(("train", epoch, batches))
         self.busy = True
 
     def result(self) -> Round:
@@ -80,71 +87,69 @@ class LearnerProcess:
         """
         message = self._recv()
         self.busy = False
-        if message[0] == "error":
-            raise RuntimeError(f"learner process raised {message[1]}: {message[2]}")
         return message[1]
 
     def states(self) -> dict[str, dict[str, np.ndarray]]:
         """Every learner's full state (after the running round, if any)."""
-        self.conn.send(("state",))
-        message = self._recv()
-        if message[0] == "error":
-            raise RuntimeError(f"learner process raised {message[1]}: {message[2]}")
+        self._send(("state",))
+        message: Any = self._recv()
         return message[1]
 
-    def _recv(self) -> Any:
+    def _send(self, message: Any) -> None:
+        try:
+            self.worker.send(message)
+        except WorkerLostError as exc:
+            raise RuntimeError(f"learner process {self.worker.describe()}") from exc
+
+    def _recv(self) -> tuple[Any, ...]:
+        # a round may take as long as training does: no deadline, but a death is seen at once
         while True:
-            ready = wait([self.conn, self.process.sentinel], timeout=1.0)
-            if self.conn in ready:
-                try:
-                    return self.conn.recv()
-                except (EOFError, OSError) as exc:
-                    raise RuntimeError(f"learner process {procs.describe_exit(self.process)}") \
-                        from exc
-            if ready and not self.process.is_alive():
-                self.process.join(0.5)
-                raise RuntimeError(f"learner process died ({procs.describe_exit(self.process)})")
+            try:
+                message = self.worker.recv(timeout=3600.0)
+            except WorkerLostError as exc:
+                if self.worker.alive:
+                    continue
+                raise RuntimeError(f"learner process {self.worker.describe()}") from exc
+            if message[0] == "error":
+                report = message[1]
+                raise RuntimeError(f"learner process raised {report.summary}\n{report.traceback}")
+            return message
 
     def close(self) -> None:
         """Stop the learner process."""
-        procs.stop_worker(self.process, self.conn)
+        self.worker.stop()
 
 
 def learner_main(conn: Connection, parent_pid: int, payload: dict[str, Any], train_steps: int,
                  counter: Any, threads: int = 0) -> None:
     """Serve training rounds until told to close or the parent is gone."""
-    import sys
-    import traceback
-
-    procs.become_worker(parent_pid)
-    from concurrent.futures import ThreadPoolExecutor
-
+    become_worker(parent_pid)
     pool = ThreadPoolExecutor(threads) if threads > 1 and len(payload) > 1 else None
     learners = {}
     for name, (obs_dim, num_actions, config, state) in payload.items():
         learner = DQNLearner(obs_dim, num_actions, config)
         learner.load_state_dict(state)
         learners[name] = learner
-    try:
+
+    def loop() -> None:
         while True:
             message = conn.recv()
             try:
                 if message[0] == "close":
-                    break
+                    return
                 if message[0] == "state":
                     conn.send(("state", {n: lr.state_dict() for n, lr in learners.items()}))
                     continue
                 conn.send(("trained", _train(learners, message[1], message[2], train_steps,
                                              counter, pool)))
             except Exception as exc:
-                conn.send(("error", type(exc).__name__,
-                           "".join(traceback.format_exception_only(type(exc), exc)).strip()))
-    except (EOFError, OSError, SystemExit):
-        pass
-    finally:
-        with contextlib.suppress(OSError):
-            conn.close()
-    sys.exit(0)
+                report_error(conn, exc)
+
+    def cleanup() -> None:
+        if pool is not None:
+            pool.shutdown(wait=False)
+
+    serve(conn, loop, cleanup)
 
 
 def _train(learners: dict[str, DQNLearner], epoch: int, batches: dict[str, Batch],

@@ -17,19 +17,19 @@ from parcat.errors import CheckpointError
 from parcat.train.learner import Learner
 
 if TYPE_CHECKING:
+    from parcat.missions import Mission
     from parcat.train.config import TrainConfig
-    from parcat.train.trainer import Trainer
 
 POLICY = "parcat.policies.builtin:MLPPolicy"
 METRICS_FILES = ("metrics.jsonl", "metrics.csv")
 
 
-def save_checkpoint(trainer: Trainer, epoch: int) -> Path:
+def save_checkpoint(config: TrainConfig, mission: Mission, learners: dict[Any, Learner],
+                    epoch: int) -> Path:
     """Write the run directory atomically after ``epoch`` epochs."""
-    config, mission = trainer.config, trainer.mission
     specs = {s.agent_id: s for s in mission.agents()}
     agents = {}
-    for agent, learner in trainer.learners.items():
+    for agent, learner in learners.items():
         learner_any: Any = learner
         agents[str(agent)] = checkpoint.PolicyCheckpoint(
             policy=POLICY,

@@ -4,8 +4,7 @@
 every environment-worker layout. ``async`` mode hands each round's transitions to a
 learner process (:mod:`parcat.train.learner_process`), which trains its own copies while
 collection goes on; new weights come back whole and are swapped into the acting learners
-between two steps. (A learning *thread* was tried first: it shares the interpreter with
-the collection loop, and both slowed down — see BENCHMARKS.md.)
+between two steps.
 """
 
 from __future__ import annotations
@@ -20,9 +19,10 @@ from typing import Any
 import gymnasium
 import numpy as np
 
+from parcat import raycluster
 from parcat.errors import ConfigError
 from parcat.missions import Mission, load_mission
-from parcat.parallel.resources import available_cpus
+from parcat.resources import available_cpus
 from parcat.train.async_learning import AsyncLearning
 from parcat.train.config import LearningMode, TrainConfig
 from parcat.train.dqn import DQNConfig, DQNLearner
@@ -103,9 +103,9 @@ class Trainer:
         self.on_frame = on_frame
         self._learning: AsyncLearning | None = None
         self._pool: ThreadPoolExecutor | None = None
-        self._ray_started = config.backend == "ray" and _connect_ray(config.address)
-        self.vec = make_vecenv(self.mission, config)
+        self._ray_connected = config.backend == "ray" and raycluster.connect(config.address)
         try:
+            self.vec = make_vecenv(self.mission, config)
             self.learners = make_learners(self.vec, config)
             self.start_epoch = 0
             if resume:
@@ -149,7 +149,8 @@ class Trainer:
                 if (epoch + 1) % self.config.checkpoint_every == 0 or last:
                     if learning is not None:
                         learning.sync_states()
-                    report.checkpoint = str(save_checkpoint(self, epoch + 1))
+                    report.checkpoint = str(save_checkpoint(
+                        self.config, self.mission, self.learners, epoch + 1))
         except KeyboardInterrupt:
             report.interrupted = True
         finally:
@@ -249,10 +250,9 @@ class Trainer:
         vec = getattr(self, "vec", None)
         if vec is not None:
             vec.close()
-        if self._ray_started:
-            from parcat.parallel.ray_executor import import_ray
-
-            import_ray().shutdown()
+        if self._ray_connected:
+            raycluster.disconnect()
+            self._ray_connected = False
         if self._pool is not None:
             self._pool.shutdown()
 
@@ -271,27 +271,6 @@ def make_vecenv(mission: Mission, config: TrainConfig) -> VecEnv:
     return VecEnv(mission, config.env_workers, config.envs_per_worker, config.seed,
                   spin=spin, local_share=not asynchronous,
                   parent_spin=spin and not asynchronous, backend=config.backend)
-
-
-def _connect_ray(address: str) -> bool:
-    """Join (or start) a Ray cluster; True when this call started a local one."""
-    from parcat.parallel.ray_executor import import_ray
-
-    ray = import_ray()
-    if ray.is_initialized():
-        return False
-    import os
-    import sys
-    from pathlib import Path
-
-    if address:
-        ray.init(address=address, log_to_driver=False, configure_logging=False,
-                 runtime_env={"working_dir": str(Path.cwd()),
-                              "excludes": [".venv", ".git", "runs", "*.npz"]})
-    else:
-        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False,
-                 runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(sys.path)}})
-    return not address
 
 
 def check_trainable(mission: Mission) -> None:

@@ -1,4 +1,4 @@
-"""The step handoff between a process and one worker, over a shared-memory header.
+"""The request/done handoff between a process and one worker, over a shared-memory header.
 
 The parent bumps ``REQUEST``; the worker does the work and sets ``DONE`` to the same
 number. While the plan allows a spinner per core both sides spin on the header (a handoff
@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import time
 from multiprocessing.connection import Connection, wait
-from multiprocessing.process import BaseProcess
-from typing import Any
 
 import numpy as np
 
-from parcat.parallel import procs
-from parcat.parallel.shm import DONE, ERROR, MAIN_PARKED, REQUEST, WORKER_PARKED
+from parcat.ipc.layout import HandoffSlots
+from parcat.ipc.process import ErrorReport, Worker, WorkerLostError
+
+REQUEST = HandoffSlots.REQUEST
+DONE = HandoffSlots.DONE
+WORKER_PARKED = HandoffSlots.WORKER_PARKED
+ERROR = HandoffSlots.ERROR
+MAIN_PARKED = HandoffSlots.MAIN_PARKED
 
 PARENT_SPIN_S = 0.05
 """How long the parent spins for a result before parking (a long step: free the core)."""
@@ -28,18 +32,13 @@ POLL_EVERY = 1024
 """Spin iterations between two looks at the clock and the pipe."""
 
 
-class WorkerLostError(Exception):
-    """The worker process ended (or its pipe broke) while we waited for it."""
-
-
 class Handoff:
     """The parent's side of one worker's handoff."""
 
-    def __init__(self, header: np.ndarray, conn: Connection, process: BaseProcess,
-                 spin: bool) -> None:
+    def __init__(self, header: np.ndarray, worker: Worker, spin: bool) -> None:
         self.header = header
-        self.conn = conn
-        self.process = process
+        self.worker = worker
+        self.conn = worker.conn
         self.spin = spin
         self.requested = int(header[REQUEST])
 
@@ -53,19 +52,12 @@ class Handoff:
         """Whether the worker flagged an error with its last result."""
         return bool(self.header[ERROR])
 
-    def clear_error(self) -> None:
-        """Forget the error flag (after its message was read)."""
-        self.header[ERROR] = 0
-
     def request(self) -> None:
         """Ask for the next piece of work (its inputs are already in shared memory)."""
         self.requested += 1
         self.header[REQUEST] = self.requested
         if self.header[WORKER_PARKED]:
-            try:
-                self.conn.send(("wake",))
-            except OSError as exc:
-                raise WorkerLostError(self.describe()) from exc
+            self.worker.send(("wake",))
 
     def wait_done(self, deadline: float | None = None) -> bool:
         """Wait for the result of the last request; False if ``deadline`` passed first.
@@ -97,41 +89,32 @@ class Handoff:
                 remaining = 1.0 if deadline is None else deadline - time.perf_counter()
                 if remaining <= 0:
                     return False
-                ready = wait([self.conn, self.process.sentinel], min(remaining, 1.0))
+                ready = wait([self.conn, self.worker.process.sentinel], min(remaining, 1.0))
                 if self.conn in ready:
                     if header[ERROR]:
-                        return True  # the error message waits on the pipe for the caller
+                        return True  # the error report waits on the pipe for the caller
                     try:
                         self.conn.recv()  # a "done" wake-up
                     except (EOFError, OSError) as exc:
                         raise WorkerLostError(self.describe()) from exc
-                elif ready and not self.process.is_alive():
+                elif ready and not self.worker.process.is_alive():
                     raise WorkerLostError(self.describe())
         finally:
             header[MAIN_PARKED] = 0
         return True
 
-    def recv(self, timeout: float, skip: tuple[str, ...] = ("done", "wake")) -> tuple[Any, ...]:
-        """The next message that is not a wake-up, waiting at most ``timeout`` seconds.
+    def error(self, timeout: float = 10.0) -> ErrorReport:
+        """The report of the failure flagged with the last result (clears the flag).
 
         Raises:
-            WorkerLostError: the worker died, or said nothing in time.
+            WorkerLostError: the worker died, or sent no report in time.
         """
-        end = time.perf_counter() + timeout
-        while True:
-            remaining = end - time.perf_counter()
-            if remaining <= 0:
-                raise WorkerLostError(f"did not answer in {timeout:.0f} s")
-            ready = wait([self.conn, self.process.sentinel], remaining)
-            if self.conn in ready:
-                try:
-                    message = self.conn.recv()
-                except (EOFError, OSError) as exc:
-                    raise WorkerLostError(self.describe()) from exc
-                if message[0] not in skip:
-                    return tuple(message)
-            elif ready:
-                raise WorkerLostError(self.describe())
+        self.header[ERROR] = 0
+        message = self.worker.recv(timeout, skip=("done", "wake"))
+        if message[0] != "error":
+            raise WorkerLostError(f"{self.worker.name} sent {message[0]!r}, not its error")
+        report: ErrorReport = message[1]
+        return report
 
     def discard_messages(self) -> None:
         """Drop whatever an earlier, abandoned exchange left on the pipe."""
@@ -144,8 +127,7 @@ class Handoff:
 
     def describe(self) -> str:
         """How the worker ended, e.g. ``died (signal SIGKILL)``."""
-        self.process.join(0.5)
-        return f"died ({procs.describe_exit(self.process)})"
+        return self.worker.describe()
 
 
 class Serving:
@@ -184,10 +166,10 @@ class Serving:
         self.last = int(self.header[REQUEST])
         return self.last
 
-    def finish(self, request: int, error: tuple[object, ...] | None = None) -> None:
-        """Publish the result of ``request`` (an error message goes first, on the pipe)."""
+    def finish(self, request: int, error: ErrorReport | None = None) -> None:
+        """Publish the result of ``request`` (an error report goes first, on the pipe)."""
         if error is not None:
-            self.conn.send(("error", *error))
+            self.conn.send(("error", error))
             self.header[ERROR] = 1
         self.header[DONE] = request
         if self.header[MAIN_PARKED]:

@@ -3,7 +3,8 @@
 The episode's process keeps one share of the agents and hands the others to policy
 workers. Each step it writes the workers' observations into shared memory and raises
 their request flags (all dispatched before any is awaited), steps its own agents, then
-waits for the done flags and reads the actions (see :mod:`parcat.parallel.handoff`).
+waits for the done flags and reads the actions (see :mod:`parcat.ipc.handoff`). The
+workers run :func:`~parcat.stepping.policy_worker.policy_worker_main`.
 """
 
 from __future__ import annotations
@@ -12,18 +13,22 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
 from typing import Any, NoReturn
 
+from parcat.ipc.handoff import Handoff
+from parcat.ipc.process import (
+    ErrorReport,
+    Worker,
+    WorkerLostError,
+    WorkerRaisedError,
+    get_context,
+)
+from parcat.ipc.shm import Codec, SlotBlock
 from parcat.missions import Mission
-from parcat.parallel import procs
-from parcat.parallel.handoff import Handoff, WorkerLostError
-from parcat.parallel.shm import Codec, SlotBlock
-from parcat.parallel.steppers import STRAGGLER_WAIT_S, InlineStepper, PolicyStepError, Seat
-from parcat.parallel.trace import Tracer, now_us
-from parcat.parallel.worker_main import policy_worker_main
 from parcat.policies.builtin import noop_action
+from parcat.stepping.base import STRAGGLER_WAIT_S, InlineStepper, PolicyStepError, Seat
+from parcat.stepping.policy_worker import policy_worker_main
+from parcat.trace import Tracer, now_us
 
 SETUP_TIMEOUT_S = 120.0
 # a worker that cannot build a policy which this process could build has an environment
@@ -32,10 +37,11 @@ FALLBACK_ERRORS = {"ImportError", "ModuleNotFoundError", "AttributeError", "Pick
 
 
 @dataclass(eq=False)  # compared by identity: fields hold processes and pipes
-class _Worker:
+class _Host:
+    """A policy worker and what it hosts this episode."""
+
     index: int
-    process: BaseProcess
-    conn: Connection
+    worker: Worker
     block: SlotBlock | None = None
     handoff: Handoff | None = None
     layout: list[tuple[Any, Any]] = field(default_factory=list)
@@ -75,12 +81,12 @@ class ProcessStepper(InlineStepper):
         self.timeout = action_timeout_s
         self.blas_threads = blas_threads
         self.tracer = tracer
-        self._workers: list[_Worker] = []
+        self._workers: list[_Host] = []
         self._local: list[Any] = []
         self._late: dict[Any, int] = {}
         self._defaults: dict[Any, Any] = {}
         self._inline_specs: set[str] = set()
-        self._ctx = procs.get_context(start_method)
+        self._ctx = get_context(start_method)
 
     # -- episode set-up -------------------------------------------------------------
 
@@ -103,7 +109,7 @@ class ProcessStepper(InlineStepper):
 
     def _ensure_workers(self) -> None:
         for worker in list(self._workers):
-            if not worker.process.is_alive() or (
+            if not worker.worker.alive or (
                 worker.busy and not self._drain(worker, STRAGGLER_WAIT_S)
             ):
                 self._replace(worker)  # dead, or hung on a step of the last episode
@@ -116,43 +122,44 @@ class ProcessStepper(InlineStepper):
         while len(self._workers) < self.num_workers:
             self._workers.append(self._spawn(len(self._workers)))
 
-    def _spawn(self, index: int) -> _Worker:
-        process, conn = procs.start_worker(
-            self._ctx, policy_worker_main, (self.spin, self.blas_threads),
-            f"parcat-policy-{index}",
-        )
-        return _Worker(index, process, conn)
+    def _spawn(self, index: int) -> _Host:
+        worker = Worker(policy_worker_main, (self.spin, self.blas_threads),
+                        f"parcat-policy-{index}", ctx=self._ctx)
+        return _Host(index, worker)
 
-    def _replace(self, worker: _Worker) -> None:
+    def _replace(self, worker: _Host) -> None:
         self._stop(worker)
         self._workers[worker.index] = self._spawn(worker.index)
 
-    def _send_episode(self, worker: _Worker, mission: Mission) -> None:
+    def _send_episode(self, worker: _Host, mission: Mission) -> None:
         layout = [(s.agent.observation_space, s.agent.action_space) for s in worker.seats]
         if worker.block is None or layout != worker.layout:
             if worker.block is not None:
                 worker.block.close()
             codecs = [(Codec.for_space(o), Codec.for_space(a)) for o, a in layout]
             worker.block = SlotBlock(codecs)
-            worker.handoff = Handoff(worker.block.header, worker.conn, worker.process, self.spin)
+            worker.handoff = Handoff(worker.block.header, worker.worker, self.spin)
             worker.layout = layout
         try:
-            worker.conn.send(("episode", mission, worker.seats, worker.block.name))
-        except OSError:
+            worker.worker.send(("episode", mission, worker.seats, worker.block.name))
+        except WorkerLostError:
             self._died(worker)
 
-    def _await_ready(self, worker: _Worker, mission: Mission) -> list[Seat]:
+    def _await_ready(self, worker: _Host, mission: Mission) -> list[Seat]:
         """Wait for a worker's set-up; return seats that must step here instead."""
-        reply = self._recv(worker, SETUP_TIMEOUT_S)
-        if reply[0] == "ready":
+        try:
+            worker.worker.wait_ready(SETUP_TIMEOUT_S)
             return []
-        _, agent, kind, message, formatted = reply
-        if kind not in FALLBACK_ERRORS:
-            raise PolicyStepError(agent, "reset", (kind, message, formatted))
+        except WorkerLostError:
+            self._died(worker)
+        except WorkerRaisedError as exc:
+            report = exc.report
+        if report.kind not in FALLBACK_ERRORS:
+            raise PolicyStepError(report.agent, "reset", report)
         moved = worker.seats
         for name in sorted({s.spec.name for s in moved} - self._inline_specs):
             warnings.warn(
-                f"policy '{name}' cannot run in a policy worker ({kind}: {message}); "
+                f"policy '{name}' cannot run in a policy worker ({report.summary}); "
                 "stepping it inline",
                 RuntimeWarning,
                 stacklevel=2,
@@ -160,7 +167,10 @@ class ProcessStepper(InlineStepper):
             self._inline_specs.add(name)
         worker.seats = []
         self._send_episode(worker, mission)
-        self._recv(worker, SETUP_TIMEOUT_S)
+        try:
+            worker.worker.wait_ready(SETUP_TIMEOUT_S)
+        except (WorkerLostError, WorkerRaisedError):
+            self._died(worker)
         return moved
 
     # -- stepping -------------------------------------------------------------------
@@ -187,7 +197,7 @@ class ProcessStepper(InlineStepper):
                     actions[agent_id] = self._defaults[agent_id]
         return {a: actions[a] for a in live}
 
-    def _dispatch(self, worker: _Worker, obs: dict[Any, Any], live: set[Any]) -> bool:
+    def _dispatch(self, worker: _Host, obs: dict[Any, Any], live: set[Any]) -> bool:
         block, handoff = worker.block, worker.handoff
         if block is None or handoff is None or not worker.seats or handoff.busy:
             return False  # nothing to do, or still on an earlier, late step
@@ -208,7 +218,7 @@ class ProcessStepper(InlineStepper):
                 self._died(worker)
         return any_live
 
-    def _wait_done(self, worker: _Worker, deadline: float | None) -> bool:
+    def _wait_done(self, worker: _Host, deadline: float | None) -> bool:
         """Wait for the worker's actions; False when the deadline passed first."""
         handoff = worker.handoff
         assert handoff is not None
@@ -218,12 +228,14 @@ class ProcessStepper(InlineStepper):
         except WorkerLostError:
             self._died(worker)
         if handoff.failed:
-            handoff.clear_error()
-            _, agent, kind, message, formatted = self._recv(worker, 10.0)
-            raise PolicyStepError(agent, "policy", (kind, message, formatted))
+            try:
+                report = handoff.error()
+            except WorkerLostError:
+                self._died(worker)
+            raise PolicyStepError(report.agent, "policy", report)
         return True
 
-    def _collect(self, worker: _Worker, live: set[Any], actions: dict[Any, Any]) -> None:
+    def _collect(self, worker: _Host, live: set[Any], actions: dict[Any, Any]) -> None:
         block = worker.block
         assert block is not None
         for seat, slots, (_, codec) in zip(worker.seats, block.agents, block.codecs,
@@ -231,37 +243,33 @@ class ProcessStepper(InlineStepper):
             if seat.agent.agent_id in live:
                 actions[seat.agent.agent_id] = codec.read(slots.action)
 
-    def _recv(self, worker: _Worker, timeout: float) -> Any:
-        handoff = worker.handoff
-        assert handoff is not None
-        try:
-            return handoff.recv(timeout)
-        except WorkerLostError:
-            self._died(worker)
-
-    def _died(self, worker: _Worker) -> NoReturn:
-        how = worker.handoff.describe() if worker.handoff else "died"
+    def _died(self, worker: _Host) -> NoReturn:
+        how = worker.worker.describe()
         agent = worker.seats[0].agent.agent_id if worker.seats else None
         raise PolicyStepError(
-            agent, "policy", ("WorkerError", f"policy worker {worker.index} {how}", "")
+            agent, "policy", ErrorReport("WorkerError", f"policy worker {worker.index} {how}", "")
         )
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the policy workers."""
+        return [h.worker.pid for h in self._workers if h.worker.pid]
 
     def late_actions(self) -> dict[Any, int]:
         """Late steps per agent in this episode."""
         return dict(self._late)
 
-    def _drain(self, worker: _Worker, timeout: float) -> bool:
+    def _drain(self, worker: _Host, timeout: float) -> bool:
         end = time.perf_counter() + timeout
         while worker.busy:
-            if time.perf_counter() > end or not worker.process.is_alive():
+            if time.perf_counter() > end or not worker.worker.alive:
                 return False
             time.sleep(0.001)
         return True
 
     # -- shutdown -------------------------------------------------------------------
 
-    def _stop(self, worker: _Worker) -> None:
-        procs.stop_worker(worker.process, worker.conn)
+    def _stop(self, worker: _Host) -> None:
+        worker.worker.stop()
         if worker.block is not None:
             worker.block.close()
             worker.block = None

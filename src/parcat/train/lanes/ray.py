@@ -1,4 +1,4 @@
-"""Environment workers as Ray actors (``parcat train --backend ray``).
+"""Environments in a Ray actor (``parcat train --backend ray``).
 
 Each actor hosts one :class:`~parcat.train.envslice.EnvSlice` — the same code that steps
 environments in-process and in local workers — over its own arrays, and returns the
@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 
 from parcat.missions import Mission
+from parcat.raycluster import import_ray
 from parcat.train.envslice import ArraySpecs, EnvSlice
-
-OUTPUTS = ("obs", "final", "rew", "term", "trunc", "alive")
+from parcat.train.lanes.base import Command, EnvLane, LaneLostError, zero_arrays
 
 
 class EnvActor:
@@ -23,7 +23,7 @@ class EnvActor:
 
     def __init__(self, mission: Mission, first: int, count: int, seed: int,
                  specs: ArraySpecs) -> None:
-        self.arrays = {k: np.zeros(shape, dtype) for k, (shape, dtype) in specs.items()}
+        self.arrays = zero_arrays(specs)
         self.envs = EnvSlice(mission, first, count, seed, self.arrays)
 
     def reset(self, epoch: int) -> dict[str, np.ndarray]:
@@ -42,39 +42,35 @@ class EnvActor:
         return {k: v for k, v in self.arrays.items() if not k.startswith("act")}
 
 
-class RaySlot:
-    """The trainer's handle on one environment actor."""
+class RayLane(EnvLane):
+    """Environments hosted by one Ray actor (the cluster must be initialised)."""
 
     def __init__(self, mission: Mission, first: int, count: int, seed: int,
                  specs: ArraySpecs) -> None:
-        from parcat.parallel.ray_executor import import_ray
-
+        super().__init__(first, count)
+        self.arrays = zero_arrays(specs)
         self.ray = import_ray()
         actor_class = self.ray.remote(num_cpus=1)(EnvActor)
         self.actor = actor_class.remote(mission, first, count, seed, specs)
         self.pending: Any = None
 
-    def submit(self, cmd: str, arrays: dict[str, np.ndarray], epoch: int) -> None:
-        """Send a reset or step (with the slice's actions); do not wait."""
-        if cmd == "reset":
+    def submit(self, command: Command, epoch: int) -> None:
+        """Send a reset or step (with the lane's actions); do not wait."""
+        if command is Command.RESET:
             self.pending = self.actor.reset.remote(epoch)
         else:
-            actions = {k: v.copy() for k, v in arrays.items() if k.startswith("act")}
+            actions = {k: v.copy() for k, v in self.arrays.items() if k.startswith("act")}
             self.pending = self.actor.step.remote(actions)
 
-    def collect(self, arrays: dict[str, np.ndarray]) -> None:
-        """Wait for the last command and copy its results into ``arrays``.
-
-        Raises:
-            RuntimeError: the actor died or raised (the message says which).
-        """
+    def finish(self) -> None:
+        """Wait for the last command and copy its results into the arrays."""
         try:
             results = self.ray.get(self.pending)
         except self.ray.exceptions.RayError as exc:
             first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise RuntimeError(f"Ray environment actor failed: {first_line}") from exc
+            raise LaneLostError(f"Ray environment actor failed: {first_line}") from exc
         for key, value in results.items():
-            arrays[key][...] = value
+            self.arrays[key][...] = value
 
     def close(self) -> None:
         """Stop the actor."""

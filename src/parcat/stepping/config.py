@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from parcat.parallel.planner import PolicyStrategy
-from parcat.parallel.steppers import BatchStepper, InlineStepper, Stepper, ThreadStepper
-from parcat.parallel.trace import Tracer
+from parcat.stepping.base import InlineStepper, Stepper
+from parcat.stepping.batch import BatchStepper
+from parcat.stepping.strategy import PolicyStrategy
+from parcat.stepping.thread import ThreadStepper
+from parcat.trace import Tracer
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,7 @@ class StepperConfig:
         """Build the stepper this configuration describes."""
         strategy = self.strategy
         if strategy is PolicyStrategy.PROCESS and self.workers > 0:
-            from parcat.parallel.policy_workers import ProcessStepper
+            from parcat.stepping.process import ProcessStepper
 
             return ProcessStepper(
                 self.workers,

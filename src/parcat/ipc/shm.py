@@ -1,8 +1,10 @@
-"""Shared-memory slots for observations and actions, and the flags that hand them over.
+"""Named arrays in one shared-memory block, and codecs that copy values into them.
 
-One block per policy worker::
+An :class:`ArrayBlock` is a header (:data:`~parcat.ipc.layout.HEADER_SLOTS` ``int64``
+slots whose meaning :mod:`parcat.ipc.layout` defines) followed by named arrays, each
+64-byte aligned. A :class:`SlotBlock` lays out per-agent observation and action slots::
 
-    header  int64[8]   REQUEST seq, DONE seq, WORKER_PARKED, ERROR, MAIN_PARKED
+    header             see parcat.ipc.layout.HandoffSlots
     per hosted agent:  live flag, observation slot, action slot
 
 Observations and actions of ``Box`` spaces are copied as raw arrays and ``Discrete``
@@ -23,12 +25,11 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from parcat.parallel.procs import parent_alive
+from parcat.ipc.layout import HEADER_SLOTS
+from parcat.ipc.process import parent_alive
 
-REQUEST, DONE, WORKER_PARKED, ERROR, MAIN_PARKED = range(5)
 PREFIX = "parcat_"
 """Every block is named ``parcat_<creator pid>_<random>``, so leftovers can be found."""
-HEADER_SLOTS = 8
 ALIGN = 64
 
 
@@ -138,8 +139,6 @@ def remove_stale_blocks(folder: str = "/dev/shm") -> list[str]:
             os.unlink(os.path.join(folder, name))
             removed.append(name)
     return removed
-
-
 
 
 class ArrayBlock:

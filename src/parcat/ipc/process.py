@@ -1,0 +1,387 @@
+"""Worker processes: the one place they are started, watched and stopped.
+
+Workers start with ``forkserver`` (or ``spawn`` where there is none) — never plain fork,
+which copies locks held by other threads. Every worker is ``target(conn, parent_pid,
+*args)``; the parent holds a :class:`Worker`: the process, its end of a duplex pipe, and
+its state (:class:`WorkerState`). Every wait on a worker has a timeout and also watches
+the process sentinel, so a dead worker is noticed at once (:class:`WorkerLostError`).
+
+The messages a worker sends are tuples whose first item names them; the two every worker
+uses are ``("ready", ...)`` once it is set up and ``("error", ErrorReport)`` when something
+it ran raised — with the original formatted traceback. :meth:`Worker.wait_ready` is the
+handshake; :func:`report_error` the worker's side of an error.
+
+A worker learns that its parent died from the end-of-file on its pipe and from a watch
+thread; the parent stops workers with a polite message, then SIGTERM, then SIGKILL, each
+with a deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import multiprocessing as mp
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from multiprocessing.context import BaseContext
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from parcat.resources import BLAS_VARIABLES, limit_blas_threads
+
+START_METHODS = ("forkserver", "spawn")
+# modules the fork server imports once, so each worker it forks starts warm
+PRELOAD = [
+    "parcat.parallel.episode_worker",
+    "parcat.stepping.policy_worker",
+    "parcat.rollout",
+    "parcat.policies.builtin",
+    "parcat.envs.harvest",
+    "parcat.envs.evade",
+    "parcat.envs.goal_tasks",
+    "threadpoolctl",
+]
+STOP_GRACE_S = 2.0
+"""How long each step of stopping a worker (close, SIGTERM, SIGKILL) waits."""
+
+
+class WorkerLostError(Exception):
+    """The worker process ended (or its pipe broke, or it said nothing in time)."""
+
+
+@dataclass(frozen=True)
+class ErrorReport:
+    """What a worker sends back when code it ran raised."""
+
+    kind: str
+    """The exception's type name."""
+    message: str
+    """``str(exception)``."""
+    traceback: str
+    """The formatted traceback, as printed in the worker."""
+    agent: Any = None
+    """The agent whose code raised, where there was one."""
+
+    @classmethod
+    def from_exception(cls, exc: BaseException, agent: Any = None) -> ErrorReport:
+        """The report of ``exc`` (with its traceback)."""
+        formatted = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return cls(type(exc).__name__, str(exc), formatted, agent)
+
+    @property
+    def summary(self) -> str:
+        """``Kind: message`` on one line."""
+        return f"{self.kind}: {self.message}"
+
+
+class WorkerRaisedError(Exception):
+    """A worker reported an error; ``report`` holds it, traceback included."""
+
+    def __init__(self, worker: str, report: ErrorReport) -> None:
+        super().__init__(f"{worker} raised {report.summary}")
+        self.report = report
+
+
+class WorkerState(enum.Enum):
+    """Where a worker is in its life."""
+
+    STARTING = "starting"
+    """Started; has not said ``ready`` yet."""
+    READY = "ready"
+    """Said ``ready``: set up and serving."""
+    STOPPED = "stopped"
+    """Stopped by the parent and reaped."""
+    DEAD = "dead"
+    """Ended on its own (crash, signal, exit)."""
+
+
+def default_start_method() -> str:
+    """``forkserver`` where the platform has it, else ``spawn``."""
+    return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+
+
+def get_context(method: str | None = None) -> BaseContext:
+    """The multiprocessing context for ``method`` (default: :func:`default_start_method`)."""
+    method = method or default_start_method()
+    if method not in START_METHODS:
+        raise ValueError(f"start method must be one of {', '.join(START_METHODS)}, got {method!r}")
+    ctx = mp.get_context(method)
+    # workers run one BLAS thread unless the plan says otherwise; set before the fork
+    # server starts, OpenBLAS never spins up (and busy-waits on) a thread pool per worker
+    for name in BLAS_VARIABLES:
+        os.environ.setdefault(name, "1")
+    if method == "forkserver":
+        ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
+class Worker:
+    """The parent's handle on one worker process running ``target(conn, parent_pid, *args)``.
+
+    Args:
+        target: The worker's entry point (a module-level function).
+        args: Its arguments after ``(conn, parent_pid)``.
+        name: The process name (also used in messages).
+        start_method: ``forkserver`` or ``spawn`` (ignored when ``ctx`` is given).
+        ctx: A context from :func:`get_context`, when the caller needs it for more
+            (e.g. a shared ``Value``).
+    """
+
+    def __init__(self, target: Callable[..., Any], args: tuple[Any, ...], name: str,
+                 start_method: str | None = None, ctx: BaseContext | None = None) -> None:
+        ctx = ctx or get_context(start_method)
+        self.name = name
+        ours, theirs = ctx.Pipe(duplex=True)
+        # not a daemon: episode workers start policy workers of their own
+        self.process: BaseProcess = ctx.Process(  # type: ignore[attr-defined]
+            target=target, args=(theirs, os.getpid(), *args), name=name, daemon=False
+        )
+        with _main_without_missing_file():
+            self.process.start()
+        theirs.close()
+        self.conn: Connection = ours
+        self._ready = False
+        self._stopped = False
+
+    # -- state ------------------------------------------------------------------------
+
+    @property
+    def state(self) -> WorkerState:
+        """Where the worker is in its life."""
+        if self._stopped:
+            return WorkerState.STOPPED
+        if not self.process.is_alive():
+            return WorkerState.DEAD
+        return WorkerState.READY if self._ready else WorkerState.STARTING
+
+    @property
+    def alive(self) -> bool:
+        """Whether the process is running."""
+        return not self._stopped and self.process.is_alive()
+
+    @property
+    def pid(self) -> int | None:
+        """The process id."""
+        return self.process.pid
+
+    @property
+    def sentinel(self) -> int:
+        """Becomes ready when the process ends (for :func:`wait`)."""
+        return int(self.process.sentinel)
+
+    def describe(self) -> str:
+        """How the worker ended, e.g. ``died (signal SIGKILL)``."""
+        self.process.join(0.5)
+        return f"died ({describe_exit(self.process)})"
+
+    # -- messages ---------------------------------------------------------------------
+
+    def send(self, message: Any) -> None:
+        """Send a message (pickled).
+
+        Raises:
+            WorkerLostError: the pipe is broken (the worker is gone).
+        """
+        try:
+            self.conn.send(message)
+        except (OSError, ValueError) as exc:
+            raise WorkerLostError(f"{self.name} {self.describe()}") from exc
+
+    def poll(self) -> bool:
+        """Whether a message is waiting (also true at end-of-file)."""
+        try:
+            return self.conn.poll()
+        except (OSError, ValueError):
+            return True
+
+    def recv(self, timeout: float, skip: Sequence[str] = ()) -> tuple[Any, ...]:
+        """The next message whose name is not in ``skip``, waiting at most ``timeout`` s.
+
+        Raises:
+            WorkerLostError: the worker died, or said nothing in time.
+        """
+        end = time.monotonic() + timeout
+        while True:
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                raise WorkerLostError(f"{self.name} did not answer in {timeout:.0f} s")
+            ready = wait([self.conn, self.process.sentinel], remaining)
+            if self.conn in ready:
+                try:
+                    message = self.conn.recv()
+                except (EOFError, OSError) as exc:
+                    raise WorkerLostError(f"{self.name} {self.describe()}") from exc
+                if message[0] not in skip:
+                    return tuple(message)
+            elif ready:
+                raise WorkerLostError(f"{self.name} {self.describe()}")
+
+    def wait_ready(self, timeout: float) -> tuple[Any, ...]:
+        """The handshake: wait for ``("ready", ...)`` and return what follows it.
+
+        Raises:
+            WorkerRaisedError: the worker's set-up raised (its report is attached).
+            WorkerLostError: it died, or was not ready in time.
+        """
+        message = self.recv(timeout)
+        if message[0] == "ready":
+            self._ready = True
+            return message[1:]
+        if message[0] == "error":
+            raise WorkerRaisedError(self.name, message[1])
+        raise WorkerLostError(f"{self.name} sent {message[0]!r} instead of 'ready'")
+
+    # -- stopping ---------------------------------------------------------------------
+
+    def stop(self, grace_s: float = STOP_GRACE_S, terminate: bool = False) -> None:
+        """Ask the worker to close (or, with ``terminate``, SIGTERM it at once), then
+        SIGTERM, then SIGKILL it, ``grace_s`` apart; always reap it and close the pipe."""
+        if self._stopped:
+            return
+        if terminate and self.process.is_alive():
+            self.process.terminate()
+        with contextlib.suppress(OSError, ValueError):
+            self.conn.send(("close",))
+        self.process.join(grace_s)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(grace_s)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(grace_s)
+        with contextlib.suppress(OSError):
+            self.conn.close()
+        self._stopped = True
+
+
+def wait_any(workers: Iterable[Worker], timeout: float) -> None:
+    """Block until some worker sent a message or ended, or ``timeout`` passed."""
+    objects: list[Any] = []
+    for worker in workers:
+        objects += [worker.conn, worker.process.sentinel]
+    if objects:
+        wait(objects, timeout=timeout)
+    else:
+        time.sleep(timeout)
+
+
+def stop_all(workers: Iterable[Worker], grace_s: float = STOP_GRACE_S) -> None:
+    """Stop several workers: every one is asked to close before any is waited for."""
+    workers = list(workers)
+    for worker in workers:
+        with contextlib.suppress(OSError, ValueError):
+            worker.conn.send(("close",))
+    for worker in workers:
+        worker.stop(grace_s)
+
+
+@contextlib.contextmanager
+def _main_without_missing_file() -> Iterator[None]:
+    """Hide a ``__main__.__file__`` that is no file (``python -``, notebooks) or parcat's CLI.
+
+    A new worker re-runs the parent's main file to find user code; when that "file" is
+    ``<stdin>`` the worker would die on start-up, and when it is the ``parcat`` command it
+    would import the whole CLI (~100 ms, ~10 MB). Our workers only need importable modules.
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or path is None or (os.path.exists(path) and not _is_parcat_entry(path)):
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
+
+
+def _is_parcat_entry(path: str) -> bool:
+    name = os.path.basename(path)
+    return name == "parcat" or path.endswith(os.path.join("parcat", "__main__.py"))
+
+
+def describe_exit(process: BaseProcess) -> str:
+    """'exit code N' or 'signal SIGNAME' for a finished process."""
+    code = process.exitcode
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+def parent_alive(parent_pid: int) -> bool:
+    """Whether the process ``parent_pid`` still exists."""
+    try:
+        os.kill(parent_pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# -- the worker's side -----------------------------------------------------------------
+
+
+def become_worker(parent_pid: int, blas_threads: int = 1, check_every_s: float = 1.0) -> None:
+    """Set up a worker process: ignore Ctrl-C, clean up on SIGTERM, die with the parent.
+
+    Ctrl-C reaches the whole process group, but the parent decides how a run ends, so
+    workers ignore SIGINT. SIGTERM raises ``SystemExit`` so ``finally`` blocks release
+    shared memory and stop child workers. A daemon thread checks that the parent is alive
+    and sends this process SIGTERM when it is not (a SIGKILLed parent cannot tell us).
+    BLAS/OpenMP pools are capped at ``blas_threads``.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    limit_blas_threads(blas_threads)
+
+    def watch() -> None:
+        while True:
+            time.sleep(check_every_s)
+            if not parent_alive(parent_pid):
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5.0)
+                os._exit(1)  # cleanup is stuck in a native call: go anyway
+
+    threading.Thread(target=watch, name="parcat-parent-watch", daemon=True).start()
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def report_error(conn: Connection, exc: BaseException, agent: Any = None) -> None:
+    """Send ``("error", ErrorReport)`` for ``exc``; a broken pipe is ignored (parent gone)."""
+    with contextlib.suppress(OSError, ValueError):
+        conn.send(("error", ErrorReport.from_exception(exc, agent)))
+
+
+def serve(conn: Connection, loop: Callable[[], None], cleanup: Callable[[], None]) -> None:
+    """Run a worker's loop; exit quietly when the parent is gone or stops us, cleaned up.
+
+    Code the loop runs must report its own errors (:func:`report_error`); anything that
+    escapes is reported here before the worker exits.
+    """
+    try:
+        loop()
+    except (EOFError, OSError, SystemExit):
+        pass
+    except Exception as exc:
+        report_error(conn, exc)
+    finally:
+        cleanup()
+        with contextlib.suppress(OSError):
+            conn.close()
+    sys.exit(0)

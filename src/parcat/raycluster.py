@@ -1,0 +1,64 @@
+"""Joining or starting a Ray cluster: the one place eval and train do it.
+
+User code reaches Ray workers through the runtime environment: the driver's ``sys.path``
+on a local cluster this process starts, the working directory (without :data:`EXCLUDES`)
+on a remote one.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from parcat.errors import ConfigError
+
+EXCLUDES = [".venv", ".git", "runs", "__pycache__", "*.npz", ".mypy_cache", ".ruff_cache"]
+"""What never travels to a remote cluster with the working directory."""
+
+
+def import_ray() -> Any:
+    """Import Ray or explain how to get it.
+
+    Raises:
+        ConfigError: Ray is not installed.
+    """
+    try:
+        import ray
+    except ImportError as exc:
+        raise ConfigError(
+            "--backend ray needs Ray: pip install 'parcat[ray]' (or pip install ray)"
+        ) from exc
+    return ray
+
+
+def connect(address: str | None, num_cpus: int | None = None) -> bool:
+    """Join the cluster at ``address``, or start a local one (``None`` or empty).
+
+    Args:
+        address: A cluster address (``ray start --head`` prints it).
+        num_cpus: CPUs of a local cluster (default: Ray's own count).
+
+    Returns:
+        Whether this call connected (then the caller calls :func:`disconnect`); False when
+        Ray was already initialised by someone else.
+    """
+    ray = import_ray()
+    if ray.is_initialized():
+        return False
+    if address:
+        ray.init(address=address, log_to_driver=False, configure_logging=False,
+                 runtime_env={"working_dir": str(Path.cwd()), "excludes": EXCLUDES})
+    else:
+        path = os.pathsep.join(p for p in sys.path if p)
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
+    return True
+
+
+def disconnect() -> None:
+    """Leave the cluster (a local one this process started shuts down)."""
+    ray = import_ray()
+    if ray.is_initialized():
+        ray.shutdown()

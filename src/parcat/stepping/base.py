@@ -1,0 +1,136 @@
+"""Agent-level strategies: who computes the agents' actions within one episode.
+
+A :class:`Stepper` receives the episode's seats (agent, policy spec, seed) at the start of
+an episode and then maps observations to actions once per step. ``inline`` (here) calls
+every policy in this process; ``thread`` (:mod:`~parcat.stepping.thread`) hands some
+agents to threads (for policies that release the GIL); ``batch``
+(:mod:`~parcat.stepping.batch`) calls ``step_batch`` once for all agents that share a
+stateless policy; ``process`` (:mod:`~parcat.stepping.process`) hands some agents to
+persistent processes through shared memory.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from parcat.ipc.process import ErrorReport
+from parcat.missions import Mission
+from parcat.policies.base import AgentSpec, Policy
+from parcat.policies.specs import PolicySpec, make_policy
+
+STRAGGLER_WAIT_S = 5.0
+"""How long a new episode waits for a late policy step of the last one."""
+
+
+@dataclass(frozen=True)
+class Seat:
+    """One agent of one episode: who plays it and with which seed."""
+
+    agent: AgentSpec
+    """The agent (id, index, spaces)."""
+    spec: PolicySpec
+    """The policy that plays it."""
+    seed: int
+    """The seed for ``policy.reset``."""
+
+
+class PolicyStepError(Exception):
+    """A policy raised (here or in a worker) while acting for ``agent``."""
+
+    def __init__(self, agent: Any, phase: str, remote: ErrorReport | None = None):
+        super().__init__(agent, phase)
+        self.agent = agent
+        self.phase = phase
+        self.remote = remote
+        """The worker's report (type, message, traceback) when raised in a worker."""
+
+
+class PolicyCache:
+    """Policies kept alive between episodes, one per (mission, spec, agent index)."""
+
+    def __init__(self) -> None:
+        self._policies: dict[tuple[Mission, PolicySpec, int], Policy] = {}
+
+    def get(self, mission: Mission, seat: Seat) -> Policy:
+        """The policy for ``seat``, built on first use."""
+        key = (mission, seat.spec, seat.agent.agent_index)
+        policy = self._policies.get(key)
+        if policy is None:
+            policy = self._policies[key] = make_policy(seat.spec, mission, seat.agent)
+        return policy
+
+    def reset(self, mission: Mission, seats: Sequence[Seat]) -> dict[Any, Policy]:
+        """Policies for ``seats``, each reset with its seed."""
+        policies = {}
+        for seat in seats:
+            policy = self.get(mission, seat)
+            try:
+                policy.reset(seat.seed)
+            except Exception as exc:
+                raise PolicyStepError(seat.agent.agent_id, "reset") from exc
+            policies[seat.agent.agent_id] = policy
+        return policies
+
+    def forget(self, agent_index: int) -> None:
+        """Drop the policies of one agent, so the next episode builds new ones."""
+        for key in [k for k in self._policies if k[2] == agent_index]:
+            del self._policies[key]
+
+    def clear(self) -> None:
+        """Forget every policy."""
+        self._policies.clear()
+
+
+class Stepper(ABC):
+    """Computes every live agent's action for one step of an episode."""
+
+    name = "stepper"
+
+    @abstractmethod
+    def start(self, mission: Mission, seats: Sequence[Seat]) -> None:
+        """Prepare for an episode: build and reset the seats' policies."""
+
+    @abstractmethod
+    def act(self, obs: dict[Any, Any], live: Sequence[Any]) -> dict[Any, Any]:
+        """Actions for the ``live`` agents, keyed like ``obs``."""
+
+    def late_actions(self) -> dict[Any, int]:
+        """Per agent, how many steps used the default action because the policy was late."""
+        return {}
+
+    def close(self) -> None:  # noqa: B027 - most steppers hold nothing to release
+        """Release workers and memory."""
+
+
+class InlineStepper(Stepper):
+    """Every policy runs in this process, one agent after the other."""
+
+    name = "inline"
+
+    def __init__(self) -> None:
+        self.cache = PolicyCache()
+        self._step_fns: dict[Any, Any] = {}
+
+    def start(self, mission: Mission, seats: Sequence[Seat]) -> None:
+        """Build and reset the policies."""
+        policies = self.cache.reset(mission, seats)
+        self._step_fns = {agent_id: p.step for agent_id, p in policies.items()}
+
+    def act(self, obs: dict[Any, Any], live: Sequence[Any]) -> dict[Any, Any]:
+        """Call each live agent's policy in turn."""
+        step_fns = self._step_fns
+        actions = {}
+        agent_id = None
+        try:
+            for agent_id in live:
+                actions[agent_id] = step_fns[agent_id](obs[agent_id])
+        except Exception as exc:
+            raise PolicyStepError(agent_id, "policy") from exc
+        return actions
+
+    def close(self) -> None:
+        """Forget the policies."""
+        self.cache.clear()

@@ -1,0 +1,92 @@
+"""The policy worker process: hosts some agents of each episode for :mod:`.process`.
+
+It waits for a step request in shared memory (spinning while the plan allows a spinner
+per core, parked on its pipe otherwise), steps its agents' policies and flags the actions
+done. Control messages (a new episode, wake, close) travel on the pipe; a policy that
+raises is reported with the agent and its traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+from parcat.ipc.handoff import Serving
+from parcat.ipc.process import ErrorReport, become_worker, report_error, serve
+from parcat.ipc.shm import Codec, SlotBlock
+from parcat.missions import Mission
+from parcat.stepping.base import PolicyCache, Seat
+
+
+class _PolicyHost:
+    def __init__(self, conn: Connection, spin: bool) -> None:
+        self.conn = conn
+        self.spin = spin
+        self.cache = PolicyCache()
+        self.block: SlotBlock | None = None
+        self.serving: Serving | None = None
+        self.step_fns: list[Any] = []
+        self.agent_ids: list[Any] = []
+        self.obs_codecs: list[Codec] = []
+        self.act_codecs: list[Codec] = []
+
+    def serve(self) -> None:
+        while True:
+            if self.serving is not None and self.serving.wait_request():
+                self._step(self.serving)
+                continue
+            message = self.conn.recv()
+            kind = message[0]
+            if kind == "close":
+                return
+            if kind == "episode":
+                self._start_episode(message[1], message[2], message[3])
+
+    def _start_episode(self, mission: Mission, seats: Sequence[Seat], block_name: str) -> None:
+        try:
+            if self.block is None or self.block.name != block_name:
+                if self.block is not None:
+                    self.block.close()
+                codecs = [(Codec.for_space(s.agent.observation_space),
+                           Codec.for_space(s.agent.action_space)) for s in seats]
+                self.block = SlotBlock(codecs, name=block_name, create=False)
+                self.serving = Serving(self.block.header, self.conn, self.spin)
+            self.obs_codecs = [c[0] for c in self.block.codecs]
+            self.act_codecs = [c[1] for c in self.block.codecs]
+            policies = self.cache.reset(mission, seats)
+            self.agent_ids = [s.agent.agent_id for s in seats]
+            self.step_fns = [policies[a].step for a in self.agent_ids]
+        except BaseException as exc:
+            cause = exc.__cause__ if exc.__cause__ is not None else exc
+            report_error(self.conn, cause, getattr(exc, "agent", None))
+            return
+        self.conn.send(("ready",))
+
+    def _step(self, serving: Serving) -> None:
+        block = self.block
+        assert block is not None
+        request = serving.take()
+        agent_id = None
+        try:
+            for i, slots in enumerate(block.agents):
+                if slots.live[0]:
+                    agent_id = self.agent_ids[i]
+                    action = self.step_fns[i](self.obs_codecs[i].read(slots.obs))
+                    self.act_codecs[i].write(slots.action, action)
+        except Exception as exc:
+            serving.finish(request, ErrorReport.from_exception(exc, agent_id))
+            return
+        serving.finish(request)
+
+    def close(self) -> None:
+        if self.block is not None:
+            self.block.close()
+            self.block = None
+
+
+def policy_worker_main(conn: Connection, parent_pid: int, spin: bool, blas_threads: int) -> None:
+    """Run a policy worker until told to close or its parent goes away."""
+    become_worker(parent_pid, blas_threads)
+    host = _PolicyHost(conn, spin)
+    serve(conn, host.serve, host.close)

@@ -1,0 +1,94 @@
+"""The ``thread`` strategy: some agents' policies on threads, for GIL-releasing policies."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+from parcat.missions import Mission
+from parcat.policies.builtin import noop_action
+from parcat.stepping.base import STRAGGLER_WAIT_S, InlineStepper, PolicyStepError, Seat
+
+
+class ThreadStepper(InlineStepper):
+    """Some agents' policies run on threads while this thread steps its own share.
+
+    Only pays off for policies that release the GIL (numpy on large arrays, torch).
+
+    Args:
+        threads: Worker threads besides the calling one.
+        action_timeout_s: A policy later than this gets the default action for the step.
+    """
+
+    name = "thread"
+
+    def __init__(self, threads: int, action_timeout_s: float | None = None) -> None:
+        super().__init__()
+        self.threads = max(1, threads)
+        self.timeout = action_timeout_s
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="parcat-policy")
+        self._pending: dict[Any, Future[Any]] = {}
+        self._late: dict[Any, int] = {}
+        self._defaults: dict[Any, Any] = {}
+        self._index: dict[Any, int] = {}
+
+    def start(self, mission: Mission, seats: Sequence[Seat]) -> None:
+        """Build and reset the policies; wait for any late step of the last episode."""
+        for agent_id, future in self._pending.items():
+            try:
+                future.exception(timeout=STRAGGLER_WAIT_S)
+            except FutureTimeout:
+                # still running: that policy cannot be reset under it, so build a new one
+                self.cache.forget(self._index[agent_id])
+        self._pending = {}
+        super().start(mission, seats)
+        self._late = {s.agent.agent_id: 0 for s in seats}
+        self._index = {s.agent.agent_id: s.agent.agent_index for s in seats}
+        self._defaults = {s.agent.agent_id: noop_action(s.agent.action_space) for s in seats}
+        share = len(seats) // (self.threads + 1)
+        self._local = {s.agent.agent_id for s in seats[:share]}
+
+    def act(self, obs: dict[Any, Any], live: Sequence[Any]) -> dict[Any, Any]:
+        """Dispatch the threads' agents, step the local ones, then collect."""
+        deadline = None if self.timeout is None else time.perf_counter() + self.timeout
+        futures: dict[Any, Future[Any]] = {}
+        for agent_id in live:
+            if agent_id in self._local:
+                continue
+            busy = self._pending.get(agent_id)
+            if busy is not None and not busy.done():
+                continue  # still on an earlier step: this one gets the default action
+            futures[agent_id] = self._pool.submit(self._step_fns[agent_id], obs[agent_id])
+        actions = super().act(obs, [a for a in live if a in self._local])
+        for agent_id in live:
+            if agent_id in self._local:
+                continue
+            future = futures.get(agent_id)
+            if future is None:
+                actions[agent_id] = self._late_default(agent_id)
+                continue
+            wait = None if deadline is None else max(0.0, deadline - time.perf_counter())
+            try:
+                actions[agent_id] = future.result(timeout=wait)
+            except FutureTimeout:
+                self._pending[agent_id] = future
+                actions[agent_id] = self._late_default(agent_id)
+            except Exception as exc:
+                raise PolicyStepError(agent_id, "policy") from exc
+        return {a: actions[a] for a in live}
+
+    def _late_default(self, agent_id: Any) -> Any:
+        self._late[agent_id] += 1
+        return self._defaults[agent_id]
+
+    def late_actions(self) -> dict[Any, int]:
+        """Late steps per agent in this episode."""
+        return dict(self._late)
+
+    def close(self) -> None:
+        """Stop the threads (a hung policy thread is abandoned, not joined)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        super().close()
