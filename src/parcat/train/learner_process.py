@@ -28,6 +28,8 @@ from parcat.ipc.process import (
     serve,
 )
 from parcat.train.dqn import DQNLearner
+from parcat.train.learner import Learner
+from parcat.train.rounds import train_each
 
 Batch = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
@@ -153,22 +155,15 @@ def learner_main(conn: Connection, parent_pid: int, payload: dict[str, Any], tra
 
 
 def _train(learners: dict[str, DQNLearner], epoch: int, batches: dict[str, Batch],
-           train_steps: int, counter: Any, pool: Any = None) -> Round:
+           train_steps: int, counter: Any, pool: ThreadPoolExecutor | None = None) -> Round:
     before = int(counter.value)
     start = time.perf_counter()
 
-    def one(name: str) -> float:
-        learner = learners[name]
+    def add_new(name: str, learner: Learner) -> None:
         batch = batches.get(name)
         if batch is not None and len(batch[0]):
             learner.observe(*batch)
-        metrics: dict[str, float] = {}
-        for _ in range(train_steps):
-            metrics = learner.train_step()
-        return float(metrics.get("loss", float("nan")))
 
-    names = list(learners)
-    results = list(pool.map(one, names)) if pool is not None else [one(n) for n in names]
-    losses = dict(zip(names, results, strict=True))
+    losses = train_each(learners, train_steps, pool, add_new)
     return Round(epoch, {n: lr.policy_arrays() for n, lr in learners.items()}, losses,
                  time.perf_counter() - start, before, int(counter.value))

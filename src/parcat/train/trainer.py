@@ -28,6 +28,7 @@ from parcat.train.config import LearningMode, TrainConfig
 from parcat.train.dqn import DQNConfig, DQNLearner
 from parcat.train.learner import Learner
 from parcat.train.metrics import MetricsLog
+from parcat.train.rounds import train_each
 from parcat.train.runs import init_weights, restore, save_checkpoint
 from parcat.train.vecenv import VecEnv
 
@@ -230,20 +231,9 @@ class Trainer:
     def train_all(self, epoch: int) -> dict[str, float]:
         """Train every learner ``train_steps`` times; return each one's last loss."""
         self.on_event("train_start", epoch)
-
-        def train(learner: Learner) -> float:
-            metrics: dict[str, float] = {}
-            for _ in range(self.config.train_steps):
-                metrics = learner.train_step()
-            return float(metrics.get("loss", math.nan))
-
-        named = self.unique_learners
-        if self._pool is not None:
-            losses = list(self._pool.map(train, [learner for _, learner in named]))
-        else:
-            losses = [train(learner) for _, learner in named]
+        losses = train_each(dict(self.unique_learners), self.config.train_steps, self._pool)
         self.on_event("train_end", epoch)
-        return {name: loss for (name, _), loss in zip(named, losses, strict=True)}
+        return losses
 
     def close(self) -> None:
         """Stop the environment workers and training threads (and a Ray cluster we started)."""

@@ -1,0 +1,43 @@
+"""One training round: every learner trains ``train_steps`` times, on threads if asked.
+
+The trainer's sync mode and the async learner worker both train through
+:func:`train_each`, so the two modes share the per-learner loop.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+
+from parcat.train.learner import Learner
+
+
+def train_each(
+    learners: Mapping[str, Learner],
+    train_steps: int,
+    pool: ThreadPoolExecutor | None = None,
+    prepare: Callable[[str, Learner], None] | None = None,
+) -> dict[str, float]:
+    """Train every learner; return each one's last loss (NaN if it reported none).
+
+    Args:
+        learners: The learners by name.
+        train_steps: Gradient updates per learner.
+        pool: Train the learners at once on these threads (``--parallel-training``).
+        prepare: Called with each learner before it trains (e.g. to add new transitions),
+            on the same thread.
+    """
+
+    def one(name: str) -> float:
+        learner = learners[name]
+        if prepare is not None:
+            prepare(name, learner)
+        metrics: dict[str, float] = {}
+        for _ in range(train_steps):
+            metrics = learner.train_step()
+        return float(metrics.get("loss", math.nan))
+
+    names = list(learners)
+    losses = list(pool.map(one, names)) if pool is not None else [one(n) for n in names]
+    return dict(zip(names, losses, strict=True))
