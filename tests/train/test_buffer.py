@@ -116,7 +116,7 @@ def test_pickle_round_trip_keeps_contents_and_generator() -> None:
     buffer.add_batch(*_transitions(0, 3))
     copy = pickle.loads(pickle.dumps(buffer))
     assert _same_state(buffer, copy)
-    copy.add_batch(*_transitions(3, 1))  # its lock works
+    copy.add_batch(*_transitions(3, 1))  # the copy goes on taking transitions
     assert len(copy) == 4
 
 
