@@ -163,15 +163,6 @@ def load_state(path: str | Path) -> dict[str, np.ndarray]:
         raise CheckpointError(f"checkpoint '{path}': cannot read {STATE}: {exc}") from exc
 
 
-def load_run(path: str | Path) -> tuple[dict[str, PolicyCheckpoint], dict[str, Any]]:
-    """Read a run checkpoint: each agent's policy (by agent id) and the run's manifest."""
-    manifest = read_manifest(path)
-    if manifest["format"] != RUN_FORMAT:
-        raise CheckpointError(f"'{path}' is a single-agent checkpoint, not a run")
-    agents = {aid: load_policy(Path(path) / d) for aid, d in manifest["agents"].items()}
-    return agents, manifest
-
-
 def _dir_name(agent_id: Any) -> str:
     text = str(agent_id)
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text) or "agent"

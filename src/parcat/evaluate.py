@@ -40,16 +40,10 @@ class EvalConfig:
     def __post_init__(self) -> None:
         if not self.missions:
             raise ConfigError("at least one mission is needed (-m NAME)")
-        names = [m.name for m in self.missions]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ConfigError(f"mission '{duplicates[0]}' is given more than once")
+        _require_unique("mission", [m.name for m in self.missions])
         if not self.policies:
             raise ConfigError("at least one policy is needed (-p NAME)")
-        policy_names = [p.name for p in self.policies]
-        dup_policies = sorted({n for n in policy_names if policy_names.count(n) > 1})
-        if dup_policies:
-            raise ConfigError(f"policy '{dup_policies[0]}' is given more than once")
+        _require_unique("policy", [p.name for p in self.policies])
         if not isinstance(self.episodes, int) or self.episodes < 1:
             raise ConfigError(f"--episodes must be an integer >= 1, got {self.episodes!r}")
         if not isinstance(self.seed, int) or self.seed < 0:
@@ -69,6 +63,13 @@ class EvalConfig:
             "episodes": self.episodes,
             "seed": self.seed,
         }
+
+
+def _require_unique(kind: str, names: list[str]) -> None:
+    """Raise naming the first (alphabetically) of ``names`` that appears more than once."""
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ConfigError(f"{kind} '{duplicates[0]}' is given more than once")
 
 
 @dataclass

@@ -133,7 +133,7 @@ def make_document(
         "parcat_version": __version__,
         "status": status,
         "config": dict(config),
-        "summary": [_clean(asdict(s)) for s in summarize(episodes)],
+        "summary": [nan_to_none(asdict(s)) for s in summarize(episodes)],
         "episodes": [e.to_dict() for e in episodes],
         "execution": dict(execution or {}),
         "timing": dict(timing),
@@ -160,6 +160,9 @@ def summary_csv(summaries: Iterable[Summary]) -> str:
     return buffer.getvalue()
 
 
-def _clean(row: dict[str, Any]) -> dict[str, Any]:
-    # JSON has no NaN: a statistic over zero episodes is null
+def nan_to_none(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``row`` with every float NaN replaced by ``None``.
+
+    JSON has no NaN, so a statistic over nothing (zero episodes, no update yet) is null.
+    """
     return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}

@@ -53,11 +53,6 @@ class Interval:
     high: float
     """Upper end of the interval."""
 
-    @property
-    def half_width(self) -> float:
-        """Half the interval's width."""
-        return (self.high - self.low) / 2
-
 
 def stratified_bootstrap(
     scores: Scores,

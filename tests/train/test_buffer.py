@@ -1,4 +1,4 @@
-"""Tests of the replay buffer: ring order, seeded sampling, snapshots and saved state."""
+"""Tests of the replay buffer: ring order, seeded sampling and saved state."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from parcat.errors import CheckpointError, ConfigError
 from parcat.train.buffer import FIELDS, ReplayBuffer
-from parcat.train.learner import encode_rng
 
 OBS_DIM = 3
 
@@ -96,30 +95,6 @@ def test_sampling_is_seeded() -> None:
     assert not np.array_equal(draws[0], draws[2])
 
 
-def test_snapshot_is_isolated_from_later_adds() -> None:
-    buffer = ReplayBuffer(8, OBS_DIM, seed=0)
-    buffer.add_batch(*_transitions(0, 6))
-    snapshot = buffer.snapshot()
-    buffer.add_batch(*_transitions(6, 5))
-    assert len(snapshot) == 6
-    assert _ids(snapshot) == [0, 1, 2, 3, 4, 5]
-    assert _ids(buffer) == [8, 9, 10, 3, 4, 5, 6, 7]
-    snapshot.add_batch(*_transitions(100, 1))  # and the other way round
-    assert _ids(buffer) == [8, 9, 10, 3, 4, 5, 6, 7]
-
-
-def test_sampling_a_snapshot_does_not_advance_the_original() -> None:
-    buffer = ReplayBuffer(8, OBS_DIM, seed=0)
-    buffer.add_batch(*_transitions(0, 8))
-    before = encode_rng(buffer.rng)
-    snapshot = buffer.snapshot()
-    first = snapshot.sample(4)["actions"]
-    snapshot.sample(4)
-    np.testing.assert_array_equal(encode_rng(buffer.rng), before)
-    # the snapshot started from the same generator state
-    np.testing.assert_array_equal(buffer.sample(4)["actions"], first)
-
-
 def test_state_dict_round_trip_through_npz(tmp_path: Path) -> None:
     buffer = ReplayBuffer(6, OBS_DIM, seed=3)
     buffer.add_batch(*_transitions(0, 9))
@@ -141,7 +116,7 @@ def test_pickle_round_trip_keeps_contents_and_generator() -> None:
     buffer.add_batch(*_transitions(0, 3))
     copy = pickle.loads(pickle.dumps(buffer))
     assert _same_state(buffer, copy)
-    copy.add_batch(*_transitions(3, 1))  # its lock works
+    copy.add_batch(*_transitions(3, 1))  # the copy goes on taking transitions
     assert len(copy) == 4
 
 

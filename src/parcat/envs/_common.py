@@ -3,13 +3,17 @@
 Every check raises :class:`MissionError` worded ``"<env>: parameter '<name>' must be <what>,
 got <value>"``, so all three environments report bad parameters the same way. The result
 helpers key per-agent arrays by agent id, in the order of the agents they are given.
+:class:`BuiltinEnv` is the Parallel API around an environment's own episode start, step and
+observation.
 """
 
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from typing import Any
 
+import gymnasium
 import numpy as np
 from numpy.typing import NDArray
 
@@ -94,3 +98,98 @@ def step_result(
         dict.fromkeys(agents, truncated),
         {a: {} for a in agents},
     )
+
+
+class BuiltinEnv(ABC):
+    """The PettingZoo Parallel API of a built-in environment, around its own mechanics.
+
+    A subclass names itself in its class statement (``class HarvestEnv(BuiltinEnv,
+    name="harvest")``), which gives its ``metadata`` and starts its runtime errors. Its
+    constructor sets ``possible_agents``, ``agents`` (empty), ``max_steps``, ``_obs_space``
+    (one Box for every agent), ``_act_space``, ``_rng`` (``None``) and ``_steps``; it
+    implements :meth:`_start`, :meth:`_advance` and :meth:`_observe`.
+    """
+
+    metadata: dict[str, Any]
+    possible_agents: list[str]
+    agents: list[str]
+    max_steps: int
+    _obs_space: gymnasium.spaces.Box
+    _act_space: gymnasium.spaces.Space[Any]
+    _rng: np.random.Generator | None
+    _steps: int
+
+    def __init_subclass__(cls, *, name: str, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.metadata = make_metadata(name)
+
+    def observation_space(self, agent: str) -> gymnasium.spaces.Box:
+        """The observation space of ``agent`` (the same object for every agent)."""
+        return self._obs_space
+
+    def action_space(self, agent: str) -> gymnasium.spaces.Space[Any]:
+        """The action space of ``agent`` (the same object for every agent)."""
+        return self._act_space
+
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> ResetResult:
+        """Start an episode.
+
+        Args:
+            seed: Seeds the episode's generator; ``None`` keeps the current one (fresh entropy
+                on the first reset).
+            options: The environment's reset options (see its class docstring).
+
+        Returns:
+            Observations and (empty) infos keyed by agent id.
+        """
+        self._rng = make_rng(seed, self._rng)
+        self._start(self._rng, options or {})
+        return reset_result(self.agents, self._observe())
+
+    def step(self, actions: dict[str, Any]) -> StepResult:
+        """Apply one action per live agent; once the episode is over, return empty dicts.
+
+        Args:
+            actions: One action per live agent, from its action space.
+
+        Returns:
+            Observations, rewards, terminations, truncations and infos keyed by agent id.
+        """
+        if self._rng is None:
+            raise RuntimeError(f"{self.metadata['name']}: call reset() before step()")
+        if not self.agents:
+            return {}, {}, {}, {}, {}
+        agents = self.agents
+        rewards, terminated = self._advance(actions)
+        truncated = not terminated and self._steps >= self.max_steps
+        obs = self._observe()
+        result = step_result(agents, obs, rewards, terminated=terminated, truncated=truncated)
+        if terminated or truncated:
+            self.agents = []
+        return result
+
+    def close(self) -> None:
+        """Nothing to release."""
+        return None
+
+    @abstractmethod
+    def _start(self, rng: np.random.Generator, options: dict[str, Any]) -> None:
+        """Lay out a new episode (drawing from ``rng``), make every agent live, zero ``_steps``.
+
+        Raises:
+            MissionError: an option is invalid.
+        """
+
+    @abstractmethod
+    def _advance(self, actions: dict[str, Any]) -> tuple[NDArray[np.float64], bool]:
+        """Apply the live agents' actions and count the step in ``_steps``.
+
+        Returns:
+            The reward of every live agent, and whether the episode has terminated.
+        """
+
+    @abstractmethod
+    def _observe(self) -> NDArray[np.float32]:
+        """Every agent's observation, one row per agent, in a freshly allocated array."""

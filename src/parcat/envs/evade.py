@@ -22,17 +22,7 @@ import gymnasium
 import numpy as np
 from numpy.typing import NDArray
 
-from parcat.envs._common import (
-    ResetResult,
-    StepResult,
-    invalid_parameter,
-    make_metadata,
-    make_rng,
-    require_int,
-    require_positive,
-    reset_result,
-    step_result,
-)
+from parcat.envs._common import BuiltinEnv, invalid_parameter, require_int, require_positive
 from parcat.errors import MissionError
 
 EVADER = "evader"
@@ -41,7 +31,7 @@ STEP_BONUS = 0.01
 CAPTURE_REWARD = 1.0
 
 
-class EvadeEnv:
+class EvadeEnv(BuiltinEnv, name="evade"):
     """Pursuit-evasion with continuous actions (PettingZoo Parallel API).
 
     Agents, in ``possible_agents`` order: ``pursuer_0 .. pursuer_{n-1}``, then ``evader``.
@@ -56,6 +46,10 @@ class EvadeEnv:
     Actions: ``Box(-1, 1, (2,))``, the desired velocity as a fraction of the agent's maximum
     speed; a norm above 1 is scaled down to 1.
 
+    Every episode starts with every agent at rest. Reset option ``"positions"``: one
+    ``(x, y)`` per agent in ``possible_agents`` order. Without it the evader starts anywhere
+    and every pursuer at least ``arena / 4`` away from it.
+
     Args:
         pursuers: Number of pursuers.
         arena: Side of the square arena.
@@ -65,8 +59,6 @@ class EvadeEnv:
         dt: Time per step.
         max_steps: Steps after which the episode is truncated.
     """
-
-    metadata: dict[str, Any] = make_metadata("evade")
 
     def __init__(
         self,
@@ -115,41 +107,17 @@ class EvadeEnv:
         low[-1], high[-1] = 0.0, 1.0
         return gymnasium.spaces.Box(low=low, high=high, dtype=np.float32)
 
-    def observation_space(self, agent: str) -> gymnasium.spaces.Box:
-        """The observation space of ``agent`` (the same object for every agent)."""
-        return self._obs_space
-
-    def action_space(self, agent: str) -> gymnasium.spaces.Box:
-        """The action space of ``agent``: a desired velocity as a fraction of its max speed."""
-        return self._act_space
-
-    def reset(
-        self, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> ResetResult:
-        """Start an episode with every agent at rest.
-
-        Args:
-            seed: Seeds the episode's generator; ``None`` keeps the current one (fresh entropy
-                on the first reset).
-            options: Optional ``"positions"``: one ``(x, y)`` per agent in ``possible_agents``
-                order. Without it the evader starts anywhere and every pursuer at least
-                ``arena / 4`` away from it.
-
-        Returns:
-            Observations and (empty) infos keyed by agent id.
-        """
-        self._rng = make_rng(seed, self._rng)
-        options = options or {}
+    def _start(self, rng: np.random.Generator, options: dict[str, Any]) -> None:
+        """Place the agents (from ``options["positions"]`` or at random), all at rest."""
         if "positions" in options:
             self._pos = self._positions_from(options["positions"])
         else:
-            self._pos = self._random_positions(self._rng)
+            self._pos = self._random_positions(rng)
         self._vel = np.zeros_like(self._pos)
         self.agents = list(self.possible_agents)
         self._steps = 0
         self._capture_step = None
         self._min_distance = float(self._distances().min())
-        return reset_result(self.agents, self._observe())
 
     def _random_positions(self, rng: np.random.Generator) -> NDArray[np.float64]:
         """Draw start positions, redrawing pursuers that start too close to the evader."""
@@ -174,19 +142,8 @@ class EvadeEnv:
             )
         return pos
 
-    def step(self, actions: dict[str, Any]) -> StepResult:
-        """Move every agent, then check for capture.
-
-        Args:
-            actions: One desired velocity (2 numbers in ``[-1, 1]``) per live agent.
-
-        Returns:
-            Observations, rewards, terminations, truncations and infos keyed by agent id.
-        """
-        if self._rng is None:
-            raise RuntimeError("evade: call reset() before step()")
-        if not self.agents:
-            return {}, {}, {}, {}, {}
+    def _advance(self, actions: dict[str, Any]) -> tuple[NDArray[np.float64], bool]:
+        """Move every agent (one desired velocity each), then check for capture."""
         agents = self.agents
         wish = np.array([actions[a] for a in agents], dtype=np.float64).reshape(len(agents), 2)
         norm = np.sqrt((wish * wish).sum(axis=1, keepdims=True))
@@ -204,12 +161,7 @@ class EvadeEnv:
         if captured:
             self._capture_step = self._steps
             rewards += np.append(np.full(self.num_pursuers, CAPTURE_REWARD), -CAPTURE_REWARD)
-        truncated = not captured and self._steps >= self.max_steps
-        obs = self._observe()
-        result = step_result(agents, obs, rewards, terminated=captured, truncated=truncated)
-        if captured or truncated:
-            self.agents = []
-        return result
+        return rewards, captured
 
     def _distances(self) -> NDArray[np.float64]:
         """Distance of every pursuer to the evader."""
@@ -253,6 +205,3 @@ class EvadeEnv:
         border = "+" + "-" * side + "+"
         body = "\n".join("|" + "".join(row) + "|" for row in chars)
         return f"{border}\n{body}\n{border}\n"
-
-    def close(self) -> None:
-        """Nothing to release."""

@@ -23,17 +23,7 @@ import gymnasium
 import numpy as np
 from numpy.typing import NDArray
 
-from parcat.envs._common import (
-    ResetResult,
-    StepResult,
-    invalid_parameter,
-    make_metadata,
-    make_rng,
-    require_int,
-    require_positive,
-    reset_result,
-    step_result,
-)
+from parcat.envs._common import BuiltinEnv, invalid_parameter, require_int, require_positive
 from parcat.errors import MissionError
 
 TASK_KINDS = ("position", "direction")
@@ -43,13 +33,16 @@ OBS_SIZE = 5
 """Observation: position (x, y), last reward, goal (x, y) or unit direction, or zeros."""
 
 
-class GoalTasksEnv:
+class GoalTasksEnv(BuiltinEnv, name="goal_tasks"):
     """Goal reaching with a distribution of tasks (PettingZoo Parallel API).
 
     Observation of each agent (float32, length 5): position ``(x, y)``, the reward of the
     previous step (0.0 after reset), and, when ``observe_goal``, the goal (``(x, y)`` of the
     position, or the unit vector of the direction), else zeros, so that a meta-learner must
     infer the goal from rewards.
+
+    Actions: 0 noop, 1 +y, 2 -y, 3 -x, 4 +x. Every episode starts with every agent at the
+    origin; reset option ``"task"`` resets to that task, otherwise one is sampled.
 
     Args:
         agents: Number of agents (``"agent_0"``, ...); each gets its own goal.
@@ -59,8 +52,6 @@ class GoalTasksEnv:
         observe_goal: Whether observations include the goal.
         max_steps: Steps after which the episode is truncated.
     """
-
-    metadata: dict[str, Any] = make_metadata("goal_tasks")
 
     def __init__(
         self,
@@ -106,14 +97,6 @@ class GoalTasksEnv:
         high = np.array([reach, reach, reward, goal, goal], dtype=np.float64) * 1.001 + 1e-6
         return gymnasium.spaces.Box(-high.astype(np.float32), high.astype(np.float32))
 
-    def observation_space(self, agent: str) -> gymnasium.spaces.Box:
-        """The observation space of ``agent`` (the same object for every agent)."""
-        return self._obs_space
-
-    def action_space(self, agent: str) -> gymnasium.spaces.Discrete:
-        """The action space of ``agent``: 0 noop, 1 +y, 2 -y, 3 -x, 4 +x."""
-        return self._act_space
-
     def sample_task(self, rng: np.random.Generator) -> dict[str, Any]:
         """Draw one task (one goal per agent) from this environment's task distribution."""
         if self.task_kind == "direction":
@@ -124,27 +107,14 @@ class GoalTasksEnv:
         goals = np.stack([radius * np.cos(angle), radius * np.sin(angle)], axis=1)
         return {"kind": "position", "goals": goals.tolist()}
 
-    def reset(
-        self, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> ResetResult:
-        """Start an episode with every agent at the origin.
-
-        Args:
-            seed: Seeds the episode's generator; ``None`` keeps the current one (fresh entropy
-                on the first reset).
-            options: ``{"task": task}`` resets to that task; otherwise one is sampled.
-
-        Returns:
-            Observations and (empty) infos keyed by agent id.
-        """
-        self._rng = make_rng(seed, self._rng)
-        task = (options or {}).get("task")
-        self._goals = self._goals_of(self.sample_task(self._rng) if task is None else task)
+    def _start(self, rng: np.random.Generator, options: dict[str, Any]) -> None:
+        """Take ``options["task"]`` (or sample one) and put every agent at the origin."""
+        task = options.get("task")
+        self._goals = self._goals_of(self.sample_task(rng) if task is None else task)
         self.agents = list(self.possible_agents)
         self._lattice[:] = 0
         self._last_reward[:] = 0.0
         self._steps = 0
-        return reset_result(self.agents, self._observe())
 
     def _goals_of(self, task: Any) -> NDArray[np.float64]:
         """Validate ``task``, keep it as :attr:`task` and return one goal vector per agent."""
@@ -168,19 +138,8 @@ class GoalTasksEnv:
             return values
         return np.stack([np.cos(values), np.sin(values)], axis=1)
 
-    def step(self, actions: dict[str, Any]) -> StepResult:
-        """Move every agent one step along the chosen axis.
-
-        Args:
-            actions: One action in ``0..4`` per live agent.
-
-        Returns:
-            Observations, rewards, terminations, truncations and infos keyed by agent id.
-        """
-        if self._rng is None:
-            raise RuntimeError("goal_tasks: call reset() before step()")
-        if not self.agents:
-            return {}, {}, {}, {}, {}
+    def _advance(self, actions: dict[str, Any]) -> tuple[NDArray[np.float64], bool]:
+        """Move every agent one step along the axis its action (``0..4``) chooses."""
         agents = self.agents
         acts = np.fromiter((actions[a] for a in agents), dtype=np.int64, count=len(agents))
         if acts.min() < 0 or acts.max() >= len(ACTION_MOVES):
@@ -192,12 +151,7 @@ class GoalTasksEnv:
         else:
             self._last_reward = (moves * self.step_size * self._goals).sum(axis=1)
         self._steps += 1
-        done = self._steps >= self.max_steps
-        obs = self._observe()
-        result = step_result(agents, obs, self._last_reward, terminated=False, truncated=done)
-        if done:
-            self.agents = []
-        return result
+        return self._last_reward, False
 
     def _positions(self) -> NDArray[np.float64]:
         """Positions of all agents (integer lattice times ``step_size``, so exact)."""
@@ -244,6 +198,3 @@ class GoalTasksEnv:
             where = f"at ({x:+.2f}, {y:+.2f}) goal ({gx:+.2f}, {gy:+.2f})"
             lines.append(f"{agent}: {where} r={reward:+.3f}")
         return "\n".join(lines) + "\n"
-
-    def close(self) -> None:
-        """Nothing to release."""

@@ -20,15 +20,7 @@ import gymnasium
 import numpy as np
 from numpy.typing import NDArray
 
-from parcat.envs._common import (
-    ResetResult,
-    StepResult,
-    make_metadata,
-    make_rng,
-    require_int,
-    reset_result,
-    step_result,
-)
+from parcat.envs._common import BuiltinEnv, require_int
 from parcat.errors import MissionError
 
 NUM_CHANNELS = 4
@@ -41,7 +33,7 @@ PICKUP_REWARD = 0.1
 DELIVERY_REWARD = 1.0
 
 
-class HarvestEnv:
+class HarvestEnv(BuiltinEnv, name="harvest"):
     """Multi-agent resource gathering on a grid (PettingZoo Parallel API).
 
     Observation of each agent (flat float32, length ``4 * (2*view+1)**2 + 3``):
@@ -54,6 +46,10 @@ class HarvestEnv:
 
     :meth:`window` and :meth:`extras` split an observation along this layout.
 
+    Actions: 0 noop, 1 up, 2 down, 3 left, 4 right. Reset options, for a hand-built start:
+    ``"agent_cells"`` (one ``(row, col)`` per agent) and/or ``"resource_cells"`` (exactly
+    ``resources`` distinct free cells).
+
     Args:
         size: Side of the square map in cells, wall border included (>= 5).
         agents: Number of agents (``"agent_0"``, ``"agent_1"``, ...).
@@ -61,8 +57,6 @@ class HarvestEnv:
         view: Window radius; the window is ``(2*view+1)`` cells wide.
         max_steps: Steps after which the episode is truncated.
     """
-
-    metadata: dict[str, Any] = make_metadata("harvest")
 
     def __init__(
         self,
@@ -131,30 +125,8 @@ class HarvestEnv:
         """Return ``(carrying, dy, dx)`` of one observation; (dy, dx) point to the base."""
         return bool(obs[-3] > 0.5), float(obs[-2]), float(obs[-1])
 
-    def observation_space(self, agent: str) -> gymnasium.spaces.Box:
-        """The observation space of ``agent`` (the same object for every agent)."""
-        return self._obs_space
-
-    def action_space(self, agent: str) -> gymnasium.spaces.Discrete:
-        """The action space of ``agent``: 0 noop, 1 up, 2 down, 3 left, 4 right."""
-        return self._act_space
-
-    def reset(
-        self, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> ResetResult:
-        """Start an episode.
-
-        Args:
-            seed: Seeds the episode's generator; ``None`` keeps the current one (fresh entropy
-                on the first reset).
-            options: Optional hand-built start: ``"agent_cells"`` (one ``(row, col)`` per agent)
-                and/or ``"resource_cells"`` (exactly ``resources`` distinct free cells).
-
-        Returns:
-            Observations and (empty) infos keyed by agent id.
-        """
-        self._rng = make_rng(seed, self._rng)
-        options = options or {}
+    def _start(self, rng: np.random.Generator, options: dict[str, Any]) -> None:
+        """Put every agent on the base and the resources on free cells."""
         self.agents = list(self.possible_agents)
         self._steps = self._deliveries = self._pickups = 0
         self._carrying[:] = False
@@ -169,9 +141,8 @@ class HarvestEnv:
             if not self._free_mask[spots].all() or len(set(spots.tolist())) != len(spots):
                 raise MissionError("harvest: option 'resource_cells' must be distinct free cells")
         else:
-            spots = self._rng.choice(np.flatnonzero(self._free_mask), self.num_resources, False)
+            spots = rng.choice(np.flatnonzero(self._free_mask), self.num_resources, False)
         self._resource_layer[spots] = 1.0
-        return reset_result(self.agents, self._observe())
 
     def _cells_from(self, cells: Any, count: int, option: str) -> NDArray[np.intp]:
         """Convert ``(row, col)`` map cells to flat padded indices, checking count and bounds."""
@@ -187,19 +158,8 @@ class HarvestEnv:
         result: NDArray[np.intp] = (rc[:, 0] + self.view) * self._width + rc[:, 1] + self.view
         return result
 
-    def step(self, actions: dict[str, Any]) -> StepResult:
-        """Move every live agent, then resolve deliveries and pickups.
-
-        Args:
-            actions: One action in ``0..4`` per live agent.
-
-        Returns:
-            Observations, rewards, terminations, truncations and infos keyed by agent id.
-        """
-        if self._rng is None:
-            raise RuntimeError("harvest: call reset() before step()")
-        if not self.agents:
-            return {}, {}, {}, {}, {}
+    def _advance(self, actions: dict[str, Any]) -> tuple[NDArray[np.float64], bool]:
+        """Move every live agent (one action in ``0..4`` each), then deliver and pick up."""
         acts = np.fromiter((actions[a] for a in self.agents), dtype=np.intp, count=len(self.agents))
         if acts.min() < 0 or acts.max() >= len(ACTION_MOVES):
             raise ValueError(f"harvest: actions must be integers in 0..4, got {acts.tolist()}")
@@ -207,12 +167,7 @@ class HarvestEnv:
         self._cells = np.where(self._wall_layer[target] > 0, self._cells, target)
         rewards = self._deliver() + self._pick_up()
         self._steps += 1
-        done = self._steps >= self.max_steps
-        obs = self._observe()
-        result = step_result(self.agents, obs, rewards, terminated=False, truncated=done)
-        if done:
-            self.agents = []
-        return result
+        return rewards, False
 
     def _deliver(self) -> NDArray[np.float64]:
         """Carrying agents on the base deliver; return the delivery rewards."""
@@ -281,6 +236,3 @@ class HarvestEnv:
         for i in range(self.num_agents):
             chars[rows[i] - v, cols[i] - v] = str(i % 10)
         return "\n".join("".join(row) for row in chars) + "\n"
-
-    def close(self) -> None:
-        """Nothing to release."""

@@ -89,11 +89,6 @@ def parse_policy_spec(text: str) -> PolicySpec:
     return PolicySpec(target.strip(), kwargs, weight)
 
 
-def builtin_names() -> list[str]:
-    """Names usable as ``-p NAME``."""
-    return list(BUILTINS)
-
-
 def unknown_policy_message(target: str) -> str:
     """The one line shown for a spec that is no built-in, reference or checkpoint."""
     close = difflib.get_close_matches(target, BUILTINS, n=1)

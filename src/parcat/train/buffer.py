@@ -3,16 +3,10 @@
 Observations are float32, actions int64, rewards float32 and ``terminated`` bool. Storage
 grows by doubling up to ``capacity``, so a buffer that never fills costs only what it holds;
 once full, each new transition overwrites the oldest.
-
-For asynchronous learning the trainer trains on a :meth:`ReplayBuffer.snapshot`
-(copy-on-train): ``add_batch`` and ``snapshot`` hold the buffer's lock, so actors may keep
-adding while a training thread samples its own copy.
 """
 
 from __future__ import annotations
 
-import copy
-import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -51,7 +45,6 @@ class ReplayBuffer:
         self._pos = 0
         self._size = 0
         self._data = self._allocate(0)
-        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return self._size
@@ -83,14 +76,13 @@ class ReplayBuffer:
         n = len(batch["actions"])
         if n == 0:
             return
-        with self._lock:
-            keep = min(n, self.capacity)
-            self._grow(min(self.capacity, self._size + n))
-            start = (self._pos + n - keep) % self.capacity
-            for key, values in batch.items():
-                _write_ring(self._data[key], start, values[n - keep :])
-            self._pos = (self._pos + n) % self.capacity
-            self._size = min(self.capacity, self._size + n)
+        keep = min(n, self.capacity)
+        self._grow(min(self.capacity, self._size + n))
+        start = (self._pos + n - keep) % self.capacity
+        for key, values in batch.items():
+            _write_ring(self._data[key], start, values[n - keep :])
+        self._pos = (self._pos + n) % self.capacity
+        self._size = min(self.capacity, self._size + n)
 
     def sample(self, batch_size: int) -> dict[str, np.ndarray]:
         """Draw ``batch_size`` transitions uniformly, with replacement.
@@ -106,19 +98,10 @@ class ReplayBuffer:
         index = self.rng.integers(0, self._size, size=batch_size)
         return {key: array.take(index, axis=0) for key, array in self._data.items()}
 
-    def snapshot(self) -> ReplayBuffer:
-        """An independent copy: its contents and its generator state, nothing shared."""
-        with self._lock:
-            twin = copy.copy(self)  # a new lock, via __getstate__ / __setstate__
-            twin._data = {key: array[: self._size].copy() for key, array in self._data.items()}
-            twin.rng = copy.deepcopy(self.rng)
-        return twin
-
     def state_dict(self) -> dict[str, np.ndarray]:
         """The contents, ring position, capacity and generator state as named arrays."""
-        with self._lock:
-            arrays = {key: array[: self._size].copy() for key, array in self._data.items()}
-            arrays["pos"] = np.array(self._pos, dtype=np.int64)
+        arrays = {key: array[: self._size].copy() for key, array in self._data.items()}
+        arrays["pos"] = np.array(self._pos, dtype=np.int64)
         arrays["capacity"] = np.array(self.capacity, dtype=np.int64)
         arrays["rng"] = encode_rng(self.rng)
         return arrays
@@ -155,17 +138,7 @@ class ReplayBuffer:
                 )
             target[...] = value
         rng = decode_rng(_get(arrays, prefix, "rng"), f"{prefix}rng")
-        with self._lock:
-            self._data, self._size, self._pos, self.rng = data, size, pos, rng
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        del state["_lock"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
+        self._data, self._size, self._pos, self.rng = data, size, pos, rng
 
     def _allocate(self, rows: int) -> dict[str, np.ndarray]:
         return {

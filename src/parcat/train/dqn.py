@@ -13,7 +13,6 @@ captures everything needed to resume bit for bit.
 
 from __future__ import annotations
 
-import copy
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -135,10 +134,8 @@ def _is_number(value: Any) -> bool:
 class DQNLearner:
     """(Double) deep Q-learning with a numpy MLP, Adam, a target network and replay.
 
-    Implements :class:`~parcat.train.learner.Learner`. For asynchronous learning, act and
-    observe in one thread and call ``train_step(learner.buffer.snapshot())`` in another:
-    acting reads weights published whole at the end of each ``train_step``, never a
-    half-updated network.
+    Implements :class:`~parcat.train.learner.Learner`. :meth:`act` uses the weights as they
+    were at the end of the last ``train_step`` (or :meth:`load_policy_arrays`).
 
     Args:
         obs_dim: Length of a flat observation.
@@ -237,30 +234,22 @@ class DQNLearner:
         self.buffer.add_batch(obs, actions, rewards, next_obs, terminated)
         self.num_observed += len(actions)
 
-    def train_step(self, buffer: ReplayBuffer | None = None) -> dict[str, float]:
+    def train_step(self) -> dict[str, float]:
         """Run ``config.train_steps`` gradient updates on batches sampled from the buffer.
-
-        Args:
-            buffer: Train on this buffer instead of :attr:`buffer`: an asynchronous
-                trainer passes ``learner.buffer.snapshot()``. Afterwards :attr:`buffer`'s
-                generator continues from the snapshot's, so the next snapshot samples afresh.
 
         Returns:
             ``{}`` until the buffer holds ``max(learning_starts, batch_size)`` transitions;
             then the mean ``loss``, ``q_mean`` (of Q(s, a)) and ``grad_norm`` (before
             clipping) over the updates, and the current ``epsilon`` and ``num_updates``.
         """
-        source = self.buffer if buffer is None else buffer
         config = self.config
-        if len(source) < max(config.learning_starts, config.batch_size):
+        if len(self.buffer) < max(config.learning_starts, config.batch_size):
             return {}
         totals = [0.0, 0.0, 0.0]
         with _single_threaded_blas():
             for _ in range(config.train_steps):
-                stats = self._update(source.sample(config.batch_size))
+                stats = self._update(self.buffer.sample(config.batch_size))
                 totals = [total + value for total, value in zip(totals, stats, strict=True)]
-        if source is not self.buffer:
-            self.buffer.rng = copy.deepcopy(source.rng)
         self._publish()
         loss, q_mean, grad_norm = (total / config.train_steps for total in totals)
         return {

@@ -10,7 +10,6 @@ never on which worker hosts an environment, so every worker layout collects the 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -176,14 +175,3 @@ class EnvSlice:
         """Close the environments."""
         for env in self.envs:
             close_env(env)
-
-
-def episode_stats(arrays: dict[str, np.ndarray]) -> list[tuple[int, list[float]]]:
-    """(length, per-agent returns) of the episodes that ended in the last step."""
-    done = np.flatnonzero(arrays["ep_done"])
-    return [(int(arrays["ep_len"][e]), [float(r) for r in arrays["ep_ret"][e]]) for e in done]
-
-
-def mean_or_nan(values: list[float]) -> float:
-    """The mean, or NaN for no values."""
-    return sum(values) / len(values) if values else math.nan

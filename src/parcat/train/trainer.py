@@ -22,6 +22,7 @@ import numpy as np
 from parcat import raycluster
 from parcat.errors import ConfigError
 from parcat.missions import Mission, load_mission
+from parcat.report import nan_to_none
 from parcat.resources import available_cpus
 from parcat.train.async_learning import AsyncLearning
 from parcat.train.config import LearningMode, TrainConfig
@@ -55,13 +56,10 @@ class EpochStats:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (NaN becomes null)."""
-        def clean(v: float) -> float | None:
-            return None if isinstance(v, float) and math.isnan(v) else v
-
         return {
             "epoch": self.epoch, "env_steps": self.env_steps, "episodes": self.episodes,
-            "reward": {k: clean(v) for k, v in self.reward.items()},
-            "loss": {k: clean(v) for k, v in self.loss.items()},
+            "reward": nan_to_none(self.reward),
+            "loss": nan_to_none(self.loss),
             "epsilon": self.epsilon, "collect_s": self.collect_s, "train_s": self.train_s,
             "idle_s": self.idle_s, "env_steps_per_s": self.env_steps_per_s,
             "discarded_episodes": self.discarded_episodes,
