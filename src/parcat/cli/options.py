@@ -9,10 +9,10 @@ import typer
 
 from parcat.errors import ConfigError
 from parcat.evaluate import EvalConfig, make_config
-from parcat.missions import parse_overrides
 from parcat.parallel.launch import RunOptions
 from parcat.parallel.planner import ExecutorKind, PolicyStrategy
 from parcat.parallel.ray_executor import import_ray
+from parcat.settings import parse_overrides
 
 Missions = Annotated[
     list[str],

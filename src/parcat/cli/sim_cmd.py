@@ -19,7 +19,7 @@ from parcat.cli.render import (
     stderr_console,
     stdout_console,
 )
-from parcat.missions import parse_overrides
+from parcat.settings import parse_overrides
 from parcat.sim import SimMode, SimProgress, load_sim_config, run_sim, summarize
 from parcat.sim.config import SimConfig
 

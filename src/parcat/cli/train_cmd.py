@@ -13,9 +13,10 @@ import typer
 from parcat.cli.common import EXIT_INTERRUPTED, OutputFormat, print_json, user_errors
 from parcat.cli.render import list_table, progress_bar, stderr_console, stdout_console
 from parcat.errors import ConfigError
-from parcat.missions import load_mission, parse_overrides
+from parcat.missions import load_mission
 from parcat.parallel.planner import make_train_plan
 from parcat.parallel.resources import available_cpus
+from parcat.settings import parse_overrides
 from parcat.train.config import LearningMode, load_train_config
 from parcat.train.trainer import EpochStats, Trainer
 
