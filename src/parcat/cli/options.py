@@ -9,6 +9,7 @@ import typer
 
 from parcat.errors import ConfigError
 from parcat.evaluate import EvalConfig, make_config
+from parcat.parallel import launch
 from parcat.parallel.launch import RunOptions
 from parcat.parallel.planner import ExecutorKind, PolicyStrategy
 from parcat.parallel.ray_executor import import_ray
@@ -51,10 +52,11 @@ ActionTimeout = Annotated[
 ]
 Gpus = Annotated[int | None, typer.Option("--gpus", help="GPUs to use (default: detected).")]
 StartMethod = Annotated[
-    str | None, typer.Option("--start-method", help="forkserver (default) or spawn.")
+    launch.StartMethod | None,
+    typer.Option("--start-method", help="forkserver (default) or spawn."),
 ]
 Backend = Annotated[
-    str | None,
+    launch.Backend | None,
     typer.Option("--backend", help="local (default) or ray: episodes as Ray tasks."),
 ]
 Address = Annotated[
@@ -77,14 +79,12 @@ def build(
     missions: list[str], policies: list[str] | None, episodes: int, seed: int,
     overrides: list[str] | None, jobs: int | None, executor: ExecutorKind,
     parallel_policy: bool, strategy: PolicyStrategy, action_timeout_ms: float | None,
-    gpus: int | None, start_method: str | None, trace: bool, retries: int = 1,
+    gpus: int | None, start_method: launch.StartMethod | None, trace: bool, retries: int = 1,
     episode_timeout: float | None = None, fail_fast: bool = False,
-    backend: str | None = None, address: str | None = None,
+    backend: launch.Backend | None = None, address: str | None = None,
 ) -> tuple[EvalConfig, RunOptions]:
     """Validate everything the flags say, before anything runs."""
-    if backend not in (None, "local", "ray"):
-        raise ConfigError(f"--backend must be local or ray, got '{backend}'")
-    if backend == "ray":
+    if backend is launch.Backend.RAY:
         import_ray()
         executor = ExecutorKind.RAY
     elif address is not None:

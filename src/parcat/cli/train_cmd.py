@@ -14,10 +14,11 @@ from parcat.cli.common import EXIT_INTERRUPTED, OutputFormat, print_json, user_e
 from parcat.cli.render import list_table, progress_bar, stderr_console, stdout_console
 from parcat.errors import ConfigError
 from parcat.missions import load_mission
+from parcat.parallel.launch import Backend
 from parcat.parallel.planner import make_train_plan
 from parcat.parallel.resources import available_cpus
 from parcat.settings import parse_overrides
-from parcat.train.config import LearningMode, load_train_config
+from parcat.train.config import LearningMode, MetricsFormat, load_train_config
 from parcat.train.trainer import EpochStats, Trainer
 
 MissionOpt = Annotated[
@@ -51,7 +52,9 @@ SharedLearnerOpt = Annotated[
 SeedOpt = Annotated[int | None, typer.Option(help="Run seed.")]
 CheckpointEveryOpt = Annotated[int | None, typer.Option(help="Checkpoint every N epochs.")]
 RunDirOpt = Annotated[str | None, typer.Option(help="Run directory (default runs/<mission>).")]
-MetricsFormatOpt = Annotated[str | None, typer.Option(help="jsonl or csv.")]
+MetricsFormatOpt = Annotated[
+    MetricsFormat | None, typer.Option(help="The per-epoch metrics file's format.")
+]
 InitFromOpt = Annotated[str | None, typer.Option(help="Start from this checkpoint's weights.")]
 ResumeOpt = Annotated[
     bool, typer.Option("--resume", help="Continue from the run directory's checkpoint.")
@@ -60,7 +63,7 @@ RenderOpt = Annotated[
     bool | None, typer.Option("--render", help="Show one environment; runs in one process.")
 ]
 BackendOpt = Annotated[
-    str | None, typer.Option("--backend", help="local worker processes, or ray actors.")
+    Backend | None, typer.Option("--backend", help="local worker processes, or ray actors.")
 ]
 AddressOpt = Annotated[str | None, typer.Option("--address", help="Ray cluster address.")]
 FmtOpt = Annotated[OutputFormat, typer.Option("--format", "-f", help="Summary format.")]

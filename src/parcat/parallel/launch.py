@@ -7,6 +7,7 @@ plan into an executor.
 
 from __future__ import annotations
 
+import enum
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,6 @@ from parcat.parallel.config import StepperConfig
 from parcat.parallel.executors import Executor, InlineExecutor, ThreadExecutor
 from parcat.parallel.planner import ExecutorKind, Plan, PolicyStrategy, Workload, make_plan
 from parcat.parallel.process_executor import ProcessExecutor
-from parcat.parallel.procs import START_METHODS
 from parcat.parallel.resources import available_cpus, visible_gpus
 from parcat.policies.specs import PolicySpec
 from parcat.rollout import EpisodeRunner, EpisodeTask
@@ -31,6 +31,23 @@ FDS_PER_WORKER = 8
 FDS_RESERVED = 64
 """Open files kept for everything else (imports, the results file, the terminal)."""
 CALIBRATION_BUDGET_S = 0.25
+
+
+class StartMethod(str, enum.Enum):
+    """How worker processes start (``--start-method``)."""
+
+    FORKSERVER = "forkserver"
+    SPAWN = "spawn"
+
+
+class Backend(str, enum.Enum):
+    """Where workers run (``--backend``): processes on this machine, or a Ray cluster.
+
+    For episodes, ``ray`` is ``executor=ExecutorKind.RAY``; for training, ``TrainConfig.backend``.
+    """
+
+    LOCAL = "local"
+    RAY = "ray"
 
 
 @dataclass(frozen=True)
@@ -49,8 +66,8 @@ class RunOptions:
     """Late actions are replaced by the mission's default action."""
     gpus: int | None = None
     """GPUs to use; ``None`` detects them."""
-    start_method: str | None = None
-    """``forkserver`` or ``spawn`` for worker processes."""
+    start_method: StartMethod | None = None
+    """How worker processes start; ``None``: ``forkserver`` where the platform has it."""
     trace: bool = False
     """Record a timeline."""
     retries: int = 1
@@ -60,18 +77,23 @@ class RunOptions:
     fail_fast: bool = False
     """Stop the run at the first failed episode."""
     address: str | None = None
-    """Ray cluster address for ``--backend ray`` (``None``: start a local cluster)."""
+    """Ray cluster address with the Ray executor (``None``: start a local cluster)."""
 
     def __post_init__(self) -> None:
         # accept the CLI's words from Python too: RunOptions(policy_strategy="process")
-        for name, kind in (("executor", ExecutorKind), ("policy_strategy", PolicyStrategy)):
+        for name, kind in (("executor", ExecutorKind), ("policy_strategy", PolicyStrategy),
+                           ("start_method", StartMethod)):
             value = getattr(self, name)
+            if value is None and name == "start_method":
+                continue
             try:
                 object.__setattr__(self, name, kind(value))
             except ValueError:
                 valid = ", ".join(k.value for k in kind)
                 flag = name.replace("_", "-")
                 raise ConfigError(f"--{flag} must be one of {valid}, got {value!r}") from None
+        if self.address is not None and self.executor is not ExecutorKind.RAY:
+            raise ConfigError("--address needs --backend ray")
         if self.episode_timeout_s is not None and self.executor in (
             ExecutorKind.INLINE, ExecutorKind.THREAD
         ):
@@ -94,11 +116,11 @@ class RunOptions:
                 "--action-timeout-ms needs --parallel-policy: only a policy worker's late "
                 "action can be replaced (inline steps cannot be interrupted)"
             )
-        if self.start_method is not None and self.start_method not in START_METHODS:
-            raise ConfigError(
-                f"--start-method must be one of {', '.join(START_METHODS)}, "
-                f"got '{self.start_method}'"
-            )
+
+    @property
+    def start_method_name(self) -> str | None:
+        """``start_method`` as multiprocessing names it (``None``: the default)."""
+        return None if self.start_method is None else self.start_method.value
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (the ``execution`` section of a results document)."""
@@ -109,7 +131,7 @@ class RunOptions:
             "policy_strategy": self.policy_strategy.value,
             "action_timeout_ms": self.action_timeout_ms,
             "gpus": self.gpus,
-            "start_method": self.start_method,
+            "start_method": self.start_method_name,
             "retries": self.retries,
             "episode_timeout_s": self.episode_timeout_s,
             "fail_fast": self.fail_fast,
@@ -166,12 +188,12 @@ def make_executor(plan: Plan, options: RunOptions) -> Executor:
         workers=plan.policy_workers,
         spin=plan.spin,
         action_timeout_s=timeout,
-        start_method=options.start_method,
+        start_method=options.start_method_name,
         blas_threads=plan.blas_threads,
     )
     if plan.executor is ExecutorKind.PROCESS:
         return ProcessExecutor(
-            plan.episode_workers, stepper, options.start_method, plan.blas_threads, plan.gpus,
+            plan.episode_workers, stepper, options.start_method_name, plan.blas_threads, plan.gpus,
             options.trace, options.retries, options.episode_timeout_s,
         )
     if plan.executor is ExecutorKind.THREAD:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from parcat.errors import ConfigError
+from parcat.parallel.launch import Backend
 from parcat.yamlfile import read_yaml_mapping
 
 
@@ -17,6 +18,13 @@ class LearningMode(str, enum.Enum):
 
     SYNC = "sync"
     ASYNC = "async"
+
+
+class MetricsFormat(str, enum.Enum):
+    """The file the per-epoch metrics go to (``--metrics-format``)."""
+
+    JSONL = "jsonl"
+    CSV = "csv"
 
 
 @dataclass(frozen=True)
@@ -56,22 +64,27 @@ class TrainConfig:
     """Write a checkpoint every this many epochs (and at the end)."""
     run_dir: str = ""
     """Where checkpoints and metrics go (default ``runs/<mission>``)."""
-    metrics_format: str = "jsonl"
-    """``jsonl`` or ``csv``."""
+    metrics_format: MetricsFormat = MetricsFormat.JSONL
+    """``metrics.jsonl`` or ``metrics.csv`` in the run directory."""
     init_from: str = ""
     """Start from the weights of this checkpoint (a run directory)."""
     render: bool = False
     """Show one environment in the terminal; runs everything in one process."""
-    backend: str = "local"
+    backend: Backend = Backend.LOCAL
     """``local`` environment worker processes, or ``ray`` actors on a Ray cluster."""
     address: str = ""
     """Ray cluster address with ``backend: ray`` (empty: start a local cluster)."""
 
     def __post_init__(self) -> None:
-        try:
-            object.__setattr__(self, "mode", LearningMode(self.mode))
-        except ValueError:
-            raise ConfigError(f"mode must be sync or async, got {self.mode!r}") from None
+        # accept the YAML's words too: TrainConfig(mode="async")
+        for name, kind in (("mode", LearningMode), ("backend", Backend),
+                           ("metrics_format", MetricsFormat)):
+            value = getattr(self, name)
+            try:
+                object.__setattr__(self, name, kind(value))
+            except ValueError:
+                valid = " or ".join(k.value for k in kind)
+                raise ConfigError(f"{name} must be {valid}, got {value!r}") from None
         for name in ("epochs", "steps_per_epoch", "envs_per_worker", "train_interval",
                      "checkpoint_every"):
             _require_int(name, getattr(self, name), 1)
@@ -87,10 +100,6 @@ class TrainConfig:
         for name in ("mission", "run_dir", "init_from", "address"):
             if not isinstance(getattr(self, name), str):
                 raise ConfigError(f"{name} must be a string, got {getattr(self, name)!r}")
-        if self.backend not in ("local", "ray"):
-            raise ConfigError(f"backend must be local or ray, got {self.backend!r}")
-        if self.metrics_format not in ("jsonl", "csv"):
-            raise ConfigError(f"metrics_format must be jsonl or csv, got {self.metrics_format!r}")
         if self.render:  # rendering shows one local env: everything in this process
             object.__setattr__(self, "env_workers", 0)
             object.__setattr__(self, "mode", LearningMode.SYNC)
@@ -103,7 +112,8 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, for the checkpoint manifest."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
-        data["mode"] = self.mode.value
+        for name in ("mode", "backend", "metrics_format"):
+            data[name] = getattr(self, name).value
         data["overrides"] = dict(self.overrides)
         data["learner"] = dict(self.learner)
         return data

@@ -112,7 +112,8 @@ class Trainer:
                 self.start_epoch = restore(config.run_path, self.learners, config)
             elif config.init_from:
                 init_weights(config.init_from, self.learners)
-            self.metrics = MetricsLog(config.run_path, config.metrics_format, fresh=not resume)
+            self.metrics = MetricsLog(config.run_path, config.metrics_format.value,
+                                     fresh=not resume)
             if resume:
                 self.metrics.truncate(self.start_epoch)
         except BaseException:
@@ -270,7 +271,7 @@ def make_vecenv(mission: Mission, config: TrainConfig) -> VecEnv:
     spin = config.env_workers + busy_here <= available_cpus()
     return VecEnv(mission, config.env_workers, config.envs_per_worker, config.seed,
                   spin=spin, local_share=not asynchronous,
-                  parent_spin=spin and not asynchronous, backend=config.backend)
+                  parent_spin=spin and not asynchronous, backend=config.backend.value)
 
 
 def _connect_ray(address: str) -> bool:
