@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,10 +12,7 @@ import typer
 from parcat.cli.common import EXIT_INTERRUPTED, OutputFormat, print_json, user_errors
 from parcat.cli.render import list_table, progress_bar, stderr_console, stdout_console
 from parcat.errors import ConfigError
-from parcat.missions import load_mission
 from parcat.parallel.launch import Backend
-from parcat.parallel.planner import make_train_plan
-from parcat.parallel.resources import available_cpus
 from parcat.settings import parse_overrides
 from parcat.train.config import LearningMode, MetricsFormat, load_train_config
 from parcat.train.trainer import EpochStats, Trainer
@@ -36,7 +32,8 @@ JobsOpt = Annotated[
     int | None, typer.Option("--jobs", "-j", help="Budget split between env workers and training.")
 ]
 EnvWorkersOpt = Annotated[
-    int | None, typer.Option(help="Environment worker processes (0: in-process).")
+    int | None, typer.Option(help="Environment worker processes (0: in-process; default: "
+                             "planned from --jobs, else 0).")
 ]
 EnvsPerWorkerOpt = Annotated[int | None, typer.Option(help="Environments per worker.")]
 ModeOpt = Annotated[LearningMode | None, typer.Option(help="sync (reference) or async.")]
@@ -99,6 +96,7 @@ def train_command(
         "mission": mission,
         "epochs": epochs,
         "steps_per_epoch": steps_per_epoch,
+        "jobs": jobs,
         "env_workers": env_workers,
         "envs_per_worker": envs_per_worker,
         "mode": mode.value if mode else None,
@@ -120,15 +118,6 @@ def train_command(
         if overrides:
             flags["overrides"] = parse_overrides(overrides)
         cfg = load_train_config(config, flags)
-        if jobs is not None and jobs < 1:
-            raise ConfigError(f"--jobs must be an integer >= 1, got {jobs}")
-        if jobs is not None and env_workers is None:
-            num_agents = len(load_mission(cfg.mission, dict(cfg.overrides)).agents())
-            plan = make_train_plan(jobs, available_cpus(), num_agents,
-                                   cfg.mode is LearningMode.ASYNC, cfg.parallel_training)
-            cfg = replace(cfg, env_workers=plan.env_workers, train_threads=plan.train_workers)
-            for reason in plan.reasons:
-                err.print(f"plan: {reason}")
         if cfg.render:
             err.print("--render: one environment shown; everything runs in this process")
         if resume and trainer_done(cfg):
@@ -137,6 +126,9 @@ def train_command(
                 "raise --epochs to train on"
             )
         trainer = Trainer(cfg, resume=resume, on_frame=_frame_printer(err) if cfg.render else None)
+    if cfg.jobs is not None:
+        for reason in trainer.plan.reasons:
+            err.print(f"plan: {reason}")
     with progress_bar(cfg.epochs - trainer.start_epoch, "epochs") as advance:
 
         def on_epoch(stats: EpochStats) -> None:

@@ -39,8 +39,12 @@ class TrainConfig:
     """Collect-then-learn rounds."""
     steps_per_epoch: int = 100
     """Vector steps per epoch (every environment steps this many times)."""
-    env_workers: int = 0
-    """Environment worker processes; 0 steps the environments in the trainer's process."""
+    jobs: int | None = None
+    """Worker budget the planner splits between environment workers and training
+    (:func:`parcat.train.plan.plan_training`); used when ``env_workers`` is not given."""
+    env_workers: int | None = None
+    """Environment worker processes; 0 steps the environments in the trainer's process;
+    ``None``: planned from ``jobs`` (0 without ``jobs``)."""
     envs_per_worker: int = 4
     """Environments per worker (or in-process when ``env_workers`` is 0)."""
     mode: LearningMode = LearningMode.SYNC
@@ -53,7 +57,7 @@ class TrainConfig:
     parallel_training: bool = False
     """Train the agents concurrently (threads; numpy releases the GIL in its kernels)."""
     train_threads: int = 0
-    """Threads for ``parallel_training``; 0 means one per learner (``--jobs`` plans it)."""
+    """Threads for ``parallel_training``; 0 means one per learner (``jobs`` plans it)."""
     shared_learner: bool = False
     """One learner on the pooled experience of all agents instead of one per agent."""
     learner: Mapping[str, Any] = field(default_factory=dict, hash=False)
@@ -89,7 +93,8 @@ class TrainConfig:
                      "checkpoint_every"):
             _require_int(name, getattr(self, name), 1)
         for name in ("env_workers", "train_steps", "seed", "train_threads"):
-            _require_int(name, getattr(self, name), 0)
+            _require_int(name, getattr(self, name), 0, optional=name == "env_workers")
+        _require_int("jobs", self.jobs, 1, optional=True)
         for name in ("overrides", "learner"):
             if not isinstance(getattr(self, name), Mapping):
                 raise ConfigError(f"{name} must be a mapping of keys to values, "
@@ -119,13 +124,21 @@ class TrainConfig:
         return data
 
 
-def _require_int(name: str, value: Any, low: int) -> None:
+def _require_int(name: str, value: Any, low: int, optional: bool = False) -> None:
+    if optional and value is None:
+        return
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
         raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
+LAYOUT_KEYS = frozenset({"jobs", "env_workers"})
+
+
 def load_train_config(path: str | Path | None, flags: Mapping[str, Any]) -> TrainConfig:
     """Read a train YAML file (optional) and apply flags that were given (not ``None``).
+
+    Flags win over the file (``overrides`` key by key); ``jobs`` or ``env_workers`` given
+    as a flag replaces the file's layout, both keys.
 
     Raises:
         ConfigError: unreadable YAML, an unknown key (named, with the valid ones), a bad value.
@@ -139,6 +152,10 @@ def load_train_config(path: str | Path | None, flags: Mapping[str, Any]) -> Trai
             known = ", ".join(sorted(valid))
             raise ConfigError(f"config file '{path}': unknown key '{unknown[0]}'; valid: {known}")
     given = {k: v for k, v in flags.items() if v is not None}
+    if given.keys() & LAYOUT_KEYS:
+        # jobs and env_workers are two ways to lay out the run: flags give it whole
+        for key in LAYOUT_KEYS:
+            data.pop(key, None)
     if isinstance(data.get("overrides"), Mapping) and "overrides" in given:
         # --set adds to (and wins over) the file's mission overrides
         given["overrides"] = {**data["overrides"], **given["overrides"]}

@@ -14,7 +14,7 @@ import math
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import gymnasium
@@ -22,12 +22,14 @@ import numpy as np
 
 from parcat.errors import ConfigError
 from parcat.missions import Mission, load_mission
+from parcat.parallel.planner import TrainPlan
 from parcat.parallel.resources import available_cpus
 from parcat.train.async_learning import AsyncLearning
 from parcat.train.config import LearningMode, TrainConfig
 from parcat.train.dqn import DQNConfig, DQNLearner
 from parcat.train.learner import Learner
 from parcat.train.metrics import MetricsLog
+from parcat.train.plan import plan_training
 from parcat.train.runs import init_weights, restore, save_checkpoint
 from parcat.train.vecenv import VecEnv
 
@@ -82,7 +84,9 @@ class Trainer:
     """Runs ``config``; build it, then call :meth:`run`.
 
     Args:
-        config: The training configuration.
+        config: The training configuration; a layout it leaves open (``env_workers``
+            not given) is planned from ``jobs`` by :func:`~parcat.train.plan.plan_training`,
+            as ``parcat train`` plans it. :attr:`config` is the config with the layout filled in.
         resume: Continue from the last checkpoint in the run directory.
         on_epoch: Called with each epoch's statistics (live display).
         on_event: Called with ``(event, epoch)`` — ``collect``, ``train_start``,
@@ -95,9 +99,12 @@ class Trainer:
                  on_epoch: Callable[[EpochStats], None] | None = None,
                  on_event: EventLog | None = None,
                  on_frame: Callable[[str], None] | None = None) -> None:
-        self.config = config
         self.mission: Mission = load_mission(config.mission, dict(config.overrides))
         check_trainable(self.mission)  # before any worker starts
+        self.plan: TrainPlan = plan_training(config, self.mission)
+        config = replace(config, env_workers=self.plan.env_workers,
+                         train_threads=self.plan.train_workers)
+        self.config = config
         self.on_epoch = on_epoch
         self.on_event = on_event or (lambda event, epoch: None)
         self.on_frame = on_frame
@@ -264,12 +271,16 @@ def make_vecenv(mission: Mission, config: TrainConfig) -> VecEnv:
     Sync: this process steps a share of the environments while the workers step theirs,
     and everyone spins if the workers plus this process fit the cores. Async: the learner
     process needs a core, so this process steps no environments and never spins, and the
-    workers spin only if they, this process and the learner fit the cores.
+    workers spin only if they, this process and the learner fit the cores. A config that
+    leaves ``env_workers`` open gets the planned number (:func:`plan_training`).
     """
+    workers = config.env_workers
+    if workers is None:
+        workers = plan_training(config, mission).env_workers
     asynchronous = config.mode is LearningMode.ASYNC
     busy_here = 2 if asynchronous else 1
-    spin = config.env_workers + busy_here <= available_cpus()
-    return VecEnv(mission, config.env_workers, config.envs_per_worker, config.seed,
+    spin = workers + busy_here <= available_cpus()
+    return VecEnv(mission, workers, config.envs_per_worker, config.seed,
                   spin=spin, local_share=not asynchronous,
                   parent_spin=spin and not asynchronous, backend=config.backend.value)
 
