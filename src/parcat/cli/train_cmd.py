@@ -9,10 +9,10 @@ from typing import Annotated, Any
 
 import typer
 
-from parcat.cli.common import EXIT_INTERRUPTED, OutputFormat, print_json, user_errors
+from parcat.cli import options as opts
+from parcat.cli.common import EXIT_INTERRUPTED, SummaryFormat, print_json, user_errors
 from parcat.cli.render import list_table, progress_bar, stderr_console, stdout_console
 from parcat.errors import ConfigError
-from parcat.parallel.launch import Backend
 from parcat.settings import parse_overrides
 from parcat.train.config import LearningMode, MetricsFormat, load_train_config
 from parcat.train.trainer import EpochStats, Trainer
@@ -23,14 +23,8 @@ MissionOpt = Annotated[
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", help="Train YAML (configs/train.yaml).")
 ]
-OverridesOpt = Annotated[
-    list[str] | None, typer.Option("--set", help="Mission parameter KEY=VALUE.")
-]
 EpochsOpt = Annotated[int | None, typer.Option(help="Collect-then-learn rounds.")]
 StepsPerEpochOpt = Annotated[int | None, typer.Option(help="Vector steps per epoch.")]
-JobsOpt = Annotated[
-    int | None, typer.Option("--jobs", "-j", help="Budget split between env workers and training.")
-]
 EnvWorkersOpt = Annotated[
     int | None, typer.Option(help="Environment worker processes (0: in-process; default: "
                              "planned from --jobs, else 0).")
@@ -46,7 +40,6 @@ ParallelTrainingOpt = Annotated[
 SharedLearnerOpt = Annotated[
     bool | None, typer.Option("--shared-learner/--independent", help="One learner for all agents.")
 ]
-SeedOpt = Annotated[int | None, typer.Option(help="Run seed.")]
 CheckpointEveryOpt = Annotated[int | None, typer.Option(help="Checkpoint every N epochs.")]
 RunDirOpt = Annotated[str | None, typer.Option(help="Run directory (default runs/<mission>).")]
 MetricsFormatOpt = Annotated[
@@ -59,20 +52,15 @@ ResumeOpt = Annotated[
 RenderOpt = Annotated[
     bool | None, typer.Option("--render", help="Show one environment; runs in one process.")
 ]
-BackendOpt = Annotated[
-    Backend | None, typer.Option("--backend", help="local worker processes, or ray actors.")
-]
-AddressOpt = Annotated[str | None, typer.Option("--address", help="Ray cluster address.")]
-FmtOpt = Annotated[OutputFormat, typer.Option("--format", "-f", help="Summary format.")]
 
 
 def train_command(
     mission: MissionOpt = None,
     config: ConfigOpt = None,
-    overrides: OverridesOpt = None,
+    overrides: opts.Overrides = None,
     epochs: EpochsOpt = None,
     steps_per_epoch: StepsPerEpochOpt = None,
-    jobs: JobsOpt = None,
+    jobs: opts.Jobs = None,
     env_workers: EnvWorkersOpt = None,
     envs_per_worker: EnvsPerWorkerOpt = None,
     mode: ModeOpt = None,
@@ -80,43 +68,30 @@ def train_command(
     train_steps: TrainStepsOpt = None,
     parallel_training: ParallelTrainingOpt = None,
     shared_learner: SharedLearnerOpt = None,
-    seed: SeedOpt = None,
+    seed: opts.Seed = None,
     checkpoint_every: CheckpointEveryOpt = None,
     run_dir: RunDirOpt = None,
     metrics_format: MetricsFormatOpt = None,
     init_from: InitFromOpt = None,
     resume: ResumeOpt = False,
     render: RenderOpt = None,
-    backend: BackendOpt = None,
-    address: AddressOpt = None,
-    fmt: FmtOpt = OutputFormat.TABLE,
+    backend: opts.Backend = None,
+    address: opts.Address = None,
+    fmt: opts.TableOrJson = SummaryFormat.TABLE,
 ) -> None:
     """Train one independent learner per agent; checkpoints load with `parcat eval -p RUN`."""
-    flags: dict[str, Any] = {
-        "mission": mission,
-        "epochs": epochs,
-        "steps_per_epoch": steps_per_epoch,
-        "jobs": jobs,
-        "env_workers": env_workers,
-        "envs_per_worker": envs_per_worker,
-        "mode": mode.value if mode else None,
-        "train_interval": train_interval,
-        "train_steps": train_steps,
-        "parallel_training": parallel_training,
-        "shared_learner": shared_learner,
-        "seed": seed,
-        "checkpoint_every": checkpoint_every,
-        "run_dir": run_dir,
-        "metrics_format": metrics_format,
-        "init_from": init_from,
-        "render": render,
-        "backend": backend,
-        "address": address,
-    }
     err = stderr_console()
     with user_errors():
-        if overrides:
-            flags["overrides"] = parse_overrides(overrides)
+        flags: dict[str, Any] = {
+            "mission": mission, "overrides": parse_overrides(overrides) if overrides else None,
+            "epochs": epochs, "steps_per_epoch": steps_per_epoch, "jobs": jobs,
+            "env_workers": env_workers, "envs_per_worker": envs_per_worker, "mode": mode,
+            "train_interval": train_interval, "train_steps": train_steps,
+            "parallel_training": parallel_training, "shared_learner": shared_learner,
+            "seed": seed, "checkpoint_every": checkpoint_every, "run_dir": run_dir,
+            "metrics_format": metrics_format, "init_from": init_from, "render": render,
+            "backend": backend, "address": address,
+        }
         cfg = load_train_config(config, flags)
         if cfg.render:
             err.print("--render: one environment shown; everything runs in this process")
@@ -157,7 +132,7 @@ def train_command(
         ]
         for s in report.epochs
     ]
-    if fmt is OutputFormat.JSON:
+    if fmt is SummaryFormat.JSON:
         print_json(
             {
                 "checkpoint": report.checkpoint,
