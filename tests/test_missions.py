@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from parcat.errors import MissionError
-from parcat.missions import BUILTIN_DIR, list_missions, load_mission, parse_overrides
+from parcat.missions import BUILTIN_DIR, list_missions, load_mission
+from parcat.settings import parse_overrides
 from parcat.testing import check_env
 
 BUILTINS = ["evade", "goal_tasks", "harvest"]

@@ -15,8 +15,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from parcat.envs.adapters import make_gymnasium_env
 from parcat.envs.base import AgentSpec, ParallelEnv
 from parcat.errors import MissionError
@@ -234,20 +232,3 @@ def read_mission(path: Path) -> Mission:
         source=str(path),
     )
 
-
-def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
-    """Parse ``--set KEY=VALUE`` items; values are YAML scalars (``8``, ``0.5``, ``true``).
-
-    Raises:
-        MissionError: an item has no ``=``.
-    """
-    overrides: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise MissionError(f"--set expects KEY=VALUE (e.g. --set agents=8), got '{item}'")
-        try:
-            overrides[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            overrides[key.strip()] = value
-    return overrides

@@ -7,12 +7,24 @@ on a remote one.
 
 from __future__ import annotations
 
+import enum
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from parcat.errors import ConfigError
+
+
+class Backend(str, enum.Enum):
+    """Where workers run (``--backend``): processes on this machine, or a Ray cluster.
+
+    For episodes, ``ray`` is ``executor=ExecutorKind.RAY``; for training, ``TrainConfig.backend``.
+    """
+
+    LOCAL = "local"
+    RAY = "ray"
+
 
 EXCLUDES = [".venv", ".git", "runs", "__pycache__", "*.npz", ".mypy_cache", ".ruff_cache"]
 """What never travels to a remote cluster with the working directory."""

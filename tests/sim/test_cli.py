@@ -9,7 +9,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from parcat.cli.sim_cmd import SimFormat, sim_command
+from parcat.cli.common import SummaryFormat
+from parcat.cli.sim_cmd import sim_command
 from parcat.sim import SimMode
 from tests.sim.helpers import sim_data, write_yaml
 
@@ -70,7 +71,7 @@ def test_agent_crash_is_one_line_and_exit_1(tmp_path: Path) -> None:
 
 def test_direct_call(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     sim_command(config=Path(config_file(tmp_path)), mode=SimMode.SEQUENTIAL, fast=False,
-                iters=20, seed=1, output="", render=False, fmt=SimFormat.JSON)
+                iters=20, seed=1, output="", render=False, fmt=SummaryFormat.JSON)
     document = json.loads(capsys.readouterr().out)
     assert document["steps"] == 20 and document["seed"] == 1 and document["files"] == []
 

@@ -125,3 +125,16 @@ def test_command_line_values_are_checked(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=re.escape("command line: --iters must be an integer "
                                                     ">= 1, got 0")):
         config.with_options(iters=0)
+
+
+def test_set_overrides_win_over_the_files(tmp_path: Path) -> None:
+    path = write_yaml(tmp_path / "sim.yaml", sim_data([], params={"pursuers": 2}))
+    assert len(load_sim_config(path).agents) == 3
+    assert len(load_sim_config(path, {"pursuers": 4}).agents) == 5
+    with pytest.raises(ConfigError, match=re.escape("--set: mission 'evade' has no parameter "
+                                                    "'pursuerz'")):
+        load_sim_config(path, {"pursuerz": 4})
+    hidden = sim_data([])
+    hidden["environment"]["command_line"] = {"pursuers": 4}  # --set is no YAML key
+    with pytest.raises(ConfigError, match=re.escape("unknown key 'environment.command_line'")):
+        load(tmp_path, hidden)

@@ -14,9 +14,9 @@ from parcat import checkpoint
 from parcat.cli.main import app
 from parcat.errors import ConfigError
 from parcat.evaluate import evaluate, make_config
-from parcat.parallel.planner import make_train_plan
 from parcat.train.config import TrainConfig, load_train_config
 from parcat.train.metrics import read_metrics
+from parcat.train.plan import make_train_plan
 from parcat.train.trainer import Trainer
 
 GOALS = {"agents": 2, "task_kind": "direction", "max_steps": 20}

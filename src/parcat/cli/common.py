@@ -32,6 +32,13 @@ class OutputFormat(str, enum.Enum):
     CSV = "csv"
 
 
+class SummaryFormat(str, enum.Enum):
+    """How a command whose output has no CSV form prints on stdout."""
+
+    TABLE = "table"
+    JSON = "json"
+
+
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     """Print one line to stderr and exit."""
     print(f"parcat: error: {message}", file=sys.stderr)

@@ -19,35 +19,16 @@ from parcat.cli.common import (
 )
 from parcat.cli.render import progress_bar, stderr_console, stdout_console, summary_table
 from parcat.errors import ConfigError
+from parcat.eval_args import EvalArgs
 from parcat.evaluate import EvalReport, evaluate, evaluate_to_precision
-from parcat.parallel.planner import ExecutorKind, PolicyStrategy
 from parcat.report import summarize, summary_csv
 from parcat.trace import write_trace
 
 
+@opts.with_eval_args
 def eval_command(
-    missions: opts.Missions,
-    policies: opts.Policies = None,
-    episodes: opts.Episodes = 10,
-    seed: opts.Seed = 0,
-    overrides: opts.Overrides = None,
-    jobs: opts.Jobs = None,
-    executor: opts.Executor = ExecutorKind.AUTO,
-    parallel_policy: opts.ParallelPolicy = False,
-    strategy: opts.Strategy = PolicyStrategy.AUTO,
-    action_timeout_ms: opts.ActionTimeout = None,
-    gpus: opts.Gpus = None,
-    start_method: opts.StartMethod = None,
-    retries: opts.Retries = 1,
-    episode_timeout: opts.EpisodeTimeout = None,
-    fail_fast: opts.FailFast = False,
-    backend: opts.Backend = None,
-    address: opts.Address = None,
-    trace: opts.Trace = None,
-    fmt: Annotated[
-        OutputFormat | None,
-        typer.Option("--format", "-f", help="stdout format (default: table)."),
-    ] = None,
+    args: EvalArgs,
+    fmt: opts.Format = OutputFormat.TABLE,
     output: Annotated[
         Path | None,
         typer.Option("--output", "-o", help="Write results here: .json (full) or .csv (summary)."),
@@ -70,11 +51,7 @@ def eval_command(
     Exit codes: 0 all episodes finished, 1 some episode failed, 2 bad input, 130 interrupted.
     """
     with user_errors():
-        config, options = opts.build(
-            missions, policies, episodes, seed, overrides, jobs, executor, parallel_policy,
-            strategy, action_timeout_ms, gpus, start_method, trace is not None, retries,
-            episode_timeout, fail_fast, backend, address,
-        )
+        config, options = args.build()
         if resume and output is None:
             raise ConfigError("--resume needs --output FILE (the file to continue)")
         if resume and precision is not None:
@@ -88,9 +65,9 @@ def eval_command(
         else:
             report = evaluate(config, options, on_result=lambda _: advance(), output=output,
                               resume=resume)
-    if trace is not None:
-        write_trace(trace, report.trace_events)
-    show_report(report, fmt or OutputFormat.TABLE)
+    if args.trace is not None:
+        write_trace(args.trace, report.trace_events)
+    show_report(report, fmt)
     raise typer.Exit(exit_code(report))
 
 

@@ -1,18 +1,27 @@
-"""Options shared by ``parcat eval`` and ``parcat plan`` (same flags, same meaning)."""
+"""Flags declared once: every command that takes one of these takes it from here.
+
+``eval`` and ``plan`` share all of :class:`~parcat.eval_args.EvalArgs`'s flags through
+:func:`with_eval_args`; ``train`` and ``sim`` take ``--seed``, ``--set``, ``--backend``,
+``--address``, ``--jobs`` and ``--format`` from here too, so a flag reads and behaves the
+same in every command. In ``train`` and ``sim`` a flag left out keeps the config file's
+value: flags win over YAML.
+"""
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from parcat.errors import ConfigError
-from parcat.evaluate import EvalConfig, make_config
-from parcat.missions import parse_overrides
+from parcat.cli.common import OutputFormat, SummaryFormat, user_errors
+from parcat.eval_args import EvalArgs
+from parcat.parallel import launch
 from parcat.parallel.launch import RunOptions
 from parcat.parallel.planner import ExecutorKind, PolicyStrategy
-from parcat.parallel.ray_executor import import_ray
 
 Missions = Annotated[
     list[str],
@@ -26,14 +35,19 @@ Policies = Annotated[
     ),
 ]
 Episodes = Annotated[int, typer.Option("--episodes", "-n", help="Episodes per mission.")]
-Seed = Annotated[int, typer.Option(help="Base seed; all episode seeds derive from it.")]
+Seed = Annotated[
+    int | None,
+    typer.Option("--seed", help="Base seed; every seed of the run derives from it."),
+]
 Overrides = Annotated[
     list[str] | None,
-    typer.Option("--set", help="Override a mission parameter, KEY=VALUE (e.g. agents=8)."),
+    typer.Option("--set", help="Override a mission parameter, KEY=VALUE (e.g. max_steps=200); "
+                 "repeat for several."),
 ]
 Jobs = Annotated[
     int | None,
-    typer.Option("--jobs", "-j", help="Worker budget (default: the CPUs this process may use)."),
+    typer.Option("--jobs", "-j", help="Worker budget the planner splits (eval and plan default "
+                 "to the CPUs this process may use; train plans only when given)."),
 ]
 Executor = Annotated[
     ExecutorKind, typer.Option("--executor", help="Where episodes run (auto: the planner picks).")
@@ -51,14 +65,19 @@ ActionTimeout = Annotated[
 ]
 Gpus = Annotated[int | None, typer.Option("--gpus", help="GPUs to use (default: detected).")]
 StartMethod = Annotated[
-    str | None, typer.Option("--start-method", help="forkserver (default) or spawn.")
+    launch.StartMethod | None,
+    typer.Option("--start-method", help="How worker processes start (default: forkserver "
+                 "where the platform has it)."),
 ]
 Backend = Annotated[
-    str | None,
-    typer.Option("--backend", help="local (default) or ray: episodes as Ray tasks."),
+    launch.Backend | None,
+    typer.Option("--backend", help="local: worker processes on this machine; ray: on a Ray "
+                 "cluster (episodes as tasks, environment workers as actors)."),
 ]
 Address = Annotated[
-    str | None, typer.Option("--address", help="Ray cluster address (with --backend ray).")
+    str | None,
+    typer.Option("--address", help="Ray cluster address with --backend ray (default: start "
+                 "a local cluster)."),
 ]
 Retries = Annotated[
     int, typer.Option("--retries", help="Re-runs of an episode whose worker died.")
@@ -71,31 +90,71 @@ FailFast = Annotated[bool, typer.Option("--fail-fast", help="Stop at the first f
 Trace = Annotated[
     Path | None, typer.Option("--trace", help="Write a Chrome/Perfetto timeline here.")
 ]
+Format = Annotated[
+    OutputFormat,
+    typer.Option("--format", "-f", help="stdout: a table, the JSON document or CSV."),
+]
+TableOrJson = Annotated[
+    SummaryFormat, typer.Option("--format", "-f", help="stdout: a table or JSON.")
+]
 
 
-def build(
-    missions: list[str], policies: list[str] | None, episodes: int, seed: int,
-    overrides: list[str] | None, jobs: int | None, executor: ExecutorKind,
-    parallel_policy: bool, strategy: PolicyStrategy, action_timeout_ms: float | None,
-    gpus: int | None, start_method: str | None, trace: bool, retries: int = 1,
-    episode_timeout: float | None = None, fail_fast: bool = False,
-    backend: str | None = None, address: str | None = None,
-) -> tuple[EvalConfig, RunOptions]:
-    """Validate everything the flags say, before anything runs."""
-    if backend not in (None, "local", "ray"):
-        raise ConfigError(f"--backend must be local or ray, got '{backend}'")
-    if backend == "ray":
-        import_ray()
-        executor = ExecutorKind.RAY
-    elif address is not None:
-        raise ConfigError("--address needs --backend ray")
+def eval_args(
+    missions: Missions,
+    policies: Policies = None,
+    episodes: Episodes = 10,
+    seed: Seed = 0,
+    overrides: Overrides = None,
+    jobs: Jobs = None,
+    executor: Executor = ExecutorKind.AUTO,
+    parallel_policy: ParallelPolicy = False,
+    policy_strategy: Strategy = PolicyStrategy.AUTO,
+    action_timeout_ms: ActionTimeout = None,
+    gpus: Gpus = None,
+    start_method: StartMethod = None,
+    retries: Retries = 1,
+    episode_timeout: EpisodeTimeout = None,
+    fail_fast: FailFast = False,
+    backend: Backend = launch.Backend.LOCAL,
+    address: Address = None,
+    trace: Trace = None,
+) -> EvalArgs:
+    """The flags ``eval`` and ``plan`` share, as one :class:`EvalArgs` (Typer reads this
+    signature through :func:`with_eval_args`)."""
     options = RunOptions(
-        jobs=jobs, executor=executor, parallel_policy=parallel_policy,
-        policy_strategy=strategy, action_timeout_ms=action_timeout_ms, gpus=gpus,
-        start_method=start_method, trace=trace, retries=retries,
-        episode_timeout_s=episode_timeout, fail_fast=fail_fast, address=address,
+        jobs=jobs,
+        # --backend ray is the CLI's other word for --executor ray
+        executor=ExecutorKind.RAY if backend is launch.Backend.RAY else executor,
+        parallel_policy=parallel_policy, policy_strategy=policy_strategy,
+        action_timeout_ms=action_timeout_ms, gpus=gpus, start_method=start_method,
+        retries=retries, episode_timeout_s=episode_timeout, fail_fast=fail_fast,
+        address=address,
     )
-    config = make_config(
-        missions, policies or ["greedy"], episodes, seed, parse_overrides(overrides or [])
+    return EvalArgs(
+        missions=tuple(missions), policies=tuple(policies or ("greedy",)), episodes=episodes,
+        seed=0 if seed is None else seed, overrides=tuple(overrides or ()), options=options,
+        trace=trace,
     )
-    return config, options
+
+
+def with_eval_args(command: Callable[..., None]) -> Callable[..., None]:
+    """Give ``command`` the flags of :func:`eval_args` as well as its own.
+
+    Typer sees every flag of :func:`eval_args` followed by ``command``'s own parameters
+    but the first; ``command`` is called with one validated :class:`EvalArgs` first, then
+    its own parameters. A bad flag is one line on stderr and exit code 2, as in the command.
+    """
+    shared = inspect.signature(eval_args, eval_str=True).parameters
+    own = list(inspect.signature(command, eval_str=True).parameters.values())[1:]
+    keyword = inspect.Parameter.KEYWORD_ONLY
+
+    @functools.wraps(command)
+    def run(**values: Any) -> None:
+        with user_errors():
+            args = eval_args(**{name: values.pop(name) for name in shared})
+        command(args, **values)
+
+    run.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [p.replace(kind=keyword) for p in [*shared.values(), *own]]
+    )
+    return run

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -11,7 +10,8 @@ from typing import Annotated, Any
 
 import typer
 
-from parcat.cli.common import EXIT_INTERRUPTED, print_json, user_errors
+from parcat.cli import options as opts
+from parcat.cli.common import EXIT_INTERRUPTED, SummaryFormat, print_json, user_errors
 from parcat.cli.render import (
     key_value_table,
     list_table,
@@ -19,17 +19,9 @@ from parcat.cli.render import (
     stderr_console,
     stdout_console,
 )
-from parcat.missions import parse_overrides
+from parcat.settings import parse_overrides
 from parcat.sim import SimMode, SimProgress, load_sim_config, run_sim, summarize
 from parcat.sim.config import SimConfig
-
-
-class SimFormat(str, enum.Enum):
-    """How the evaluation is printed on stdout."""
-
-    TABLE = "table"
-    JSON = "json"
-
 
 ConfigOpt = Annotated[Path, typer.Option("--config", "-c", help="Sim YAML file.")]
 ModeOpt = Annotated[
@@ -40,7 +32,6 @@ FastOpt = Annotated[
     bool, typer.Option("--fast", help="Parallel: step the environment as fast as it goes.")
 ]
 ItersOpt = Annotated[int | None, typer.Option("--iters", help="Environment steps.")]
-SeedOpt = Annotated[int | None, typer.Option("--seed", help="Run seed.")]
 OutputOpt = Annotated[
     str | None, typer.Option("--output", "-o", help="Folder for record.npz and summary.json "
                              "('' writes nothing).")
@@ -48,7 +39,6 @@ OutputOpt = Annotated[
 RenderOpt = Annotated[
     bool | None, typer.Option("--render/--no-render", help="Live line and trajectories.svg.")
 ]
-FormatOpt = Annotated[SimFormat, typer.Option("--format", "-f", help="stdout format.")]
 
 
 def sim_command(
@@ -56,14 +46,11 @@ def sim_command(
     mode: ModeOpt = SimMode.PARALLEL,
     fast: FastOpt = False,
     iters: ItersOpt = None,
-    seed: SeedOpt = None,
+    seed: opts.Seed = None,
     output: OutputOpt = None,
     render: RenderOpt = None,
-    fmt: FormatOpt = SimFormat.TABLE,
-    overrides: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="Override a mission parameter, KEY=VALUE (e.g. pursuers=2)."),
-    ] = None,
+    fmt: opts.TableOrJson = SummaryFormat.TABLE,
+    overrides: opts.Overrides = None,
 ) -> None:
     """Simulate a mission in real time, each agent at its own cycle_time, and evaluate it.
 
@@ -76,7 +63,7 @@ def sim_command(
     with user_errors(), _progress(cfg, mode) as on_progress:
         record = run_sim(cfg, mode, fast=fast, on_progress=on_progress)
     summary = summarize(record)
-    if fmt is SimFormat.JSON:
+    if fmt is SummaryFormat.JSON:
         print_json(summary)
     else:
         show_summary(summary, record.meta["wall_s"])

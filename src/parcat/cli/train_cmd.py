@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from parcat.cli.common import EXIT_INTERRUPTED, OutputFormat, print_json, user_errors
+from parcat.cli import options as opts
+from parcat.cli.common import EXIT_INTERRUPTED, SummaryFormat, print_json, user_errors
 from parcat.cli.render import list_table, progress_bar, stderr_console, stdout_console
 from parcat.errors import ConfigError
-from parcat.missions import load_mission, parse_overrides
-from parcat.parallel.planner import make_train_plan
-from parcat.resources import available_cpus
-from parcat.train.config import LearningMode, load_train_config
+from parcat.settings import parse_overrides
+from parcat.train.config import LearningMode, MetricsFormat, load_train_config
 from parcat.train.trainer import EpochStats, Trainer
 
 MissionOpt = Annotated[
@@ -25,16 +23,11 @@ MissionOpt = Annotated[
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", help="Train YAML (configs/train.yaml).")
 ]
-OverridesOpt = Annotated[
-    list[str] | None, typer.Option("--set", help="Mission parameter KEY=VALUE.")
-]
 EpochsOpt = Annotated[int | None, typer.Option(help="Collect-then-learn rounds.")]
 StepsPerEpochOpt = Annotated[int | None, typer.Option(help="Vector steps per epoch.")]
-JobsOpt = Annotated[
-    int | None, typer.Option("--jobs", "-j", help="Budget split between env workers and training.")
-]
 EnvWorkersOpt = Annotated[
-    int | None, typer.Option(help="Environment worker processes (0: in-process).")
+    int | None, typer.Option(help="Environment worker processes (0: in-process; default: "
+                             "planned from --jobs, else 0).")
 ]
 EnvsPerWorkerOpt = Annotated[int | None, typer.Option(help="Environments per worker.")]
 ModeOpt = Annotated[LearningMode | None, typer.Option(help="sync (reference) or async.")]
@@ -47,10 +40,11 @@ ParallelTrainingOpt = Annotated[
 SharedLearnerOpt = Annotated[
     bool | None, typer.Option("--shared-learner/--independent", help="One learner for all agents.")
 ]
-SeedOpt = Annotated[int | None, typer.Option(help="Run seed.")]
 CheckpointEveryOpt = Annotated[int | None, typer.Option(help="Checkpoint every N epochs.")]
 RunDirOpt = Annotated[str | None, typer.Option(help="Run directory (default runs/<mission>).")]
-MetricsFormatOpt = Annotated[str | None, typer.Option(help="jsonl or csv.")]
+MetricsFormatOpt = Annotated[
+    MetricsFormat | None, typer.Option(help="The per-epoch metrics file's format.")
+]
 InitFromOpt = Annotated[str | None, typer.Option(help="Start from this checkpoint's weights.")]
 ResumeOpt = Annotated[
     bool, typer.Option("--resume", help="Continue from the run directory's checkpoint.")
@@ -58,20 +52,15 @@ ResumeOpt = Annotated[
 RenderOpt = Annotated[
     bool | None, typer.Option("--render", help="Show one environment; runs in one process.")
 ]
-BackendOpt = Annotated[
-    str | None, typer.Option("--backend", help="local worker processes, or ray actors.")
-]
-AddressOpt = Annotated[str | None, typer.Option("--address", help="Ray cluster address.")]
-FmtOpt = Annotated[OutputFormat, typer.Option("--format", "-f", help="Summary format.")]
 
 
 def train_command(
     mission: MissionOpt = None,
     config: ConfigOpt = None,
-    overrides: OverridesOpt = None,
+    overrides: opts.Overrides = None,
     epochs: EpochsOpt = None,
     steps_per_epoch: StepsPerEpochOpt = None,
-    jobs: JobsOpt = None,
+    jobs: opts.Jobs = None,
     env_workers: EnvWorkersOpt = None,
     envs_per_worker: EnvsPerWorkerOpt = None,
     mode: ModeOpt = None,
@@ -79,52 +68,31 @@ def train_command(
     train_steps: TrainStepsOpt = None,
     parallel_training: ParallelTrainingOpt = None,
     shared_learner: SharedLearnerOpt = None,
-    seed: SeedOpt = None,
+    seed: opts.Seed = None,
     checkpoint_every: CheckpointEveryOpt = None,
     run_dir: RunDirOpt = None,
     metrics_format: MetricsFormatOpt = None,
     init_from: InitFromOpt = None,
     resume: ResumeOpt = False,
     render: RenderOpt = None,
-    backend: BackendOpt = None,
-    address: AddressOpt = None,
-    fmt: FmtOpt = OutputFormat.TABLE,
+    backend: opts.Backend = None,
+    address: opts.Address = None,
+    fmt: opts.TableOrJson = SummaryFormat.TABLE,
 ) -> None:
     """Train one independent learner per agent; checkpoints load with `parcat eval -p RUN`."""
-    flags: dict[str, Any] = {
-        "mission": mission,
-        "epochs": epochs,
-        "steps_per_epoch": steps_per_epoch,
-        "env_workers": env_workers,
-        "envs_per_worker": envs_per_worker,
-        "mode": mode.value if mode else None,
-        "train_interval": train_interval,
-        "train_steps": train_steps,
-        "parallel_training": parallel_training,
-        "shared_learner": shared_learner,
-        "seed": seed,
-        "checkpoint_every": checkpoint_every,
-        "run_dir": run_dir,
-        "metrics_format": metrics_format,
-        "init_from": init_from,
-        "render": render,
-        "backend": backend,
-        "address": address,
-    }
     err = stderr_console()
     with user_errors():
-        if overrides:
-            flags["overrides"] = parse_overrides(overrides)
+        flags: dict[str, Any] = {
+            "mission": mission, "overrides": parse_overrides(overrides) if overrides else None,
+            "epochs": epochs, "steps_per_epoch": steps_per_epoch, "jobs": jobs,
+            "env_workers": env_workers, "envs_per_worker": envs_per_worker, "mode": mode,
+            "train_interval": train_interval, "train_steps": train_steps,
+            "parallel_training": parallel_training, "shared_learner": shared_learner,
+            "seed": seed, "checkpoint_every": checkpoint_every, "run_dir": run_dir,
+            "metrics_format": metrics_format, "init_from": init_from, "render": render,
+            "backend": backend, "address": address,
+        }
         cfg = load_train_config(config, flags)
-        if jobs is not None and jobs < 1:
-            raise ConfigError(f"--jobs must be an integer >= 1, got {jobs}")
-        if jobs is not None and env_workers is None:
-            num_agents = len(load_mission(cfg.mission, dict(cfg.overrides)).agents())
-            plan = make_train_plan(jobs, available_cpus(), num_agents,
-                                   cfg.mode is LearningMode.ASYNC, cfg.parallel_training)
-            cfg = replace(cfg, env_workers=plan.env_workers, train_threads=plan.train_workers)
-            for reason in plan.reasons:
-                err.print(f"plan: {reason}")
         if cfg.render:
             err.print("--render: one environment shown; everything runs in this process")
         if resume and trainer_done(cfg):
@@ -133,6 +101,9 @@ def train_command(
                 "raise --epochs to train on"
             )
         trainer = Trainer(cfg, resume=resume, on_frame=_frame_printer(err) if cfg.render else None)
+    if cfg.jobs is not None:
+        for reason in trainer.plan.reasons:
+            err.print(f"plan: {reason}")
     with progress_bar(cfg.epochs - trainer.start_epoch, "epochs") as advance:
 
         def on_epoch(stats: EpochStats) -> None:
@@ -161,7 +132,7 @@ def train_command(
         ]
         for s in report.epochs
     ]
-    if fmt is OutputFormat.JSON:
+    if fmt is SummaryFormat.JSON:
         print_json(
             {
                 "checkpoint": report.checkpoint,

@@ -36,7 +36,15 @@ from typing import Any
 
 from parcat.resources import BLAS_VARIABLES, limit_blas_threads
 
-START_METHODS = ("forkserver", "spawn")
+
+class StartMethod(str, enum.Enum):
+    """How worker processes start (``--start-method``): never plain fork."""
+
+    FORKSERVER = "forkserver"
+    SPAWN = "spawn"
+
+
+START_METHODS = tuple(m.value for m in StartMethod)
 # modules the fork server imports once, so each worker it forks starts warm
 PRELOAD = [
     "parcat.parallel.episode_worker",

@@ -12,15 +12,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from parcat.errors import ConfigError
-from parcat.ipc.process import START_METHODS
+from parcat.ipc.process import StartMethod
 from parcat.missions import Mission
 from parcat.parallel.executors import Executor, InlineExecutor, ThreadExecutor
 from parcat.parallel.planner import ExecutorKind, Plan, PolicyStrategy, Workload, make_plan
 from parcat.parallel.process_executor import ProcessExecutor
 from parcat.policies.specs import PolicySpec
+from parcat.raycluster import Backend
 from parcat.resources import available_cpus, visible_gpus
 from parcat.rollout import EpisodeRunner, EpisodeTask
 from parcat.stepping.config import StepperConfig
+
+# Backend and StartMethod are the words of RunOptions; they are defined where they are used
+__all__ = ["Backend", "RunOptions", "StartMethod", "make_executor", "measure_policy_step",
+           "plan_run", "process_limit"]
 
 HANDOFF_S = 20e-6
 """Cost of handing a step to a spinning policy worker and back, with margin: the
@@ -49,8 +54,8 @@ class RunOptions:
     """Late actions are replaced by the mission's default action."""
     gpus: int | None = None
     """GPUs to use; ``None`` detects them."""
-    start_method: str | None = None
-    """``forkserver`` or ``spawn`` for worker processes."""
+    start_method: StartMethod | None = None
+    """How worker processes start; ``None``: ``forkserver`` where the platform has it."""
     trace: bool = False
     """Record a timeline."""
     retries: int = 1
@@ -60,18 +65,23 @@ class RunOptions:
     fail_fast: bool = False
     """Stop the run at the first failed episode."""
     address: str | None = None
-    """Ray cluster address for ``--backend ray`` (``None``: start a local cluster)."""
+    """Ray cluster address with the Ray executor (``None``: start a local cluster)."""
 
     def __post_init__(self) -> None:
         # accept the CLI's words from Python too: RunOptions(policy_strategy="process")
-        for name, kind in (("executor", ExecutorKind), ("policy_strategy", PolicyStrategy)):
+        for name, kind in (("executor", ExecutorKind), ("policy_strategy", PolicyStrategy),
+                           ("start_method", StartMethod)):
             value = getattr(self, name)
+            if value is None and name == "start_method":
+                continue
             try:
                 object.__setattr__(self, name, kind(value))
             except ValueError:
                 valid = ", ".join(k.value for k in kind)
                 flag = name.replace("_", "-")
                 raise ConfigError(f"--{flag} must be one of {valid}, got {value!r}") from None
+        if self.address is not None and self.executor is not ExecutorKind.RAY:
+            raise ConfigError("--address needs --backend ray")
         if self.episode_timeout_s is not None and self.executor in (
             ExecutorKind.INLINE, ExecutorKind.THREAD
         ):
@@ -94,11 +104,11 @@ class RunOptions:
                 "--action-timeout-ms needs --parallel-policy: only a policy worker's late "
                 "action can be replaced (inline steps cannot be interrupted)"
             )
-        if self.start_method is not None and self.start_method not in START_METHODS:
-            raise ConfigError(
-                f"--start-method must be one of {', '.join(START_METHODS)}, "
-                f"got '{self.start_method}'"
-            )
+
+    @property
+    def start_method_name(self) -> str | None:
+        """``start_method`` as multiprocessing names it (``None``: the default)."""
+        return None if self.start_method is None else self.start_method.value
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (the ``execution`` section of a results document)."""
@@ -109,7 +119,7 @@ class RunOptions:
             "policy_strategy": self.policy_strategy.value,
             "action_timeout_ms": self.action_timeout_ms,
             "gpus": self.gpus,
-            "start_method": self.start_method,
+            "start_method": self.start_method_name,
             "retries": self.retries,
             "episode_timeout_s": self.episode_timeout_s,
             "fail_fast": self.fail_fast,
@@ -166,12 +176,12 @@ def make_executor(plan: Plan, options: RunOptions) -> Executor:
         workers=plan.policy_workers,
         spin=plan.spin,
         action_timeout_s=timeout,
-        start_method=options.start_method,
+        start_method=options.start_method_name,
         blas_threads=plan.blas_threads,
     )
     if plan.executor is ExecutorKind.PROCESS:
         return ProcessExecutor(
-            plan.episode_workers, stepper, options.start_method, plan.blas_threads, plan.gpus,
+            plan.episode_workers, stepper, options.start_method_name, plan.blas_threads, plan.gpus,
             options.trace, options.retries, options.episode_timeout_s,
         )
     if plan.executor is ExecutorKind.THREAD:

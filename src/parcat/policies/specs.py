@@ -20,13 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from parcat import checkpoint
 from parcat.errors import CheckpointError, PolicyError
 from parcat.imports import import_reference, is_reference
 from parcat.missions import Mission
 from parcat.policies.base import AgentSpec, Policy
+from parcat.settings import parse_settings
 
 BUILTINS: dict[str, tuple[str | None, str]] = {
     "random": ("parcat.policies.builtin:RandomPolicy", "uniformly random actions (seeded)"),
@@ -77,16 +76,11 @@ def parse_policy_spec(text: str) -> PolicySpec:
     target, *pairs = body.split(",")
     if not target.strip():
         raise PolicyError(f"policy '{text}': expected NAME[,KEY=VALUE...][@WEIGHT]")
-    kwargs: dict[str, Any] = {}
-    for pair in pairs:
-        key, eq, value = pair.partition("=")
-        if not eq or not key.strip():
-            raise PolicyError(f"policy '{text}': expected KEY=VALUE after ',', got '{pair}'")
-        try:
-            kwargs[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            kwargs[key.strip()] = value
-    return PolicySpec(target.strip(), kwargs, weight)
+
+    def malformed(pair: str) -> PolicyError:
+        return PolicyError(f"policy '{text}': expected KEY=VALUE after ',', got '{pair}'")
+
+    return PolicySpec(target.strip(), parse_settings(pairs, malformed), weight)
 
 
 def unknown_policy_message(target: str) -> str:

@@ -151,29 +151,29 @@ def load_sim_config(path: str | Path, overrides: Mapping[str, Any] | None = None
     Raises:
         ConfigError: a missing or malformed file, an unknown key, a bad value (named).
     """
-    data = dict(read_mapping(Path(path), "sim config"))
-    if overrides:
-        env = data.get("environment")
-        if isinstance(env, Mapping):
-            data["environment"] = {**env, "command_line": dict(overrides)}
-    return parse_sim_config(data, source=str(path), base_dir=Path(path).parent)
+    data = read_mapping(Path(path), "sim config")
+    return parse_sim_config(data, source=str(path), base_dir=Path(path).parent,
+                            overrides=overrides)
 
 
 def parse_sim_config(data: Mapping[str, Any], source: str = "sim config",
-                     base_dir: str | Path = ".") -> SimConfig:
+                     base_dir: str | Path = ".",
+                     overrides: Mapping[str, Any] | None = None) -> SimConfig:
     """Validate a sim configuration given as a mapping (the YAML file's content).
 
     Args:
         data: The keys of ``configs/sim.yaml``.
         source: How errors name where the mapping came from.
         base_dir: Folder that relative ``config`` paths start from.
+        overrides: Mission parameters from the command line (``--set``); they win over
+            ``environment.config`` and ``environment.params``.
 
     Raises:
         ConfigError: an unknown key, a missing required key or a bad value (named).
     """
     base = Path(base_dir)
     check_keys(data, TOP_KEYS, source, "")
-    mission, period = _environment(data, source, base)
+    mission, period = _environment(data, source, base, overrides or {})
     agents = _agents(data, mission, period, source, base)
     debug = data.get("debug") or {}
     if not isinstance(debug, Mapping):
@@ -199,7 +199,8 @@ def parse_sim_config(data: Mapping[str, Any], source: str = "sim config",
     )
 
 
-def _environment(data: Mapping[str, Any], source: str, base: Path) -> tuple[Mission, float]:
+def _environment(data: Mapping[str, Any], source: str, base: Path,
+                 overrides: Mapping[str, Any]) -> tuple[Mission, float]:
     env = data.get("environment")
     if env is None:
         raise ConfigError(
@@ -207,8 +208,6 @@ def _environment(data: Mapping[str, Any], source: str, base: Path) -> tuple[Miss
         )
     if not isinstance(env, Mapping):
         raise ConfigError(f"{source}: 'environment' must be a mapping with 'mission' and 'period'")
-    command_line = env.get("command_line") or {}
-    env = {k: v for k, v in env.items() if k != "command_line"}
     check_keys(env, ENV_KEYS, source, "environment.")
     name = env.get("mission")
     if not isinstance(name, str) or not name:
@@ -235,10 +234,10 @@ def _environment(data: Mapping[str, Any], source: str, base: Path) -> tuple[Miss
         file = resolve_file(env["config"], base, source, "environment.config")
         layers.append((read_mapping(file, "environment config"), show_path(file)))
     layers.append((params, source))
-    layers.append((command_line, "--set"))
-    for overrides, where in layers:  # each layer's errors name the file it came from
+    layers.append((overrides, "--set"))
+    for layer, where in layers:  # each layer's errors name the file it came from
         try:
-            mission = mission.with_overrides(overrides) if overrides else mission
+            mission = mission.with_overrides(layer) if layer else mission
         except MissionError as exc:
             raise ConfigError(f"{where}: {exc}") from exc
     return mission, period

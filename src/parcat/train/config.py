@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from parcat.errors import ConfigError
+from parcat.raycluster import Backend
 from parcat.yamlfile import read_yaml_mapping
 
 
@@ -17,6 +18,13 @@ class LearningMode(str, enum.Enum):
 
     SYNC = "sync"
     ASYNC = "async"
+
+
+class MetricsFormat(str, enum.Enum):
+    """The file the per-epoch metrics go to (``--metrics-format``)."""
+
+    JSONL = "jsonl"
+    CSV = "csv"
 
 
 @dataclass(frozen=True)
@@ -31,8 +39,12 @@ class TrainConfig:
     """Collect-then-learn rounds."""
     steps_per_epoch: int = 100
     """Vector steps per epoch (every environment steps this many times)."""
-    env_workers: int = 0
-    """Environment worker processes; 0 steps the environments in the trainer's process."""
+    jobs: int | None = None
+    """Worker budget the planner splits between environment workers and training
+    (:func:`parcat.train.plan.plan_training`); used when ``env_workers`` is not given."""
+    env_workers: int | None = None
+    """Environment worker processes; 0 steps the environments in the trainer's process;
+    ``None``: planned from ``jobs`` (0 without ``jobs``)."""
     envs_per_worker: int = 4
     """Environments per worker (or in-process when ``env_workers`` is 0)."""
     mode: LearningMode = LearningMode.SYNC
@@ -45,7 +57,7 @@ class TrainConfig:
     parallel_training: bool = False
     """Train the agents concurrently (threads; numpy releases the GIL in its kernels)."""
     train_threads: int = 0
-    """Threads for ``parallel_training``; 0 means one per learner (``--jobs`` plans it)."""
+    """Threads for ``parallel_training``; 0 means one per learner (``jobs`` plans it)."""
     shared_learner: bool = False
     """One learner on the pooled experience of all agents instead of one per agent."""
     learner: Mapping[str, Any] = field(default_factory=dict, hash=False)
@@ -56,27 +68,33 @@ class TrainConfig:
     """Write a checkpoint every this many epochs (and at the end)."""
     run_dir: str = ""
     """Where checkpoints and metrics go (default ``runs/<mission>``)."""
-    metrics_format: str = "jsonl"
-    """``jsonl`` or ``csv``."""
+    metrics_format: MetricsFormat = MetricsFormat.JSONL
+    """``metrics.jsonl`` or ``metrics.csv`` in the run directory."""
     init_from: str = ""
     """Start from the weights of this checkpoint (a run directory)."""
     render: bool = False
     """Show one environment in the terminal; runs everything in one process."""
-    backend: str = "local"
+    backend: Backend = Backend.LOCAL
     """``local`` environment worker processes, or ``ray`` actors on a Ray cluster."""
     address: str = ""
     """Ray cluster address with ``backend: ray`` (empty: start a local cluster)."""
 
     def __post_init__(self) -> None:
-        try:
-            object.__setattr__(self, "mode", LearningMode(self.mode))
-        except ValueError:
-            raise ConfigError(f"mode must be sync or async, got {self.mode!r}") from None
+        # accept the YAML's words too: TrainConfig(mode="async")
+        for name, kind in (("mode", LearningMode), ("backend", Backend),
+                           ("metrics_format", MetricsFormat)):
+            value = getattr(self, name)
+            try:
+                object.__setattr__(self, name, kind(value))
+            except ValueError:
+                valid = " or ".join(k.value for k in kind)
+                raise ConfigError(f"{name} must be {valid}, got {value!r}") from None
         for name in ("epochs", "steps_per_epoch", "envs_per_worker", "train_interval",
                      "checkpoint_every"):
             _require_int(name, getattr(self, name), 1)
         for name in ("env_workers", "train_steps", "seed", "train_threads"):
-            _require_int(name, getattr(self, name), 0)
+            _require_int(name, getattr(self, name), 0, optional=name == "env_workers")
+        _require_int("jobs", self.jobs, 1, optional=True)
         for name in ("overrides", "learner"):
             if not isinstance(getattr(self, name), Mapping):
                 raise ConfigError(f"{name} must be a mapping of keys to values, "
@@ -87,10 +105,6 @@ class TrainConfig:
         for name in ("mission", "run_dir", "init_from", "address"):
             if not isinstance(getattr(self, name), str):
                 raise ConfigError(f"{name} must be a string, got {getattr(self, name)!r}")
-        if self.backend not in ("local", "ray"):
-            raise ConfigError(f"backend must be local or ray, got {self.backend!r}")
-        if self.metrics_format not in ("jsonl", "csv"):
-            raise ConfigError(f"metrics_format must be jsonl or csv, got {self.metrics_format!r}")
         if self.render:  # rendering shows one local env: everything in this process
             object.__setattr__(self, "env_workers", 0)
             object.__setattr__(self, "mode", LearningMode.SYNC)
@@ -103,19 +117,28 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, for the checkpoint manifest."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
-        data["mode"] = self.mode.value
+        for name in ("mode", "backend", "metrics_format"):
+            data[name] = getattr(self, name).value
         data["overrides"] = dict(self.overrides)
         data["learner"] = dict(self.learner)
         return data
 
 
-def _require_int(name: str, value: Any, low: int) -> None:
+def _require_int(name: str, value: Any, low: int, optional: bool = False) -> None:
+    if optional and value is None:
+        return
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
         raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
+LAYOUT_KEYS = frozenset({"jobs", "env_workers"})
+
+
 def load_train_config(path: str | Path | None, flags: Mapping[str, Any]) -> TrainConfig:
     """Read a train YAML file (optional) and apply flags that were given (not ``None``).
+
+    Flags win over the file (``overrides`` key by key); ``jobs`` or ``env_workers`` given
+    as a flag replaces the file's layout, both keys.
 
     Raises:
         ConfigError: unreadable YAML, an unknown key (named, with the valid ones), a bad value.
@@ -129,6 +152,10 @@ def load_train_config(path: str | Path | None, flags: Mapping[str, Any]) -> Trai
             known = ", ".join(sorted(valid))
             raise ConfigError(f"config file '{path}': unknown key '{unknown[0]}'; valid: {known}")
     given = {k: v for k, v in flags.items() if v is not None}
+    if given.keys() & LAYOUT_KEYS:
+        # jobs and env_workers are two ways to lay out the run: flags give it whole
+        for key in LAYOUT_KEYS:
+            data.pop(key, None)
     if isinstance(data.get("overrides"), Mapping) and "overrides" in given:
         # --set adds to (and wins over) the file's mission overrides
         given["overrides"] = {**data["overrides"], **given["overrides"]}

@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import gymnasium
@@ -23,12 +23,12 @@ from parcat import raycluster
 from parcat.errors import ConfigError
 from parcat.missions import Mission, load_mission
 from parcat.report import nan_to_none
-from parcat.resources import available_cpus
 from parcat.train.async_learning import AsyncLearning
 from parcat.train.config import LearningMode, TrainConfig
 from parcat.train.dqn import DQNConfig, DQNLearner
 from parcat.train.learner import Learner
 from parcat.train.metrics import MetricsLog
+from parcat.train.plan import TrainPlan, plan_training
 from parcat.train.rounds import train_each
 from parcat.train.runs import init_weights, restore, save_checkpoint
 from parcat.train.vecenv import VecEnv
@@ -81,7 +81,9 @@ class Trainer:
     """Runs ``config``; build it, then call :meth:`run`.
 
     Args:
-        config: The training configuration.
+        config: The training configuration; a layout it leaves open (``env_workers``
+            not given) is planned from ``jobs`` by :func:`~parcat.train.plan.plan_training`,
+            as ``parcat train`` plans it. :attr:`config` is the config with the layout filled in.
         resume: Continue from the last checkpoint in the run directory.
         on_epoch: Called with each epoch's statistics (live display).
         on_event: Called with ``(event, epoch)`` — ``collect``, ``train_start``,
@@ -94,9 +96,12 @@ class Trainer:
                  on_epoch: Callable[[EpochStats], None] | None = None,
                  on_event: EventLog | None = None,
                  on_frame: Callable[[str], None] | None = None) -> None:
-        self.config = config
         self.mission: Mission = load_mission(config.mission, dict(config.overrides))
         check_trainable(self.mission)  # before any worker starts
+        self.plan: TrainPlan = plan_training(config, self.mission)
+        config = replace(config, env_workers=self.plan.env_workers,
+                         train_threads=self.plan.train_workers)
+        self.config = config
         self.on_epoch = on_epoch
         self.on_event = on_event or (lambda event, epoch: None)
         self.on_frame = on_frame
@@ -104,14 +109,15 @@ class Trainer:
         self._pool: ThreadPoolExecutor | None = None
         self._ray_connected = config.backend == "ray" and raycluster.connect(config.address)
         try:
-            self.vec = make_vecenv(self.mission, config)
+            self.vec = make_vecenv(self.mission, config, self.plan)
             self.learners = make_learners(self.vec, config)
             self.start_epoch = 0
             if resume:
                 self.start_epoch = restore(config.run_path, self.learners, config)
             elif config.init_from:
                 init_weights(config.init_from, self.learners)
-            self.metrics = MetricsLog(config.run_path, config.metrics_format, fresh=not resume)
+            self.metrics = MetricsLog(config.run_path, config.metrics_format.value,
+                                     fresh=not resume)
             if resume:
                 self.metrics.truncate(self.start_epoch)
         except BaseException:
@@ -245,20 +251,18 @@ class Trainer:
             self._pool.shutdown()
 
 
-def make_vecenv(mission: Mission, config: TrainConfig) -> VecEnv:
-    """Environment workers laid out for the learning mode.
+def make_vecenv(mission: Mission, config: TrainConfig, plan: TrainPlan | None = None) -> VecEnv:
+    """Environment workers laid out for the learning mode, as ``plan`` (default: planned) says.
 
-    Sync: this process steps a share of the environments while the workers step theirs,
-    and everyone spins if the workers plus this process fit the cores. Async: the learner
-    process needs a core, so this process steps no environments and never spins, and the
-    workers spin only if they, this process and the learner fit the cores.
+    Sync: this process steps a share of the environments while the workers step theirs.
+    Async: the learner process needs a core, so this process steps no environments and never
+    spins. Workers spin when the plan says they fit the cores (:class:`TrainPlan`).
     """
+    plan = plan or plan_training(config, mission)
     asynchronous = config.mode is LearningMode.ASYNC
-    busy_here = 2 if asynchronous else 1
-    spin = config.env_workers + busy_here <= available_cpus()
-    return VecEnv(mission, config.env_workers, config.envs_per_worker, config.seed,
-                  spin=spin, local_share=not asynchronous,
-                  parent_spin=spin and not asynchronous, backend=config.backend)
+    return VecEnv(mission, plan.env_workers, config.envs_per_worker, config.seed,
+                  spin=plan.spin, local_share=not asynchronous,
+                  parent_spin=plan.spin and not asynchronous, backend=config.backend.value)
 
 
 def check_trainable(mission: Mission) -> None:

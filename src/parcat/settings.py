@@ -1,0 +1,57 @@
+"""``KEY=VALUE`` settings from the command line, parsed one way everywhere.
+
+``--set agents=8`` (eval, plan, train, sim) and a policy spec's ``mlp,width=256`` both read a
+value as a YAML scalar: ``8`` is an int, ``0.5`` a float, ``true`` a bool, ``[1, 2]`` a list,
+and text that is not valid YAML stays text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import yaml
+
+from parcat.errors import MissionError, ParcatError
+
+
+def parse_settings(
+    items: Iterable[str], error: Callable[[str], ParcatError]
+) -> dict[str, Any]:
+    """Parse ``KEY=VALUE`` items into a mapping; a later key wins over an earlier one.
+
+    Args:
+        items: The ``KEY=VALUE`` texts.
+        error: Makes the error raised for an item with no ``=`` or an empty key; it is
+            given that item, so the message can show it in its context.
+
+    Raises:
+        ParcatError: whatever ``error`` makes, for the first malformed item.
+    """
+    settings: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise error(item)
+        settings[key.strip()] = parse_value(value)
+    return settings
+
+
+def parse_value(text: str) -> Any:
+    """A setting's value as a YAML scalar, or the text itself when it is not valid YAML."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """Parse ``--set KEY=VALUE`` mission parameter overrides.
+
+    Raises:
+        MissionError: an item has no ``=`` or no key.
+    """
+    return parse_settings(
+        items,
+        lambda item: MissionError(f"--set expects KEY=VALUE (e.g. --set agents=8), got '{item}'"),
+    )
