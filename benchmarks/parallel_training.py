@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from parcat.train.dqn import DQNConfig, DQNLearner
+from parcat.train.learner import Transitions
 
 STEPS = 100
 AGENTS = 2
@@ -27,8 +28,9 @@ def make(width: int, seed: int) -> DQNLearner:
     learner = DQNLearner(64, 5, config)
     rng = np.random.default_rng(seed)
     obs = rng.normal(size=(2048, 64)).astype(np.float32)
-    learner.observe(obs, rng.integers(5, size=2048), rng.normal(size=2048).astype(np.float32),
-                    obs, np.zeros(2048, bool))
+    rewards = rng.normal(size=2048).astype(np.float32)
+    learner.observe(Transitions(obs, rng.integers(5, size=2048), rewards, obs,
+                                np.zeros(2048, bool)))
     return learner
 
 

@@ -14,15 +14,16 @@ from hypothesis import strategies as st
 
 from parcat.errors import CheckpointError, ConfigError
 from parcat.train.buffer import FIELDS, ReplayBuffer
+from parcat.train.learner import Transitions
 
 OBS_DIM = 3
 
 
-def _transitions(start: int, count: int) -> tuple[np.ndarray, ...]:
+def _transitions(start: int, count: int) -> Transitions:
     """Transitions numbered start .. start + count - 1; every field encodes the number."""
     ids = np.arange(start, start + count)
     obs = np.repeat(ids[:, None], OBS_DIM, axis=1).astype(np.float32)
-    return obs, ids, ids * 0.5, obs + 1000, ids % 2 == 0
+    return Transitions(obs, ids, ids * 0.5, obs + 1000, ids % 2 == 0)
 
 
 def _ids(buffer: ReplayBuffer) -> list[int]:
@@ -37,7 +38,7 @@ def _same_state(a: ReplayBuffer, b: ReplayBuffer) -> bool:
 
 def test_add_and_sample_give_typed_arrays() -> None:
     buffer = ReplayBuffer(100, OBS_DIM, seed=0)
-    buffer.add_batch(*_transitions(0, 10))
+    buffer.add_batch(_transitions(0, 10))
     batch = buffer.sample(32)
     assert len(buffer) == 10
     assert set(batch) == set(FIELDS)
@@ -54,8 +55,8 @@ def test_add_and_sample_give_typed_arrays() -> None:
 
 def test_ring_wraps_around_and_overwrites_the_oldest() -> None:
     buffer = ReplayBuffer(5, OBS_DIM, seed=0)
-    buffer.add_batch(*_transitions(0, 3))
-    buffer.add_batch(*_transitions(3, 4))
+    buffer.add_batch(_transitions(0, 3))
+    buffer.add_batch(_transitions(3, 4))
     assert len(buffer) == 5
     assert _ids(buffer) == [5, 6, 2, 3, 4]
     assert int(buffer.state_dict()["pos"]) == 2
@@ -65,7 +66,7 @@ def test_ring_wraps_around_and_overwrites_the_oldest() -> None:
 
 def test_a_batch_larger_than_the_capacity_keeps_its_last_rows() -> None:
     buffer = ReplayBuffer(5, OBS_DIM, seed=0)
-    buffer.add_batch(*_transitions(0, 12))
+    buffer.add_batch(_transitions(0, 12))
     assert _ids(buffer) == [10, 11, 7, 8, 9]
 
 
@@ -78,10 +79,10 @@ def test_any_split_of_a_stream_gives_the_same_ring(capacity: int, sizes: list[in
     one_by_one = ReplayBuffer(capacity, OBS_DIM, seed=1)
     start = 0
     for size in sizes:
-        chunked.add_batch(*_transitions(start, size))
+        chunked.add_batch(_transitions(start, size))
         start += size
     for i in range(start):
-        one_by_one.add_batch(*_transitions(i, 1))
+        one_by_one.add_batch(_transitions(i, 1))
     assert len(chunked) == min(capacity, start)
     assert _same_state(chunked, one_by_one)
 
@@ -89,7 +90,7 @@ def test_any_split_of_a_stream_gives_the_same_ring(capacity: int, sizes: list[in
 def test_sampling_is_seeded() -> None:
     a, b, c = (ReplayBuffer(50, OBS_DIM, seed=s) for s in (7, 7, 8))
     for buffer in (a, b, c):
-        buffer.add_batch(*_transitions(0, 50))
+        buffer.add_batch(_transitions(0, 50))
     draws = [buffer.sample(16)["actions"] for buffer in (a, b, c)]
     np.testing.assert_array_equal(draws[0], draws[1])
     assert not np.array_equal(draws[0], draws[2])
@@ -97,7 +98,7 @@ def test_sampling_is_seeded() -> None:
 
 def test_state_dict_round_trip_through_npz(tmp_path: Path) -> None:
     buffer = ReplayBuffer(6, OBS_DIM, seed=3)
-    buffer.add_batch(*_transitions(0, 9))
+    buffer.add_batch(_transitions(0, 9))
     buffer.sample(5)
     arrays: dict[str, Any] = buffer.state_dict()
     np.savez(tmp_path / "buffer.npz", **arrays)
@@ -106,17 +107,17 @@ def test_state_dict_round_trip_through_npz(tmp_path: Path) -> None:
         restored.load_state_dict({key: data[key] for key in data.files})
     assert _same_state(buffer, restored)
     for b in (buffer, restored):
-        b.add_batch(*_transitions(9, 2))
+        b.add_batch(_transitions(9, 2))
     assert _same_state(buffer, restored)
     np.testing.assert_array_equal(buffer.sample(10)["obs"], restored.sample(10)["obs"])
 
 
 def test_pickle_round_trip_keeps_contents_and_generator() -> None:
     buffer = ReplayBuffer(4, OBS_DIM, seed=0)
-    buffer.add_batch(*_transitions(0, 3))
+    buffer.add_batch(_transitions(0, 3))
     copy = pickle.loads(pickle.dumps(buffer))
     assert _same_state(buffer, copy)
-    copy.add_batch(*_transitions(3, 1))  # the copy goes on taking transitions
+    copy.add_batch(_transitions(3, 1))  # the copy goes on taking transitions
     assert len(copy) == 4
 
 
@@ -124,9 +125,9 @@ def test_memory_is_reported_per_transition() -> None:
     buffer = ReplayBuffer(1_000_000, (2, 2), seed=0)
     assert buffer.nbytes == 0
     assert buffer.bytes_per_transition == 2 * 4 * 4 + 8 + 4 + 1
-    buffer.add_batch(
+    buffer.add_batch(Transitions(
         np.zeros((10, 2, 2)), np.zeros(10), np.zeros(10), np.zeros((10, 2, 2)), np.zeros(10)
-    )
+    ))
     # storage grows on demand rather than allocating the capacity up front
     assert 10 * buffer.bytes_per_transition <= buffer.nbytes < 10_000 * buffer.bytes_per_transition
 
@@ -153,7 +154,8 @@ def test_mismatched_batch_is_rejected() -> None:
     obs, actions, rewards, next_obs, terminated = _transitions(0, 4)
     message = "replay buffer: 'next_obs' expected shape (4, 3) (from 4 actions), got (3, 3)"
     with pytest.raises(ValueError, match=re.escape(message)):
-        ReplayBuffer(8, OBS_DIM).add_batch(obs, actions, rewards, next_obs[:3], terminated)
+        ReplayBuffer(8, OBS_DIM).add_batch(
+            Transitions(obs, actions, rewards, next_obs[:3], terminated))
 
 
 def test_bad_capacity_and_empty_sample_are_rejected() -> None:

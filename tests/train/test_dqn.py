@@ -14,7 +14,7 @@ from gymnasium import spaces
 from parcat.errors import CheckpointError, ConfigError
 from parcat.policies.base import AgentSpec
 from parcat.policies.builtin import MLPPolicy
-from parcat.train import DQNConfig, DQNLearner, Learner
+from parcat.train import DQNConfig, DQNLearner, Learner, Transitions
 
 FAST = DQNConfig(width=32, batch_size=32, learning_starts=64, buffer_size=2_000)
 """Small enough that every test here runs in well under a second."""
@@ -29,7 +29,7 @@ def _stream(learner: DQNLearner, steps: int, seed: int, obs_dim: int) -> list[di
         actions = learner.act(obs)
         rewards = (actions == obs.argmax(axis=1) % learner.num_actions).astype(np.float32)
         next_obs = rng.standard_normal((4, obs_dim)).astype(np.float32)
-        learner.observe(obs, actions, rewards, next_obs, rng.random(4) < 0.3)
+        learner.observe(Transitions(obs, actions, rewards, next_obs, rng.random(4) < 0.3))
         metrics.append(learner.train_step())
     return metrics
 
@@ -72,7 +72,7 @@ def test_learns_a_contextual_bandit() -> None:
         obs = rng.uniform(-1, 1, (8, 4)).astype(np.float32)
         actions = learner.act(obs)
         rewards = (actions == obs[:, :3].argmax(axis=1)).astype(np.float32)
-        learner.observe(obs, actions, rewards, obs, np.ones(8, dtype=bool))
+        learner.observe(Transitions(obs, actions, rewards, obs, np.ones(8, dtype=bool)))
         learner.train_step()
     test = rng.uniform(-1, 1, (1_000, 4)).astype(np.float32)
     accuracy = np.mean(learner.act(test, explore=False) == test[:, :3].argmax(axis=1))
@@ -94,7 +94,7 @@ def test_learns_a_five_state_chain_by_bootstrapping() -> None:
     for _ in range(600):
         actions = learner.act(eye[state])
         next_state, rewards, terminated = _chain_step(state, actions)
-        learner.observe(eye[state], actions, rewards, eye[next_state], terminated)
+        learner.observe(Transitions(eye[state], actions, rewards, eye[next_state], terminated))
         learner.train_step()
         age += 1
         # a time limit truncates (not terminal: the learner still bootstraps through it)
@@ -120,7 +120,7 @@ def test_terminated_stops_bootstrapping(terminated: bool, expected: float) -> No
     )
     learner = DQNLearner(2, 2, config)
     obs = np.tile(np.array([[1.0, 0.0]], dtype=np.float32), (8, 1))
-    learner.observe(obs, np.zeros(8), np.ones(8), obs, np.full(8, terminated))
+    learner.observe(Transitions(obs, np.zeros(8), np.ones(8), obs, np.full(8, terminated)))
     for _ in range(20):
         learner.train_step()
     assert _q_values(learner, obs[:1])[0, 0] == pytest.approx(expected, abs=0.05)
@@ -152,9 +152,10 @@ def test_policy_arrays_act_like_the_learner_in_mlp_policy() -> None:
 def test_train_step_waits_for_a_warm_buffer() -> None:
     learner = DQNLearner(3, 2, DQNConfig(batch_size=16, learning_starts=40))
     obs = np.zeros((39, 3), dtype=np.float32)
-    learner.observe(obs, np.zeros(39), np.zeros(39), obs, np.zeros(39, dtype=bool))
+    learner.observe(Transitions(obs, np.zeros(39), np.zeros(39), obs, np.zeros(39, dtype=bool)))
     assert learner.train_step() == {}
-    learner.observe(obs[:1], np.zeros(1), np.zeros(1), obs[:1], np.zeros(1, dtype=bool))
+    one = np.zeros(1)
+    learner.observe(Transitions(obs[:1], one, one, obs[:1], np.zeros(1, dtype=bool)))
     metrics = learner.train_step()
     assert set(metrics) == {"loss", "q_mean", "grad_norm", "epsilon", "num_updates"}
     assert metrics["num_updates"] == 1.0
@@ -165,10 +166,10 @@ def test_epsilon_decays_linearly_with_observed_transitions() -> None:
     learner = DQNLearner(2, 3, DQNConfig(eps_start=1.0, eps_end=0.1, eps_decay_steps=100))
     obs = np.zeros((50, 2), dtype=np.float32)
     assert learner.epsilon == 1.0
-    learner.observe(obs, np.zeros(50), np.zeros(50), obs, np.zeros(50, dtype=bool))
+    learner.observe(Transitions(obs, np.zeros(50), np.zeros(50), obs, np.zeros(50, dtype=bool)))
     assert learner.epsilon == pytest.approx(0.55)
     for _ in range(3):
-        learner.observe(obs, np.zeros(50), np.zeros(50), obs, np.zeros(50, dtype=bool))
+        learner.observe(Transitions(obs, np.zeros(50), np.zeros(50), obs, np.zeros(50, dtype=bool)))
     assert learner.epsilon == pytest.approx(0.1)
     # at epsilon 0.1 about one action in fifteen differs from greedy (1/10 random, 2/3 of those)
     greedy = learner.act(np.zeros((3_000, 2)), explore=False)
@@ -273,4 +274,5 @@ def test_learner_rejects_bad_sizes_and_observations() -> None:
     message = "dqn: actions must be in 0 .. 1, got -1 .. 0"
     obs = np.zeros((2, 4), dtype=np.float32)
     with pytest.raises(ValueError, match=re.escape(message)):
-        DQNLearner(4, 2).observe(obs, np.array([0, -1]), np.zeros(2), obs, np.zeros(2, bool))
+        DQNLearner(4, 2).observe(
+            Transitions(obs, np.array([0, -1]), np.zeros(2), obs, np.zeros(2, bool)))

@@ -18,6 +18,7 @@ import pytest
 
 from parcat.errors import WorkerError
 from parcat.missions import load_mission
+from parcat.train.learner import Transitions
 from parcat.train.learner_process import LearnerWorker
 from parcat.train.vecenv import VecEnv
 from tests.reliability.helpers import shm_blocks, wait_until
@@ -148,8 +149,8 @@ def test_learner_worker_trains_and_reports_its_death() -> None:
     worker = LearnerWorker({"a": learner}, train_steps=2)
     try:
         rng = np.random.default_rng(0)
-        batch = (rng.normal(size=(16, 4)), rng.integers(0, 3, 16), rng.normal(size=16),
-                 rng.normal(size=(16, 4)), np.zeros(16, dtype=bool))
+        batch = Transitions(rng.normal(size=(16, 4)), rng.integers(0, 3, 16),
+                            rng.normal(size=16), rng.normal(size=(16, 4)), np.zeros(16, dtype=bool))
         worker.submit(epoch=0, batches={"a": batch})
         done = worker.result()
         assert done.epoch == 0 and set(done.weights) == {"a"}

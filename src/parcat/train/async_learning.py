@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
 from parcat.train.dqn import DQNLearner
-from parcat.train.learner_process import Batch, LearnerWorker, Round
+from parcat.train.learner import Transitions
+from parcat.train.learner_process import LearnerWorker, Round
 
 
 class AsyncLearning:
@@ -30,12 +30,12 @@ class AsyncLearning:
         self.learners = learners
         self.process = LearnerWorker(learners, train_steps, parallel=parallel, threads=threads)
         self.on_event = on_event
-        self.pending: dict[str, list[Batch]] = {name: [] for name in learners}
+        self.pending: dict[str, list[Transitions]] = {name: [] for name in learners}
         self.losses: dict[str, float] = {name: math.nan for name in learners}
         self.train_s = 0.0
         self.overlap_steps: list[int] = []
 
-    def record(self, name: str, batch: Batch) -> None:
+    def record(self, name: str, batch: Transitions) -> None:
         """Keep transitions for the next round; the acting learner's schedule moves on."""
         self.pending[name].append(batch)
         self.learners[name].num_observed += len(batch[0])
@@ -86,6 +86,5 @@ class AsyncLearning:
         self.process.close()
 
 
-def _concat(parts: list[Batch]) -> Batch:
-    columns: list[Any] = [np.concatenate([p[i] for p in parts]) for i in range(5)]
-    return (columns[0], columns[1], columns[2], columns[3], columns[4])
+def _concat(parts: list[Transitions]) -> Transitions:
+    return Transitions(*(np.concatenate(column) for column in zip(*parts, strict=True)))

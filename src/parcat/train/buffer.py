@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from parcat.errors import CheckpointError, ConfigError
-from parcat.train.learner import decode_rng, encode_rng
+from parcat.train.learner import Transitions, decode_rng, encode_rng
 
 FIELDS = ("obs", "actions", "rewards", "next_obs", "terminated")
 """Names of the arrays of a transition batch, in ``add_batch`` order."""
@@ -59,27 +59,20 @@ class ReplayBuffer:
         """Bytes one stored transition takes (times 1e6 for the memory of 1M transitions)."""
         return sum(array.itemsize * int(np.prod(array.shape[1:])) for array in self._data.values())
 
-    def add_batch(
-        self,
-        obs: np.ndarray,
-        actions: np.ndarray,
-        rewards: np.ndarray,
-        next_obs: np.ndarray,
-        terminated: np.ndarray,
-    ) -> None:
+    def add_batch(self, batch: Transitions) -> None:
         """Append a batch of transitions, each array with a leading batch dimension.
 
         Raises:
             ValueError: the arrays disagree on the batch size or an observation's shape.
         """
-        batch = self._as_batch(obs, actions, rewards, next_obs, terminated)
-        n = len(batch["actions"])
+        arrays = self._as_batch(*batch)
+        n = len(arrays["actions"])
         if n == 0:
             return
         keep = min(n, self.capacity)
         self._grow(min(self.capacity, self._size + n))
         start = (self._pos + n - keep) % self.capacity
-        for key, values in batch.items():
+        for key, values in arrays.items():
             _write_ring(self._data[key], start, values[n - keep :])
         self._pos = (self._pos + n) % self.capacity
         self._size = min(self.capacity, self._size + n)

@@ -25,7 +25,7 @@ from threadpoolctl import ThreadpoolController
 from parcat.errors import CheckpointError, ConfigError
 from parcat.seeding import derive_seed
 from parcat.train.buffer import ReplayBuffer
-from parcat.train.learner import decode_rng, encode_rng
+from parcat.train.learner import Transitions, decode_rng, encode_rng
 
 _BETA1, _BETA2, _ADAM_EPS = 0.9, 0.999, 1e-8
 _EXPLORE_STREAM, _REPLAY_STREAM = 1, 2
@@ -212,26 +212,19 @@ class DQNLearner:
             actions = np.where(explored, uniform, actions)
         return actions
 
-    def observe(
-        self,
-        obs: np.ndarray,
-        actions: np.ndarray,
-        rewards: np.ndarray,
-        next_obs: np.ndarray,
-        terminated: np.ndarray,
-    ) -> None:
+    def observe(self, batch: Transitions) -> None:
         """Add a batch of transitions to the replay buffer; see ``Learner.observe``.
 
         Raises:
             ValueError: an action is outside ``0 .. num_actions - 1``, or shapes disagree.
         """
-        actions = np.asarray(actions, dtype=np.int64)
+        actions = np.asarray(batch.actions, dtype=np.int64)
         if actions.size and (actions.min() < 0 or actions.max() >= self.num_actions):
             raise ValueError(
                 f"dqn: actions must be in 0 .. {self.num_actions - 1}, "
                 f"got {actions.min()} .. {actions.max()}"
             )
-        self.buffer.add_batch(obs, actions, rewards, next_obs, terminated)
+        self.buffer.add_batch(batch._replace(actions=actions))
         self.num_observed += len(actions)
 
     def train_step(self) -> dict[str, float]:

@@ -19,13 +19,32 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
 from parcat.errors import CheckpointError
 
 _BIT_GENERATORS = ("PCG64", "PCG64DXSM", "Philox", "SFC64", "MT19937")
+
+
+class Transitions(NamedTuple):
+    """A batch of transitions, every array with the batch as its first dimension.
+
+    ``terminated`` True means the episode ended in ``next_obs``, so its value is not
+    bootstrapped; an episode cut short by a time limit (truncation) is not terminated.
+    """
+
+    obs: np.ndarray
+    """Observations the actions were taken on."""
+    actions: np.ndarray
+    """The actions taken."""
+    rewards: np.ndarray
+    """The rewards they earned."""
+    next_obs: np.ndarray
+    """The observations that followed (the final one where an episode ended)."""
+    terminated: np.ndarray
+    """Whether the episode ended in ``next_obs``."""
 
 
 @runtime_checkable
@@ -40,19 +59,8 @@ class Learner(Protocol):
         """One int64 action per row of ``obs_batch``; epsilon-greedy when ``explore``."""
         ...
 
-    def observe(
-        self,
-        obs: np.ndarray,
-        actions: np.ndarray,
-        rewards: np.ndarray,
-        next_obs: np.ndarray,
-        terminated: np.ndarray,
-    ) -> None:
-        """Record a batch of transitions.
-
-        ``terminated`` True means the episode ended in ``next_obs``, so its value is not
-        bootstrapped; an episode cut short by a time limit (truncation) is not terminated.
-        """
+    def observe(self, batch: Transitions) -> None:
+        """Record a batch of transitions."""
         ...
 
     def train_step(self) -> dict[str, float]:

@@ -28,10 +28,8 @@ from parcat.ipc.process import (
     serve,
 )
 from parcat.train.dqn import DQNLearner
-from parcat.train.learner import Learner
+from parcat.train.learner import Learner, Transitions
 from parcat.train.rounds import train_each
-
-Batch = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 @dataclass
@@ -76,7 +74,7 @@ class LearnerWorker:
         """Count one collection step (read by the learner process)."""
         self.counter.value += 1
 
-    def submit(self, epoch: int, batches: dict[str, Batch]) -> None:
+    def submit(self, epoch: int, batches: dict[str, Transitions]) -> None:
         """Start a training round on these new transitions (returns at once)."""
         self._send(("train", epoch, batches))
         self.busy = True
@@ -154,7 +152,7 @@ def learner_main(conn: Connection, parent_pid: int, payload: dict[str, Any], tra
     serve(conn, loop, cleanup)
 
 
-def _train(learners: dict[str, DQNLearner], epoch: int, batches: dict[str, Batch],
+def _train(learners: dict[str, DQNLearner], epoch: int, batches: dict[str, Transitions],
            train_steps: int, counter: Any, pool: ThreadPoolExecutor | None = None) -> Round:
     before = int(counter.value)
     start = time.perf_counter()
@@ -162,7 +160,7 @@ def _train(learners: dict[str, DQNLearner], epoch: int, batches: dict[str, Batch
     def add_new(name: str, learner: Learner) -> None:
         batch = batches.get(name)
         if batch is not None and len(batch[0]):
-            learner.observe(*batch)
+            learner.observe(batch)
 
     losses = train_each(learners, train_steps, pool, add_new)
     return Round(epoch, {n: lr.policy_arrays() for n, lr in learners.items()}, losses,

@@ -26,7 +26,7 @@ from parcat.report import nan_to_none
 from parcat.train.async_learning import AsyncLearning
 from parcat.train.config import LearningMode, TrainConfig
 from parcat.train.dqn import DQNConfig, DQNLearner
-from parcat.train.learner import Learner
+from parcat.train.learner import Learner, Transitions
 from parcat.train.metrics import MetricsLog
 from parcat.train.plan import TrainPlan, plan_training
 from parcat.train.rounds import train_each
@@ -224,13 +224,13 @@ class Trainer:
             mask = alive[agent]
             if not mask.any():
                 continue
-            batch = (obs[agent][mask], actions[agent][mask], rew[agent][mask],
-                     final[agent][mask], term[agent][mask])
+            batch = Transitions(obs[agent][mask], actions[agent][mask], rew[agent][mask],
+                                final[agent][mask], term[agent][mask])
             if self._learning is not None:
                 name = "shared" if self.config.shared_learner else str(agent)
                 self._learning.record(name, batch)
             else:
-                self.learners[agent].observe(*batch)
+                self.learners[agent].observe(batch)
 
     def train_all(self, epoch: int) -> dict[str, float]:
         """Train every learner ``train_steps`` times; return each one's last loss."""
