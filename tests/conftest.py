@@ -1,10 +1,69 @@
-"""Test configuration: hypothesis profile sized for a 2-core CI machine."""
+"""Test configuration: hypothesis profile sized for a 2-core CI machine, and leak checks."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
     "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile("ci")
+
+
+def parcat_blocks() -> set[str]:
+    """parcat blocks made by this process tree or by processes now gone (leaks); other
+    programs' blocks (a benchmark running beside the tests) do not count."""
+    folder = Path("/dev/shm")
+    if not folder.is_dir():
+        return set()
+    me = psutil.Process()
+    tree = {me.pid, *(p.pid for p in me.children(recursive=True))}
+    found = set()
+    for path in folder.iterdir():
+        parts = path.name.split("_")
+        if path.name.startswith("parcat_") and len(parts) > 2 and parts[1].isdigit():
+            pid = int(parts[1])
+            if pid in tree or not psutil.pid_exists(pid):
+                found.add(path.name)
+    return found
+
+
+def worker_children() -> list[psutil.Process]:
+    """Live descendants of this process, without the fork server and resource tracker
+    (they outlive runs by design)."""
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            cmdline = " ".join(proc.cmdline())
+        except psutil.NoSuchProcess:
+            continue
+        if "forkserver" not in cmdline and "resource_tracker" not in cmdline:
+            found.append(proc)
+    return found
+
+
+@pytest.fixture
+def clean_machine() -> Iterator[None]:
+    """Fail the test if it leaves shared-memory blocks or worker processes behind."""
+    before_shm = parcat_blocks()
+    before_kids = {p.pid for p in worker_children()}
+    yield
+
+    def leftovers() -> tuple[set[str], list[psutil.Process]]:
+        kids = [p for p in worker_children() if p.pid not in before_kids]
+        return parcat_blocks() - before_shm, kids
+
+    deadline = time.monotonic() + 10  # stopping workers may still be on their way out
+    while any(leftovers()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    shm, kids = leftovers()
+    assert not shm, f"shared memory leaked: {shm}"
+    assert not kids, f"orphan processes: {kids}"
