@@ -11,21 +11,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
 from typing import Any
 
 import numpy as np
 import pytest
 
-from parcat.parallel.handoff import Handoff, Serving, WorkerLostError
-from parcat.parallel.procs import (
-    START_METHODS,
-    become_worker,
-    get_context,
-    start_worker,
-    stop_worker,
-)
-from parcat.parallel.shm import DONE, MAIN_PARKED, WORKER_PARKED, ArrayBlock
+from parcat.ipc.handoff import Handoff, Serving
+from parcat.ipc.layout import HandoffSlots
+from parcat.ipc.process import START_METHODS, ErrorReport, Worker, WorkerLostError, become_worker
+from parcat.ipc.shm import ArrayBlock
 
 pytestmark = [pytest.mark.skipif(sys.platform != "linux", reason="POSIX signals"),
               pytest.mark.usefixtures("clean_machine")]
@@ -43,9 +37,22 @@ SPECS: dict[str, tuple[tuple[int, ...], Any]] = {
     "saw_parked": ((1,), np.int64),  # MAIN_PARKED as the worker saw it when it finished
     "release": ((1,), np.int64),  # lets a HANG request finish
 }
+DONE, WORKER_PARKED, MAIN_PARKED = (HandoffSlots.DONE, HandoffSlots.WORKER_PARKED,
+                                     HandoffSlots.MAIN_PARKED)
 ECHO, FAIL, AWAIT_PARKED_PARENT, HANG, DIE, FAIL_LONG = range(6)
 LONG_MESSAGE = "x" * 4_000_000
 """More than a socket buffer holds: sending it blocks until the parent reads."""
+SKIP_WAKE_UPS = ("done", "wake")
+"""Handoff wake-ups that may wait on the pipe before any other message."""
+
+
+def failure(request: int) -> ErrorReport:
+    """What the worker reports for a FAIL request."""
+    return ErrorReport("ValueError", f"boom {request}", "Traceback ...", agent="agent_1")
+
+
+LONG_FAILURE = ErrorReport("ValueError", LONG_MESSAGE, "", agent="agent_1")
+"""What the worker reports for a FAIL_LONG request."""
 
 
 def serve_requests(conn: Connection, parent_pid: int, block_name: str, spin: bool) -> None:
@@ -76,7 +83,7 @@ def _run(block: ArrayBlock, serving: Serving, request: int) -> None:
     if command == ECHO:
         arrays["y"][:] = arrays["x"] * 2 + request
     elif command == FAIL:
-        serving.finish(request, ("agent_1", "ValueError", f"boom {request}", "Traceback ..."))
+        serving.finish(request, failure(request))
         return
     elif command == AWAIT_PARKED_PARENT:
         _wait_for(lambda: header[MAIN_PARKED] == 1)
@@ -86,7 +93,7 @@ def _run(block: ArrayBlock, serving: Serving, request: int) -> None:
     elif command == DIE:
         os.kill(os.getpid(), signal.SIGKILL)
     elif command == FAIL_LONG:
-        serving.finish(request, ("agent_1", "ValueError", LONG_MESSAGE, ""))
+        serving.finish(request, LONG_FAILURE)
         return
     serving.finish(request)
 
@@ -103,8 +110,7 @@ class Served:
 
     block: ArrayBlock
     handoff: Handoff
-    process: BaseProcess
-    conn: Connection
+    worker: Worker
 
     def command(self, command: int) -> None:
         self.block.arrays["command"][0] = command
@@ -118,15 +124,16 @@ class Served:
 def serve(spin: bool, method: str = "forkserver") -> Iterator[Served]:
     """A worker serving requests, stopped (and its block freed) at the end."""
     block = ArrayBlock(SPECS)
-    process, conn = start_worker(get_context(method), serve_requests, (block.name, spin),
-                                 "test-handoff")
-    served = Served(block, Handoff(block.header, conn, process, spin), process, conn)
     try:
-        assert served.handoff.recv(TIMEOUT_S) == ("ready",)
-        yield served
+        worker = Worker(serve_requests, (block.name, spin), "test-handoff", start_method=method)
+        try:
+            served = Served(block, Handoff(block.header, worker, spin), worker)
+            assert worker.wait_ready(TIMEOUT_S) == ()
+            yield served
+        finally:
+            block.arrays["release"][0] = 1
+            worker.stop()
     finally:
-        block.arrays["release"][0] = 1
-        stop_worker(process, conn)
         block.close()
 
 
@@ -165,31 +172,27 @@ def test_a_parked_worker_is_woken_by_a_request(served: Served) -> None:
 
 def test_an_error_flag_delivers_the_message_and_the_next_request_works(served: Served) -> None:
     served.command(FAIL)
-    # the result is complete before the parent looks (see the xfail test below for a
-    # parent that is parked on the pipe while the message arrives)
+    # the result is complete before the parent looks (the test below covers a parent
+    # that is parked on the pipe while the message arrives)
     _wait_for(lambda: not served.handoff.busy)
     assert served.wait()
     assert served.handoff.failed
-    assert served.handoff.recv(TIMEOUT_S) == ("error", "agent_1", "ValueError", "boom 1",
-                                              "Traceback ...")
-    served.handoff.clear_error()
-    assert not served.handoff.failed
+    report = served.handoff.error(TIMEOUT_S)
+    assert report == failure(1)
+    assert report.summary == "ValueError: boom 1"
+    assert not served.handoff.failed  # reading the report cleared the flag
     served.block.arrays["x"][:] = 5
     served.command(ECHO)
     assert served.wait() and not served.handoff.failed
     assert served.block.arrays["y"][0] == 12
 
 
-@pytest.mark.xfail(strict=True, reason="Handoff._park takes any message on the pipe for a "
-                   "'done' wake-up: an error message that arrives before the ERROR flag is "
-                   "read and dropped, so recv() finds nothing")
 def test_an_error_message_reaching_a_parked_parent_is_not_lost(served: Served) -> None:
     # Serving.finish sends the message before it raises the flag; a long message keeps the
     # worker in send() until the parked parent reads it, so the parent sees no flag yet
     served.command(FAIL_LONG)
     assert served.wait() and served.handoff.failed
-    message = served.handoff.recv(3.0)
-    assert message == ("error", "agent_1", "ValueError", LONG_MESSAGE, "")
+    assert served.handoff.error(3.0) == LONG_FAILURE
 
 
 def test_a_slow_worker_finds_the_parent_parked_and_wakes_it(served: Served) -> None:
@@ -222,12 +225,12 @@ def test_a_worker_killed_mid_request_is_reported_promptly(served: Served) -> Non
         served.wait()
     assert time.monotonic() - started < LOST_WITHIN_S
     assert served.handoff.describe() == "died (signal SIGKILL)"
-    assert served.process.exitcode == -signal.SIGKILL
+    assert served.worker.process.exitcode == -signal.SIGKILL
 
 
 def test_a_worker_killed_while_idle_fails_the_next_wait(served: Served) -> None:
-    os.kill(served.process.pid, signal.SIGKILL)
-    served.process.join(TIMEOUT_S)
+    os.kill(served.worker.process.pid, signal.SIGKILL)
+    served.worker.process.join(TIMEOUT_S)
     started = time.monotonic()
     with pytest.raises(WorkerLostError, match=re.escape("died (signal SIGKILL)")):
         served.command(ECHO)  # may already fail here: the worker parked, its pipe is gone
@@ -238,7 +241,7 @@ def test_a_worker_killed_while_idle_fails_the_next_wait(served: Served) -> None:
 def test_recv_gives_up_on_a_silent_worker(served: Served) -> None:
     started = time.perf_counter()
     with pytest.raises(WorkerLostError, match=re.escape("did not answer in 1 s")):
-        served.handoff.recv(1.0)
+        served.worker.recv(1.0, skip=SKIP_WAKE_UPS)
     assert time.perf_counter() - started >= 1.0
     served.command(ECHO)  # the worker is still fine
     assert served.wait()
@@ -246,10 +249,10 @@ def test_recv_gives_up_on_a_silent_worker(served: Served) -> None:
 
 def test_recv_reports_a_dead_worker(served: Served) -> None:
     # become_worker turns SIGTERM into SystemExit; the worker cleans up and exits with 0
-    os.kill(served.process.pid, signal.SIGTERM)
+    os.kill(served.worker.process.pid, signal.SIGTERM)
     started = time.monotonic()
     with pytest.raises(WorkerLostError, match=re.escape("died (exit code 0)")):
-        served.handoff.recv(TIMEOUT_S)
+        served.worker.recv(TIMEOUT_S, skip=SKIP_WAKE_UPS)
     assert time.monotonic() - started < LOST_WITHIN_S
 
 
@@ -258,7 +261,7 @@ def test_discard_messages_drops_leftovers_and_the_error_flag(served: Served) -> 
     _wait_for(lambda: not served.handoff.busy)
     assert served.wait() and served.handoff.failed
     served.handoff.discard_messages()
-    assert not served.handoff.failed and not served.conn.poll()
+    assert not served.handoff.failed and not served.worker.conn.poll()
     served.block.arrays["x"][:] = 2
     served.command(ECHO)
     assert served.wait() and served.block.arrays["y"][0] == 6

@@ -7,23 +7,22 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import psutil
 import pytest
 
-from parcat.parallel.procs import (
+from parcat.ipc.process import (
     START_METHODS,
+    Worker,
+    WorkerState,
     become_worker,
     default_start_method,
     describe_exit,
     get_context,
     parent_alive,
-    start_worker,
-    stop_worker,
 )
 
 pytestmark = [pytest.mark.skipif(sys.platform != "linux", reason="POSIX signals"),
@@ -86,36 +85,37 @@ def clean_up_when_orphaned(conn: Connection, parent_pid: int, marker: str) -> No
 def start_grandchild(conn: Connection, parent_pid: int, marker: str) -> None:
     """Start a worker of our own, report its pid, then wait to be killed."""
     become_worker(parent_pid)
-    process, theirs = start_worker(get_context("forkserver"), clean_up_when_orphaned,
-                                   (marker,), "test-grandchild")
-    conn.send(("grandchild", process.pid))
+    grandchild = Worker(clean_up_when_orphaned, (marker,), "test-grandchild",
+                        start_method="forkserver")
+    conn.send(("grandchild", grandchild.pid))
     conn.poll(TIMEOUT_S)
-    stop_worker(process, theirs)
+    grandchild.stop()
 
 
 # -- helpers ------------------------------------------------------------------------------
 
-
-def start(target: object, *args: object) -> tuple[BaseProcess, Connection]:
-    process, conn = start_worker(get_context("forkserver"), target, args,  # type: ignore[arg-type]
-                                 "test-procs")
-    return process, conn
-
-
-def receive(conn: Connection) -> tuple[object, ...]:
-    assert conn.poll(TIMEOUT_S), "the worker said nothing"
-    return tuple(conn.recv())
+Start = Callable[..., Worker]
 
 
 @pytest.fixture
-def deaf() -> Iterator[list[BaseProcess]]:
-    """Processes a test started; killed if the test left them running."""
-    started: list[BaseProcess] = []
-    yield started
-    for process in started:
-        if process.is_alive():
-            process.kill()
-        process.join(TIMEOUT_S)
+def start() -> Iterator[Start]:
+    """``start(target, *args, method=..., name=...)`` starts a worker; every worker a test
+    started is stopped (and reaped) at the end, also when the test failed half-way."""
+    started: list[Worker] = []
+
+    def start_one(target: object, *args: object, method: str = "forkserver",
+                  name: str = "test-procs") -> Worker:
+        worker = Worker(target, args, name, start_method=method)  # type: ignore[arg-type]
+        started.append(worker)
+        return worker
+
+    yield start_one
+    for worker in started:
+        worker.stop(grace_s=0.5)  # idempotent: a no-op for a worker the test stopped
+
+
+def receive(worker: Worker) -> tuple[object, ...]:
+    return worker.recv(TIMEOUT_S)  # raises WorkerLostError if the worker says nothing
 
 
 def gone(pid: int) -> bool:
@@ -146,61 +146,73 @@ def test_start_methods_are_forkserver_or_spawn() -> None:
 
 
 @pytest.mark.parametrize("method", START_METHODS)
-def test_a_worker_gets_our_pid_and_a_pipe_and_leaves_on_close(method: str) -> None:
-    process, conn = start_worker(get_context(method), answer_pings, (), "test-ping")
+def test_a_worker_gets_our_pid_and_a_pipe_and_leaves_on_close(method: str, start: Start) -> None:
+    worker = start(answer_pings, method=method, name="test-ping")
+    process = worker.process
     assert process.name == "test-ping" and not process.daemon
-    assert receive(conn) == ("ready", os.getpid())
-    conn.send(("ping",))
-    assert receive(conn) == ("pong",)
+    assert worker.pid == process.pid and worker.alive and worker.state is WorkerState.STARTING
+    assert worker.wait_ready(TIMEOUT_S) == (os.getpid(),)
+    assert worker.state is WorkerState.READY
+    worker.send(("ping",))
+    assert receive(worker) == ("pong",)
     assert psutil.Process(process.pid).ppid() in {os.getpid(),  # spawn
                                                   *(p.pid for p in psutil.Process().children())}
-    stop_worker(process, conn)
+    worker.stop()
     assert process.exitcode == 0 and describe_exit(process) == "exit code 0"
-    assert conn.closed
+    assert worker.conn.closed
+    assert worker.state is WorkerState.STOPPED and not worker.alive
 
 
-def test_stop_worker_asks_politely_first() -> None:
-    process, conn = start(obey_close)
-    assert receive(conn) == ("ready",)
-    stop_worker(process, conn, grace_s=TIMEOUT_S)
-    assert process.exitcode == 0
+def test_stop_asks_politely_first(start: Start) -> None:
+    worker = start(obey_close)
+    assert worker.wait_ready(TIMEOUT_S) == ()
+    worker.stop(grace_s=TIMEOUT_S)
+    assert worker.process.exitcode == 0
 
 
-def test_stop_worker_terminates_a_worker_that_does_not_listen(deaf: list[BaseProcess]) -> None:
-    process, conn = start(sleep_deaf, False, False)
-    deaf.append(process)
-    assert receive(conn) == ("ready",)
-    stop_worker(process, conn, grace_s=1.0)  # a deaf worker dies of SIGTERM at once
-    assert describe_exit(process) == "signal SIGTERM"
+def test_stop_terminates_a_worker_that_does_not_listen(start: Start) -> None:
+    worker = start(sleep_deaf, False, False)
+    assert worker.wait_ready(TIMEOUT_S) == ()
+    worker.stop(grace_s=1.0)  # a deaf worker dies of SIGTERM at once
+    assert describe_exit(worker.process) == "signal SIGTERM"
 
 
-def test_stop_worker_kills_a_worker_that_ignores_sigterm(deaf: list[BaseProcess]) -> None:
-    process, conn = start(sleep_deaf, True, False)
-    deaf.append(process)
-    assert receive(conn) == ("ready",)  # SIGTERM is ignored from here on
-    stop_worker(process, conn, grace_s=0.2)
-    assert process.exitcode == -signal.SIGKILL
-    assert describe_exit(process) == "signal SIGKILL"
-    assert conn.closed
+def test_stop_kills_a_worker_that_ignores_sigterm(start: Start) -> None:
+    worker = start(sleep_deaf, True, False)
+    assert worker.wait_ready(TIMEOUT_S) == ()  # SIGTERM is ignored from here on
+    worker.stop(grace_s=0.2)
+    assert worker.process.exitcode == -signal.SIGKILL
+    assert describe_exit(worker.process) == "signal SIGKILL"
+    assert worker.describe() == "died (signal SIGKILL)"
+    assert worker.conn.closed
 
 
-def test_become_worker_turns_sigterm_into_system_exit(deaf: list[BaseProcess]) -> None:
-    process, conn = start(sleep_deaf, False, True)
-    deaf.append(process)
-    assert receive(conn) == ("ready",)
-    process.terminate()
-    process.join(TIMEOUT_S)
-    conn.close()
+def test_become_worker_turns_sigterm_into_system_exit(start: Start) -> None:
+    worker = start(sleep_deaf, False, True)
+    assert worker.wait_ready(TIMEOUT_S) == ()
+    worker.process.terminate()
+    worker.process.join(TIMEOUT_S)
+    worker.stop()
     # become_worker turns SIGTERM into SystemExit(128 + 15), which runs finally blocks
-    assert describe_exit(process) == "exit code 143"
+    assert describe_exit(worker.process) == "exit code 143"
 
 
-def test_stop_worker_on_a_dead_worker_just_reaps_it() -> None:
-    process, conn = start(exit_with, 3)
-    process.join(TIMEOUT_S)
-    stop_worker(process, conn)
-    assert describe_exit(process) == "exit code 3" and conn.closed
-    stop_worker(process, None)  # twice, and without a pipe: harmless
+def test_stop_with_terminate_sends_sigterm_at_once(start: Start) -> None:
+    worker = start(sleep_deaf, False, True)  # a worker: SIGTERM ends it with exit code 143
+    assert worker.wait_ready(TIMEOUT_S) == ()
+    worker.stop(grace_s=TIMEOUT_S, terminate=True)
+    assert describe_exit(worker.process) == "exit code 143"
+    assert worker.conn.closed and worker.state is WorkerState.STOPPED
+
+
+def test_stop_on_a_dead_worker_just_reaps_it(start: Start) -> None:
+    worker = start(exit_with, 3)
+    worker.process.join(TIMEOUT_S)
+    assert worker.state is WorkerState.DEAD and not worker.alive
+    worker.stop()
+    assert describe_exit(worker.process) == "exit code 3" and worker.conn.closed
+    assert worker.state is WorkerState.STOPPED
+    worker.stop()  # twice: harmless
 
 
 @pytest.mark.parametrize(("how", "expected"), [
@@ -208,54 +220,49 @@ def test_stop_worker_on_a_dead_worker_just_reaps_it() -> None:
     (signal.SIGSEGV, "signal SIGSEGV"),
     (signal.SIGRTMIN + 1, f"signal {signal.SIGRTMIN + 1}"),  # no name in signal.Signals
 ])
-def test_describe_exit_names_the_signal(how: int, expected: str,
-                                        deaf: list[BaseProcess]) -> None:
-    process, conn = start(sleep_deaf, False, False)
-    deaf.append(process)
-    assert receive(conn) == ("ready",)
+def test_describe_exit_names_the_signal(how: int, expected: str, start: Start) -> None:
+    worker = start(sleep_deaf, False, False)
+    process = worker.process
+    assert worker.wait_ready(TIMEOUT_S) == ()
     assert describe_exit(process) == "still running"
     os.kill(process.pid, how)
     process.join(TIMEOUT_S)
     assert process.exitcode == -how
     assert describe_exit(process) == expected
-    conn.close()
+    assert worker.describe() == f"died ({expected})"
+    worker.stop()
 
 
-def test_a_worker_ignores_ctrl_c() -> None:
-    process, conn = start(answer_pings)
-    assert receive(conn) == ("ready", os.getpid())
-    os.kill(process.pid, signal.SIGINT)
-    conn.send(("ping",))  # the signal is delivered before the worker can read this
-    assert receive(conn) == ("pong",)
-    assert process.is_alive()
-    stop_worker(process, conn)
-    assert process.exitcode == 0
+def test_a_worker_ignores_ctrl_c(start: Start) -> None:
+    worker = start(answer_pings)
+    assert worker.wait_ready(TIMEOUT_S) == (os.getpid(),)
+    os.kill(worker.pid, signal.SIGINT)
+    worker.send(("ping",))  # the signal is delivered before the worker can read this
+    assert receive(worker) == ("pong",)
+    assert worker.process.is_alive()
+    worker.stop()
+    assert worker.process.exitcode == 0
 
 
-def test_parent_alive_tells_live_from_dead_pids() -> None:
-    process, conn = start(exit_with, 0)
-    process.join(TIMEOUT_S)
-    conn.close()
+def test_parent_alive_tells_live_from_dead_pids(start: Start) -> None:
+    worker = start(exit_with, 0)
+    worker.process.join(TIMEOUT_S)
+    worker.stop()
     assert parent_alive(os.getpid())
-    assert not parent_alive(process.pid)
+    assert worker.pid is not None and not parent_alive(worker.pid)
 
 
-def test_a_worker_whose_parent_is_killed_cleans_up_and_exits(tmp_path: Path) -> None:
+def test_a_worker_whose_parent_is_killed_cleans_up_and_exits(tmp_path: Path,
+                                                             start: Start) -> None:
     marker = tmp_path / "cleaned-up"
-    middle, conn = start(start_grandchild, str(marker))
-    try:
-        kind, grandchild = receive(conn)
-        assert kind == "grandchild" and isinstance(grandchild, int)
-        assert psutil.Process(grandchild).is_running() and not gone(grandchild)
-        os.kill(middle.pid, signal.SIGKILL)  # no chance to stop its own worker
-        middle.join(TIMEOUT_S)
-        assert describe_exit(middle) == "signal SIGKILL"
-        started = time.monotonic()
-        assert wait_until(lambda: gone(grandchild), TIMEOUT_S), "the orphan kept running"
-        assert time.monotonic() - started < GONE_WITHIN_S
-        assert marker.read_text() == str(grandchild), "the orphan's finally block did not run"
-    finally:
-        if middle.is_alive():
-            middle.kill()
-        middle.join(TIMEOUT_S)
-        conn.close()
+    middle = start(start_grandchild, str(marker))
+    kind, grandchild = receive(middle)
+    assert kind == "grandchild" and isinstance(grandchild, int)
+    assert psutil.Process(grandchild).is_running() and not gone(grandchild)
+    os.kill(middle.process.pid, signal.SIGKILL)  # no chance to stop its own worker
+    middle.process.join(TIMEOUT_S)
+    assert describe_exit(middle.process) == "signal SIGKILL"
+    started = time.monotonic()
+    assert wait_until(lambda: gone(grandchild), TIMEOUT_S), "the orphan kept running"
+    assert time.monotonic() - started < GONE_WITHIN_S
+    assert marker.read_text() == str(grandchild), "the orphan's finally block did not run"

@@ -16,16 +16,9 @@ from gymnasium import spaces
 from hypothesis import given
 from hypothesis import strategies as st
 
-from parcat.parallel.procs import become_worker, get_context, start_worker, stop_worker
-from parcat.parallel.shm import (
-    ALIGN,
-    HEADER_SLOTS,
-    PREFIX,
-    ArrayBlock,
-    Codec,
-    SlotBlock,
-    remove_stale_blocks,
-)
+from parcat.ipc.layout import HEADER_SLOTS
+from parcat.ipc.process import Worker, become_worker
+from parcat.ipc.shm import ALIGN, PREFIX, ArrayBlock, Codec, SlotBlock, remove_stale_blocks
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /dev/shm")
 
@@ -120,20 +113,24 @@ def test_discrete_values_round_trip_as_one_int64(start: int) -> None:
     assert back == start + 2 and type(back) is int
 
 
-@pytest.mark.parametrize("space", COMPOSITE_SPACES, ids=str)
-def test_composite_values_round_trip_exactly_through_flatten(space: spaces.Space[Any]) -> None:
+# the flat slot's dtype: int64 when every part is an integer (exact past 2**53), else float64
+FLAT_DTYPES = [np.float64, np.int64, np.int64, np.int64, np.int64]
+
+
+@pytest.mark.parametrize(("space", "dtype"), list(zip(COMPOSITE_SPACES, FLAT_DTYPES, strict=True)),
+                         ids=str)
+def test_composite_values_round_trip_exactly_through_flatten(space: spaces.Space[Any],
+                                                             dtype: Any) -> None:
     space.seed(3)
     for _ in range(20):
         value = space.sample()
         codec, _, back = round_trip(space, value)
-        assert codec.kind == "flat" and codec.dtype == np.float64
+        assert codec.kind == "flat" and codec.dtype == dtype
         assert codec.shape == (spaces.flatdim(space),)
         assert codec.nbytes == spaces.flatdim(space) * 8
         assert same(back, value), (value, back)
 
 
-@pytest.mark.xfail(strict=True, reason="composite values go through float64, which holds "
-                   "integers exactly only up to 2**53; Codec promises an exact encoding")
 def test_large_integers_inside_a_dict_round_trip_exactly() -> None:
     space = spaces.Dict({"id": spaces.Box(-(2**62), 2**62, (2,), np.int64)})
     value = {"id": np.array([2**53 + 1, -(2**60) - 1], np.int64)}
@@ -250,24 +247,24 @@ def double_in_child(conn: Connection, parent_pid: int, name: str) -> None:
 @pytest.mark.usefixtures("clean_machine")
 def test_a_child_process_sees_and_makes_writes_and_its_close_does_not_unlink() -> None:
     block = ArrayBlock(ODD_SPECS)
-    process, conn = start_worker(get_context("forkserver"), double_in_child, (block.name,),
-                                 "test-shm-child")
     try:
-        block.arrays["wide"][:] = [1.5, 2.5, 3.5, 4.5, 5.5]
-        block.header[5] = 1234
-        # the child attaches after start_worker returns, so it sees these writes
-        assert conn.poll(TIMEOUT_S)
-        assert conn.recv() == ("seen", [1.5, 2.5, 3.5, 4.5, 5.5], 1234)
-        assert conn.poll(TIMEOUT_S)
-        assert conn.recv() == ("closed",)
-        assert np.array_equal(block.arrays["wide"], [3.0, 5.0, 7.0, 9.0, 11.0])
-        assert block.arrays["flags"].tolist() == [1, 2, 3]
-        assert block.header[6] == process.pid
-        assert (SHM / block.name).exists()
+        worker = Worker(double_in_child, (block.name,), "test-shm-child",
+                        start_method="forkserver")
+        try:
+            block.arrays["wide"][:] = [1.5, 2.5, 3.5, 4.5, 5.5]
+            block.header[5] = 1234
+            # the child attaches after Worker() returns, so it sees these writes
+            assert worker.recv(TIMEOUT_S) == ("seen", [1.5, 2.5, 3.5, 4.5, 5.5], 1234)
+            assert worker.recv(TIMEOUT_S) == ("closed",)
+            assert np.array_equal(block.arrays["wide"], [3.0, 5.0, 7.0, 9.0, 11.0])
+            assert block.arrays["flags"].tolist() == [1, 2, 3]
+            assert block.header[6] == worker.pid
+            assert (SHM / block.name).exists()
+        finally:
+            worker.stop()
     finally:
-        stop_worker(process, conn)
         block.close()
-    assert process.exitcode is not None
+    assert worker.process.exitcode is not None
     assert not (SHM / block.name).exists()
 
 
@@ -322,23 +319,24 @@ def act_in_child(conn: Connection, parent_pid: int, name: str) -> None:
 @pytest.mark.usefixtures("clean_machine")
 def test_slot_blocks_carry_observations_and_actions_between_processes() -> None:
     block = SlotBlock(CODECS)
-    process, conn = start_worker(get_context("forkserver"), act_in_child, (block.name,),
-                                 "test-slots-child")
+    name = block.name
     try:
-        assert len(block.agents) == 2 and block.header.shape == (HEADER_SLOTS,)
-        (obs0, _), (obs1, _) = CODECS
-        obs0.write(block.agents[0].obs, np.array([0.1, 0.9, -0.3], np.float32))
-        obs1.write(block.agents[1].obs, {"pos": np.zeros(2, np.float32), "mode": 3})
-        block.agents[0].live[0] = 1
-        block.agents[1].live[0] = 1
-        assert conn.poll(TIMEOUT_S)
-        assert conn.recv() == ("acted",)
-        assert CODECS[0][1].read(block.agents[0].action) == 1
-        assert same(CODECS[1][1].read(block.agents[1].action), np.array([3.0, -3.0]))
-        assert (SHM / block.name).exists()
+        worker = Worker(act_in_child, (block.name,), "test-slots-child",
+                        start_method="forkserver")
+        try:
+            assert len(block.agents) == 2 and block.header.shape == (HEADER_SLOTS,)
+            (obs0, _), (obs1, _) = CODECS
+            obs0.write(block.agents[0].obs, np.array([0.1, 0.9, -0.3], np.float32))
+            obs1.write(block.agents[1].obs, {"pos": np.zeros(2, np.float32), "mode": 3})
+            block.agents[0].live[0] = 1
+            block.agents[1].live[0] = 1
+            assert worker.recv(TIMEOUT_S) == ("acted",)
+            assert CODECS[0][1].read(block.agents[0].action) == 1
+            assert same(CODECS[1][1].read(block.agents[1].action), np.array([3.0, -3.0]))
+            assert (SHM / block.name).exists()
+        finally:
+            worker.stop()
     finally:
-        stop_worker(process, conn)
-        name = block.name
         block.close()
     assert block.agents == [] and not (SHM / name).exists()
 

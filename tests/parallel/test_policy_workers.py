@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 import types
-from pathlib import Path
 
 import psutil
 import pytest
@@ -35,47 +33,8 @@ def episode_with_policy_on_agent(mission: Mission, specs: tuple[PolicySpec, ...]
     raise AssertionError("no such episode")
 
 
-def shm_entries() -> set[str]:
-    """parcat blocks made by this process tree or by processes now gone (leaks); other
-    programs' blocks (a benchmark running beside the tests) do not count."""
-    folder = Path("/dev/shm")
-    if not folder.is_dir():
-        return set()
-    me = psutil.Process()
-    tree = {me.pid, *(p.pid for p in me.children(recursive=True))}
-    found = set()
-    for path in folder.iterdir():
-        parts = path.name.split("_")
-        if path.name.startswith("parcat_") and len(parts) > 2 and parts[1].isdigit():
-            pid = int(parts[1])
-            if pid in tree or not psutil.pid_exists(pid):
-                found.add(path.name)
-    return found
-
-
 def children() -> list[psutil.Process]:
     return psutil.Process().children(recursive=True)
-
-
-@pytest.fixture
-def clean_machine():  # type: ignore[no-untyped-def]
-    before_shm, before_kids = shm_entries(), {p.pid for p in children()}
-    yield
-
-    def leftovers() -> tuple[set[str], list[psutil.Process]]:
-        # the fork server and the resource tracker outlive runs by design
-        kids = [p for p in children() if p.pid not in before_kids and p.is_running()
-                and p.status() != psutil.STATUS_ZOMBIE
-                and not any(k in " ".join(p.cmdline())
-                            for k in ("forkserver", "resource_tracker"))]
-        return shm_entries() - before_shm, kids
-
-    deadline = time.monotonic() + 5  # stopping workers may still be on their way out
-    while any(leftovers()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    shm, kids = leftovers()
-    assert not shm, f"shared memory leaked: {shm}"
-    assert not kids, f"orphan processes: {kids}"
 
 
 @pytest.mark.usefixtures("clean_machine")

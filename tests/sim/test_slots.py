@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from parcat.parallel.procs import become_worker, get_context, start_worker, stop_worker
-from parcat.parallel.shm import ArrayBlock, Codec
-from parcat.sim.slots import SeqSlot, SimBlock
+from parcat.ipc.process import Worker, become_worker
+from parcat.ipc.seqlock import SeqSlot
+from parcat.ipc.shm import ArrayBlock, Codec
+from parcat.sim.slots import SimBlock
 
 TIMEOUT_S = 60.0
 """Upper bound on any wait (never reached when things work)."""
@@ -107,31 +108,32 @@ def test_a_write_left_half_done_reads_as_none() -> None:
 @pytest.mark.usefixtures("clean_machine")
 def test_reads_during_another_process_writes_are_never_torn() -> None:
     block = ArrayBlock(SPECS)
-    process, conn = start_worker(get_context("forkserver"), write_counters, (block.name,),
-                                 "test-seqlock-writer")
     try:
-        slot, reads = make_slot(block), block.arrays["reads"]
-        last, end = 0, time.monotonic() + TIMEOUT_S
-        while not conn.poll() and time.monotonic() < end:
-            got = slot.read()
-            if got is None:
-                continue  # the writer was descheduled mid-write for all the tries: allowed
-            seq, value, fields = got
-            k = int(value[0])
-            assert (value == k).all(), f"torn value: {np.unique(value)}"
-            assert seq == 2 * k and fields.tolist() == [k, 2 * k, -k], (seq, k, fields)
-            assert k >= last, "a read went back in time"
-            last = k
-            if k > 0:
-                reads[0] += 1
-        assert conn.poll(TIMEOUT_S)
-        kind, written = conn.recv()
-        assert kind == "wrote" and written >= MIN_WRITES
-        assert reads[0] >= MIN_READS
-        final = slot.read()
-        assert final is not None and final[0] == 2 * written and (final[1] == written).all()
+        worker = Worker(write_counters, (block.name,), "test-seqlock-writer",
+                        start_method="forkserver")
+        try:
+            slot, reads = make_slot(block), block.arrays["reads"]
+            last, end = 0, time.monotonic() + TIMEOUT_S
+            while not worker.poll() and time.monotonic() < end:
+                got = slot.read()
+                if got is None:
+                    continue  # the writer was descheduled mid-write for all the tries: allowed
+                seq, value, fields = got
+                k = int(value[0])
+                assert (value == k).all(), f"torn value: {np.unique(value)}"
+                assert seq == 2 * k and fields.tolist() == [k, 2 * k, -k], (seq, k, fields)
+                assert k >= last, "a read went back in time"
+                last = k
+                if k > 0:
+                    reads[0] += 1
+            kind, written = worker.recv(TIMEOUT_S)
+            assert kind == "wrote" and written >= MIN_WRITES
+            assert reads[0] >= MIN_READS
+            final = slot.read()
+            assert final is not None and final[0] == 2 * written and (final[1] == written).all()
+        finally:
+            worker.stop()
     finally:
-        stop_worker(process, conn)
         block.close()
 
 

@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from parcat.ipc.shm import ArrayBlock
 from parcat.missions import Mission, load_mission
-from parcat.parallel.shm import ArrayBlock
-from parcat.train.envslice import EnvSlice, agent_layouts, array_specs, episode_stats
+from parcat.train.envslice import EnvSlice, agent_layouts, array_specs
 
 SEED = 11
 NUM_ENVS = 4
@@ -143,7 +143,9 @@ def test_autoreset_reports_the_finished_episode_and_starts_the_next(goals: Missi
                 continue
             assert arrays["ep_len"].tolist() == [GOALS["max_steps"]] * NUM_ENVS
             assert np.allclose(arrays["ep_ret"], returns, rtol=1e-6)  # rewards are float32
-            stats = episode_stats(arrays)
+            # (length, per-agent returns) of each episode that ended in this step
+            stats = [(int(arrays["ep_len"][e]), [float(r) for r in arrays["ep_ret"][e]])
+                     for e in np.flatnonzero(arrays["ep_done"])]
             assert [length for length, _ in stats] == [GOALS["max_steps"]] * NUM_ENVS
             assert np.allclose([r for _, r in stats], returns, rtol=1e-6)
             for i in range(2):

@@ -90,6 +90,8 @@ class Handoff:
                 if remaining <= 0:
                     return False
                 ready = wait([self.conn, self.worker.process.sentinel], min(remaining, 1.0))
+                if not ready and self.worker.frozen():
+                    raise WorkerLostError(self.describe())
                 if self.conn in ready:
                     if header[ERROR]:
                         return True  # the error report waits on the pipe for the caller
@@ -167,10 +169,14 @@ class Serving:
         return self.last
 
     def finish(self, request: int, error: ErrorReport | None = None) -> None:
-        """Publish the result of ``request`` (an error report goes first, on the pipe)."""
+        """Publish the result of ``request`` (an error report goes first, on the pipe).
+
+        The error flag is raised before the report is sent: a parked parent woken by the
+        report must see the flag, or it would take the report for a wake-up.
+        """
         if error is not None:
-            self.conn.send(("error", error))
             self.header[ERROR] = 1
+            self.conn.send(("error", error))
         self.header[DONE] = request
         if self.header[MAIN_PARKED]:
             self.conn.send(("done",))

@@ -11,9 +11,13 @@ uses are ``("ready", ...)`` once it is set up and ``("error", ErrorReport)`` whe
 it ran raised — with the original formatted traceback. :meth:`Worker.wait_ready` is the
 handshake; :func:`report_error` the worker's side of an error.
 
-A worker learns that its parent died from the end-of-file on its pipe and from a watch
-thread; the parent stops workers with a polite message, then SIGTERM, then SIGKILL, each
-with a deadline.
+Liveness: every worker runs a watch thread (:func:`become_worker`) that bumps a shared
+heartbeat counter several times a second and ends the worker when its parent is gone (also
+when the parent is an unreaped zombie). A worker whose heartbeat stops — SIGSTOP, a
+deadlock or a native call that holds the GIL — is :meth:`Worker.frozen` after
+:data:`LIVENESS_TIMEOUT_S`, and every wait on it raises :class:`WorkerLostError` then. The
+parent stops workers with a polite message, then SIGTERM, then SIGKILL, each with a
+deadline.
 """
 
 from __future__ import annotations
@@ -58,6 +62,14 @@ PRELOAD = [
 ]
 STOP_GRACE_S = 2.0
 """How long each step of stopping a worker (close, SIGTERM, SIGKILL) waits."""
+BEAT_S = 0.2
+"""How often a worker's watch thread bumps its heartbeat."""
+LIVENESS_TIMEOUT_S = float(os.environ.get("PARCAT_LIVENESS_TIMEOUT", "15"))
+"""A worker whose heartbeat has not moved for this long is frozen (stopped, deadlocked)."""
+PARENT_CHECK_S = 1.0
+"""How often a worker checks that its parent is alive."""
+_heartbeat: Any = None
+"""This worker's heartbeat counter (shared with the parent), set by :func:`_bootstrap`."""
 
 
 class WorkerLostError(Exception):
@@ -147,9 +159,12 @@ class Worker:
         ctx = ctx or get_context(start_method)
         self.name = name
         ours, theirs = ctx.Pipe(duplex=True)
+        self._beat: Any = ctx.Value("Q", 0, lock=False)
+        self._last_beat = (0, time.monotonic())
         # not a daemon: episode workers start policy workers of their own
         self.process: BaseProcess = ctx.Process(  # type: ignore[attr-defined]
-            target=target, args=(theirs, os.getpid(), *args), name=name, daemon=False
+            target=_bootstrap, args=(target, self._beat, theirs, os.getpid(), *args),
+            name=name, daemon=False,
         )
         with _main_without_missing_file():
             self.process.start()
@@ -184,8 +199,21 @@ class Worker:
         """Becomes ready when the process ends (for :func:`wait`)."""
         return int(self.process.sentinel)
 
+    def frozen(self, limit_s: float | None = None) -> bool:
+        """Whether the worker is alive but its heartbeat has not moved for ``limit_s``
+        (default :data:`LIVENESS_TIMEOUT_S`); before its first beat it is never frozen."""
+        beat, since = self._last_beat
+        now_beat, now = int(self._beat.value), time.monotonic()
+        if now_beat != beat:
+            self._last_beat = (now_beat, now)
+            return False
+        limit = LIVENESS_TIMEOUT_S if limit_s is None else limit_s
+        return beat > 0 and now - since > limit and self.alive
+
     def describe(self) -> str:
-        """How the worker ended, e.g. ``died (signal SIGKILL)``."""
+        """How the worker ended, e.g. ``died (signal SIGKILL)``, or that it froze."""
+        if self.frozen():
+            return f"stopped responding (no heartbeat for {LIVENESS_TIMEOUT_S:g} s)"
         self.process.join(0.5)
         return f"died ({describe_exit(self.process)})"
 
@@ -219,8 +247,10 @@ class Worker:
         while True:
             remaining = end - time.monotonic()
             if remaining <= 0:
-                raise WorkerLostError(f"{self.name} did not answer in {timeout:.0f} s")
-            ready = wait([self.conn, self.process.sentinel], remaining)
+                raise WorkerLostError(f"{self.name} did not answer in {timeout:g} s")
+            ready = wait([self.conn, self.process.sentinel], min(remaining, PARENT_CHECK_S))
+            if not ready and self.frozen():
+                raise WorkerLostError(f"{self.name} {self.describe()}")
             if self.conn in ready:
                 try:
                     message = self.conn.recv()
@@ -250,10 +280,13 @@ class Worker:
 
     def stop(self, grace_s: float = STOP_GRACE_S, terminate: bool = False) -> None:
         """Ask the worker to close (or, with ``terminate``, SIGTERM it at once), then
-        SIGTERM, then SIGKILL it, ``grace_s`` apart; always reap it and close the pipe."""
+        SIGTERM, then SIGKILL it, ``grace_s`` apart; always reap it and close the pipe.
+        A frozen worker is killed at once."""
         if self._stopped:
             return
-        if terminate and self.process.is_alive():
+        if self.frozen():  # a stopped or stuck process answers neither the pipe nor SIGTERM
+            self.process.kill()
+        elif terminate and self.process.is_alive():
             self.process.terminate()
         with contextlib.suppress(OSError, ValueError):
             self.conn.send(("close",))
@@ -329,41 +362,62 @@ def describe_exit(process: BaseProcess) -> str:
 
 
 def parent_alive(parent_pid: int) -> bool:
-    """Whether the process ``parent_pid`` still exists."""
+    """Whether the process ``parent_pid`` still runs (a zombie, dead but not reaped, does not)."""
     try:
         os.kill(parent_pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{parent_pid}/stat", "rb") as stat:
+            state = stat.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc here: existence is all we can tell
+    return state not in (b"Z", b"X")
 
 
 # -- the worker's side -----------------------------------------------------------------
 
 
-def become_worker(parent_pid: int, blas_threads: int = 1, check_every_s: float = 1.0) -> None:
+def become_worker(parent_pid: int, blas_threads: int = 1,
+                  check_every_s: float = PARENT_CHECK_S) -> None:
     """Set up a worker process: ignore Ctrl-C, clean up on SIGTERM, die with the parent.
 
     Ctrl-C reaches the whole process group, but the parent decides how a run ends, so
     workers ignore SIGINT. SIGTERM raises ``SystemExit`` so ``finally`` blocks release
-    shared memory and stop child workers. A daemon thread checks that the parent is alive
-    and sends this process SIGTERM when it is not (a SIGKILLed parent cannot tell us).
-    BLAS/OpenMP pools are capped at ``blas_threads``.
+    shared memory and stop child workers. A daemon thread bumps the heartbeat the parent
+    watches, checks that the parent is alive and sends this process SIGTERM when it is not
+    (a SIGKILLed parent cannot tell us). BLAS/OpenMP pools are capped at ``blas_threads``.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     limit_blas_threads(blas_threads)
+    beat = _heartbeat
 
     def watch() -> None:
+        next_check = time.monotonic() + check_every_s
         while True:
-            time.sleep(check_every_s)
+            if beat is not None:
+                beat.value += 1
+            time.sleep(BEAT_S)
+            if time.monotonic() < next_check:
+                continue
+            next_check = time.monotonic() + check_every_s
             if not parent_alive(parent_pid):
                 os.kill(os.getpid(), signal.SIGTERM)
                 time.sleep(5.0)
                 os._exit(1)  # cleanup is stuck in a native call: go anyway
 
     threading.Thread(target=watch, name="parcat-parent-watch", daemon=True).start()
+
+
+def _bootstrap(target: Callable[..., Any], beat: Any, conn: Connection, parent_pid: int,
+               *args: Any) -> None:
+    """Every worker's first frame: keep the heartbeat for :func:`become_worker`, run."""
+    global _heartbeat
+    _heartbeat = beat
+    target(conn, parent_pid, *args)
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:

@@ -49,7 +49,10 @@ class Codec:
             return cls(space, tuple(space.shape), np.dtype(space.dtype), "box")
         if isinstance(space, spaces.Discrete):
             return cls(space, (1,), np.dtype(np.int64), "discrete")
-        return cls(space, (spaces.flatdim(space),), np.dtype(np.float64), "flat")
+        # integers stay integers (float64 rounds int64 values past 2**53)
+        flat = np.dtype(spaces.flatten_space(space).dtype)
+        dtype = np.dtype(np.int64) if flat.kind in "iub" else np.dtype(np.float64)
+        return cls(space, (spaces.flatdim(space),), dtype, "flat")
 
     @property
     def nbytes(self) -> int:

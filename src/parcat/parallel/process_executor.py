@@ -144,7 +144,7 @@ class ProcessExecutor(Executor):
             pass  # the worker died: handled below
         if not worker.inflight:
             return
-        if not worker.worker.alive:
+        if not worker.worker.alive or worker.worker.frozen():
             self._lost(worker, run, timed_out=False)
         elif self.timeout is not None and time.monotonic() - worker.head_started > self.timeout:
             self._lost(worker, run, timed_out=True)
@@ -170,8 +170,8 @@ class ProcessExecutor(Executor):
         """The worker's current episode ended it (death or timeout): replace the worker."""
         index = worker.inflight.popleft()
         task = run.tasks[index]
-        worker.worker.stop(grace_s=1.0, terminate=True)
         how = worker.worker.describe()
+        worker.worker.stop(grace_s=1.0, terminate=True)
         run.pending.extendleft(reversed(worker.inflight))
         worker.inflight.clear()
         self._workers[self._workers.index(worker)] = self._start(worker.index)

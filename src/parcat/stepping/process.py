@@ -109,7 +109,7 @@ class ProcessStepper(InlineStepper):
 
     def _ensure_workers(self) -> None:
         for worker in list(self._workers):
-            if not worker.worker.alive or (
+            if not worker.worker.alive or worker.worker.frozen() or (
                 worker.busy and not self._drain(worker, STRAGGLER_WAIT_S)
             ):
                 self._replace(worker)  # dead, or hung on a step of the last episode
