@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from typing import Any
 
@@ -146,6 +147,51 @@ class HangingPolicy(_MisbehavingPolicy):
 
     def _misbehave(self) -> None:
         time.sleep(self.seconds)
+
+
+class ExitingPolicy:
+    """Plays action 0, then ends its own process on step ``at_step`` of an episode.
+
+    Args:
+        how: ``"os_exit"`` (``os._exit(9)``), ``"sys_exit"`` (``sys.exit()``: exit code 0)
+            or ``"sigkill"``.
+        at_step: The step of the episode on which it happens.
+        agent: Only the policy of this agent index misbehaves (-1: every agent's).
+        marker: A file path: misbehave only if it does not exist yet (creating it first),
+            so a retry succeeds; ``""`` misbehaves every time.
+    """
+
+    def __init__(self, spec: AgentSpec, how: str = "os_exit", at_step: int = 2,
+                 agent: int = -1, marker: str = "") -> None:
+        self.how = how
+        self.at_step = at_step
+        self.armed = agent in (-1, spec.agent_index)
+        self.marker = marker
+        self.t = 0
+
+    def reset(self, seed: int) -> None:
+        self.t = 0
+
+    def step(self, obs: Any) -> int:
+        self.t += 1
+        if self.armed and self.t == self.at_step and self._first_time():
+            if self.how == "os_exit":
+                os._exit(9)
+            elif self.how == "sys_exit":
+                sys.exit()
+            else:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return 0
+
+    def _first_time(self) -> bool:
+        if not self.marker:
+            return True
+        try:
+            with open(self.marker, "x") as handle:
+                handle.write(str(os.getpid()))
+        except FileExistsError:
+            return False
+        return True
 
 
 class NoKwargsPolicy:

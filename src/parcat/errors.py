@@ -12,6 +12,11 @@ class ParcatError(Exception):
     """Base class of every error parcat raises on purpose."""
 
 
+USER_CODE_ERRORS: tuple[type[BaseException], ...] = (Exception, SystemExit)
+"""What a policy or environment may raise that fails its episode, not the run: any
+exception, and ``sys.exit()`` (which would otherwise end parcat with exit code 0)."""
+
+
 class UsageError(ParcatError):
     """Bad input from the user: a flag value, a spec or a file; the CLI exits with 2."""
 

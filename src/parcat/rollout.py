@@ -13,11 +13,12 @@ import contextlib
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from parcat import seeding
 from parcat.envs.base import ParallelEnv
+from parcat.errors import USER_CODE_ERRORS
 from parcat.missions import Mission, close_env
 from parcat.policies.assignment import assign_policies
 from parcat.policies.specs import PolicySpec
@@ -62,6 +63,8 @@ class EpisodeRunner:
         on_step: Called after every environment step (tests).
         tracer: Records a timeline of episodes and steps, if given.
         lane: The timeline row of this runner's episodes.
+        retries: Times an episode is run again when a worker process it used was lost
+            (a policy worker that died or froze); the retry reproduces the episode.
     """
 
     def __init__(
@@ -70,15 +73,32 @@ class EpisodeRunner:
         on_step: Callable[[EpisodeTask, int], None] | None = None,
         tracer: Tracer | None = None,
         lane: str = "episodes",
+        retries: int = 0,
     ) -> None:
         self.stepper = stepper or InlineStepper()
+        self.retries = retries
         self.on_step = on_step
         self.tracer = tracer
         self.lane = lane
         self._envs: dict[Mission, ParallelEnv] = {}
 
     def run(self, task: EpisodeTask) -> EpisodeResult:
-        """Play one episode; an exception in the env or a policy becomes a failed result."""
+        """Play one episode; an exception in the env or a policy becomes a failed result.
+
+        An episode that failed because a worker process was lost is played again, up to
+        ``retries`` times (the next attempt starts with a fresh worker).
+        """
+        result = self._run_once(task)
+        attempts = 1
+        while _lost_a_worker(result) and attempts <= self.retries:
+            result = self._run_once(task)
+            attempts += 1
+        if attempts > 1 and result.error is not None:
+            error = replace(result.error, message=f"{result.error.message} ({attempts} attempts)")
+            result = replace(result, error=error)
+        return result
+
+    def _run_once(self, task: EpisodeTask) -> EpisodeResult:
         start = time.perf_counter()
         started_us = now_us()
         mission = task.mission
@@ -101,7 +121,7 @@ class EpisodeRunner:
             self._play(env, task, obs, totals, progress)
         except PolicyStepError as failure:
             error = _policy_error_info(failure)
-        except Exception as exc:
+        except USER_CODE_ERRORS as exc:
             error = _error_info(exc, None, progress.phase)
         env_now = self._envs.get(mission)
         stats, env_task = (_stats(env_now), _task(env_now)) if error is None else ({}, None)
@@ -218,6 +238,10 @@ def run_episode(
         runner.close()
 
 
+def _lost_a_worker(result: EpisodeResult) -> bool:
+    return result.error is not None and result.error.phase == "worker"
+
+
 def _policy_error_info(failure: PolicyStepError) -> ErrorInfo:
     agent = None if failure.agent is None else str(failure.agent)
     if failure.remote is not None:
@@ -228,9 +252,10 @@ def _policy_error_info(failure: PolicyStepError) -> ErrorInfo:
 
 def _error_info(exc: BaseException, agent: Any, phase: str) -> ErrorInfo:
     formatted = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    message = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else str(exc)
     return ErrorInfo(
         type=type(exc).__name__,
-        message=str(exc),
+        message=message,
         traceback=formatted,
         agent=None if agent is None else str(agent),
         phase=phase,

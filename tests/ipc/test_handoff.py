@@ -18,7 +18,14 @@ import pytest
 
 from parcat.ipc.handoff import Handoff, Serving
 from parcat.ipc.layout import HandoffSlots
-from parcat.ipc.process import START_METHODS, ErrorReport, Worker, WorkerLostError, become_worker
+from parcat.ipc.process import (
+    START_METHODS,
+    ErrorReport,
+    Terminated,
+    Worker,
+    WorkerLostError,
+    become_worker,
+)
 from parcat.ipc.shm import ArrayBlock
 
 pytestmark = [pytest.mark.skipif(sys.platform != "linux", reason="POSIX signals"),
@@ -70,7 +77,7 @@ def serve_requests(conn: Connection, parent_pid: int, block_name: str, spin: boo
             request = serving.take()
             block.arrays["taken"][0] = request
             _run(block, serving, request)
-    except (EOFError, OSError, SystemExit):
+    except (EOFError, OSError, SystemExit, Terminated):
         pass
     finally:
         block.close()
@@ -248,7 +255,7 @@ def test_recv_gives_up_on_a_silent_worker(served: Served) -> None:
 
 
 def test_recv_reports_a_dead_worker(served: Served) -> None:
-    # become_worker turns SIGTERM into SystemExit; the worker cleans up and exits with 0
+    # become_worker turns SIGTERM into Terminated; the worker cleans up and exits with 0
     os.kill(served.worker.process.pid, signal.SIGTERM)
     started = time.monotonic()
     with pytest.raises(WorkerLostError, match=re.escape("died (exit code 0)")):

@@ -68,12 +68,24 @@ LIVENESS_TIMEOUT_S = float(os.environ.get("PARCAT_LIVENESS_TIMEOUT", "15"))
 """A worker whose heartbeat has not moved for this long is frozen (stopped, deadlocked)."""
 PARENT_CHECK_S = 1.0
 """How often a worker checks that its parent is alive."""
-_heartbeat: Any = None
-"""This worker's heartbeat counter (shared with the parent), set by :func:`_bootstrap`."""
+BEAT, ACTING = 0, 1
+"""Slots of a worker's status cells: its heartbeat, and 1 + the index of the agent whose
+code it runs now (0: none), so a parent can name the agent a dying worker was stepping."""
+_status: Any = None
+"""This worker's status cells (shared with the parent), set by :func:`_bootstrap`."""
 
 
 class WorkerLostError(Exception):
     """The worker process ended (or its pipe broke, or it said nothing in time)."""
+
+
+class Terminated(BaseException):
+    """Raised in a worker by SIGTERM: its parent ends it. Not a ``SystemExit``, so code
+    that catches what user code raises (``sys.exit`` included) lets it through."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -93,7 +105,8 @@ class ErrorReport:
     def from_exception(cls, exc: BaseException, agent: Any = None) -> ErrorReport:
         """The report of ``exc`` (with its traceback)."""
         formatted = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        return cls(type(exc).__name__, str(exc), formatted, agent)
+        message = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else str(exc)
+        return cls(type(exc).__name__, message, formatted, agent)
 
     @property
     def summary(self) -> str:
@@ -159,11 +172,11 @@ class Worker:
         ctx = ctx or get_context(start_method)
         self.name = name
         ours, theirs = ctx.Pipe(duplex=True)
-        self._beat: Any = ctx.Value("Q", 0, lock=False)
+        self._status: Any = ctx.Array("q", 2, lock=False)
         self._last_beat = (0, time.monotonic())
         # not a daemon: episode workers start policy workers of their own
         self.process: BaseProcess = ctx.Process(  # type: ignore[attr-defined]
-            target=_bootstrap, args=(target, self._beat, theirs, os.getpid(), *args),
+            target=_bootstrap, args=(target, self._status, theirs, os.getpid(), *args),
             name=name, daemon=False,
         )
         with _main_without_missing_file():
@@ -203,12 +216,17 @@ class Worker:
         """Whether the worker is alive but its heartbeat has not moved for ``limit_s``
         (default :data:`LIVENESS_TIMEOUT_S`); before its first beat it is never frozen."""
         beat, since = self._last_beat
-        now_beat, now = int(self._beat.value), time.monotonic()
+        now_beat, now = int(self._status[BEAT]), time.monotonic()
         if now_beat != beat:
             self._last_beat = (now_beat, now)
             return False
         limit = LIVENESS_TIMEOUT_S if limit_s is None else limit_s
         return beat > 0 and now - since > limit and self.alive
+
+    def acting(self) -> int | None:
+        """The index of the agent whose code the worker runs now (or ran when it died)."""
+        value = int(self._status[ACTING])
+        return value - 1 if value > 0 else None
 
     def describe(self) -> str:
         """How the worker ended, e.g. ``died (signal SIGKILL)``, or that it froze."""
@@ -385,7 +403,7 @@ def become_worker(parent_pid: int, blas_threads: int = 1,
     """Set up a worker process: ignore Ctrl-C, clean up on SIGTERM, die with the parent.
 
     Ctrl-C reaches the whole process group, but the parent decides how a run ends, so
-    workers ignore SIGINT. SIGTERM raises ``SystemExit`` so ``finally`` blocks release
+    workers ignore SIGINT. SIGTERM raises :class:`Terminated` so ``finally`` blocks release
     shared memory and stop child workers. A daemon thread bumps the heartbeat the parent
     watches, checks that the parent is alive and sends this process SIGTERM when it is not
     (a SIGKILLed parent cannot tell us). BLAS/OpenMP pools are capped at ``blas_threads``.
@@ -393,13 +411,13 @@ def become_worker(parent_pid: int, blas_threads: int = 1,
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     limit_blas_threads(blas_threads)
-    beat = _heartbeat
+    status = _status
 
     def watch() -> None:
         next_check = time.monotonic() + check_every_s
         while True:
-            if beat is not None:
-                beat.value += 1
+            if status is not None:
+                status[BEAT] += 1
             time.sleep(BEAT_S)
             if time.monotonic() < next_check:
                 continue
@@ -412,16 +430,25 @@ def become_worker(parent_pid: int, blas_threads: int = 1,
     threading.Thread(target=watch, name="parcat-parent-watch", daemon=True).start()
 
 
-def _bootstrap(target: Callable[..., Any], beat: Any, conn: Connection, parent_pid: int,
+def acting_marker() -> Any:
+    """In a worker: a writable view of its status cells (``marker[ACTING] = index + 1``
+    while agent ``index``'s code runs, 0 after), or ``None`` outside a worker."""
+    return None if _status is None else memoryview(_status).cast("B").cast("q")
+
+
+def _bootstrap(target: Callable[..., Any], status: Any, conn: Connection, parent_pid: int,
                *args: Any) -> None:
-    """Every worker's first frame: keep the heartbeat for :func:`become_worker`, run."""
-    global _heartbeat
-    _heartbeat = beat
-    target(conn, parent_pid, *args)
+    """Every worker's first frame: keep its status cells for :func:`become_worker`, run."""
+    global _status
+    _status = status
+    try:
+        target(conn, parent_pid, *args)
+    except Terminated as stop:
+        sys.exit(stop.code)
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
+    raise Terminated(128 + signum)
 
 
 def report_error(conn: Connection, exc: BaseException, agent: Any = None) -> None:
@@ -438,7 +465,7 @@ def serve(conn: Connection, loop: Callable[[], None], cleanup: Callable[[], None
     """
     try:
         loop()
-    except (EOFError, OSError, SystemExit):
+    except (EOFError, OSError, SystemExit, Terminated):
         pass
     except Exception as exc:
         report_error(conn, exc)

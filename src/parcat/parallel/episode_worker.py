@@ -34,7 +34,8 @@ def episode_worker_main(
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     tracer = Tracer(lane) if trace else None
-    runner = EpisodeRunner(stepper.make_stepper(tracer), tracer=tracer, lane=lane)
+    runner = EpisodeRunner(stepper.make_stepper(tracer), tracer=tracer, lane=lane,
+                           retries=stepper.retries)
 
     def loop() -> None:
         while True:

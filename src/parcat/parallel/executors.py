@@ -54,8 +54,9 @@ class InlineExecutor(Executor):
 
     def __init__(self, stepper: StepperConfig | None = None, trace: bool = False) -> None:
         self.tracer = Tracer("episodes") if trace else None
-        self.runner = EpisodeRunner((stepper or StepperConfig()).make_stepper(self.tracer),
-                                    tracer=self.tracer)
+        stepper = stepper or StepperConfig()
+        self.runner = EpisodeRunner(stepper.make_stepper(self.tracer), tracer=self.tracer,
+                                    retries=stepper.retries)
 
     def run(
         self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None = None
@@ -98,6 +99,7 @@ class ThreadExecutor(Executor):
         if runner is None:
             lane = threading.current_thread().name
             runner = EpisodeRunner(self.stepper.make_stepper(self.tracer), tracer=self.tracer,
+                                   retries=self.stepper.retries,
                                    lane=lane)
             self._local.runner = runner
             with self._lock:

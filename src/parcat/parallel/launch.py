@@ -17,15 +17,15 @@ from parcat.missions import Mission
 from parcat.parallel.executors import Executor, InlineExecutor, ThreadExecutor
 from parcat.parallel.planner import ExecutorKind, Plan, PolicyStrategy, Workload, make_plan
 from parcat.parallel.process_executor import ProcessExecutor
-from parcat.policies.specs import PolicySpec
+from parcat.policies.specs import PolicySpec, foreign_code
 from parcat.raycluster import Backend
 from parcat.resources import available_cpus, visible_gpus
 from parcat.rollout import EpisodeRunner, EpisodeTask
 from parcat.stepping.config import StepperConfig
 
 # Backend and StartMethod are the words of RunOptions; they are defined where they are used
-__all__ = ["Backend", "RunOptions", "StartMethod", "make_executor", "measure_policy_step",
-           "plan_run", "process_limit"]
+__all__ = ["Backend", "RunOptions", "StartMethod", "first_foreign_code", "make_executor",
+           "measure_policy_step", "plan_run", "process_limit"]
 
 HANDOFF_S = 20e-6
 """Cost of handing a step to a spinning policy worker and back, with margin: the
@@ -150,9 +150,23 @@ def plan_run(
         handoff_s=HANDOFF_S,
         batchable=any(p.target in ("mlp", "noop") for p in policies),
         isolate=options.episode_timeout_s is not None,
+        foreign_code=first_foreign_code(missions, policies),
         max_processes=process_limit(),
     )
     return make_plan(jobs, cpus, gpus, workload)
+
+
+def first_foreign_code(missions: tuple[Mission, ...],
+                       policies: tuple[PolicySpec, ...]) -> str | None:
+    """The first environment or policy reference from outside parcat, if any."""
+    for mission in missions:
+        if not mission.env.startswith("parcat."):
+            return mission.env
+        for spec in policies:
+            reference = foreign_code(spec, mission)
+            if reference is not None:
+                return reference
+    return None
 
 
 def process_limit() -> int | None:
@@ -178,6 +192,7 @@ def make_executor(plan: Plan, options: RunOptions) -> Executor:
         action_timeout_s=timeout,
         start_method=options.start_method_name,
         blas_threads=plan.blas_threads,
+        retries=options.retries,
     )
     if plan.executor is ExecutorKind.PROCESS:
         return ProcessExecutor(

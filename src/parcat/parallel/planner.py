@@ -56,6 +56,9 @@ class Workload:
     """Whether some policy is shared by several agents and can act in one batch."""
     isolate: bool = False
     """Episodes must run in worker processes (so a hung one can be stopped)."""
+    foreign_code: str | None = None
+    """Code from outside parcat the episodes run (a policy or env reference), if any: it
+    runs in worker processes, where exiting or crashing fails an episode, not the run."""
     max_processes: int | None = None
     """Most worker processes the open-file limit allows (``None``: no limit)."""
 
@@ -118,7 +121,7 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
         )
     else:
         reasons.append(f"{episode_workers} episode worker(s): one episode per job at a time")
-    executor = _executor(workload.executor, episode_workers, workload.isolate, reasons)
+    executor = _executor(workload, episode_workers, reasons)
     if executor is ExecutorKind.INLINE:
         episode_workers = 1
     strategy, policy_workers = _agent_level(jobs, episode_workers, workload, reasons)
@@ -148,14 +151,20 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
     )
 
 
-def _executor(
-    requested: ExecutorKind, episode_workers: int, isolate: bool, reasons: list[str]
-) -> ExecutorKind:
+def _executor(workload: Workload, episode_workers: int, reasons: list[str]) -> ExecutorKind:
+    requested, foreign = workload.executor, workload.foreign_code
     if requested is not ExecutorKind.AUTO:
-        reasons.append(f"executor {requested.value} (as requested)")
+        unsafe = requested in (ExecutorKind.INLINE, ExecutorKind.THREAD) and foreign
+        reasons.append(f"executor {requested.value} (as requested)" + (
+            f": '{foreign}' runs in this process, so its exit or crash ends the run"
+            if unsafe else ""))
         return requested
-    if isolate:
+    if workload.isolate:
         reasons.append("executor process: only a worker process can be stopped mid-episode")
+        return ExecutorKind.PROCESS
+    if foreign:
+        reasons.append(f"executor process: '{foreign}' is code from outside parcat; in a "
+                       "worker process its exit or crash fails an episode, not the run")
         return ExecutorKind.PROCESS
     if episode_workers == 1:
         reasons.append("executor inline: one episode at a time runs in this process")

@@ -171,6 +171,7 @@ class ProcessExecutor(Executor):
         index = worker.inflight.popleft()
         task = run.tasks[index]
         how = worker.worker.describe()
+        agent = _agent_id(task, worker.worker.acting())
         worker.worker.stop(grace_s=1.0, terminate=True)
         run.pending.extendleft(reversed(worker.inflight))
         worker.inflight.clear()
@@ -187,10 +188,11 @@ class ProcessExecutor(Executor):
             run.pending.appendleft(index)
             return
         tries = run.attempts[index]
+        doing = f"agent '{agent}' was acting" if agent is not None else "running this episode"
         run.finish(index, _failed(
             task, "WorkerError",
-            f"episode worker {how} while running this episode "
-            f"({tries} attempt{'s' if tries > 1 else ''})",
+            f"episode worker {how} while {doing} ({tries} attempt{'s' if tries > 1 else ''})",
+            agent=agent,
         ))
 
     def worker_pids(self) -> list[int]:
@@ -248,8 +250,15 @@ def _check_picklable(tasks: Sequence[EpisodeTask]) -> None:
             ) from exc
 
 
+def _agent_id(task: EpisodeTask, index: int | None) -> str | None:
+    """The id of agent ``index`` of the task's mission (``None`` when unknown)."""
+    agents = task.mission.agents()
+    return str(agents[index].agent_id) if index is not None and index < len(agents) else None
+
+
 def _failed(
-    task: EpisodeTask, kind: str, message: str, status: EpisodeStatus = EpisodeStatus.FAILED
+    task: EpisodeTask, kind: str, message: str, status: EpisodeStatus = EpisodeStatus.FAILED,
+    agent: str | None = None,
 ) -> EpisodeResult:
     seed = seeding.episode_seed(task.seed, task.mission.key, task.episode_index)
     return EpisodeResult(
@@ -259,5 +268,5 @@ def _failed(
         steps=0,
         agents=(),
         status=status,
-        error=ErrorInfo(kind, message, "", None, "worker"),
+        error=ErrorInfo(kind, message, "", agent, "worker"),
     )

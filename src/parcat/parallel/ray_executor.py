@@ -29,7 +29,7 @@ def _run_task(stepper: StepperConfig, task: EpisodeTask) -> EpisodeResult:
     """Body of the Ray task: the inline episode path, with a runner kept per worker."""
     global _RUNNER
     if _RUNNER is None:
-        _RUNNER = EpisodeRunner(stepper.make_stepper())
+        _RUNNER = EpisodeRunner(stepper.make_stepper(), retries=stepper.retries)
     return _RUNNER.run(task)
 
 

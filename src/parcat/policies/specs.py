@@ -93,6 +93,33 @@ def unknown_policy_message(target: str) -> str:
     )
 
 
+def foreign_code(spec: PolicySpec, mission: Mission) -> str | None:
+    """The reference of the code from outside parcat that ``spec`` runs, if any.
+
+    parcat's own built-ins and checkpoints of its own policies are trusted to stay in
+    their process; anything else may exit, crash or hang it, so runs isolate it.
+    """
+    target = spec.target
+    if target in BUILTINS:
+        reference = BUILTINS[target][0] or mission.heuristic or ""
+    elif Path(target).is_dir():
+        reference = _checkpoint_policy(Path(target))
+    else:
+        reference = target
+    return None if reference.startswith("parcat.") else reference
+
+
+def _checkpoint_policy(path: Path) -> str:
+    """The policy class a checkpoint directory names ("" if it cannot be read)."""
+    try:
+        manifest = checkpoint.read_manifest(path)
+        if manifest["format"] == checkpoint.RUN_FORMAT:
+            path = path / next(iter(manifest["agents"].values()))
+        return str(checkpoint.read_manifest(path).get("policy", ""))
+    except (CheckpointError, KeyError, StopIteration, TypeError, AttributeError):
+        return ""
+
+
 def make_policy(spec: PolicySpec, mission: Mission, agent: AgentSpec) -> Policy:
     """Build the policy that ``spec`` names for one agent of ``mission``.
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parcat import seeding
+from parcat.errors import USER_CODE_ERRORS
 from parcat.missions import Mission
 from parcat.policies.builtin import noop_action
 from parcat.policies.specs import make_policy
@@ -146,7 +147,7 @@ class AgentRunner:
             begin = time.perf_counter_ns()
             action = self.policy.step(obs)
             compute_ns = time.perf_counter_ns() - begin
-        except Exception as exc:
+        except USER_CODE_ERRORS as exc:
             raise AgentFailure(self.config, step, exc) from exc
         self.stats.add(start_ns, compute_ns)
         return InForce(action, step, compute_ns / 1e9)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from parcat.errors import EpisodeError
+from parcat.errors import USER_CODE_ERRORS, EpisodeError
 from parcat.sim.agent import AgentFailure, AgentRunner, CycleClock
 from parcat.sim.config import SimConfig
 from parcat.sim.progress import SimProgress
@@ -57,7 +57,7 @@ def run_sequential(config: SimConfig,
             interrupted = True
         except AgentFailure as failure:
             raise EpisodeError(str(failure)) from failure.cause
-        except Exception as exc:
+        except USER_CODE_ERRORS as exc:
             raise EpisodeError(
                 f"the environment of mission '{config.mission.name}' raised at step {steps}: "
                 f"{type(exc).__name__}: {exc}"

@@ -27,7 +27,7 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
-from parcat.ipc.process import ErrorReport, become_worker
+from parcat.ipc.process import ErrorReport, Terminated, become_worker
 from parcat.ipc.shm import Codec
 from parcat.sim.agent import (
     AgentFailure,
@@ -78,7 +78,7 @@ def env_main(conn: Connection, parent_pid: int, config: SimConfig, block_name: s
             conn.send(("done", *_run_env(world, block, config, message[1], fast)))
     except AgentFailure as failure:
         _report(conn, str(failure.agent.agent_id), str(failure), failure.cause)
-    except SystemExit:
+    except (SystemExit, Terminated):
         pass
     except Exception as exc:
         step = int(block.header[H_STEP]) if block is not None else 0
@@ -149,7 +149,7 @@ def agent_main(conn: Connection, parent_pid: int, config: SimConfig, slot: int,
             _run_agent(runner, block, slot, message[1])
     except AgentFailure as failure:
         _report(conn, str(agent.agent_id), str(failure), failure.cause)
-    except SystemExit:
+    except (SystemExit, Terminated):
         pass
     except Exception as exc:
         text = f"{describe_agent(agent)} failed: {type(exc).__name__}: {exc}"

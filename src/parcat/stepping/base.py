@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from parcat.ipc.process import ErrorReport
+from parcat.errors import USER_CODE_ERRORS
+from parcat.ipc.process import ACTING, ErrorReport, acting_marker
 from parcat.missions import Mission
 from parcat.policies.base import AgentSpec, Policy
 from parcat.policies.specs import PolicySpec, make_policy
@@ -62,16 +63,28 @@ class PolicyCache:
             policy = self._policies[key] = make_policy(seat.spec, mission, seat.agent)
         return policy
 
-    def reset(self, mission: Mission, seats: Sequence[Seat]) -> dict[Any, Policy]:
-        """Policies for ``seats``, each reset with its seed."""
+    def reset(self, mission: Mission, seats: Sequence[Seat],
+              marker: Any = None) -> dict[Any, Policy]:
+        """Policies for ``seats``, each reset with its seed.
+
+        Args:
+            mission: The mission the seats play.
+            seats: The agents to build and reset policies for.
+            marker: This worker's :func:`~parcat.ipc.process.acting_marker`, if any: it
+                names the agent whose policy is being built or reset.
+        """
         policies = {}
         for seat in seats:
+            if marker is not None:
+                marker[ACTING] = seat.agent.agent_index + 1
             policy = self.get(mission, seat)
             try:
                 policy.reset(seat.seed)
-            except Exception as exc:
+            except USER_CODE_ERRORS as exc:
                 raise PolicyStepError(seat.agent.agent_id, "reset") from exc
             policies[seat.agent.agent_id] = policy
+        if marker is not None:
+            marker[ACTING] = 0
         return policies
 
     def forget(self, agent_index: int) -> None:
@@ -113,22 +126,30 @@ class InlineStepper(Stepper):
     def __init__(self) -> None:
         self.cache = PolicyCache()
         self._step_fns: dict[Any, Any] = {}
+        # in a worker process, which agent's code runs now (for a death's report)
+        self._marker = acting_marker()
+        self._marks: dict[Any, int] = {}
 
     def start(self, mission: Mission, seats: Sequence[Seat]) -> None:
         """Build and reset the policies."""
-        policies = self.cache.reset(mission, seats)
+        self._marks = {s.agent.agent_id: s.agent.agent_index + 1 for s in seats}
+        policies = self.cache.reset(mission, seats, self._marker)
         self._step_fns = {agent_id: p.step for agent_id, p in policies.items()}
 
     def act(self, obs: dict[Any, Any], live: Sequence[Any]) -> dict[Any, Any]:
         """Call each live agent's policy in turn."""
-        step_fns = self._step_fns
+        step_fns, marker, marks = self._step_fns, self._marker, self._marks
         actions = {}
         agent_id = None
         try:
             for agent_id in live:
+                if marker is not None:
+                    marker[ACTING] = marks[agent_id]
                 actions[agent_id] = step_fns[agent_id](obs[agent_id])
-        except Exception as exc:
+        except USER_CODE_ERRORS as exc:
             raise PolicyStepError(agent_id, "policy") from exc
+        if marker is not None:
+            marker[ACTING] = 0
         return actions
 
     def close(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from parcat.errors import USER_CODE_ERRORS
 from parcat.missions import Mission
 from parcat.policies.specs import PolicySpec
 from parcat.stepping.base import InlineStepper, PolicyStepError, Seat
@@ -46,7 +47,7 @@ class BatchStepper(InlineStepper):
                 continue
             try:
                 batch = self._leader[spec].step_batch([obs[a] for a in acting])
-            except Exception as exc:
+            except USER_CODE_ERRORS as exc:
                 raise PolicyStepError(acting[0], "policy") from exc
             actions.update(zip(acting, batch, strict=True))
         singles = [a for a in self._singles if a in live_set]

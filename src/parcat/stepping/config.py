@@ -27,6 +27,8 @@ class StepperConfig:
     """Start method of policy worker processes."""
     blas_threads: int = 1
     """BLAS/OpenMP threads in each policy worker."""
+    retries: int = 0
+    """Times an episode is played again when one of its policy workers was lost."""
 
     def make_stepper(self, tracer: Tracer | None = None) -> Stepper:
         """Build the stepper this configuration describes."""

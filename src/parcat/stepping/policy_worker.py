@@ -12,8 +12,16 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
+from parcat.errors import USER_CODE_ERRORS
 from parcat.ipc.handoff import Serving
-from parcat.ipc.process import ErrorReport, become_worker, report_error, serve
+from parcat.ipc.process import (
+    ACTING,
+    ErrorReport,
+    acting_marker,
+    become_worker,
+    report_error,
+    serve,
+)
 from parcat.ipc.shm import Codec, SlotBlock
 from parcat.missions import Mission
 from parcat.stepping.base import PolicyCache, Seat
@@ -30,6 +38,8 @@ class _PolicyHost:
         self.agent_ids: list[Any] = []
         self.obs_codecs: list[Codec] = []
         self.act_codecs: list[Codec] = []
+        self.marks: list[int] = []
+        self.marker = acting_marker()
 
     def serve(self) -> None:
         while True:
@@ -54,8 +64,9 @@ class _PolicyHost:
                 self.serving = Serving(self.block.header, self.conn, self.spin)
             self.obs_codecs = [c[0] for c in self.block.codecs]
             self.act_codecs = [c[1] for c in self.block.codecs]
-            policies = self.cache.reset(mission, seats)
+            policies = self.cache.reset(mission, seats, self.marker)
             self.agent_ids = [s.agent.agent_id for s in seats]
+            self.marks = [s.agent.agent_index + 1 for s in seats]
             self.step_fns = [policies[a].step for a in self.agent_ids]
         except BaseException as exc:
             cause = exc.__cause__ if exc.__cause__ is not None else exc
@@ -68,15 +79,20 @@ class _PolicyHost:
         assert block is not None
         request = serving.take()
         agent_id = None
+        marker = self.marker
         try:
             for i, slots in enumerate(block.agents):
                 if slots.live[0]:
                     agent_id = self.agent_ids[i]
+                    if marker is not None:
+                        marker[ACTING] = self.marks[i]
                     action = self.step_fns[i](self.obs_codecs[i].read(slots.obs))
                     self.act_codecs[i].write(slots.action, action)
-        except Exception as exc:
+        except USER_CODE_ERRORS as exc:
             serving.finish(request, ErrorReport.from_exception(exc, agent_id))
             return
+        if marker is not None:
+            marker[ACTING] = 0
         serving.finish(request)
 
     def close(self) -> None:

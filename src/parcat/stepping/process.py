@@ -245,10 +245,12 @@ class ProcessStepper(InlineStepper):
 
     def _died(self, worker: _Host) -> NoReturn:
         how = worker.worker.describe()
-        agent = worker.seats[0].agent.agent_id if worker.seats else None
-        raise PolicyStepError(
-            agent, "policy", ErrorReport("WorkerError", f"policy worker {worker.index} {how}", "")
-        )
+        index = worker.worker.acting()
+        acting = [s for s in worker.seats if s.agent.agent_index == index]
+        agent = acting[0].agent.agent_id if acting else None
+        while_ = f" while agent '{agent}' was acting" if acting else ""
+        raise PolicyStepError(agent, "worker", ErrorReport(
+            "WorkerError", f"policy worker {worker.index} {how}{while_}", "", agent))
 
     def worker_pids(self) -> list[int]:
         """Process ids of the policy workers."""

@@ -8,6 +8,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
+from parcat.errors import USER_CODE_ERRORS
 from parcat.missions import Mission
 from parcat.policies.builtin import noop_action
 from parcat.stepping.base import STRAGGLER_WAIT_S, InlineStepper, PolicyStepError, Seat
@@ -76,7 +77,7 @@ class ThreadStepper(InlineStepper):
             except FutureTimeout:
                 self._pending[agent_id] = future
                 actions[agent_id] = self._late_default(agent_id)
-            except Exception as exc:
+            except USER_CODE_ERRORS as exc:
                 raise PolicyStepError(agent_id, "policy") from exc
         return {a: actions[a] for a in live}
 

@@ -7,6 +7,7 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
+from parcat.errors import USER_CODE_ERRORS
 from parcat.missions import Mission
 from parcat.train.envslice import ArraySpecs, EnvSlice
 
@@ -92,7 +93,7 @@ class LocalLane(EnvLane):
                 self.envs.reset_all(epoch)
             else:
                 self.envs.step()
-        except Exception as exc:
+        except USER_CODE_ERRORS as exc:
             raise LaneLostError(f"raised {type(exc).__name__}: {exc}") from exc
 
     def finish(self) -> None:

@@ -11,6 +11,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 from typing import Any
 
+from parcat.errors import USER_CODE_ERRORS
 from parcat.ipc.handoff import Handoff, Serving
 from parcat.ipc.layout import EnvCommandSlots
 from parcat.ipc.process import (
@@ -111,7 +112,7 @@ def env_worker_main(
         nonlocal envs
         try:
             envs = EnvSlice(mission, first, count, seed, block.arrays)
-        except Exception as exc:  # could not even build the environments
+        except USER_CODE_ERRORS as exc:  # could not even build the environments
             report_error(conn, exc)
             return
         serving = Serving(block.header, conn, spin)  # before "ready": no request is missed
@@ -127,7 +128,7 @@ def env_worker_main(
                     envs.reset_all(int(block.header[EPOCH]))
                 else:
                     envs.step()
-            except Exception as exc:
+            except USER_CODE_ERRORS as exc:
                 serving.finish(request, ErrorReport.from_exception(exc))
                 continue
             serving.finish(request)
