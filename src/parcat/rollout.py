@@ -13,12 +13,13 @@ import contextlib
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from parcat import seeding
 from parcat.envs.base import ParallelEnv
 from parcat.errors import USER_CODE_ERRORS
+from parcat.ipc.process import Terminated
 from parcat.missions import Mission, close_env
 from parcat.policies.assignment import assign_policies
 from parcat.policies.specs import PolicySpec
@@ -48,6 +49,14 @@ class EpisodeTask:
 
 @dataclass
 class _Progress:
+    """What an episode has done so far (all a result is made of)."""
+
+    env_seed: int
+    start: float = field(default_factory=time.perf_counter)
+    started_us: float = field(default_factory=now_us)
+    agent_ids: list[Any] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    totals: dict[Any, float] = field(default_factory=dict)
     steps: int = 0
     phase: str = "setup"
 
@@ -99,30 +108,35 @@ class EpisodeRunner:
         return result
 
     def _run_once(self, task: EpisodeTask) -> EpisodeResult:
-        start = time.perf_counter()
-        started_us = now_us()
         mission = task.mission
-        env_seed = seeding.episode_seed(task.seed, mission.key, task.episode_index)
-        agent_ids: list[Any] = []
-        names: list[str] = []
-        totals: dict[Any, float] = {}
-        progress = _Progress()
+        progress = _Progress(seeding.episode_seed(task.seed, mission.key, task.episode_index))
         error: ErrorInfo | None = None
         try:
             env = self._env(mission)
-            agent_ids = list(env.possible_agents)
+            progress.agent_ids = list(env.possible_agents)
             seats = self._seats(env, task)
-            names = [seat.spec.name for seat in seats]
+            progress.names = [seat.spec.name for seat in seats]
             self.stepper.start(mission, seats)
             progress.phase = "reset"
-            obs, _ = env.reset(seed=env_seed)
-            totals = dict.fromkeys(agent_ids, 0.0)
+            obs, _ = env.reset(seed=progress.env_seed)
+            progress.totals = dict.fromkeys(progress.agent_ids, 0.0)
             progress.phase = "step"
-            self._play(env, task, obs, totals, progress)
+            self._play(env, task, obs, progress.totals, progress)
         except PolicyStepError as failure:
             error = _policy_error_info(failure)
         except USER_CODE_ERRORS as exc:
             error = _error_info(exc, None, progress.phase)
+        except Terminated as stop:
+            # the parent ends this worker (a timeout): hand it what the episode got so far
+            error = ErrorInfo("Terminated", f"stopped at step {progress.steps}", "", None,
+                              progress.phase)
+            stop.partial = self._result(task, progress, error)
+            raise
+        return self._result(task, progress, error)
+
+    def _result(self, task: EpisodeTask, progress: _Progress,
+                error: ErrorInfo | None) -> EpisodeResult:
+        mission, names, totals = task.mission, progress.names, progress.totals
         env_now = self._envs.get(mission)
         stats, env_task = (_stats(env_now), _task(env_now)) if error is None else ({}, None)
         if error is not None:
@@ -130,13 +144,13 @@ class EpisodeRunner:
             self._discard_env(mission)
         late = self.stepper.late_actions()
         if self.tracer is not None:
-            self.tracer.span(f"{mission.name} #{task.episode_index}", started_us, now_us(),
+            self.tracer.span(f"{mission.name} #{task.episode_index}", progress.started_us, now_us(),
                              lane=self.lane, steps=progress.steps,
                              status="ok" if error is None else "failed")
         return EpisodeResult(
             mission=mission.name,
             episode_index=task.episode_index,
-            seed=env_seed,
+            seed=progress.env_seed,
             steps=progress.steps,
             agents=tuple(
                 AgentResult(
@@ -145,13 +159,13 @@ class EpisodeRunner:
                     float(totals.get(a, 0.0)),
                     late.get(a, 0),
                 )
-                for i, a in enumerate(agent_ids)
+                for i, a in enumerate(progress.agent_ids)
             ),
             stats=stats,
             status=EpisodeStatus.OK if error is None else EpisodeStatus.FAILED,
             error=error,
             task=env_task,
-            duration_s=time.perf_counter() - start,
+            duration_s=time.perf_counter() - progress.start,
         )
 
     def close(self) -> None:

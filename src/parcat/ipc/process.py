@@ -83,9 +83,11 @@ class Terminated(BaseException):
     """Raised in a worker by SIGTERM: its parent ends it. Not a ``SystemExit``, so code
     that catches what user code raises (``sys.exit`` included) lets it through."""
 
-    def __init__(self, code: int) -> None:
+    def __init__(self, code: int, partial: Any = None) -> None:
         super().__init__(code)
         self.code = code
+        self.partial = partial
+        """What the interrupted work had produced, where the code it stopped saved it."""
 
 
 @dataclass(frozen=True)

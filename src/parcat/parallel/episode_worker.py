@@ -13,7 +13,7 @@ from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any
 
-from parcat.ipc.process import become_worker, serve
+from parcat.ipc.process import Terminated, become_worker, serve
 from parcat.results import EpisodeResult, EpisodeStatus, ErrorInfo
 from parcat.rollout import EpisodeRunner
 from parcat.stepping.config import StepperConfig
@@ -43,7 +43,12 @@ def episode_worker_main(
             if message[0] == "close":
                 return
             _, index, task = message
-            result = runner.run(task)
+            try:
+                result = runner.run(task)
+            except Terminated as stop:  # a timeout: the parent keeps what the episode got
+                if stop.partial is not None:
+                    conn.send(("partial", index, stop.partial, []))
+                raise
             events = tracer.take() if tracer else []
             try:
                 payload = pickle.dumps(("result", index, result, events))

@@ -11,12 +11,12 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from parcat.results import EpisodeResult
 from parcat.rollout import EpisodeRunner, EpisodeTask
 from parcat.stepping.config import StepperConfig
+from parcat.stepping.thread import DaemonThreadPool
 from parcat.trace import Tracer
 
 ResultCallback = Callable[[int, EpisodeResult], None]
@@ -92,7 +92,7 @@ class ThreadExecutor(Executor):
         self._local = threading.local()
         self._runners: list[EpisodeRunner] = []
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="parcat-episode")
+        self._pool = DaemonThreadPool(self.workers, "parcat-episode")
 
     def _runner(self) -> EpisodeRunner:
         runner = getattr(self._local, "runner", None)
@@ -128,6 +128,6 @@ class ThreadExecutor(Executor):
 
     def close(self, force: bool = False) -> None:
         """Stop the threads and close every runner."""
-        self._pool.shutdown(wait=not force, cancel_futures=force)
+        self._pool.shutdown(wait=not force, cancel=force)
         for runner in self._runners:
             runner.close()

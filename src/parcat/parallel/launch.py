@@ -9,10 +9,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import Any
 
-from parcat.errors import ConfigError
-from parcat.ipc.process import StartMethod
+from parcat.errors import USER_CODE_ERRORS, ConfigError
+from parcat.ipc.process import (
+    StartMethod,
+    Worker,
+    WorkerLostError,
+    WorkerRaisedError,
+    become_worker,
+    report_error,
+)
 from parcat.missions import Mission
 from parcat.parallel.executors import Executor, InlineExecutor, ThreadExecutor
 from parcat.parallel.planner import ExecutorKind, Plan, PolicyStrategy, Workload, make_plan
@@ -36,6 +44,10 @@ FDS_PER_WORKER = 8
 FDS_RESERVED = 64
 """Open files kept for everything else (imports, the results file, the terminal)."""
 CALIBRATION_BUDGET_S = 0.25
+CALIBRATION_TIMEOUT_S = 60.0
+"""Longest wait for a calibration worker to start (imports included)."""
+CALIBRATION_WAIT_S = 2.0
+"""Longest wait for its measurement: a policy that takes longer is that slow."""
 
 
 @dataclass(frozen=True)
@@ -138,8 +150,11 @@ def plan_run(
     agents = max(len(m.agents()) for m in missions)
     step_s = None
     wants_auto = options.parallel_policy and options.policy_strategy is PolicyStrategy.AUTO
+    foreign = first_foreign_code(missions, policies)
     if wants_auto and measure:
-        step_s = measure_policy_step(missions[0], policies)
+        # code from outside parcat is timed in a worker, where an exit cannot end the run
+        step_s = (measure_policy_step(missions[0], policies) if foreign is None
+                  else measure_in_a_worker(missions[0], policies, options.start_method_name))
     workload = Workload(
         tasks=tasks,
         agents=agents,
@@ -150,7 +165,8 @@ def plan_run(
         handoff_s=HANDOFF_S,
         batchable=any(p.target in ("mlp", "noop") for p in policies),
         isolate=options.episode_timeout_s is not None,
-        foreign_code=first_foreign_code(missions, policies),
+        foreign_code=foreign,
+        action_deadline=options.action_timeout_ms is not None,
         max_processes=process_limit(),
     )
     return make_plan(jobs, cpus, gpus, workload)
@@ -237,6 +253,36 @@ def measure_policy_step(mission: Mission, policies: tuple[PolicySpec, ...]) -> f
         return 0.0
     timings.sort()
     return timings[len(timings) // 2]
+
+
+def measure_in_a_worker(mission: Mission, policies: tuple[PolicySpec, ...],
+                        start_method: str | None = None) -> float | None:
+    """:func:`measure_policy_step` in a worker process; ``None`` if it failed there."""
+    worker = Worker(_measure_main, (mission, policies), "parcat-calibration",
+                    start_method=start_method)
+    try:
+        worker.wait_ready(CALIBRATION_TIMEOUT_S)
+        try:
+            message = worker.recv(CALIBRATION_WAIT_S)
+        except WorkerLostError:
+            if worker.alive:  # still in its first steps: a policy step is that slow
+                return CALIBRATION_WAIT_S
+            raise
+        return float(message[1]) if message[0] == "measured" else None
+    except (WorkerLostError, WorkerRaisedError):
+        return None
+    finally:
+        worker.stop(grace_s=0.5, terminate=True)
+
+
+def _measure_main(conn: Connection, parent_pid: int, mission: Mission,
+                  policies: tuple[PolicySpec, ...]) -> None:
+    become_worker(parent_pid)
+    conn.send(("ready",))
+    try:
+        conn.send(("measured", measure_policy_step(mission, policies)))
+    except USER_CODE_ERRORS as exc:
+        report_error(conn, exc)
 
 
 class _Enough(Exception):

@@ -56,6 +56,8 @@ class Workload:
     """Whether some policy is shared by several agents and can act in one batch."""
     isolate: bool = False
     """Episodes must run in worker processes (so a hung one can be stopped)."""
+    action_deadline: bool = False
+    """An action timeout is set: no agent may step on the episode's own thread."""
     foreign_code: str | None = None
     """Code from outside parcat the episodes run (a policy or env reference), if any: it
     runs in worker processes, where exiting or crashing fails an episode, not the run."""
@@ -125,6 +127,10 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
     if executor is ExecutorKind.INLINE:
         episode_workers = 1
     strategy, policy_workers = _agent_level(jobs, episode_workers, workload, reasons)
+    if workload.action_deadline and strategy in (PolicyStrategy.INLINE, PolicyStrategy.BATCH):
+        strategy, policy_workers = PolicyStrategy.THREAD, max(1, policy_workers)
+        reasons.append("--action-timeout-ms: agents step on a policy thread, so a late "
+                       "action can be replaced (no extra process)")
     busy = episode_workers * (1 + (policy_workers if strategy is PolicyStrategy.PROCESS else 0))
     spin = busy <= cpus
     if strategy is PolicyStrategy.PROCESS:

@@ -20,12 +20,12 @@ import pickle
 import time
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from parcat import seeding
 from parcat.errors import ConfigError
-from parcat.ipc.process import Worker, get_context, wait_any
+from parcat.ipc.process import Worker, WorkerLostError, get_context, wait_any
 from parcat.parallel.episode_worker import episode_worker_main
 from parcat.parallel.executors import Executor, ResultCallback
 from parcat.results import EpisodeResult, EpisodeStatus, ErrorInfo
@@ -34,6 +34,8 @@ from parcat.stepping.config import StepperConfig
 
 PREFETCH = 2
 """Tasks queued per worker, so a worker never idles waiting for its next task."""
+PARTIAL_WAIT_S = 1.0
+"""How long a timed-out worker may take to hand back its episode's partial result."""
 WAIT_S = 0.5
 """Longest single wait; deadlines and liveness are checked at least this often."""
 
@@ -172,16 +174,22 @@ class ProcessExecutor(Executor):
         task = run.tasks[index]
         how = worker.worker.describe()
         agent = _agent_id(task, worker.worker.acting())
+        partial = _partial_result(worker.worker, index) if timed_out else None
         worker.worker.stop(grace_s=1.0, terminate=True)
         run.pending.extendleft(reversed(worker.inflight))
         worker.inflight.clear()
         self._workers[self._workers.index(worker)] = self._start(worker.index)
         if timed_out:
-            run.finish(index, _failed(
+            timeout = _failed(
                 task, "EpisodeTimeout",
                 f"episode exceeded --episode-timeout {self.timeout:g} s; worker stopped",
-                status=EpisodeStatus.TIMEOUT,
-            ))
+                status=EpisodeStatus.TIMEOUT, agent=agent,
+            )
+            if partial is not None and timeout.error is not None:
+                steps = f" at step {partial.steps}"
+                timeout = replace(partial, status=EpisodeStatus.TIMEOUT, error=replace(
+                    timeout.error, message=timeout.error.message + steps))
+            run.finish(index, timeout)
             return
         run.attempts[index] += 1
         if run.attempts[index] <= self.retries:
@@ -248,6 +256,19 @@ def _check_picklable(tasks: Sequence[EpisodeTask]) -> None:
                 f"mission '{task.mission.name}' cannot be sent to worker processes "
                 f"({type(exc).__name__}: {exc}); use picklable parameters or --executor inline"
             ) from exc
+
+
+def _partial_result(worker: Worker, index: int) -> EpisodeResult | None:
+    """SIGTERM a timed-out worker and take what its episode had got (None if nothing came)."""
+    worker.process.terminate()
+    try:
+        while True:
+            message = worker.recv(PARTIAL_WAIT_S)
+            if message[0] == "partial" and message[1] == index:
+                result: EpisodeResult = message[2]
+                return result
+    except WorkerLostError:
+        return None
 
 
 def _agent_id(task: EpisodeTask, index: int | None) -> str | None:

@@ -26,6 +26,14 @@ STRAGGLER_WAIT_S = 5.0
 """How long a new episode waits for a late policy step of the last one."""
 
 
+def straggler_wait(action_timeout_s: float | None) -> float:
+    """How long to wait for a late step: :data:`STRAGGLER_WAIT_S`, or, with a deadline,
+    ten deadlines (at least half a second): a step that late is taken as hung."""
+    if action_timeout_s is None:
+        return STRAGGLER_WAIT_S
+    return min(STRAGGLER_WAIT_S, max(0.5, 10 * action_timeout_s))
+
+
 @dataclass(frozen=True)
 class Seat:
     """One agent of one episode: who plays it and with which seed."""

@@ -26,7 +26,7 @@ from parcat.ipc.process import (
 from parcat.ipc.shm import Codec, SlotBlock
 from parcat.missions import Mission
 from parcat.policies.builtin import noop_action
-from parcat.stepping.base import STRAGGLER_WAIT_S, InlineStepper, PolicyStepError, Seat
+from parcat.stepping.base import InlineStepper, PolicyStepError, Seat, straggler_wait
 from parcat.stepping.policy_worker import policy_worker_main
 from parcat.trace import Tracer, now_us
 
@@ -93,7 +93,11 @@ class ProcessStepper(InlineStepper):
     def start(self, mission: Mission, seats: Sequence[Seat]) -> None:
         """Share the seats out, send each worker its own, and reset the local ones."""
         self._ensure_workers()
-        shares = _split(list(seats), self.num_workers + 1)
+        # with a deadline every agent steps on a worker: only a worker's step can be late
+        parts = self.num_workers + (0 if self.timeout is not None else 1)
+        shares = _split(list(seats), parts)
+        if self.timeout is not None:
+            shares.insert(0, [])
         local = list(shares[0])
         for worker, share in zip(self._workers, shares[1:], strict=True):
             local += [s for s in share if s.spec.name in self._inline_specs]
@@ -110,7 +114,7 @@ class ProcessStepper(InlineStepper):
     def _ensure_workers(self) -> None:
         for worker in list(self._workers):
             if not worker.worker.alive or worker.worker.frozen() or (
-                worker.busy and not self._drain(worker, STRAGGLER_WAIT_S)
+                worker.busy and not self._drain(worker, straggler_wait(self.timeout))
             ):
                 self._replace(worker)  # dead, or hung on a step of the last episode
                 continue

@@ -2,16 +2,72 @@
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
-from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from parcat.errors import USER_CODE_ERRORS
 from parcat.missions import Mission
 from parcat.policies.builtin import noop_action
-from parcat.stepping.base import STRAGGLER_WAIT_S, InlineStepper, PolicyStepError, Seat
+from parcat.stepping.base import InlineStepper, PolicyStepError, Seat, straggler_wait
+
+
+class DaemonThreadPool:
+    """A fixed pool of daemon threads running submitted calls.
+
+    Unlike ``ThreadPoolExecutor``, whose threads the interpreter joins at exit, a thread
+    stuck in user code (a hung policy or environment) never keeps parcat from exiting.
+
+    Args:
+        workers: Threads in the pool.
+        name: Prefix of the threads' names.
+    """
+
+    def __init__(self, workers: int, name: str) -> None:
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
+                         for i in range(max(1, workers))]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        """Run ``fn(*args)`` on a pool thread; its result or exception arrives in the future."""
+        future: Future[Any] = Future()
+        self._queue.put((future, fn, args))
+        return future
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            future, fn, args = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:  # delivered to the caller, sys.exit() included
+                future.set_exception(exc)
+
+    def shutdown(self, wait: bool = False, cancel: bool = False) -> None:
+        """Stop the threads once their current call returns; ``cancel`` drops queued calls."""
+        if cancel:
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    item[0].cancel()
+        for _ in self._threads:
+            self._queue.put(None)
+        if wait:
+            for thread in self._threads:
+                thread.join()
 
 
 class ThreadStepper(InlineStepper):
@@ -30,7 +86,7 @@ class ThreadStepper(InlineStepper):
         super().__init__()
         self.threads = max(1, threads)
         self.timeout = action_timeout_s
-        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="parcat-policy")
+        self._pool = DaemonThreadPool(self.threads, "parcat-policy")
         self._pending: dict[Any, Future[Any]] = {}
         self._late: dict[Any, int] = {}
         self._defaults: dict[Any, Any] = {}
@@ -40,7 +96,7 @@ class ThreadStepper(InlineStepper):
         """Build and reset the policies; wait for any late step of the last episode."""
         for agent_id, future in self._pending.items():
             try:
-                future.exception(timeout=STRAGGLER_WAIT_S)
+                future.exception(timeout=straggler_wait(self.timeout))
             except FutureTimeout:
                 # still running: that policy cannot be reset under it, so build a new one
                 self.cache.forget(self._index[agent_id])
@@ -49,7 +105,8 @@ class ThreadStepper(InlineStepper):
         self._late = {s.agent.agent_id: 0 for s in seats}
         self._index = {s.agent.agent_id: s.agent.agent_index for s in seats}
         self._defaults = {s.agent.agent_id: noop_action(s.agent.action_space) for s in seats}
-        share = len(seats) // (self.threads + 1)
+        # with a deadline no agent steps on this thread: only a pool thread can be late
+        share = 0 if self.timeout is not None else len(seats) // (self.threads + 1)
         self._local = {s.agent.agent_id for s in seats[:share]}
 
     def act(self, obs: dict[Any, Any], live: Sequence[Any]) -> dict[Any, Any]:
@@ -91,5 +148,5 @@ class ThreadStepper(InlineStepper):
 
     def close(self) -> None:
         """Stop the threads (a hung policy thread is abandoned, not joined)."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown(wait=False, cancel=True)
         super().close()
