@@ -1,5 +1,5 @@
 """``python -m parcat``."""
 
-from parcat.cli.main import run
+from parcat.cli.entry import run
 
 run()

@@ -51,3 +51,7 @@ class EpisodeError(RunError):
 
 class WorkerError(RunError):
     """A worker process died, hung or sent back something unreadable."""
+
+
+class ResourceLimitError(RunError):
+    """The system refused a process or thread (a process-count or memory limit)."""

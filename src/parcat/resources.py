@@ -45,6 +45,37 @@ def cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
     return quota / period if quota > 0 and period > 0 else None
 
 
+def pids_headroom(root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """Processes and threads this process's pids cgroup still allows (the tightest limit
+    of it and its ancestors, cgroup v1 or v2), or ``None`` when nothing limits them."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    headroom: int | None = None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "pids":
+            base = root / "pids"
+        elif controllers == "":
+            base = root
+        else:
+            continue
+        folder = base / path.lstrip("/")
+        while True:
+            try:
+                limit = (folder / "pids.max").read_text().strip()
+                if limit != "max":
+                    left = int(limit) - int((folder / "pids.current").read_text())
+                    headroom = left if headroom is None else min(headroom, left)
+            except (OSError, ValueError):
+                pass
+            if folder == base or base not in folder.parents:
+                break
+            folder = folder.parent
+    return headroom
+
+
 def visible_gpus() -> int:
     """GPUs named by ``CUDA_VISIBLE_DEVICES``, or found under /proc/driver/nvidia; 0 if none."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -38,7 +38,7 @@ def test_low_open_file_limit_gives_a_smaller_plan(tmp_path: Path) -> None:
                           timeout=60, check=True)
     info = json.loads(plan.stdout)
     assert info["busy_processes"] < 64
-    assert any("open-file limit" in r for r in info["reasons"])
+    assert any("open-file and process limits" in r for r in info["reasons"])
     run = subprocess.run(
         [sys.executable, "-m", "parcat", "eval", "-m", "harvest", "-n", "40", "--jobs", "64",
          "--set", "max_steps=5", "--executor", "process", "-f", "json"],

@@ -100,5 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run() -> None:
-    """Console-script entry point."""
-    sys.exit(main())
+    """Run the CLI and exit (the console script is :func:`parcat.cli.entry.run`)."""
+    from parcat.cli.entry import run as entry
+
+    entry()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import errno
 import multiprocessing as mp
 import os
 import signal
@@ -38,7 +39,8 @@ from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from parcat.resources import BLAS_VARIABLES, limit_blas_threads
+from parcat.errors import ResourceLimitError
+from parcat.resources import BLAS_VARIABLES, limit_blas_threads, pids_headroom
 
 
 class StartMethod(str, enum.Enum):
@@ -154,7 +156,72 @@ def get_context(method: str | None = None) -> BaseContext:
         os.environ.setdefault(name, "1")
     if method == "forkserver":
         ctx.set_forkserver_preload(PRELOAD)
+        _start_fork_server()
     return ctx
+
+
+_fork_server_of: int | None = None
+"""The process that started its fork server through :func:`_start_fork_server`."""
+
+
+def _start_fork_server() -> None:
+    """Start the fork server with Ctrl-C blocked.
+
+    The fork server is a process of its own in our process group: a Ctrl-C while it
+    imports its preload would print its traceback and break every worker after. It
+    inherits the blocked signal until it ignores Ctrl-C for good, and so do the workers it
+    forks until :func:`become_worker`; here a Ctrl-C meanwhile waits and arrives after.
+    (Blocking, not ignoring: a signal that arrives while ignored is lost.)
+    """
+    from multiprocessing import forkserver, resource_tracker
+
+    global _fork_server_of
+    if _fork_server_of == os.getpid():
+        forkserver.ensure_running()  # restarts it if it died; no signal juggling
+        return
+    _check_headroom("the fork server")
+    _fork_server_of = os.getpid()
+    try:
+        if threading.current_thread() is not threading.main_thread():
+            forkserver.ensure_running()
+            return
+        # the resource tracker first: starting it unblocks Ctrl-C, which must not happen
+        # while the fork server starts below
+        resource_tracker.ensure_running()
+        with _ctrl_c_deferred():
+            forkserver.ensure_running()
+    except OSError as exc:
+        raise _limit_error("the fork server", exc) from exc
+
+
+TASKS_PER_WORKER = 4
+"""Processes and threads a new worker may need: itself, its watch thread, and the fork
+server's and resource tracker's share, with margin."""
+
+
+def _check_headroom(name: str) -> None:
+    """Refuse a worker up front when the pids cgroup has no room for it.
+
+    Past the limit the fork server's own ``fork()`` fails, and it prints its traceback
+    and dies; asking first keeps that one clean line.
+    """
+    left = pids_headroom()
+    if left is not None and left < TASKS_PER_WORKER:
+        raise ResourceLimitError(
+            f"cannot start {name}: the pids cgroup allows {max(left, 0)} more process(es) or "
+            f"thread(s), a worker needs {TASKS_PER_WORKER}; lower --jobs, or raise the "
+            "container's pids limit"
+        )
+
+
+def _limit_error(name: str, exc: OSError) -> Exception:
+    if exc.errno in (errno.EAGAIN, errno.ENOMEM):
+        return ResourceLimitError(
+            f"cannot start {name}: {exc.strerror} (the system's limit on processes or "
+            "memory was reached); lower --jobs, or raise the limit (ulimit -u, the "
+            "container's pids limit)"
+        )
+    return exc
 
 
 class Worker:
@@ -171,6 +238,7 @@ class Worker:
 
     def __init__(self, target: Callable[..., Any], args: tuple[Any, ...], name: str,
                  start_method: str | None = None, ctx: BaseContext | None = None) -> None:
+        _check_headroom(name)
         ctx = ctx or get_context(start_method)
         self.name = name
         ours, theirs = ctx.Pipe(duplex=True)
@@ -181,8 +249,13 @@ class Worker:
             target=_bootstrap, args=(target, self._status, theirs, os.getpid(), *args),
             name=name, daemon=False,
         )
-        with _main_without_missing_file():
-            self.process.start()
+        try:
+            with _main_without_missing_file(), _ctrl_c_deferred():
+                self.process.start()
+        except OSError as exc:
+            ours.close()
+            theirs.close()
+            raise _limit_error(f"worker process {name}", exc) from exc
         theirs.close()
         self.conn: Connection = ours
         self._ready = False
@@ -343,6 +416,43 @@ def stop_all(workers: Iterable[Worker], grace_s: float = STOP_GRACE_S) -> None:
         worker.stop(grace_s)
 
 
+_deferral = {"depth": 0, "pending": False}
+"""How deep in :func:`_ctrl_c_deferred` the main thread is, and whether a Ctrl-C waits."""
+
+
+def postpone_interrupt() -> bool:
+    """For a SIGINT handler: True (and the Ctrl-C is kept for later) while the main thread
+    must not be interrupted; the interrupt is raised again when that part is done."""
+    if _deferral["depth"] > 0:
+        _deferral["pending"] = True
+        return True
+    return False
+
+
+@contextlib.contextmanager
+def _ctrl_c_deferred() -> Iterator[None]:
+    """Hold a Ctrl-C until the block is done (it arrives right after).
+
+    Starting a worker is a conversation with the fork server; cut in the middle, the new
+    process reads half a message and prints a traceback. The signal is blocked in this
+    thread (so processes started here inherit it blocked), and a handler that sees it
+    anyway — another thread took it — postpones it (:func:`postpone_interrupt`).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    _deferral["depth"] += 1
+    try:
+        yield
+    finally:
+        _deferral["depth"] -= 1
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        if _deferral["depth"] == 0 and _deferral["pending"]:
+            _deferral["pending"] = False
+            signal.raise_signal(signal.SIGINT)
+
+
 @contextlib.contextmanager
 def _main_without_missing_file() -> Iterator[None]:
     """Hide a ``__main__.__file__`` that is no file (``python -``, notebooks) or parcat's CLI.
@@ -366,6 +476,16 @@ def _main_without_missing_file() -> Iterator[None]:
 def _is_parcat_entry(path: str) -> bool:
     name = os.path.basename(path)
     return name == "parcat" or path.endswith(os.path.join("parcat", "__main__.py"))
+
+
+def kill_descendants() -> None:
+    """SIGKILL every process started below this one (a last resort: the second Ctrl-C)."""
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                child.kill()
 
 
 def describe_exit(process: BaseProcess) -> str:

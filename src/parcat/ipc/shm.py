@@ -125,6 +125,18 @@ def _align(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
+_OWN: set[str] = set()
+"""Blocks this process created and has not unlinked yet."""
+
+
+def unlink_own_blocks() -> None:
+    """Unlink every block this process created (a last resort before ``os._exit``)."""
+    for name in list(_OWN):
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join("/dev/shm", name))
+        _OWN.discard(name)
+
+
 def remove_stale_blocks(folder: str = "/dev/shm") -> list[str]:
     """Unlink blocks left by parcat processes that no longer exist (e.g. SIGKILLed runs)."""
     removed: list[str] = []
@@ -164,6 +176,7 @@ class ArrayBlock:
             self.shm = shared_memory.SharedMemory(
                 name=f"{PREFIX}{os.getpid()}_{secrets.token_hex(6)}", create=True, size=size
             )
+            _OWN.add(self.shm.name)
         else:
             register = resource_tracker.register
             resource_tracker.register = lambda *args, **kwargs: None
@@ -192,4 +205,5 @@ class ArrayBlock:
         if self.owner:
             with contextlib.suppress(FileNotFoundError):
                 self.shm.unlink()
+            _OWN.discard(self.shm.name)
             self.owner = False

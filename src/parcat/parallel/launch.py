@@ -14,6 +14,7 @@ from typing import Any
 
 from parcat.errors import USER_CODE_ERRORS, ConfigError
 from parcat.ipc.process import (
+    TASKS_PER_WORKER,
     StartMethod,
     Worker,
     WorkerLostError,
@@ -27,7 +28,7 @@ from parcat.parallel.planner import ExecutorKind, Plan, PolicyStrategy, Workload
 from parcat.parallel.process_executor import ProcessExecutor
 from parcat.policies.specs import PolicySpec, foreign_code
 from parcat.raycluster import Backend
-from parcat.resources import available_cpus, visible_gpus
+from parcat.resources import available_cpus, pids_headroom, visible_gpus
 from parcat.rollout import EpisodeRunner, EpisodeTask
 from parcat.stepping.config import StepperConfig
 
@@ -186,16 +187,22 @@ def first_foreign_code(missions: tuple[Mission, ...],
 
 
 def process_limit() -> int | None:
-    """Worker processes the open-file limit leaves room for (pipes, sentinels, blocks)."""
+    """Worker processes the limits leave room for: open files (pipes, sentinels, blocks)
+    and the pids cgroup (processes and threads)."""
+    limits = []
     try:
         import resource
 
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY:
+            limits.append(max(1, (soft - FDS_RESERVED) // FDS_PER_WORKER))
     except (ImportError, OSError, ValueError):
-        return None
-    if soft == resource.RLIM_INFINITY:
-        return None
-    return max(1, (soft - FDS_RESERVED) // FDS_PER_WORKER)
+        pass
+    headroom = pids_headroom()
+    if headroom is not None:
+        # the fork server and the resource tracker come first
+        limits.append(max(1, (headroom - 2) // TASKS_PER_WORKER))
+    return min(limits) if limits else None
 
 
 def make_executor(plan: Plan, options: RunOptions) -> Executor:

@@ -62,7 +62,7 @@ class Workload:
     """Code from outside parcat the episodes run (a policy or env reference), if any: it
     runs in worker processes, where exiting or crashing fails an episode, not the run."""
     max_processes: int | None = None
-    """Most worker processes the open-file limit allows (``None``: no limit)."""
+    """Most worker processes the open-file and pids limits allow (``None``: no limit)."""
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,8 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
     cap = workload.max_processes
     if cap is not None and cap < jobs:
         reasons.append(
-            f"the open-file limit allows {max(cap, 1)} worker process(es): --jobs {jobs} "
+            f"the open-file and process limits allow {max(cap, 1)} worker process(es): "
+            f"--jobs {jobs} "
             f"trimmed to {max(cap, 1)}"
         )
         jobs = max(cap, 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import queue
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -10,7 +11,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from parcat.errors import USER_CODE_ERRORS
+from parcat.errors import USER_CODE_ERRORS, ResourceLimitError
 from parcat.missions import Mission
 from parcat.policies.builtin import noop_action
 from parcat.stepping.base import InlineStepper, PolicyStepError, Seat, straggler_wait
@@ -32,7 +33,13 @@ class DaemonThreadPool:
         self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
                          for i in range(max(1, workers))]
         for thread in self._threads:
-            thread.start()
+            try:
+                thread.start()
+            except RuntimeError as exc:  # "can't start new thread"
+                raise ResourceLimitError(
+                    f"cannot start thread {thread.name}: {exc} (the system's limit on "
+                    "threads or memory was reached); lower --jobs or raise the limit"
+                ) from exc
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
         """Run ``fn(*args)`` on a pool thread; its result or exception arrives in the future."""
@@ -41,6 +48,8 @@ class DaemonThreadPool:
         return future
 
     def _work(self) -> None:
+        # Ctrl-C is the main thread's: never take it here, where it could not be handled
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         while True:
             item = self._queue.get()
             if item is None:

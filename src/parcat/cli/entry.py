@@ -1,0 +1,105 @@
+"""The console script: Ctrl-C and SIGTERM handled from parcat's first line.
+
+Importing the CLI takes a noticeable fraction of a second; an interrupt in that window
+waits until the imports are done, and then, like one anywhere later, ends the run with
+one line and exit code 130 (143 for SIGTERM), never a traceback. A second Ctrl-C ends
+parcat at once: workers are killed, parcat's shared memory is unlinked. Python drops an exception raised in a ``__del__`` method or a weakref
+callback (printing "Exception ignored"); a Ctrl-C that lands there is delivered again a
+moment later instead. One that some library swallows still makes the run exit with 130,
+so a script never reads an interrupted run as a success.
+"""
+
+from __future__ import annotations
+
+import _thread
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+
+INTERRUPTS = threading.Event()
+"""Set by the first Ctrl-C."""
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    # not imported here: a handler may run in the middle of an import
+    ipc = sys.modules.get("parcat.ipc.process")
+    postpone = getattr(ipc, "postpone_interrupt", None)
+    if postpone is not None and postpone():
+        return
+    if INTERRUPTS.is_set():
+        _stop_now()
+    INTERRUPTS.set()
+    raise KeyboardInterrupt
+
+
+def _on_unraisable(unraisable: sys.UnraisableHookArgs) -> None:
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        INTERRUPTS.clear()  # the next one is still the first
+        threading.Thread(target=_interrupt_again, name="parcat-interrupt", daemon=True).start()
+        return
+    sys.__unraisablehook__(unraisable)
+
+
+def _interrupt_again() -> None:
+    """Raise the Ctrl-C again in the main thread, once our handler is in place."""
+    for _ in range(200):
+        time.sleep(0.01)
+        if signal.getsignal(signal.SIGINT) is _on_sigint:
+            _thread.interrupt_main(signal.SIGINT)
+            return
+
+
+def _stop_now() -> None:
+    """The second Ctrl-C: kill every worker, unlink our shared memory, exit 130."""
+    print("parcat: interrupted again: stopping now", file=sys.stderr)
+    try:
+        from parcat.ipc.process import kill_descendants
+        from parcat.ipc.shm import unlink_own_blocks
+
+        kill_descendants()
+        unlink_own_blocks()
+    finally:
+        os._exit(EXIT_INTERRUPTED)
+
+
+def _import_quietly() -> Any:
+    """Import the CLI with Ctrl-C held back until it is done.
+
+    A KeyboardInterrupt raised in the middle of an import can be swallowed by the module
+    being imported (and the run then goes on); held back, it arrives right after. Threads
+    that libraries start while importing (BLAS pools) inherit the block, so Ctrl-C always
+    reaches the main thread.
+    """
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        from parcat.cli.main import main
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    return main
+
+
+def run() -> None:
+    """Entry point of the ``parcat`` command and of ``python -m parcat``."""
+    signal.signal(signal.SIGINT, _on_sigint)
+    sys.unraisablehook = _on_unraisable
+    try:
+        main = _import_quietly()
+        code = main()
+    except KeyboardInterrupt:
+        print("parcat: interrupted", file=sys.stderr)
+        code = EXIT_INTERRUPTED
+    except Exception:
+        if not INTERRUPTS.is_set():
+            raise
+        # a Ctrl-C inside a class body or an import surfaces wrapped (RuntimeError, ...)
+        print("parcat: interrupted", file=sys.stderr)
+        code = EXIT_INTERRUPTED
+    if INTERRUPTS.is_set() and code == 0:
+        code = EXIT_INTERRUPTED  # the interrupt was swallowed on its way up
+    sys.exit(code)
