@@ -3,10 +3,11 @@
 Importing the CLI takes a noticeable fraction of a second; an interrupt in that window
 waits until the imports are done, and then, like one anywhere later, ends the run with
 one line and exit code 130 (143 for SIGTERM), never a traceback. A second Ctrl-C ends
-parcat at once: workers are killed, parcat's shared memory is unlinked. Python drops an exception raised in a ``__del__`` method or a weakref
-callback (printing "Exception ignored"); a Ctrl-C that lands there is delivered again a
-moment later instead. One that some library swallows still makes the run exit with 130,
-so a script never reads an interrupted run as a success.
+parcat at once: workers are killed, parcat's shared memory is unlinked. Python drops an
+exception raised in a ``__del__`` method or a weakref callback (printing "Exception
+ignored"); a Ctrl-C that lands there is delivered again a moment later instead. One that
+some library swallows still makes the run exit with 130, so a script never reads an
+interrupted run as a success.
 """
 
 from __future__ import annotations
