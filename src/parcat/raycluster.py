@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,7 @@ def connect(address: str | None, num_cpus: int | None = None) -> bool:
     if ray.is_initialized():
         return False
     if address:
+        check_reachable(address)
         ray.init(address=address, log_to_driver=False, configure_logging=False,
                  runtime_env={"working_dir": str(Path.cwd()), "excludes": EXCLUDES})
     else:
@@ -67,6 +69,36 @@ def connect(address: str | None, num_cpus: int | None = None) -> bool:
         ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
                  configure_logging=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
     return True
+
+
+CONNECT_TIMEOUT_S = 5.0
+"""How long a cluster address may take to accept a connection."""
+
+
+def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Refuse, in bounded time, an address where no Ray cluster answers.
+
+    ``ray.init`` itself retries a wrong address for many minutes, logging as it goes.
+
+    Raises:
+        ConfigError: the address is malformed, unknown, refuses or does not answer.
+    """
+    if address == "auto":
+        return  # Ray finds the cluster started on this machine
+    target = address.split("://", 1)[-1]
+    host, _, port_text = target.rpartition(":")
+    if not host or not port_text.isdigit():
+        raise ConfigError(f"--address must be HOST:PORT (as `ray start --head` prints it), "
+                          f"got '{address}'")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port_text)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        why = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise ConfigError(
+            f"--address {address}: no Ray cluster reachable there ({why}); start one with "
+            "`ray start --head`, or leave --address out to start a local cluster"
+        ) from exc
 
 
 def disconnect() -> None:

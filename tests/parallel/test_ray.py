@@ -96,3 +96,19 @@ def test_train_env_workers_as_ray_actors_equal_local(tmp_path: Path) -> None:
     Trainer(cfg(tmp_path / "local")).run()
     Trainer(cfg(tmp_path / "ray", backend="ray", env_workers=2, envs_per_worker=2)).run()
     assert_same(saved_arrays(tmp_path / "local"), saved_arrays(tmp_path / "ray"))
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "no-such-host.invalid:6379"])
+def test_a_wrong_address_fails_at_once_with_one_line(address: str) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "parcat", "eval", "-m", "harvest", "-n", "1",
+         "--backend", "ray", "--address", address],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"parcat: error: --address {address}: "
+                                                   "no Ray cluster reachable there")

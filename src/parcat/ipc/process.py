@@ -27,8 +27,10 @@ import enum
 import errno
 import multiprocessing as mp
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -39,7 +41,7 @@ from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from parcat.errors import ResourceLimitError
+from parcat.errors import ResourceLimitError, WorkerError
 from parcat.resources import BLAS_VARIABLES, limit_blas_threads, pids_headroom
 
 
@@ -146,6 +148,8 @@ def default_start_method() -> str:
 
 def get_context(method: str | None = None) -> BaseContext:
     """The multiprocessing context for ``method`` (default: :func:`default_start_method`)."""
+    if getattr(mp.process.current_process(), "_inheriting", False):
+        _refuse_unguarded_main()
     method = method or default_start_method()
     if method not in START_METHODS:
         raise ValueError(f"start method must be one of {', '.join(START_METHODS)}, got {method!r}")
@@ -154,10 +158,37 @@ def get_context(method: str | None = None) -> BaseContext:
     # server starts, OpenBLAS never spins up (and busy-waits on) a thread pool per worker
     for name in BLAS_VARIABLES:
         os.environ.setdefault(name, "1")
+    _own_temp_dir()
     if method == "forkserver":
         ctx.set_forkserver_preload(PRELOAD)
         _start_fork_server()
     return ctx
+
+
+TEMP_PREFIX = "parcat-mp-"
+"""multiprocessing's temporary folder (the fork server's socket) is
+``parcat-mp-<pid>-<random>``, so one a killed run left behind can be found."""
+
+
+def _own_temp_dir() -> None:
+    """Give multiprocessing a temporary folder named after this process (it would make
+    an anonymous ``pymp-*`` one), and remove those of parcat processes that are gone."""
+    from multiprocessing import util
+
+    config = mp.process.current_process()._config  # type: ignore[attr-defined]
+    if config.get("tempdir") is not None:
+        return
+    base = tempfile.gettempdir()
+    with contextlib.suppress(OSError):
+        for name in os.listdir(base):
+            pid_text = name[len(TEMP_PREFIX):].split("-", 1)[0]
+            if name.startswith(TEMP_PREFIX) and pid_text.isdigit() \
+                    and not parent_alive(int(pid_text)):
+                shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+    path = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-")
+    # removed at exit like multiprocessing's own (kept referenced: shutdown runs late)
+    util.Finalize(None, shutil.rmtree, args=(path, True), exitpriority=-100)
+    config["tempdir"] = path
 
 
 _fork_server_of: int | None = None
@@ -192,6 +223,28 @@ def _start_fork_server() -> None:
             forkserver.ensure_running()
     except OSError as exc:
         raise _limit_error("the fork server", exc) from exc
+
+
+EXIT_UNGUARDED_MAIN = 86
+"""Exit code of a worker that found parcat started while it imported the main script."""
+UNGUARDED_MAIN = (
+    "a worker process ran this program's main script and it started parcat again: put the "
+    "code that runs parcat under `if __name__ == \"__main__\":` (worker processes import "
+    "the main script to find functions defined in it)"
+)
+
+
+def _refuse_unguarded_main() -> None:
+    """In a worker still importing the parent's main script: say why in one line, exit."""
+    sys.stderr.write(f"parcat: error: {UNGUARDED_MAIN}\n")
+    sys.stderr.flush()
+    os._exit(EXIT_UNGUARDED_MAIN)
+
+
+def raise_if_unguarded_main(worker: Worker) -> None:
+    """Raise :class:`WorkerError` when ``worker`` died of an unguarded main script."""
+    if worker.process.exitcode == EXIT_UNGUARDED_MAIN:
+        raise WorkerError(UNGUARDED_MAIN)
 
 
 TASKS_PER_WORKER = 4
@@ -238,6 +291,8 @@ class Worker:
 
     def __init__(self, target: Callable[..., Any], args: tuple[Any, ...], name: str,
                  start_method: str | None = None, ctx: BaseContext | None = None) -> None:
+        if getattr(mp.process.current_process(), "_inheriting", False):
+            _refuse_unguarded_main()
         _check_headroom(name)
         ctx = ctx or get_context(start_method)
         self.name = name
@@ -361,7 +416,11 @@ class Worker:
             WorkerRaisedError: the worker's set-up raised (its report is attached).
             WorkerLostError: it died, or was not ready in time.
         """
-        message = self.recv(timeout)
+        try:
+            message = self.recv(timeout)
+        except WorkerLostError:
+            raise_if_unguarded_main(self)
+            raise
         if message[0] == "ready":
             self._ready = True
             return message[1:]

@@ -25,7 +25,13 @@ from typing import Any
 
 from parcat import seeding
 from parcat.errors import ConfigError
-from parcat.ipc.process import Worker, WorkerLostError, get_context, wait_any
+from parcat.ipc.process import (
+    Worker,
+    WorkerLostError,
+    get_context,
+    raise_if_unguarded_main,
+    wait_any,
+)
 from parcat.parallel.episode_worker import episode_worker_main
 from parcat.parallel.executors import Executor, ResultCallback
 from parcat.results import EpisodeResult, EpisodeStatus, ErrorInfo
@@ -173,6 +179,7 @@ class ProcessExecutor(Executor):
         index = worker.inflight.popleft()
         task = run.tasks[index]
         how = worker.worker.describe()
+        raise_if_unguarded_main(worker.worker)
         agent = _agent_id(task, worker.worker.acting())
         partial = _partial_result(worker.worker, index) if timed_out else None
         worker.worker.stop(grace_s=1.0, terminate=True)

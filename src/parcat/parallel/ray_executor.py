@@ -10,6 +10,7 @@ and recorded as a timeout. Connecting to the cluster: :mod:`parcat.raycluster`.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -25,12 +26,32 @@ __all__ = ["RayExecutor", "import_ray"]
 _RUNNER: EpisodeRunner | None = None
 
 
-def _run_task(stepper: StepperConfig, task: EpisodeTask) -> EpisodeResult:
+def _run_task(stepper: StepperConfig, task: EpisodeTask, index: int,
+              clock: Any) -> EpisodeResult:
     """Body of the Ray task: the inline episode path, with a runner kept per worker."""
     global _RUNNER
+    if clock is not None:
+        clock.started.remote(index)  # the timeout counts from here, not from submission
     if _RUNNER is None:
         _RUNNER = EpisodeRunner(stepper.make_stepper(), retries=stepper.retries)
     return _RUNNER.run(task)
+
+
+class EpisodeClock:
+    """A Ray actor that notes when episodes start (on its own clock, so machines' clocks
+    need not agree) and says how long each has been running."""
+
+    def __init__(self) -> None:
+        self.starts: dict[int, float] = {}
+
+    def started(self, index: int) -> None:
+        """Episode ``index`` starts now."""
+        self.starts[index] = time.monotonic()
+
+    def running_for(self, indices: list[int]) -> dict[int, float]:
+        """Seconds each of the started ``indices`` has been running."""
+        now = time.monotonic()
+        return {i: now - self.starts[i] for i in indices if i in self.starts}
 
 
 class RayExecutor(Executor):
@@ -57,6 +78,9 @@ class RayExecutor(Executor):
         self.stepper = stepper or StepperConfig()
         self.timeout = episode_timeout_s
         self._owns_cluster = raycluster.connect(address, num_cpus=self.workers)
+        self._clock: Any = None
+        if episode_timeout_s is not None:
+            self._clock = self.ray.remote(num_cpus=0)(EpisodeClock).remote()
         self._remote = self.ray.remote(
             num_cpus=cpus_per_task, num_gpus=gpus_per_task, max_retries=retries,
             retry_exceptions=False,
@@ -74,7 +98,8 @@ class RayExecutor(Executor):
         while pending or inflight:
             while pending and len(inflight) < self.workers:
                 index = pending.pop()
-                inflight[self._remote.remote(stepper_ref, tasks[index])] = (index, time.monotonic())
+                ref = self._remote.remote(stepper_ref, tasks[index], index, self._clock)
+                inflight[ref] = (index, time.monotonic())
             ready, _ = ray.wait(list(inflight), num_returns=1, timeout=0.5)
             for ref in ready:
                 index, _ = inflight.pop(ref)
@@ -96,11 +121,12 @@ class RayExecutor(Executor):
 
     def _cancel_late(self, inflight: dict[Any, tuple[int, float]], tasks: Sequence[EpisodeTask],
                      results: list[EpisodeResult | None], on_result: ResultCallback | None) -> None:
-        if self.timeout is None:
+        if self.timeout is None or self._clock is None or not inflight:
             return
-        now = time.monotonic()
-        for ref, (index, started) in list(inflight.items()):
-            if now - started > self.timeout:
+        running = self.ray.get(self._clock.running_for.remote(
+            [index for index, _ in inflight.values()]))
+        for ref, (index, _) in list(inflight.items()):
+            if running.get(index, 0.0) > self.timeout:
                 self.ray.cancel(ref, force=True)
                 del inflight[ref]
                 self._finish(results, index, _failed(
@@ -119,6 +145,10 @@ class RayExecutor(Executor):
 
     def close(self, force: bool = False) -> None:
         """Shut down the local cluster this executor started."""
+        if self._clock is not None and self.ray.is_initialized():
+            with contextlib.suppress(Exception):
+                self.ray.kill(self._clock)
+            self._clock = None
         if self._owns_cluster:
             raycluster.disconnect()
             self._owns_cluster = False

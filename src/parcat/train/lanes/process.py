@@ -64,7 +64,7 @@ class ProcessLane(EnvLane):
 
     def submit(self, command: Command, epoch: int) -> None:
         """Write the command into the header and request it."""
-        self.block.header[CMD] = int(command)
+        self.block.header[CMD] = command.value
         self.block.header[EPOCH] = epoch
         try:
             self.handoff.request()
@@ -117,6 +117,7 @@ def env_worker_main(
             return
         serving = Serving(block.header, conn, spin)  # before "ready": no request is missed
         conn.send(("ready",))
+        reset = int(Command.RESET)  # a plain int: numpy compares one with an enum in ~4 us
         while True:
             if not serving.wait_request():
                 if conn.recv()[0] == "close":
@@ -124,7 +125,7 @@ def env_worker_main(
                 continue
             request = serving.take()
             try:
-                if block.header[CMD] == Command.RESET:
+                if int(block.header[CMD]) == reset:
                     envs.reset_all(int(block.header[EPOCH]))
                 else:
                     envs.step()

@@ -1,0 +1,61 @@
+"""The Python API from a script: a missing ``__main__`` guard is one clear error; killed
+runs leave nothing in the temp directory for long."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tests.reliability.helpers import ROOT, kill_group, wait_until
+
+UNGUARDED = """\
+from parcat.evaluate import make_config, evaluate
+from parcat.parallel.launch import RunOptions
+
+report = evaluate(make_config(["harvest"], ["random"], 4, 0, {"agents": 2}),
+                  RunOptions(jobs=2, executor="process"))
+print(report.status)
+"""
+
+
+def test_a_script_without_a_main_guard_gets_one_clear_error(tmp_path: Path) -> None:
+    script = tmp_path / "run_parcat.py"
+    script.write_text(UNGUARDED)
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode != 0
+    assert "if __name__ == \"__main__\":" in proc.stderr
+    assert len(proc.stderr.splitlines()) < 40, proc.stderr[-2000:]
+    guarded = "if __name__ == \"__main__\":\n" + "".join(
+        f"    {line}\n" for line in UNGUARDED.splitlines())
+    script.write_text(guarded)
+    ok = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                        text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert ok.returncode == 0 and ok.stdout.strip() == "complete", ok.stderr
+
+
+def test_a_killed_run_s_temp_folder_is_removed_by_the_next_run(tmp_path: Path) -> None:
+    temp = Path(tempfile.gettempdir())
+    before = {p.name for p in temp.iterdir() if p.name.startswith("pymp-")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "parcat", "eval", "-m", "harvest", "-n", "100000", "--jobs",
+         "2", "--executor", "process"], cwd=tmp_path, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    mine = f"parcat-mp-{proc.pid}-"
+    try:
+        assert wait_until(lambda: any(p.name.startswith(mine) for p in temp.iterdir()), 60)
+        time.sleep(0.5)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        kill_group(proc)
+    assert {p.name for p in temp.iterdir() if p.name.startswith("pymp-")} == before
+    subprocess.run([sys.executable, "-m", "parcat", "eval", "-m", "harvest", "-n", "2",
+                    "--jobs", "2", "--executor", "process"], cwd=tmp_path, check=True,
+                   capture_output=True, timeout=120)
+    assert not any(p.name.startswith(mine) for p in temp.iterdir())
