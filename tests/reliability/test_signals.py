@@ -121,3 +121,30 @@ def test_atomic_write_survives_kill_9_mid_write(tmp_path: Path) -> None:
         proc.wait()
         data = json.loads(target.read_text())  # old or new, never half
         assert data["i"] >= 1
+
+
+@pytest.mark.parametrize("command", ["eval", "sim"])
+def test_a_sigkilled_parent_that_is_not_reaped_yet_still_loses_its_workers(
+    tmp_path: Path, command: str
+) -> None:
+    """``proc.kill(); proc.communicate()``: the caller reaps parcat only once every
+    worker has closed its stderr — workers must see a dead-but-unreaped (zombie) parent."""
+    from tests.sim.helpers import sim_data, write_yaml
+
+    if command == "eval":
+        args = ["eval", "-m", str(write_slow_mission(tmp_path)), "-p", "random", "-n", "40",
+                "--jobs", "2", "--executor", "process"]
+    else:
+        agents = [{"agent": "evader", "policy": "greedy", "cycle_time": 0.01},
+                  {"agent": "pursuer_0", "policy": "greedy", "cycle_time": 0.02}]
+        config = write_yaml(tmp_path / "sim.yaml", sim_data(agents, period=0.01, iters=100000))
+        args = ["sim", "-c", str(config), "--mode", "parallel"]
+    proc = start_cli(args, tmp_path)
+    try:
+        assert wait_until(lambda: len(descendants(proc.pid)) >= 2, 30), "no workers started"
+        children = [p.pid for p in descendants(proc.pid)]
+        os.kill(proc.pid, signal.SIGKILL)  # not reaped: it stays a zombie meanwhile
+        assert wait_until(lambda: gone(children), 10), "workers outlived a zombie parent"
+        proc.communicate(timeout=10)  # the documented idiom returns: no one holds its pipes
+    finally:
+        kill_group(proc)
