@@ -83,6 +83,34 @@ class ScriptedEnv:
         return {"total": self.total}
 
 
+class LeakyEnv(ScriptedEnv):
+    """Like PettingZoo's KAZ: ``reset(seed)`` keeps a counter from earlier episodes, and
+    the rewards depend on it, so a reused environment plays another episode than a fresh
+    one with the same seed."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.resets = 0
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        self.resets += 1
+        return super().reset(seed, options)
+
+    def step(self, actions: dict[int, Any]) -> Any:
+        obs, rewards, terms, truncs, infos = super().step(actions)
+        return obs, {a: r + self.resets for a, r in rewards.items()}, terms, truncs, infos
+
+
+class SeedlessEnv(ScriptedEnv):
+    """Like an environment that ignores its seed: its noise comes from a generator seeded
+    by the operating system, so no two fresh environments play the same episode."""
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        result = super().reset(seed, options)
+        self._rng = np.random.default_rng()
+        return result
+
+
 def scripted_mission(name: str = "scripted", **params: Any) -> Mission:
     """A mission backed by :class:`ScriptedEnv`."""
     defaults: dict[str, Any] = {"agents": 3, "max_steps": 10, "fail_at": -1, "busy_us": 0}

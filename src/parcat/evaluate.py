@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -15,6 +15,7 @@ from parcat.missions import Mission, load_mission
 from parcat.parallel.launch import RunOptions, make_executor, plan_run
 from parcat.parallel.planner import Plan
 from parcat.policies.specs import PolicySpec, make_policy, parse_policy_spec
+from parcat.probe import EnvCheck, check_in_a_worker
 from parcat.report import ALL_POLICIES, make_document, summarize
 from parcat.results import EpisodeResult
 from parcat.results_file import ResultsWriter, load_finished
@@ -92,6 +93,14 @@ class EvalReport:
     """Wall time of the run."""
     trace_events: list[dict[str, Any]] = field(default_factory=list)
     """The timeline, when tracing."""
+    checks: dict[str, EnvCheck] = field(default_factory=dict)
+    """What the start-of-run check found about each mission's environment."""
+
+    @property
+    def warnings(self) -> list[str]:
+        """One line per mission whose results are not reproducible."""
+        return [f"mission '{name}': {check.note}; its results are not reproducible"
+                for name, check in self.checks.items() if check.reproducible is False]
 
     @property
     def failed(self) -> list[EpisodeResult]:
@@ -105,8 +114,32 @@ class EvalReport:
         if self.plan is not None:
             execution["plan"] = plan_to_dict(self.plan)
         return make_document(
-            self.config.to_dict(), self.episodes, self.status, timing, execution
+            self.config.to_dict(), self.episodes, self.status, timing, execution,
+            {name: check.to_dict() for name, check in self.checks.items()},
         )
+
+
+def check_environments(missions: Sequence[Mission],
+                       start_method: str | None = None) -> dict[str, EnvCheck]:
+    """Check each mission's environment for reproducibility (:mod:`parcat.probe`).
+
+    parcat's own environments are checked by its tests and skipped; environments from
+    outside parcat are checked in a worker process, where a crash cannot end the run.
+    """
+    checks = {}
+    for mission in missions:
+        if mission.env.startswith("parcat."):
+            checks[mission.name] = EnvCheck(True, False, "")
+        else:
+            checks[mission.name] = check_in_a_worker(mission, start_method)
+    return checks
+
+
+def with_fresh_envs(tasks: list[EpisodeTask], checks: Mapping[str, EnvCheck]) -> list[EpisodeTask]:
+    """Tasks whose missions leak state across resets, set to a fresh env per episode."""
+    leaky = {name for name, check in checks.items() if check.leaks_state}
+    return [replace(t, mission=replace(t.mission, fresh_env=True))
+            if t.mission.name in leaky and t.mission.fresh_env is None else t for t in tasks]
 
 
 def make_config(
@@ -174,7 +207,8 @@ def evaluate(
     """
     options = options or RunOptions()
     remove_stale_blocks()
-    tasks = make_tasks(config)
+    checks = check_environments(config.missions, options.start_method_name)
+    tasks = with_fresh_envs(make_tasks(config), checks)
     done = load_finished(output, config.to_dict()) if output is not None and resume else {}
     done.update(keep or {})
     todo = [i for i, t in enumerate(tasks) if t.key not in done]
@@ -182,7 +216,8 @@ def evaluate(
     if on_plan is not None:
         on_plan(plan)
     report = EvalReport(
-        config, options=options, plan=plan, started=datetime.now(timezone.utc).isoformat()
+        config, options=options, plan=plan, started=datetime.now(timezone.utc).isoformat(),
+        checks=checks,
     )
     slots: list[EpisodeResult | None] = [done.get(t.key) for t in tasks]
     start = time.perf_counter()

@@ -23,7 +23,8 @@ from parcat.yamlfile import read_yaml_mapping
 
 BUILTIN_DIR = Path(__file__).parent / "missions"
 DEFAULT_MAX_STEPS = 1000
-_KEYS = {"name", "description", "env", "heuristic", "params", "max_steps", "default_action"}
+_KEYS = {"name", "description", "env", "heuristic", "params", "max_steps", "default_action",
+         "fresh_env"}
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,10 @@ class Mission:
     """Step limit that ``run_episode`` enforces even if the environment never ends."""
     source: str = ""
     """Where the mission was loaded from."""
+    fresh_env: bool | None = None
+    """Build a new environment for every episode (``True``), reuse one and trust its
+    ``reset(seed)`` (``False``), or let parcat decide from its start-of-run check (``None``:
+    a fresh one when reset was seen to carry state from one episode into the next)."""
 
     @property
     def key(self) -> int:
@@ -222,6 +227,10 @@ def read_mission(path: Path) -> Mission:
     max_steps = params.get("max_steps", data.get("max_steps", DEFAULT_MAX_STEPS))
     if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
         raise MissionError(f"mission file '{path}': 'max_steps' must be an integer >= 1")
+    fresh_env = data.get("fresh_env")
+    if fresh_env is not None and not isinstance(fresh_env, bool):
+        raise MissionError(f"mission file '{path}': 'fresh_env' must be true or false, "
+                           f"got {fresh_env!r}")
     return Mission(
         name=str(data.get("name") or path.stem),
         env=env,
@@ -230,5 +239,6 @@ def read_mission(path: Path) -> Mission:
         heuristic=data.get("heuristic"),
         max_steps=max_steps,
         source=str(path),
+        fresh_env=fresh_env,
     )
 

@@ -9,6 +9,8 @@ The JSON document (``schema: parcat.eval``, ``version: 1``)::
       "summary": [{"mission", "policy", "episodes", "failed", "mean", "std", "min", "max",
                    "ci95_low", "ci95_high"}, ...],
       "episodes": [EpisodeResult.to_dict(), ...],     # in task order
+      "reproducible": true | false | null,          # false: some environment ignores its seed
+      "environments": {"<mission>": {"reproducible", "leaks_state", "note"}, ...},
       "execution": {"jobs", "executor", "parallel_policy", "policy_strategy", ...,
                     "plan": {...}},                 # how it ran: never changes the results
       "timing": {"started": ISO-8601, "elapsed_s": float}
@@ -125,8 +127,12 @@ def make_document(
     status: str,
     timing: Mapping[str, Any],
     execution: Mapping[str, Any] | None = None,
+    environments: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The JSON results document (see the module docstring for the schema)."""
+    checks = dict(environments or {})
+    verdicts = [c.get("reproducible") for c in checks.values()]
+    reproducible = False if False in verdicts else (None if None in verdicts else True)
     return {
         "schema": SCHEMA,
         "version": SCHEMA_VERSION,
@@ -135,6 +141,8 @@ def make_document(
         "config": dict(config),
         "summary": [nan_to_none(asdict(s)) for s in summarize(episodes)],
         "episodes": [e.to_dict() for e in episodes],
+        "reproducible": reproducible,
+        "environments": {name: dict(check) for name, check in checks.items()},
         "execution": dict(execution or {}),
         "timing": dict(timing),
     }

@@ -139,8 +139,9 @@ class EpisodeRunner:
         mission, names, totals = task.mission, progress.names, progress.totals
         env_now = self._envs.get(mission)
         stats, env_task = (_stats(env_now), _task(env_now)) if error is None else ({}, None)
-        if error is not None:
-            # an environment that raised may be in any state: the next episode gets a new one
+        if error is not None or mission.fresh_env:
+            # an environment that raised may be in any state, and one whose reset keeps
+            # state from the episode before cannot be reused: the next episode gets a new one
             self._discard_env(mission)
         late = self.stepper.late_actions()
         if self.tracer is not None:

@@ -52,7 +52,7 @@ def test_sigterm_to_the_parent_alone_exits_143_and_stops_children(tmp_path: Path
     mission, out = write_slow_mission(tmp_path), tmp_path / "r.json"
     proc = start_cli(eval_args(mission, out), tmp_path)
     try:
-        assert wait_until(lambda: len(descendants(proc.pid)) >= 2, 30)
+        assert wait_until(lambda: out.exists(), 30), "no partial results written"
         children = [p.pid for p in descendants(proc.pid)]
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=10)

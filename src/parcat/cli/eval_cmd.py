@@ -95,6 +95,8 @@ def show_report(report: EvalReport, fmt: OutputFormat) -> None:
             markup=True,
             highlight=False,
         )
+    for warning in report.warnings:
+        err.print(f"[yellow]warning[/yellow]: {warning}", markup=True, highlight=False)
     if report.status == "interrupted":
         err.print("interrupted: the results so far are shown above (and in --output, if given)")
 

@@ -1,0 +1,132 @@
+"""Is an environment reproducible? A cheap check at the start of a run.
+
+"Same seed, same numbers" assumes ``reset(seed)`` fully determines an episode. Two ways
+third-party environments break that, both seen in the field:
+
+- the environment ignores the seed (draws from a global or unseeded generator): two fresh
+  environments reset with the same seed play different episodes — results carry
+  ``"reproducible": false`` and a warning says why;
+- ``reset(seed)`` keeps state from earlier episodes: a used environment plays a different
+  episode than a fresh one — a result would depend on which episodes its worker ran
+  before, so such a mission gets a fresh environment for every episode.
+
+The check resets environments with one seed and plays a few steps with actions drawn from
+seeded action spaces, comparing observations and rewards bit for bit.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+
+from parcat.errors import USER_CODE_ERRORS
+from parcat.ipc.process import (
+    Worker,
+    WorkerLostError,
+    WorkerRaisedError,
+    become_worker,
+    report_error,
+)
+from parcat.missions import Mission, close_env
+
+PROBE_SEED = 20_261_126
+PROBE_STEPS = 8
+PROBE_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class EnvCheck:
+    """What the start-of-run check found about one mission's environment."""
+
+    reproducible: bool | None
+    """Two fresh environments, one seed, the same episode (``None``: could not tell)."""
+    leaks_state: bool
+    """``reset(seed)`` kept state from the episode before (so episodes get fresh ones)."""
+    note: str
+    """Why, in one sentence (empty when all is well)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {"reproducible": self.reproducible, "leaks_state": self.leaks_state,
+                "note": self.note}
+
+
+def check_mission(mission: Mission) -> EnvCheck:
+    """Play the probe episode on two fresh environments and again on the first one."""
+    first = second = None
+    try:
+        first, second = mission.make_env(), mission.make_env()
+        fresh = _play(first, mission)
+        other = _play(second, mission)
+        again = _play(first, mission)
+    except USER_CODE_ERRORS as exc:
+        return EnvCheck(None, False, f"the check could not run ({type(exc).__name__}: {exc})")
+    finally:
+        for env in (first, second):
+            if env is not None:
+                close_env(env)
+    if fresh != other:
+        return EnvCheck(False, False, "two fresh environments reset with the same seed "
+                        "played different episodes: the environment ignores its seed")
+    if fresh != again:
+        return EnvCheck(True, True, "reset(seed) keeps state from the episode before: "
+                        "every episode gets a fresh environment")
+    return EnvCheck(True, False, "")
+
+
+def check_in_a_worker(mission: Mission, start_method: str | None = None) -> EnvCheck:
+    """:func:`check_mission` in a worker process, for environments from outside parcat."""
+    try:
+        worker = Worker(_check_main, (mission,), "parcat-env-check", start_method=start_method)
+    except (AttributeError, TypeError, pickle.PicklingError) as exc:
+        # it cannot reach a worker at all: the run itself will say so
+        return EnvCheck(None, False, f"the check could not run ({type(exc).__name__}: {exc})")
+    try:
+        (check,) = worker.wait_ready(PROBE_TIMEOUT_S)
+        return check
+    except (WorkerLostError, WorkerRaisedError) as exc:
+        return EnvCheck(None, False, f"the check could not run ({exc})")
+    finally:
+        worker.stop(grace_s=0.5, terminate=True)
+
+
+def _check_main(conn: Connection, parent_pid: int, mission: Mission) -> None:
+    become_worker(parent_pid)
+    try:
+        conn.send(("ready", check_mission(mission)))
+    except USER_CODE_ERRORS as exc:
+        report_error(conn, exc)
+
+
+def _play(env: Any, mission: Mission) -> list[bytes]:
+    """The probe episode's observations and rewards, as bytes."""
+    obs, _ = env.reset(seed=PROBE_SEED)
+    trace = [_digest(obs)]
+    for step in range(min(PROBE_STEPS, mission.max_steps)):
+        if not env.agents:
+            break
+        actions = {}
+        for index, agent in enumerate(env.agents):
+            space = env.action_space(agent)
+            space.seed(PROBE_SEED + 1000 * step + index)
+            actions[agent] = space.sample()
+        obs, rewards, _, _, _ = env.step(actions)
+        trace += [_digest(obs), _digest(rewards)]
+    return trace
+
+
+def _digest(value: Any) -> bytes:
+    """Bytes that are equal exactly when two observations (or rewards) are."""
+    if isinstance(value, dict):
+        return b"{" + b",".join(repr(k).encode() + b":" + _digest(value[k])
+                               for k in sorted(value, key=repr)) + b"}"
+    if isinstance(value, list | tuple):
+        return b"(" + b",".join(_digest(v) for v in value) + b")"
+    array = np.asarray(value)
+    if array.dtype == object:
+        return repr(value).encode()
+    return str(array.dtype).encode() + str(array.shape).encode() + array.tobytes()

@@ -1,0 +1,72 @@
+"""The start-of-run reproducibility check, on environments written the way outsiders do."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from parcat.evaluate import EvalConfig, evaluate
+from parcat.missions import load_mission
+from parcat.parallel.launch import RunOptions
+from parcat.parallel.planner import ExecutorKind
+from parcat.policies.specs import parse_policy_spec
+from parcat.probe import check_mission
+from parcat.report import strip_timings
+from tests.fakes import scripted_mission
+
+ROOT = Path(__file__).resolve().parents[1]
+RANDOM = (parse_policy_spec("random"),)
+
+
+def leaky(name: str = "leaky") -> object:
+    return dataclasses.replace(scripted_mission(name), env="tests.fakes:LeakyEnv")
+
+
+def seedless(name: str = "seedless") -> object:
+    return dataclasses.replace(scripted_mission(name), env="tests.fakes:SeedlessEnv")
+
+
+def test_the_check_tells_the_three_kinds_apart() -> None:
+    assert check_mission(scripted_mission()).to_dict() == {
+        "reproducible": True, "leaks_state": False, "note": ""}
+    leaks = check_mission(leaky())  # type: ignore[arg-type]
+    assert (leaks.reproducible, leaks.leaks_state) == (True, True)
+    ignores = check_mission(seedless())  # type: ignore[arg-type]
+    assert ignores.reproducible is False and "ignores its seed" in ignores.note
+
+
+def test_built_in_missions_pass_the_check() -> None:
+    for name in ("harvest", "evade", "goal_tasks"):
+        check = check_mission(load_mission(name))
+        assert (check.reproducible, check.leaks_state) == (True, False), name
+
+
+def test_a_state_leaking_env_gives_the_same_results_at_jobs_1_and_2() -> None:
+    config = EvalConfig((leaky(),), RANDOM, episodes=6)  # type: ignore[arg-type]
+    one = evaluate(config, RunOptions(jobs=1))
+    two = evaluate(config, RunOptions(jobs=2, executor=ExecutorKind.PROCESS))
+    assert one.status == two.status == "complete"
+    assert strip_timings(one.to_document()) == strip_timings(two.to_document())
+    document = one.to_document()
+    assert document["reproducible"] is True
+    assert document["environments"]["leaky"]["leaks_state"] is True
+
+
+def test_a_seed_ignoring_env_is_flagged(tmp_path: Path) -> None:
+    report = evaluate(EvalConfig((seedless(),), RANDOM, episodes=2))  # type: ignore[arg-type]
+    document = report.to_document()
+    assert document["reproducible"] is False
+    assert report.warnings == ["mission 'seedless': two fresh environments reset with the "
+                               "same seed played different episodes: the environment "
+                               "ignores its seed; its results are not reproducible"]
+    mission = tmp_path / "seedless.yaml"
+    mission.write_text("name: seedless\nenv: tests.fakes:SeedlessEnv\nparams: {agents: 2}\n")
+    proc = subprocess.run([sys.executable, "-m", "parcat", "eval", "-m", str(mission), "-p",
+                           "random", "-n", "2", "-f", "json"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["reproducible"] is False
+    assert "warning: mission 'seedless'" in proc.stderr
