@@ -111,6 +111,18 @@ class SeedlessEnv(ScriptedEnv):
         return result
 
 
+class NaNEnv(ScriptedEnv):
+    """Agent 1's rewards become NaN from step 3, and its last observation is NaN."""
+
+    def step(self, actions: dict[int, Any]) -> Any:
+        obs, rewards, terms, truncs, infos = super().step(actions)
+        if self.t >= 3 and 1 in rewards:
+            rewards[1] = float("nan")
+        if not self.agents and 1 in obs:
+            obs[1] = np.full(2, np.nan, dtype=np.float32)
+        return obs, rewards, terms, truncs, infos
+
+
 def scripted_mission(name: str = "scripted", **params: Any) -> Mission:
     """A mission backed by :class:`ScriptedEnv`."""
     defaults: dict[str, Any] = {"agents": 3, "max_steps": 10, "fail_at": -1, "busy_us": 0}

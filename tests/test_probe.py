@@ -70,3 +70,17 @@ def test_a_seed_ignoring_env_is_flagged(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["reproducible"] is False
     assert "warning: mission 'seedless'" in proc.stderr
+
+
+def test_non_finite_returns_and_observations_are_reported_not_hidden() -> None:
+    mission = dataclasses.replace(scripted_mission("nan", agents=2), env="tests.fakes:NaNEnv")
+    report = evaluate(EvalConfig((mission,), RANDOM, episodes=2))  # type: ignore[arg-type]
+    assert report.status == "complete"
+    for episode in report.episodes:
+        assert episode.warnings == ("agent '1': non-finite last observation",
+                                    "agent '1': non-finite return (nan)")
+    document = report.to_document()
+    assert document["episodes"][0]["warnings"] == list(report.episodes[0].warnings)
+    assert report.warnings == [
+        "mission 'nan': 2 episode(s) with non-finite returns or odd observations (see "
+        "\"warnings\" in the results); their statistics may be NaN"]

@@ -99,8 +99,16 @@ class EvalReport:
     @property
     def warnings(self) -> list[str]:
         """One line per mission whose results are not reproducible."""
-        return [f"mission '{name}': {check.note}; its results are not reproducible"
-                for name, check in self.checks.items() if check.reproducible is False]
+        lines = [f"mission '{name}': {check.note}; its results are not reproducible"
+                 for name, check in self.checks.items() if check.reproducible is False]
+        odd: dict[str, int] = {}
+        for episode in self.episodes:
+            if episode.warnings:
+                odd[episode.mission] = odd.get(episode.mission, 0) + 1
+        lines += [f"mission '{name}': {count} episode(s) with non-finite returns or odd "
+                  "observations (see \"warnings\" in the results); their statistics may be NaN"
+                  for name, count in odd.items()]
+        return lines
 
     @property
     def failed(self) -> list[EpisodeResult]:

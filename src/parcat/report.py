@@ -8,7 +8,7 @@ The JSON document (``schema: parcat.eval``, ``version: 1``)::
       "config": {"missions": [...], "policies": [...], "episodes": N, "seed": S, ...},
       "summary": [{"mission", "policy", "episodes", "failed", "mean", "std", "min", "max",
                    "ci95_low", "ci95_high"}, ...],
-      "episodes": [EpisodeResult.to_dict(), ...],     # in task order
+      "episodes": [EpisodeResult.to_dict(), ...],     # in task order; each with "warnings"
       "reproducible": true | false | null,          # false: some environment ignores its seed
       "environments": {"<mission>": {"reproducible", "leaks_state", "note"}, ...},
       "execution": {"jobs", "executor", "parallel_policy", "policy_strategy", ...,

@@ -69,6 +69,9 @@ class EpisodeResult:
     """The task the environment was reset to, for task-based missions."""
     duration_s: float = 0.0
     """Wall time of the episode (a timing: excluded when results are compared)."""
+    warnings: tuple[str, ...] = ()
+    """What looked wrong without failing the episode: a non-finite return, a non-finite
+    or out-of-space first or last observation (one line per agent and kind)."""
 
     @property
     def ok(self) -> bool:
@@ -79,6 +82,7 @@ class EpisodeResult:
         """A JSON-ready dict (the ``episodes[]`` entries of the results schema)."""
         data = asdict(self)
         data["status"] = self.status.value
+        data["warnings"] = list(self.warnings)
         return data
 
     @classmethod
@@ -96,4 +100,5 @@ class EpisodeResult:
             error=ErrorInfo(**error) if error else None,
             task=data.get("task"),
             duration_s=float(data.get("duration_s", 0.0)),
+            warnings=tuple(str(w) for w in data.get("warnings") or ()),
         )

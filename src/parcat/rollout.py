@@ -10,11 +10,14 @@ from those four with ``numpy.random.SeedSequence`` (see :mod:`parcat.seeding`).
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+import numpy as np
 
 from parcat import seeding
 from parcat.envs.base import ParallelEnv
@@ -59,6 +62,7 @@ class _Progress:
     totals: dict[Any, float] = field(default_factory=dict)
     steps: int = 0
     phase: str = "setup"
+    warnings: list[str] = field(default_factory=list)
 
 
 class EpisodeRunner:
@@ -121,7 +125,9 @@ class EpisodeRunner:
             obs, _ = env.reset(seed=progress.env_seed)
             progress.totals = dict.fromkeys(progress.agent_ids, 0.0)
             progress.phase = "step"
-            self._play(env, task, obs, progress.totals, progress)
+            progress.warnings += _odd_observations(env, obs, "first")
+            last = self._play(env, task, obs, progress.totals, progress)
+            progress.warnings += _odd_observations(env, last, "last")
         except PolicyStepError as failure:
             error = _policy_error_info(failure)
         except USER_CODE_ERRORS as exc:
@@ -167,6 +173,9 @@ class EpisodeRunner:
             error=error,
             task=env_task,
             duration_s=time.perf_counter() - progress.start,
+            warnings=tuple(progress.warnings + [
+                f"agent '{a}': non-finite return ({totals[a]})"
+                for a in progress.agent_ids if not math.isfinite(totals.get(a, 0.0))]),
         )
 
     def close(self) -> None:
@@ -178,7 +187,8 @@ class EpisodeRunner:
     def _play(
         self, env: ParallelEnv, task: EpisodeTask, obs: Any, totals: dict[Any, float],
         progress: _Progress,
-    ) -> None:
+    ) -> Any:
+        """Step until the episode ends; return the last observations."""
         act = self.stepper.act
         if self.tracer is not None:
             act = self._traced_act(act)
@@ -194,6 +204,7 @@ class EpisodeRunner:
             progress.steps = steps
             if on_step is not None:
                 on_step(task, steps)
+        return obs
 
     def _traced_act(self, act: Callable[[Any, Any], dict[Any, Any]]) -> Callable[..., Any]:
         tracer = self.tracer
@@ -251,6 +262,21 @@ def run_episode(
         return runner.run(EpisodeTask(mission, tuple(policies), seed, episode_index))
     finally:
         runner.close()
+
+
+def _odd_observations(env: ParallelEnv, obs: Any, which: str) -> list[str]:
+    """Agents whose observation is non-finite or outside its space (checked at the first
+    and last step only: every step would cost the episode loop its speed)."""
+    found = []
+    for agent, value in (obs or {}).items():
+        array = np.asarray(value) if not isinstance(value, dict | tuple) else None
+        if array is not None and array.dtype.kind == "f" and not np.isfinite(array).all():
+            found.append(f"agent '{agent}': non-finite {which} observation")
+            continue
+        with contextlib.suppress(Exception):  # a space that cannot tell says nothing
+            if not env.observation_space(agent).contains(value):
+                found.append(f"agent '{agent}': {which} observation outside its space")
+    return found
 
 
 def _lost_a_worker(result: EpisodeResult) -> bool:
