@@ -262,7 +262,5 @@ def test_a_worker_whose_parent_is_killed_cleans_up_and_exits(tmp_path: Path,
     os.kill(middle.process.pid, signal.SIGKILL)  # no chance to stop its own worker
     middle.process.join(TIMEOUT_S)
     assert describe_exit(middle.process) == "signal SIGKILL"
-    started = time.monotonic()
-    assert wait_until(lambda: gone(grandchild), TIMEOUT_S), "the orphan kept running"
-    assert time.monotonic() - started < GONE_WITHIN_S
+    assert wait_until(lambda: gone(grandchild), GONE_WITHIN_S), "the orphan kept running"
     assert marker.read_text() == str(grandchild), "the orphan's finally block did not run"
