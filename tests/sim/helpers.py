@@ -7,10 +7,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 import yaml
 
 from parcat.sim import SimConfig, load_sim_config
+from tests.conftest import worker_children
 
 
 def write_yaml(path: Path, data: Any) -> Path:
@@ -41,19 +41,8 @@ def make_config(tmp_path: Path, agents: list[dict[str, Any]], **kwargs: Any) -> 
 
 
 def worker_processes() -> set[int]:
-    """Live descendants of this process, without the fork server and resource tracker."""
-    found = set()
-    for proc in psutil.Process().children(recursive=True):
-        try:
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                continue
-            cmdline = " ".join(proc.cmdline())
-        except psutil.NoSuchProcess:
-            continue
-        if "forkserver" in cmdline or "resource_tracker" in cmdline:
-            continue
-        found.add(proc.pid)
-    return found
+    """Pids of live descendants, without the fork server and resource tracker."""
+    return {proc.pid for proc in worker_children()}
 
 
 def my_blocks() -> set[str]:
