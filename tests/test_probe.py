@@ -72,7 +72,7 @@ def test_a_seed_ignoring_env_is_flagged(tmp_path: Path) -> None:
     assert "warning: mission 'seedless'" in proc.stderr
 
 
-def test_non_finite_returns_and_observations_are_reported_not_hidden() -> None:
+def test_non_finite_returns_and_observations_are_reported_not_hidden(tmp_path: Path) -> None:
     mission = dataclasses.replace(scripted_mission("nan", agents=2), env="tests.fakes:NaNEnv")
     report = evaluate(EvalConfig((mission,), RANDOM, episodes=2))  # type: ignore[arg-type]
     assert report.status == "complete"
@@ -83,4 +83,14 @@ def test_non_finite_returns_and_observations_are_reported_not_hidden() -> None:
     assert document["episodes"][0]["warnings"] == list(report.episodes[0].warnings)
     assert report.warnings == [
         "mission 'nan': 2 episode(s) with non-finite returns or odd observations (see "
-        "\"warnings\" in the results); their statistics may be NaN"]
+        "\"warnings\" in the results); non-finite returns are left out of the statistics "
+        "(column non_finite)"]
+    rows = {row["policy"]: row for row in document["summary"]}
+    assert (rows["*"]["episodes"], rows["*"]["non_finite"]) == (0, 2)
+    mission_file = tmp_path / "nan.yaml"
+    mission_file.write_text("name: nan\nenv: tests.fakes:NaNEnv\nparams: {agents: 2}\n")
+    proc = subprocess.run([sys.executable, "-m", "parcat", "eval", "-m", str(mission_file),
+                           "-p", "random", "-n", "2"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert "non-finite" in proc.stdout and "warning: mission 'nan'" in proc.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -106,9 +107,16 @@ class EvalReport:
             if episode.warnings:
                 odd[episode.mission] = odd.get(episode.mission, 0) + 1
         lines += [f"mission '{name}': {count} episode(s) with non-finite returns or odd "
-                  "observations (see \"warnings\" in the results); their statistics may be NaN"
+                  "observations (see \"warnings\" in the results); non-finite returns are "
+                  "left out of the statistics (column non_finite)"
                   for name, count in odd.items()]
         return lines
+
+    @property
+    def non_finite(self) -> list[EpisodeResult]:
+        """Finished episodes where some agent's return is NaN or infinite."""
+        return [e for e in self.episodes
+                if e.ok and not all(math.isfinite(a.reward) for a in e.agents)]
 
     @property
     def failed(self) -> list[EpisodeResult]:
@@ -127,19 +135,20 @@ class EvalReport:
         )
 
 
-def check_environments(missions: Sequence[Mission],
-                       start_method: str | None = None) -> dict[str, EnvCheck]:
+def check_environments(missions: Sequence[Mission], start_method: str | None = None,
+                       timeout_s: float | None = None) -> dict[str, EnvCheck]:
     """Check each mission's environment for reproducibility (:mod:`parcat.probe`).
 
     parcat's own environments are checked by its tests and skipped; environments from
-    outside parcat are checked in a worker process, where a crash cannot end the run.
+    outside parcat are checked in a worker process, where a crash cannot end the run,
+    for at most ``timeout_s`` seconds each (default :data:`parcat.probe.PROBE_TIMEOUT_S`).
     """
     checks = {}
     for mission in missions:
         if mission.env.startswith("parcat."):
             checks[mission.name] = EnvCheck(True, False, "")
         else:
-            checks[mission.name] = check_in_a_worker(mission, start_method)
+            checks[mission.name] = check_in_a_worker(mission, start_method, timeout_s)
     return checks
 
 
@@ -215,7 +224,9 @@ def evaluate(
     """
     options = options or RunOptions()
     remove_stale_blocks()
-    checks = check_environments(config.missions, options.start_method_name)
+    # the check plays a few steps of an episode: a hang there is bounded like an episode's
+    checks = check_environments(config.missions, options.start_method_name,
+                                options.episode_timeout_s)
     tasks = with_fresh_envs(make_tasks(config), checks)
     done = load_finished(output, config.to_dict()) if output is not None and resume else {}
     done.update(keep or {})

@@ -35,7 +35,7 @@ from parcat.missions import Mission, close_env
 
 PROBE_SEED = 20_261_126
 PROBE_STEPS = 8
-PROBE_TIMEOUT_S = 60.0
+PROBE_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -78,15 +78,18 @@ def check_mission(mission: Mission) -> EnvCheck:
     return EnvCheck(True, False, "")
 
 
-def check_in_a_worker(mission: Mission, start_method: str | None = None) -> EnvCheck:
-    """:func:`check_mission` in a worker process, for environments from outside parcat."""
+def check_in_a_worker(mission: Mission, start_method: str | None = None,
+                      timeout_s: float | None = None) -> EnvCheck:
+    """:func:`check_mission` in a worker process, for environments from outside parcat;
+    after ``timeout_s`` (default :data:`PROBE_TIMEOUT_S`) the check gives up."""
+    timeout_s = PROBE_TIMEOUT_S if timeout_s is None else timeout_s
     try:
         worker = Worker(_check_main, (mission,), "parcat-env-check", start_method=start_method)
     except (AttributeError, TypeError, pickle.PicklingError) as exc:
         # it cannot reach a worker at all: the run itself will say so
         return EnvCheck(None, False, f"the check could not run ({type(exc).__name__}: {exc})")
     try:
-        (check,) = worker.wait_ready(PROBE_TIMEOUT_S)
+        (check,) = worker.wait_ready(timeout_s)
         return check
     except (WorkerLostError, WorkerRaisedError) as exc:
         return EnvCheck(None, False, f"the check could not run ({exc})")

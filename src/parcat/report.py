@@ -7,7 +7,7 @@ The JSON document (``schema: parcat.eval``, ``version: 1``)::
       "status": "complete" | "interrupted" | "failed",
       "config": {"missions": [...], "policies": [...], "episodes": N, "seed": S, ...},
       "summary": [{"mission", "policy", "episodes", "failed", "mean", "std", "min", "max",
-                   "ci95_low", "ci95_high"}, ...],
+                   "ci95_low", "ci95_high", "non_finite"}, ...],
       "episodes": [EpisodeResult.to_dict(), ...],     # in task order; each with "warnings"
       "reproducible": true | false | null,          # false: some environment ignores its seed
       "environments": {"<mission>": {"reproducible", "leaks_state", "note"}, ...},
@@ -71,6 +71,8 @@ class Summary:
     """Lower end of the 95% confidence interval of the mean (Student t)."""
     ci95_high: float
     """Upper end of the 95% confidence interval of the mean."""
+    non_finite: int = 0
+    """Finished episodes whose value was NaN or infinite (excluded from the statistics)."""
 
 
 def t_quantile_95(dof: int) -> float:
@@ -81,16 +83,21 @@ def t_quantile_95(dof: int) -> float:
 
 
 def describe(mission: str, policy: str, values: Sequence[float], failed: int) -> Summary:
-    """Summary statistics of one sample of per-episode values."""
+    """Summary statistics of one sample of per-episode values; NaN and infinite values
+    are counted in ``non_finite`` and left out."""
+    finite = [v for v in values if math.isfinite(v)]
+    non_finite = len(values) - len(finite)
+    values = finite
     n = len(values)
     if n == 0:
         nan = math.nan
-        return Summary(mission, policy, 0, failed, nan, nan, nan, nan, nan, nan)
+        return Summary(mission, policy, 0, failed, nan, nan, nan, nan, nan, nan, non_finite)
     mean = math.fsum(values) / n
     std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
     half = t_quantile_95(n - 1) * std / math.sqrt(n) if n > 1 else 0.0
     return Summary(
-        mission, policy, n, failed, mean, std, min(values), max(values), mean - half, mean + half
+        mission, policy, n, failed, mean, std, min(values), max(values), mean - half, mean + half,
+        non_finite,
     )
 
 

@@ -51,3 +51,24 @@ def test_a_timed_out_episode_keeps_its_agents_and_what_they_had_earned() -> None
     reference = evaluate(EvalConfig((healthy,), (RANDOM,), episodes=1), RunOptions(jobs=1))
     assert [a.reward for a in episode.agents] == \
         [a.reward for a in reference.episodes[0].agents]
+
+
+@pytest.mark.parametrize("policy_strategy", [PolicyStrategy.INLINE, PolicyStrategy.PROCESS])
+def test_the_inline_executor_bounds_an_episode_with_its_timeout(
+    policy_strategy: PolicyStrategy,
+) -> None:
+    hung = dying_mission("hung", how="hang", at_step=4, agents=3, max_steps=6)
+    options = RunOptions(jobs=2, executor="inline", episode_timeout_s=1.0,
+                         parallel_policy=policy_strategy is PolicyStrategy.PROCESS,
+                         policy_strategy=policy_strategy)
+    report = evaluate(EvalConfig((hung,), (RANDOM,), episodes=3), options)
+    assert report.plan is not None and report.plan.executor.value == "inline"
+    for episode in report.episodes:
+        assert episode.status is EpisodeStatus.TIMEOUT and episode.error is not None
+        assert episode.error.message == (
+            "episode exceeded --episode-timeout 1 s; stopped at step 4")
+        assert [a.agent_id for a in episode.agents] == ["0", "1", "2"]
+    healthy = dying_mission("hung", how="hang", at_step=10**6, agents=3, max_steps=4)
+    reference = evaluate(EvalConfig((healthy,), (RANDOM,), episodes=3), RunOptions(jobs=1))
+    assert [[a.reward for a in e.agents] for e in report.episodes] == \
+        [[a.reward for a in e.agents] for e in reference.episodes]

@@ -48,7 +48,8 @@ def eval_command(
 ) -> None:
     """Evaluate policies on missions and print per-mission, per-policy statistics.
 
-    Exit codes: 0 all episodes finished, 1 some episode failed, 2 bad input, 130 interrupted.
+    Exit codes: 0 all episodes finished, 1 some episode failed or had a non-finite
+    return, 2 bad input, 130 interrupted.
     """
     with user_errors():
         config, options = args.build()
@@ -102,7 +103,8 @@ def show_report(report: EvalReport, fmt: OutputFormat) -> None:
 
 
 def exit_code(report: EvalReport) -> int:
-    """0 when every episode finished, 1 when some failed, 130 when interrupted."""
+    """0 when every episode finished with finite returns, 1 when some failed or returned
+    NaN or infinity, 130 when interrupted."""
     if report.status == "interrupted":
         return EXIT_INTERRUPTED
-    return EXIT_FAILED if report.failed else EXIT_OK
+    return EXIT_FAILED if report.failed or report.non_finite else EXIT_OK

@@ -47,7 +47,9 @@ def summary_table(summaries: Sequence[Summary], title: str | None = None) -> Tab
     table = Table(title=title, title_justify="left", box=box.ASCII2 if plain else box.SIMPLE_HEAVY)
     for name in ("mission", "policy"):
         table.add_column(name)
-    for name in ("episodes", "failed", "mean", "std", "min", "max", "95% CI"):
+    odd = any(s.non_finite for s in summaries)
+    for name in ("episodes", "failed", *(("non-finite",) if odd else ()),
+                 "mean", "std", "min", "max", "95% CI"):
         table.add_column(name, justify="right")
     for s in summaries:
         ci = "-" if s.episodes == 0 else f"[{_fmt(s.ci95_low)}, {_fmt(s.ci95_high)}]"
@@ -57,6 +59,7 @@ def summary_table(summaries: Sequence[Summary], title: str | None = None) -> Tab
             "all" if s.policy == "*" else s.policy,
             str(s.episodes),
             str(s.failed),
+            *((str(s.non_finite),) if odd else ()),
             _fmt(s.mean),
             _fmt(s.std),
             _fmt(s.min),

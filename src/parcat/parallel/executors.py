@@ -8,12 +8,18 @@ the same :class:`~parcat.rollout.EpisodeRunner` as the inline path.
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
-from parcat.results import EpisodeResult
+from parcat import seeding
+from parcat.errors import ConfigError
+from parcat.ipc.process import Terminated
+from parcat.results import EpisodeResult, EpisodeStatus, ErrorInfo
 from parcat.rollout import EpisodeRunner, EpisodeTask
 from parcat.stepping.config import StepperConfig
 from parcat.stepping.thread import DaemonThreadPool
@@ -48,15 +54,27 @@ class Executor(ABC):
 
 
 class InlineExecutor(Executor):
-    """Every episode in this process, one after the other."""
+    """Every episode in this process, one after the other.
+
+    With ``episode_timeout_s``, a real-time alarm (``SIGALRM``) interrupts an episode that
+    runs longer: it is recorded as a timeout with what it had got, and the next episode
+    starts with a new environment and new policy workers. The alarm interrupts Python code
+    (a loop, a sleep); a C call that never returns to the interpreter needs the process
+    executor, which can kill its worker.
+    """
 
     name = "inline"
 
-    def __init__(self, stepper: StepperConfig | None = None, trace: bool = False) -> None:
+    def __init__(self, stepper: StepperConfig | None = None, trace: bool = False,
+                 episode_timeout_s: float | None = None) -> None:
         self.tracer = Tracer("episodes") if trace else None
-        stepper = stepper or StepperConfig()
-        self.runner = EpisodeRunner(stepper.make_stepper(self.tracer), tracer=self.tracer,
-                                    retries=stepper.retries)
+        self.stepper = stepper or StepperConfig()
+        self.timeout = episode_timeout_s
+        self.runner = self._new_runner()
+
+    def _new_runner(self) -> EpisodeRunner:
+        return EpisodeRunner(self.stepper.make_stepper(self.tracer), tracer=self.tracer,
+                             retries=self.stepper.retries)
 
     def run(
         self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None = None
@@ -64,11 +82,49 @@ class InlineExecutor(Executor):
         """Run the tasks in order."""
         results = []
         for index, task in enumerate(tasks):
-            result = self.runner.run(task)
+            result = self.runner.run(task) if self.timeout is None else self._run_bounded(task)
             results.append(result)
             if on_result is not None:
                 on_result(index, result)
         return results
+
+    def _run_bounded(self, task: EpisodeTask) -> EpisodeResult:
+        """Run one episode under an alarm of ``self.timeout`` seconds."""
+        assert self.timeout is not None
+        if threading.current_thread() is not threading.main_thread():
+            raise ConfigError("--episode-timeout with --executor inline needs the main "
+                              "thread (use --executor process from other threads)")
+
+        def expire(signum: int, frame: Any) -> None:
+            raise Terminated(-signum)
+
+        previous = signal.signal(signal.SIGALRM, expire)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, self.timeout)
+            try:
+                return self.runner.run(task)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        except Terminated as stop:
+            return self._timed_out(task, stop.partial)
+        finally:
+            signal.signal(signal.SIGALRM, previous)
+
+    def _timed_out(self, task: EpisodeTask, partial: EpisodeResult | None) -> EpisodeResult:
+        """The timeout's result; the environment and workers it used are replaced."""
+        # the alarm may have stopped any code mid-way: nothing it touched is reused
+        with contextlib.suppress(Exception):
+            self.runner.close()
+        self.runner = self._new_runner()
+        message = f"episode exceeded --episode-timeout {self.timeout:g} s"
+        if partial is None or partial.error is None:
+            seed = seeding.episode_seed(task.seed, task.mission.key, task.episode_index)
+            return EpisodeResult(task.mission.name, task.episode_index, seed, 0, (),
+                                 status=EpisodeStatus.TIMEOUT,
+                                 error=ErrorInfo("EpisodeTimeout", message, "", None, "step"))
+        return replace(partial, status=EpisodeStatus.TIMEOUT, error=replace(
+            partial.error, type="EpisodeTimeout",
+            message=f"{message}; stopped at step {partial.steps}"))
 
     def trace_events(self) -> list[dict[str, Any]]:
         """Events recorded so far."""

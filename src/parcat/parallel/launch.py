@@ -95,12 +95,10 @@ class RunOptions:
                 raise ConfigError(f"--{flag} must be one of {valid}, got {value!r}") from None
         if self.address is not None and self.executor is not ExecutorKind.RAY:
             raise ConfigError("--address needs --backend ray")
-        if self.episode_timeout_s is not None and self.executor in (
-            ExecutorKind.INLINE, ExecutorKind.THREAD
-        ):
+        if self.episode_timeout_s is not None and self.executor is ExecutorKind.THREAD:
             raise ConfigError(
-                f"--episode-timeout needs episodes in worker processes; --executor "
-                f"{self.executor.value} cannot stop one (use process, ray or auto)"
+                "--episode-timeout cannot stop an episode on a thread; use --executor "
+                "inline, process, ray or auto"
             )
         if self.retries < 0:
             raise ConfigError(f"--retries must be >= 0, got {self.retries}")
@@ -233,7 +231,7 @@ def make_executor(plan: Plan, options: RunOptions) -> Executor:
             gpus_per_task=1.0 if plan.gpus else 0.0, retries=options.retries,
             episode_timeout_s=options.episode_timeout_s,
         )
-    return InlineExecutor(stepper, options.trace)
+    return InlineExecutor(stepper, options.trace, options.episode_timeout_s)
 
 
 def measure_policy_step(mission: Mission, policies: tuple[PolicySpec, ...]) -> float:
