@@ -33,6 +33,17 @@ def run(policy: str, episodes: int) -> float:
     return time.perf_counter() - start
 
 
+def paired(episodes: int, repeats: int) -> tuple[list[float], list[float]]:
+    """Wall seconds of the inline and the isolated command, interleaved repeat by repeat."""
+    inline: list[float] = []
+    isolated: list[float] = []
+    for repeat in range(repeats):
+        order = [("random", inline), ("foreign_policy:Random", isolated)]
+        for policy, times in order if repeat % 2 == 0 else order[::-1]:
+            times.append(run(policy, episodes))
+    return inline, isolated
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
@@ -43,11 +54,7 @@ def main() -> None:
         print(f"isolation at --jobs 1, {args.repeats} interleaved repeats, "
               f"{'one foreign busy process' if busy else 'no other load'}")
         for episodes in (10, 200):
-            inline, isolated = [], []
-            for repeat in range(args.repeats):
-                order = [("random", inline), ("foreign_policy:Random", isolated)]
-                for policy, times in order if repeat % 2 == 0 else order[::-1]:
-                    times.append(run(policy, episodes))
+            inline, isolated = paired(episodes, args.repeats)
             ratios = [b / a for a, b in zip(inline, isolated, strict=True)]
             print(f"  -n {episodes:>3}: inline {statistics.median(inline) * 1e3:7.0f} ms, "
                   f"isolated {statistics.median(isolated) * 1e3:7.0f} ms, "

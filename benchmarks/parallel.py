@@ -17,6 +17,10 @@ ratios (differences) of variants that ran back to back, so slow drift cancels.
 4. ``--parallel-policy`` auto strategy vs plain inline on harvest with the random policy, both
    on the inline executor so only the agent-level decision differs; the whole ``evaluate()``
    is timed, auto's calibration included.
+6. What isolating user code costs at ``--jobs 1`` (see ``benchmarks/isolation.py``): the
+   whole ``parcat eval -m harvest --jobs 1`` command, 10 and 200 episodes, with the built-in
+   random policy (inline in the parcat process) vs the same class reached as
+   ``foreign_policy:Random`` (code from outside parcat: its episodes run in a worker).
 5. Resident memory of an episode worker and a policy worker vs a bare
    ``python -c "import numpy, gymnasium"``; worker start-up, forkserver vs spawn. Runs in a
    fresh ``python -c`` child, so workers do not re-import this script as their ``__main__``
@@ -31,13 +35,14 @@ so sections 1 and 3 interleave a "machine ceiling": the same 2-process speedup f
 pure-Python work on a ``ProcessPoolExecutor``, without parcat.
 
     .venv/bin/python benchmarks/parallel.py [--quick] [--repeats N] [--settle SECONDS]
-                                            [--sections 12345]
+                                            [--sections 123456]
 """
 
 from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import statistics
 import subprocess
 import sys
 import time
@@ -55,6 +60,7 @@ for path in (HERE, ROOT):  # harness, and tests.fakes (ScriptedEnv); in workers 
         sys.path.insert(0, str(path))
 
 import harness  # noqa: E402
+import isolation  # noqa: E402
 from harness import med, paired, timed  # noqa: E402
 from tests.fakes import scripted_mission  # noqa: E402
 
@@ -536,10 +542,24 @@ def memory_and_startup(table: Table, repeats: int, settle_s: float) -> None:
     table.load("section 5", Measured(*data["other"]))
 
 
+def isolation_cost(table: Table, repeats: int, settle_s: float) -> None:
+    """Whole ``parcat eval --jobs 1`` commands: built-in policy inline vs foreign isolated."""
+    harness.settle(settle_s, say_if_loaded=True)
+    table.section("6. isolation of user code at --jobs 1 (whole commands, paired medians)")
+    for episodes in (10, 200):
+        inline, isolated = isolation.paired(episodes, repeats)
+        ratios = [b / a for a, b in zip(inline, isolated, strict=True)]
+        table.row(f"-n {episodes}: inline (built-in policy)", statistics.median(inline) * 1e3,
+                  "ms")
+        table.row(f"-n {episodes}: isolated (foreign policy in a worker)",
+                  statistics.median(isolated) * 1e3, "ms")
+        table.row(f"-n {episodes}: isolated / inline", statistics.median(ratios), "x")
+
+
 def main() -> None:
     parser = harness.options(__doc__, "few repeats, small workloads", 15.0,
                              "seconds to wait for a quiet machine before each section")
-    parser.add_argument("--sections", default="12345", help="which sections to run, e.g. 13")
+    parser.add_argument("--sections", default="123456", help="which sections to run, e.g. 13")
     args = parser.parse_args()
     repeats, settle_s = harness.begin("parallel", args, quick_repeats=3, quick_settle_s=3.0)
     table = Table()
@@ -553,6 +573,8 @@ def main() -> None:
         auto_vs_inline(table, repeats, args.quick, settle_s)
     if "5" in args.sections:
         memory_and_startup(table, 2 if args.quick else 3, settle_s)
+    if "6" in args.sections:
+        isolation_cost(table, repeats, settle_s)
     table.summary()
 
 
