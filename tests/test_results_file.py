@@ -51,7 +51,7 @@ def read(path: Path) -> dict[str, Any]:
 
 def test_each_snapshot_is_valid_json_with_the_episodes_so_far(tmp_path: Path) -> None:
     path, run = tmp_path / "results.json", Run()
-    writer = ResultsWriter(path, run.document, every_s=0.0)
+    writer = ResultsWriter(path, run.document, CONFIG, every_s=0.0, ratio=0.0)
     for index in range(3):
         run.episodes.append(episode(index))
         writer.episode_finished()
@@ -64,7 +64,7 @@ def test_each_snapshot_is_valid_json_with_the_episodes_so_far(tmp_path: Path) ->
 
 def test_snapshots_are_rate_limited_but_the_final_write_is_not(tmp_path: Path) -> None:
     path, run = tmp_path / "results.json", Run()
-    writer = ResultsWriter(path, run.document, every_s=3600.0)
+    writer = ResultsWriter(path, run.document, CONFIG, every_s=3600.0)
     for index in range(5):
         run.episodes.append(episode(index))
         writer.episode_finished()
@@ -78,20 +78,20 @@ def test_snapshots_are_rate_limited_but_the_final_write_is_not(tmp_path: Path) -
 def test_resume_reads_back_exactly_what_was_written(tmp_path: Path) -> None:
     path, run = tmp_path / "results.json", Run()
     run.episodes = [episode(i) for i in range(4)]
-    ResultsWriter(path, run.document).finish("interrupted")
+    ResultsWriter(path, run.document, CONFIG).finish("interrupted")
     finished = load_finished(path, CONFIG)
     assert finished == {("harvest", i): episode(i) for i in range(4)}
 
 
 def test_resume_keeps_a_running_snapshot_left_by_a_killed_run(tmp_path: Path) -> None:
     path, run = tmp_path / "results.json", Run()
-    writer = ResultsWriter(path, run.document, every_s=0.0)
+    writer = ResultsWriter(path, run.document, CONFIG, every_s=0.0, ratio=0.0)
     run.episodes = [episode(0), episode(1)]
     writer.episode_finished()
     (tmp_path / ".results.json.abc123.tmp").write_text('{"half": ')  # killed mid-write
     assert read(path)["status"] == "running"
     assert set(load_finished(path, CONFIG)) == {("harvest", 0), ("harvest", 1)}
-    ResultsWriter(path, run.document)  # the next run starts: leftovers go
+    ResultsWriter(path, run.document, CONFIG)  # the next run starts: leftovers go
     assert not (tmp_path / ".results.json.abc123.tmp").exists()
     assert path.exists()
 
@@ -102,7 +102,7 @@ def test_resume_runs_again_what_failed_because_of_where_or_when_it_ran(tmp_path:
                     episode(2, EpisodeStatus.FAILED, "worker"),
                     episode(3, EpisodeStatus.FAILED, "policy"),
                     episode(4, EpisodeStatus.FAILED, "step")]
-    ResultsWriter(path, run.document).finish("failed")
+    ResultsWriter(path, run.document, CONFIG).finish("failed")
     # a policy or environment error happens again with the same seeds: it is kept
     assert sorted(i for _, i in load_finished(path, CONFIG)) == [0, 3, 4]
 
@@ -114,7 +114,7 @@ def test_resume_without_a_file_starts_from_nothing(tmp_path: Path) -> None:
 def test_a_csv_output_holds_the_summary_and_cannot_be_resumed(tmp_path: Path) -> None:
     path, run = tmp_path / "results.csv", Run()
     run.episodes = [episode(i) for i in range(3)]
-    ResultsWriter(path, run.document).finish("complete")
+    ResultsWriter(path, run.document, CONFIG).finish("complete")
     rows = list(csv.DictReader(path.read_text().splitlines()))
     assert rows and rows[0]["mission"] == "harvest"
     with pytest.raises(ConfigError, match=re.escape(
@@ -125,7 +125,7 @@ def test_a_csv_output_holds_the_summary_and_cannot_be_resumed(tmp_path: Path) ->
 def test_resume_refuses_another_configs_results(tmp_path: Path) -> None:
     path, run = tmp_path / "results.json", Run()
     run.episodes = [episode(0)]
-    ResultsWriter(path, run.document).finish("complete")
+    ResultsWriter(path, run.document, CONFIG).finish("complete")
     with pytest.raises(ConfigError, match=re.escape(
             f"--resume: '{path}' was written by a run with other missions, policies, "
             "episodes or seed; use another --output or the same arguments")):
@@ -151,7 +151,7 @@ def test_resume_refuses_a_file_that_is_not_json(tmp_path: Path) -> None:
 def test_resume_names_a_malformed_episode(tmp_path: Path) -> None:
     path, run = tmp_path / "results.json", Run()
     run.episodes = [episode(0), episode(1)]
-    ResultsWriter(path, run.document).finish("complete")
+    ResultsWriter(path, run.document, CONFIG).finish("complete")
     data = read(path)
     del data["episodes"][1]["seed"]
     path.write_text(json.dumps(data))

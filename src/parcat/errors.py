@@ -37,6 +37,10 @@ class CheckpointError(UsageError):
     """A checkpoint directory is missing, incomplete or from another mission."""
 
 
+class OutputError(UsageError):
+    """An output path is not a regular file (or folder), or cannot be written."""
+
+
 class ConformanceError(ParcatError):
     """An environment or policy breaks the contract that parcat.testing checks."""
 
@@ -51,6 +55,10 @@ class EpisodeError(RunError):
 
 class WorkerError(RunError):
     """A worker process died, hung or sent back something unreadable."""
+
+
+class WriteError(RunError):
+    """A results or checkpoint file could not be written during or at the end of a run."""
 
 
 class ResourceLimitError(RunError):

@@ -8,11 +8,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from parcat.errors import ConfigError, PolicyError
+import numpy as np
+
+from parcat.errors import ConfigError, PolicyError, WriteError
 from parcat.ipc.shm import remove_stale_blocks
 from parcat.missions import Mission, load_mission
+from parcat.outputs import check_output_file
 from parcat.parallel.launch import RunOptions, make_executor, plan_run
 from parcat.parallel.planner import Plan
 from parcat.policies.specs import PolicySpec, make_policy, parse_policy_spec
@@ -20,7 +23,7 @@ from parcat.probe import EnvCheck, check_in_a_worker
 from parcat.report import ALL_POLICIES, make_document, summarize
 from parcat.results import EpisodeResult
 from parcat.results_file import ResultsWriter, load_finished
-from parcat.rollout import EpisodeTask
+from parcat.rollout import EpisodeTask, TaskList
 
 ResultCallback = Callable[[EpisodeResult], None]
 PlanCallback = Callable[[Plan], None]
@@ -96,6 +99,22 @@ class EvalReport:
     """The timeline, when tracing."""
     checks: dict[str, EnvCheck] = field(default_factory=dict)
     """What the start-of-run check found about each mission's environment."""
+    results: dict[int, EpisodeResult] = field(default_factory=dict)
+    """Finished episodes by their position among the run's tasks (while it runs)."""
+    write_error: str | None = None
+    """Why the results file could not be written at the end (the results are complete)."""
+    _clock: float = field(default=0.0, repr=False)
+
+    def start_clock(self) -> None:
+        """Start timing the run (``elapsed_s``)."""
+        self._clock = time.perf_counter()
+
+    def snapshot(self, status: str) -> dict[str, Any]:
+        """Bring ``episodes``, ``elapsed_s`` and ``status`` up to date; the JSON document."""
+        self.episodes = [self.results[i] for i in sorted(self.results)]
+        self.elapsed_s = time.perf_counter() - self._clock if self._clock else 0.0
+        self.status = status
+        return self.to_document()
 
     @property
     def warnings(self) -> list[str]:
@@ -152,11 +171,12 @@ def check_environments(missions: Sequence[Mission], start_method: str | None = N
     return checks
 
 
-def with_fresh_envs(tasks: list[EpisodeTask], checks: Mapping[str, EnvCheck]) -> list[EpisodeTask]:
+def with_fresh_envs(tasks: TaskList, checks: Mapping[str, EnvCheck]) -> TaskList:
     """Tasks whose missions leak state across resets, set to a fresh env per episode."""
     leaky = {name for name, check in checks.items() if check.leaks_state}
-    return [replace(t, mission=replace(t.mission, fresh_env=True))
-            if t.mission.name in leaky and t.mission.fresh_env is None else t for t in tasks]
+    return tasks.with_missions([
+        replace(m, fresh_env=True) if m.name in leaky and m.fresh_env is None else m
+        for m in tasks.missions])
 
 
 def make_config(
@@ -189,13 +209,9 @@ def check_policies(config: EvalConfig) -> None:
                     raise PolicyError(f"{exc} (mission '{mission.name}')") from exc
 
 
-def make_tasks(config: EvalConfig) -> list[EpisodeTask]:
-    """Missions × episodes as one flat list, mission-major."""
-    return [
-        EpisodeTask(mission, config.policies, config.seed, index)
-        for mission in config.missions
-        for index in range(config.episodes)
-    ]
+def make_tasks(config: EvalConfig) -> TaskList:
+    """Missions × episodes, mission-major, made as they are asked for."""
+    return TaskList(config.missions, config.policies, config.seed, config.episodes)
 
 
 class StopRun(Exception):
@@ -210,6 +226,7 @@ def evaluate(
     output: Path | None = None,
     resume: bool = False,
     keep: dict[tuple[str, int], EpisodeResult] | None = None,
+    on_warning: Callable[[str], None] | None = None,
 ) -> EvalReport:
     """Run every episode of ``config`` where ``options`` and the planner say.
 
@@ -221,56 +238,61 @@ def evaluate(
         output: Results file, rewritten as episodes finish and at the end.
         resume: Keep the finished episodes already in ``output`` and run only the rest.
         keep: Episodes already run (by ``(mission, episode_index)``); only the rest run.
+        on_warning: Told when a write of ``output`` failed mid-run and will be retried.
+
+    Raises:
+        OutputError: ``output`` cannot be written (checked before anything runs).
     """
     options = options or RunOptions()
     remove_stale_blocks()
+    if output is not None:
+        check_output_file(output, "--output")  # before anything runs: a bad path costs nothing
+    report = EvalReport(config, options=options)
     # the check plays a few steps of an episode: a hang there is bounded like an episode's
-    checks = check_environments(config.missions, options.start_method_name,
-                                options.episode_timeout_s)
-    tasks = with_fresh_envs(make_tasks(config), checks)
+    report.checks = check_environments(config.missions, options.start_method_name,
+                                       options.episode_timeout_s)
+    tasks = with_fresh_envs(make_tasks(config), report.checks)
     done = load_finished(output, config.to_dict()) if output is not None and resume else {}
     done.update(keep or {})
-    todo = [i for i, t in enumerate(tasks) if t.key not in done]
-    plan = plan_run(config.missions, config.policies, len(todo), options)
+    for key, result in done.items():
+        position = tasks.position(key)
+        if position is not None:
+            report.results[position] = result
+    todo: Sequence[int] = range(len(tasks))
+    if report.results:
+        todo = cast(Sequence[int], np.array(
+            [i for i in range(len(tasks)) if i not in report.results], np.int64))
+    report.plan = plan_run(config.missions, config.policies, len(todo), options)
     if on_plan is not None:
-        on_plan(plan)
-    report = EvalReport(
-        config, options=options, plan=plan, started=datetime.now(timezone.utc).isoformat(),
-        checks=checks,
-    )
-    slots: list[EpisodeResult | None] = [done.get(t.key) for t in tasks]
-    start = time.perf_counter()
-
-    def snapshot(status: str) -> dict[str, Any]:
-        report.episodes = [r for r in slots if r is not None]
-        report.elapsed_s = time.perf_counter() - start
-        report.status = status
-        return report.to_document()
-
-    writer = ResultsWriter(output, snapshot) if output is not None else None
+        on_plan(report.plan)
+    writer = None if output is None else ResultsWriter(
+        output, report.snapshot, config.to_dict(), resume=resume, on_warning=on_warning)
+    report.started = datetime.now(timezone.utc).isoformat()
+    report.start_clock()
 
     def finished(index: int, result: EpisodeResult) -> None:
-        slots[todo[index]] = result
+        report.results[int(todo[index])] = result
         if on_result is not None:
             on_result(result)
         if writer is not None:
-            writer.episode_finished()
+            writer.episode_finished(result)
         if options.fail_fast and not result.ok:
             raise StopRun
 
-    status = _execute(plan, options, [tasks[i] for i in todo], finished, report)
-    report.episodes = [r for r in slots if r is not None]
-    report.elapsed_s = time.perf_counter() - start
+    status = _execute(report.plan, options, tasks.subset(todo), finished, report)
+    report.snapshot(status)
     if status == "complete" and report.failed:
-        status = "failed"
-    report.status = status
+        report.status = "failed"
     if writer is not None:
-        writer.finish(status)
+        try:
+            writer.finish(report.status)
+        except WriteError as exc:
+            report.write_error = str(exc)
     return report
 
 
 def _execute(
-    plan: Plan, options: RunOptions, tasks: list[EpisodeTask],
+    plan: Plan, options: RunOptions, tasks: Sequence[EpisodeTask],
     finished: Callable[[int, EpisodeResult], None], report: EvalReport,
 ) -> str:
     """Run the tasks; return ``complete``, ``failed`` (stopped early) or ``interrupted``."""
@@ -296,6 +318,7 @@ def evaluate_to_precision(
     max_episodes: int = 10_000,
     on_result: ResultCallback | None = None,
     output: Path | None = None,
+    on_warning: Callable[[str], None] | None = None,
 ) -> EvalReport:
     """Add episodes in batches until every mission's 95% CI half-width is below ``precision``.
 
@@ -314,7 +337,8 @@ def evaluate_to_precision(
     episodes = config.episodes
     while True:
         current = replace(config, episodes=episodes)
-        report = evaluate(current, options, on_result, output=output, keep=kept)
+        report = evaluate(current, options, on_result, output=output, keep=kept,
+                          on_warning=on_warning)
         kept = {(e.mission, e.episode_index): e for e in report.episodes}
         wide = [s.mission for s in summarize(report.episodes) if s.policy == ALL_POLICIES
                 and not (s.episodes > 1 and (s.ci95_high - s.ci95_low) / 2 < precision)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -87,18 +88,68 @@ class EpisodeResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EpisodeResult:
-        """Rebuild an episode result from :meth:`to_dict` output."""
+        """Rebuild an episode result from :meth:`to_dict` output.
+
+        Raises:
+            KeyError, TypeError, ValueError: a field is missing or of the wrong type.
+        """
         error = data.get("error")
+        if error is not None and not isinstance(error, dict):
+            raise TypeError(f"error: expected an object, got {type(error).__name__}")
         return cls(
-            mission=data["mission"],
-            episode_index=int(data["episode_index"]),
-            seed=int(data["seed"]),
-            steps=int(data["steps"]),
-            agents=tuple(AgentResult(**a) for a in data["agents"]),
-            stats=dict(data.get("stats") or {}),
+            mission=_text(data["mission"], "mission"),
+            episode_index=_integer(data["episode_index"], "episode_index"),
+            seed=_integer(data["seed"], "seed"),
+            steps=_integer(data["steps"], "steps"),
+            agents=tuple(_agent(a) for a in _items(data["agents"], "agents")),
+            stats={_text(k, "stats"): _number(v, f"stats.{k}")
+                   for k, v in (data.get("stats") or {}).items()},
             status=EpisodeStatus(data.get("status", "ok")),
-            error=ErrorInfo(**error) if error else None,
+            error=_error(error) if error else None,
             task=data.get("task"),
-            duration_s=float(data.get("duration_s", 0.0)),
+            duration_s=_number(data.get("duration_s", 0.0), "duration_s"),
             warnings=tuple(str(w) for w in data.get("warnings") or ()),
         )
+
+
+def _agent(data: Any) -> AgentResult:
+    if not isinstance(data, dict):
+        raise TypeError(f"agents: expected objects, got {type(data).__name__}")
+    return AgentResult(_text(data["agent_id"], "agent_id"), _text(data["policy"], "policy"),
+                       _number(data["reward"], "reward"),
+                       _integer(data.get("late_actions", 0), "late_actions"))
+
+
+def _items(value: Any, name: str) -> list[Any] | tuple[Any, ...]:
+    if not isinstance(value, list | tuple):
+        raise TypeError(f"{name}: expected a list, got {type(value).__name__}")
+    return value
+
+
+def _text(value: Any, name: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name}: expected a string, got {type(value).__name__}")
+    return value
+
+
+def _integer(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: expected an integer, got {type(value).__name__}")
+    return value
+
+
+def _number(value: Any, name: str) -> float:
+    """A float from JSON (NaN and infinity arrive as floats, or as None from nan_to_none)."""
+    if value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
+    return float(value)
+
+
+def _error(data: dict[str, Any]) -> ErrorInfo:
+    agent = data.get("agent")
+    return ErrorInfo(_text(data["type"], "error.type"), _text(data["message"], "error.message"),
+                     _text(data.get("traceback", ""), "error.traceback"),
+                     None if agent is None else _text(agent, "error.agent"),
+                     _text(data.get("phase", "step"), "error.phase"))

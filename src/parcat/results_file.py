@@ -1,27 +1,52 @@
 """The results file while a run is under way: written as it goes, resumed after a kill.
 
-``--output results.json`` is rewritten atomically at most every ``every_s`` seconds with
-``"status": "running"`` and the episodes so far, and a last time with the final status, so
-a killed run leaves a valid file. ``--resume`` reads that file, keeps the episodes that
-finished for good and runs the rest; the final file equals an uninterrupted run's.
+``--output results.json`` gets two files while a run is under way:
+
+- the journal ``results.json.episodes.jsonl``: a header line (schema and config), then
+  one line per finished episode, appended as it finishes, so writing costs the same
+  for the 20,000th episode as for the first;
+- the document ``results.json`` itself, rewritten atomically with ``"status": "running"``
+  at coarse intervals (at least ``every_s`` apart, and at least ``SNAPSHOT_RATIO`` times
+  as long apart as the last write took, so rewriting never costs more than a few percent
+  of the run), and a last time with the final status. The journal is removed then.
+
+A killed run leaves a valid document and a journal holding every episode that finished;
+``--resume`` reads both, keeps the episodes that finished for good and runs the rest; the
+final file equals an uninterrupted run's. A write that fails mid-run (a full disk) is
+reported once and tried again later; a final write that fails raises
+:class:`~parcat.errors.WriteError` naming what was saved, after the run's results are
+complete in memory.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from parcat.atomic import write_text_atomically
-from parcat.errors import ConfigError
+from parcat.errors import ConfigError, WriteError
+from parcat.outputs import check_output_file
 from parcat.report import SCHEMA, summarize, summary_csv
 from parcat.results import EpisodeResult, EpisodeStatus
 
+JOURNAL_SCHEMA = "parcat.eval.journal"
+JOURNAL_SUFFIX = ".episodes.jsonl"
+SNAPSHOT_RATIO = 20.0
+"""A snapshot waits at least this many times as long as the last one took to write."""
+
 # failures that depend on where and when an episode ran, not on its seeds: run them again
 _TRANSIENT_PHASES = {"worker"}
+
+
+def journal_path(path: Path) -> Path:
+    """The journal beside a results file."""
+    return path.with_name(path.name + JOURNAL_SUFFIX)
 
 
 def write_document(path: Path, document: dict[str, Any]) -> None:
@@ -35,63 +60,248 @@ def write_document(path: Path, document: dict[str, Any]) -> None:
 
 
 class ResultsWriter:
-    """Rewrites the results file as episodes finish, at most every ``every_s`` seconds."""
+    """Journals episodes as they finish and rewrites the document now and then.
+
+    Args:
+        path: The results file (checked with :func:`parcat.outputs.check_output_file`).
+        document: The whole results document for a status (``"running"`` while going).
+        config: The run's config (the journal's header, checked by ``--resume``).
+        every_s: Shortest time between two snapshots of the document.
+        resume: Append to the journal an interrupted run left (else start a new one).
+        on_warning: Told, once per kind, about writes that failed and will be retried.
+        ratio: A snapshot waits at least this many times as long as the last one took.
+    """
 
     def __init__(
-        self, path: Path, document: Callable[[str], dict[str, Any]], every_s: float = 1.0
+        self, path: Path, document: Callable[[str], dict[str, Any]],
+        config: dict[str, Any], every_s: float = 1.0, resume: bool = False,
+        on_warning: Callable[[str], None] | None = None, ratio: float = SNAPSHOT_RATIO,
     ) -> None:
-        self.path = path
+        self.path = check_output_file(path, "--output")
         self.document = document
         self.every_s = every_s
-        self._last = time.monotonic()
+        self.ratio = ratio
+        self.on_warning = on_warning
+        self._next = time.monotonic() + every_s
+        self._warned: set[str] = set()
+        self._saved: int | None = None  # episodes in the last document written, if any
         remove_stale_temp_files(path)
+        self.journal = None if path.suffix.lower() == ".csv" else _Journal(
+            journal_path(path), config, resume)
 
-    def episode_finished(self) -> None:
-        """Write a ``running`` snapshot if the last one is old enough."""
+    def episode_finished(self, result: EpisodeResult | None = None) -> None:
+        """Journal ``result``; write a ``running`` snapshot if the last one is old enough."""
+        if self.journal is not None and result is not None and not self.journal.append(result):
+            self._warn("journal", f"could not append to '{self.journal.path}' "
+                       f"({self.journal.error}); trying again with the next episode")
         now = time.monotonic()
-        if now - self._last >= self.every_s:
-            write_document(self.path, self.document("running"))
-            self._last = now
+        if now >= self._next:
+            try:
+                self._write(self.document("running"))
+            except OSError as exc:
+                self._warn("snapshot", f"could not write a snapshot of --output '{self.path}' "
+                           f"({exc.strerror or exc}); trying again later")
+            self._next = time.monotonic() + max(self.every_s,
+                                                self.ratio * (time.monotonic() - now))
 
     def finish(self, status: str) -> None:
-        """Write the final file."""
-        write_document(self.path, self.document(status))
+        """Write the final file and drop the journal.
+
+        Raises:
+            WriteError: the file could not be written; the message says what was saved.
+        """
+        try:
+            self._write(self.document(status))
+        except OSError as exc:
+            raise WriteError(f"could not write --output '{self.path}' ({exc.strerror or exc}); "
+                             f"{self._what_was_saved()}") from None
+        if self.journal is not None:
+            self.journal.remove()
+
+    def _write(self, document: dict[str, Any]) -> None:
+        write_document(self.path, document)
+        self._saved = len(document["episodes"])
+
+    def _what_was_saved(self) -> str:
+        if self.journal is not None and self.journal.complete:
+            return (f"every finished episode is in '{self.journal.path}' "
+                    "(rerun with --resume to write the file from it)")
+        saved = [(self._saved or 0, f"'{self.path}' holds a snapshot of {self._saved} episodes")]
+        if self.journal is not None:
+            saved.append((self.journal.episodes, f"'{self.journal.path}' holds "
+                          f"{self.journal.episodes} episodes"))
+        count, where = max(saved)
+        if count == 0:
+            return "nothing was saved"
+        return f"{where} (rerun with --resume where there is room to run only the rest)"
+
+    def _warn(self, kind: str, message: str) -> None:
+        if kind not in self._warned and self.on_warning is not None:
+            self._warned.add(kind)
+            self.on_warning(message)
+
+
+class _Journal:
+    """An append-only file of episode lines; a failed append leaves no partial line."""
+
+    def __init__(self, path: Path, config: dict[str, Any], resume: bool) -> None:
+        self.path = path
+        self.error = ""
+        self.episodes = 0
+        """Episode lines in the file (this run's and, when resuming, the earlier run's)."""
+        self._backlog: list[bytes] = []  # lines a failed append still owes the file
+        self._owed = 0  # episodes among them
+        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+        keep = resume and path.exists() and path.stat().st_size > 0
+        if not keep:
+            flags |= os.O_TRUNC
+        self._fd: int | None = os.open(path, flags, 0o666)
+        self._end = os.fstat(self._fd).st_size
+        if keep:
+            self._end = _cut_partial_line(self._fd, self._end)
+        else:
+            header = {"schema": JOURNAL_SCHEMA, "version": 1, "config": config}
+            self._backlog.append(_line(header))
+            self._flush()
+
+    @property
+    def complete(self) -> bool:
+        """Every episode so far is in the file."""
+        return self._fd is not None and not self._backlog
+
+    def append(self, result: EpisodeResult) -> bool:
+        """Add one episode's line (and any a failed append owes); ``False`` if it failed."""
+        self._backlog.append(_line(result.to_dict()))
+        self._owed += 1
+        return self._flush()
+
+    def _flush(self) -> bool:
+        if self._fd is None:
+            return False
+        data = b"".join(self._backlog)
+        try:
+            written = os.write(self._fd, data)
+            if written != len(data):
+                # a short write is how a full disk shows itself mid-line
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError as exc:
+            self.error = exc.strerror or str(exc)
+            # a partial line would spoil the next one: cut the file back to its last line
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._end)
+            return False
+        self._end += len(data)
+        self.episodes += self._owed
+        self._owed = 0
+        self._backlog.clear()
+        return True
+
+    def remove(self) -> None:
+        """Close and delete the journal (the document now holds everything)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+
+
+def _line(data: dict[str, Any]) -> bytes:
+    return (json.dumps(data, separators=(",", ":")) + "\n").encode()
+
+
+def _cut_partial_line(fd: int, size: int) -> int:
+    """Drop a last line a killed write left without its newline; return the new size."""
+    if size == 0:
+        return 0
+    tail = os.pread(fd, min(size, 1 << 20), max(0, size - (1 << 20)))
+    if tail.endswith(b"\n"):
+        return size
+    keep = size - len(tail) + tail.rfind(b"\n") + 1 if b"\n" in tail else 0
+    os.ftruncate(fd, keep)
+    return keep
 
 
 def load_finished(path: Path, config: dict[str, Any]) -> dict[tuple[str, int], EpisodeResult]:
-    """The episodes of an earlier run of the same config that need not run again.
+    """The episodes of an earlier run of the same config that need not run again: those
+    in the results file and those in its journal.
 
     Raises:
-        ConfigError: the file is unreadable, not parcat results, or from another config.
+        ConfigError: a file is unreadable, not parcat results, from another config, or
+            holds a malformed episode.
     """
-    if not path.exists():
-        return {}
     if path.suffix.lower() == ".csv":
-        raise ConfigError("--resume needs a JSON --output (a CSV holds no episodes)")
-    try:
-        document = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"--resume: cannot read '{path}': {exc}") from exc
-    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
-        raise ConfigError(f"--resume: '{path}' is not a parcat eval results file")
-    if document.get("config") != config:
-        raise ConfigError(
-            f"--resume: '{path}' was written by a run with other missions, policies, "
-            "episodes or seed; use another --output or the same arguments"
-        )
+        if path.exists():
+            raise ConfigError("--resume needs a JSON --output (a CSV holds no episodes)")
+        return {}
+    episodes: list[tuple[str, Any]] = []
+    if path.exists():
+        document = _read_json(path, path.read_bytes(), "--resume")
+        if not isinstance(document, dict) or document.get("schema") != SCHEMA:
+            raise ConfigError(f"--resume: '{path}' is not a parcat eval results file")
+        _same_config(path, document.get("config"), config)
+        raw = document.get("episodes", [])
+        if not isinstance(raw, list):
+            raise ConfigError(f"--resume: '{path}': \"episodes\" is not a list; "
+                              "use another --output")
+        episodes += [(f"'{path}': episode {i}", e) for i, e in enumerate(raw)]
+    episodes += _journal_lines(journal_path(path), config)
     finished = {}
-    for index, data in enumerate(document.get("episodes", [])):
-        try:
-            episode = EpisodeResult.from_dict(data)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigError(f"--resume: '{path}': episode {index} is malformed "
-                              f"({exc!r}); use another --output") from exc
+    for where, data in episodes:
+        episode = _episode(where, data)
         transient = episode.status is EpisodeStatus.TIMEOUT or (
             episode.error is not None and episode.error.phase in _TRANSIENT_PHASES
         )
         if not transient:
             finished[(episode.mission, episode.episode_index)] = episode
     return finished
+
+
+def _journal_lines(path: Path, config: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The episodes in a journal (a last line cut by a kill is ignored)."""
+    try:
+        lines = path.read_bytes().split(b"\n")
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise ConfigError(f"--resume: cannot read '{path}' ({exc.strerror})") from None
+    complete = lines[:-1]  # after the last newline: empty, or a line a kill cut
+    if not complete:
+        return []
+    header = _read_json(path, complete[0], "--resume", line=1)
+    if not isinstance(header, dict) or header.get("schema") != JOURNAL_SCHEMA:
+        raise ConfigError(f"--resume: '{path}' is not a parcat eval journal; remove it")
+    _same_config(path, header.get("config"), config)
+    return [(f"'{path}' line {n}", _read_json(path, line, "--resume", line=n))
+            for n, line in enumerate(complete[1:], start=2)]
+
+
+def _read_json(path: Path, data: bytes, flag: str, line: int | None = None) -> Any:
+    where = f"'{path}'" + (f" line {line}" if line is not None else "")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{flag}: {where} is not UTF-8 text") from None
+    except (json.JSONDecodeError, RecursionError) as exc:
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+        raise ConfigError(f"{flag}: cannot read {where}: not valid JSON ({reason})") from None
+
+
+def _same_config(path: Path, saved: Any, config: dict[str, Any]) -> None:
+    if saved != config:
+        raise ConfigError(
+            f"--resume: '{path}' was written by a run with other missions, policies, "
+            "episodes or seed; use another --output or the same arguments"
+        )
+
+
+def _episode(where: str, data: Any) -> EpisodeResult:
+    try:
+        if not isinstance(data, dict):
+            raise TypeError(f"expected an object, got {type(data).__name__}")
+        return EpisodeResult.from_dict(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"--resume: {where} is malformed ({exc!r}); "
+                          "use another --output") from None
 
 
 def remove_stale_temp_files(path: Path) -> None:

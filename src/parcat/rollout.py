@@ -15,7 +15,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -48,6 +48,61 @@ class EpisodeTask:
     def key(self) -> tuple[str, int]:
         """Identifies the episode within a run (for de-duplication and resume)."""
         return (self.mission.name, self.episode_index)
+
+
+class TaskList(Sequence[EpisodeTask]):
+    """Missions × episodes, mission-major, each task made when it is asked for.
+
+    A run of ten million episodes costs no memory before its first episode: only the
+    positions to run are held (a ``range``, or an index array when resuming).
+
+    Args:
+        missions: The missions, in order.
+        policies: The policy specs every task plays.
+        seed: The run's base seed.
+        episodes: Episodes per mission.
+        positions: Which of the ``len(missions) * episodes`` tasks this list holds.
+    """
+
+    def __init__(self, missions: Sequence[Mission], policies: tuple[PolicySpec, ...],
+                 seed: int, episodes: int, positions: Sequence[int] | None = None) -> None:
+        self.missions = tuple(missions)
+        self.policies = policies
+        self.seed = seed
+        self.episodes = episodes
+        self.positions: Sequence[int] = (range(len(self.missions) * episodes)
+                                         if positions is None else positions)
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    @overload
+    def __getitem__(self, index: int) -> EpisodeTask: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[EpisodeTask]: ...
+
+    def __getitem__(self, index: int | slice) -> EpisodeTask | list[EpisodeTask]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        mission, episode = divmod(int(self.positions[index]), self.episodes)
+        return EpisodeTask(self.missions[mission], self.policies, self.seed, episode)
+
+    def position(self, key: tuple[str, int]) -> int | None:
+        """Where the task ``(mission name, episode index)`` is among all the run's tasks."""
+        name, episode = key
+        for m, mission in enumerate(self.missions):
+            if mission.name == name and 0 <= episode < self.episodes:
+                return m * self.episodes + episode
+        return None
+
+    def subset(self, positions: Sequence[int]) -> TaskList:
+        """The tasks at these positions among all the run's tasks."""
+        return TaskList(self.missions, self.policies, self.seed, self.episodes, positions)
+
+    def with_missions(self, missions: Sequence[Mission]) -> TaskList:
+        """The same tasks with the missions replaced (e.g. set to fresh environments)."""
+        return TaskList(missions, self.policies, self.seed, self.episodes, self.positions)
 
 
 @dataclass

@@ -21,6 +21,7 @@ from parcat.cli.render import progress_bar, stderr_console, stdout_console, summ
 from parcat.errors import ConfigError
 from parcat.eval_args import EvalArgs
 from parcat.evaluate import EvalReport, evaluate, evaluate_to_precision
+from parcat.outputs import check_output_file
 from parcat.report import summarize, summary_csv
 from parcat.trace import write_trace
 
@@ -58,18 +59,37 @@ def eval_command(
         if resume and precision is not None:
             raise ConfigError("--resume and --precision cannot be combined yet; rerun "
                               "--precision (its batches are deterministic)")
+        # a bad path is refused before anything runs
+        if output is not None:
+            check_output_file(output, "--output")
+        if args.trace is not None:
+            check_output_file(args.trace, "--trace")
     total = len(config.missions) * config.episodes
     with user_errors(), progress_bar(total, "episodes", enabled=progress) as advance:
         if precision is not None:
             report = evaluate_to_precision(config, precision, options, max_episodes=max_episodes,
-                                           on_result=lambda _: advance(), output=output)
+                                           on_result=lambda _: advance(), output=output,
+                                           on_warning=_warn)
         else:
             report = evaluate(config, options, on_result=lambda _: advance(), output=output,
-                              resume=resume)
+                              resume=resume, on_warning=_warn)
+    write_failures = [] if report.write_error is None else [report.write_error]
     if args.trace is not None:
-        write_trace(args.trace, report.trace_events)
+        try:
+            write_trace(args.trace, report.trace_events)
+        except OSError as exc:
+            write_failures.append(f"could not write --trace '{args.trace}' ({exc.strerror})")
     show_report(report, fmt)
-    raise typer.Exit(exit_code(report))
+    for failure in write_failures:
+        # the results are on stdout above: only the file is missing
+        print(f"parcat: error: {failure}", file=sys.stderr)
+    raise typer.Exit(EXIT_FAILED if write_failures and exit_code(report) == EXIT_OK
+                     else exit_code(report))
+
+
+def _warn(message: str) -> None:
+    stderr_console().print(f"[yellow]warning[/yellow]: {message}", markup=True, highlight=False,
+                           soft_wrap=True)
 
 
 def show_report(report: EvalReport, fmt: OutputFormat) -> None:

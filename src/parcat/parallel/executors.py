@@ -9,10 +9,12 @@ the same :class:`~parcat.rollout.EpisodeRunner` as the inline path.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import signal
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import replace
 from typing import Any
 
@@ -168,15 +170,22 @@ class ThreadExecutor(Executor):
     def run(
         self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None = None
     ) -> list[EpisodeResult]:
-        """Run the tasks on the threads; collect in order, report as they finish."""
-        futures = [self._pool.submit(self._run_one, task) for task in tasks]
-        index_of = {f: i for i, f in enumerate(futures)}
-        if on_result is not None:
-            from concurrent.futures import as_completed
-
-            for future in as_completed(futures):
-                on_result(index_of[future], future.result())
-        return [f.result() for f in futures]
+        """Run the tasks on the threads, a few ahead per thread; report as they finish."""
+        results: dict[int, EpisodeResult] = {}
+        inflight: dict[Future[EpisodeResult], int] = {}
+        upcoming = iter(range(len(tasks)))
+        while True:
+            for index in itertools.islice(upcoming, 2 * self.workers - len(inflight)):
+                inflight[self._pool.submit(self._run_one, tasks[index])] = index
+            if not inflight:
+                break
+            done, _ = wait(inflight, return_when=FIRST_COMPLETED)
+            for future in done:
+                index = inflight.pop(future)
+                results[index] = future.result()
+                if on_result is not None:
+                    on_result(index, results[index])
+        return [results[i] for i in sorted(results)]
 
     def trace_events(self) -> list[dict[str, Any]]:
         """Events recorded so far."""

@@ -19,7 +19,7 @@ import collections
 import pickle
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -35,7 +35,7 @@ from parcat.ipc.process import (
 from parcat.parallel.episode_worker import episode_worker_main
 from parcat.parallel.executors import Executor, ResultCallback
 from parcat.results import EpisodeResult, EpisodeStatus, ErrorInfo
-from parcat.rollout import EpisodeTask
+from parcat.rollout import EpisodeTask, TaskList
 from parcat.stepping.config import StepperConfig
 
 PREFETCH = 2
@@ -121,7 +121,7 @@ class ProcessExecutor(Executor):
             wait_any([w.worker for w in busy], timeout=self._next_wait(busy))
             for worker in busy:
                 self._collect(worker, run)
-        return [r for r in run.results if r is not None]
+        return [run.results[i] for i in sorted(run.results)]
 
     def _feed(self, worker: _Lane, run: _Run) -> None:
         # queue a second task only while there is work for every worker: at the tail a
@@ -145,11 +145,20 @@ class ProcessExecutor(Executor):
         return max(0.0, min(WAIT_S, first_deadline - now))
 
     def _collect(self, worker: _Lane, run: _Run) -> None:
-        try:
-            while worker.inflight and worker.worker.conn.poll():
-                self._receive_one(worker, run)
-        except (EOFError, OSError):
-            pass  # the worker died: handled below
+        while worker.inflight:
+            try:
+                if not worker.worker.conn.poll():
+                    break
+                message = worker.worker.conn.recv()
+            except (EOFError, OSError):
+                break  # the worker died: handled below
+            except Exception as exc:  # a result that cannot be unpickled
+                index = worker.inflight[0]
+                message = ("result", index, _failed(
+                    run.tasks[index], "ResultError",
+                    f"the result could not be read: {type(exc).__name__}: {exc}"), [])
+            # outside the try: an error in the caller's callback is not a dead worker
+            self._receive_one(worker, run, message)
         if not worker.inflight:
             return
         if not worker.worker.alive or worker.worker.frozen():
@@ -157,16 +166,8 @@ class ProcessExecutor(Executor):
         elif self.timeout is not None and time.monotonic() - worker.head_started > self.timeout:
             self._lost(worker, run, timed_out=True)
 
-    def _receive_one(self, worker: _Lane, run: _Run) -> None:
-        try:
-            kind, index, payload, events = worker.worker.conn.recv()
-        except (EOFError, OSError):
-            raise
-        except Exception as exc:  # a result that cannot be unpickled
-            index = worker.inflight[0]
-            kind, events = "result", []
-            payload = _failed(run.tasks[index], "ResultError",
-                              f"the result could not be read: {type(exc).__name__}: {exc}")
+    def _receive_one(self, worker: _Lane, run: _Run, message: Any) -> None:
+        kind, index, payload, events = message
         if kind != "result" or index not in worker.inflight:
             return
         worker.inflight.remove(index)
@@ -232,17 +233,44 @@ def _stop_all(workers: list[_Lane], force: bool = False) -> None:
     workers.clear()
 
 
+class _Pending:
+    """Task indices still to send: those sent back (a lost worker's) first, then the
+    next new ones in order; nothing is held per task that was never sent."""
+
+    def __init__(self, total: int) -> None:
+        self.returned: collections.deque[int] = collections.deque()
+        self.next_new = 0
+        self.total = total
+
+    def __len__(self) -> int:
+        return len(self.returned) + self.total - self.next_new
+
+    def popleft(self) -> int:
+        if self.returned:
+            return self.returned.popleft()
+        if self.next_new >= self.total:
+            raise IndexError("no task pending")
+        self.next_new += 1
+        return self.next_new - 1
+
+    def appendleft(self, index: int) -> None:
+        self.returned.appendleft(index)
+
+    def extendleft(self, indices: Iterable[int]) -> None:
+        self.returned.extendleft(indices)
+
+
 class _Run:
     def __init__(self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None) -> None:
         self.tasks = tasks
         self.on_result = on_result
-        self.pending = collections.deque(range(len(tasks)))
-        self.results: list[EpisodeResult | None] = [None] * len(tasks)
+        self.pending = _Pending(len(tasks))
+        self.results: dict[int, EpisodeResult] = {}
         self.remaining = len(tasks)
         self.attempts: collections.Counter[int] = collections.Counter()
 
     def finish(self, index: int, result: EpisodeResult) -> None:
-        if self.results[index] is not None:
+        if index in self.results:
             return  # exactly one record per episode
         self.results[index] = result
         self.remaining -= 1
@@ -251,8 +279,13 @@ class _Run:
 
 
 def _check_picklable(tasks: Sequence[EpisodeTask]) -> None:
+    """Every mission's first task can be pickled (a lazy task list is not walked)."""
+    if isinstance(tasks, TaskList):
+        firsts = [EpisodeTask(m, tasks.policies, tasks.seed, 0) for m in tasks.missions]
+    else:
+        firsts = list(tasks)
     seen: set[int] = set()
-    for task in tasks:
+    for task in firsts:
         if id(task.mission) in seen:
             continue
         seen.add(id(task.mission))

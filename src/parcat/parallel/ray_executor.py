@@ -91,13 +91,15 @@ class RayExecutor(Executor):
     ) -> list[EpisodeResult]:
         """Submit tasks with at most ``workers`` in flight; gather results by index."""
         ray = self.ray
-        results: list[EpisodeResult | None] = [None] * len(tasks)
-        pending = list(range(len(tasks)))[::-1]
+        results: dict[int, EpisodeResult] = {}
+        pending = iter(range(len(tasks)))
+        left = len(tasks)
         inflight: dict[Any, tuple[int, float]] = {}
         stepper_ref = ray.put(self.stepper)
-        while pending or inflight:
-            while pending and len(inflight) < self.workers:
-                index = pending.pop()
+        while left or inflight:
+            while left and len(inflight) < self.workers:
+                index = next(pending)
+                left -= 1
                 ref = self._remote.remote(stepper_ref, tasks[index], index, self._clock)
                 inflight[ref] = (index, time.monotonic())
             ready, _ = ray.wait(list(inflight), num_returns=1, timeout=0.5)
@@ -105,7 +107,7 @@ class RayExecutor(Executor):
                 index, _ = inflight.pop(ref)
                 self._finish(results, index, self._result(ref, tasks[index]), on_result)
             self._cancel_late(inflight, tasks, results, on_result)
-        return [r for r in results if r is not None]
+        return [results[i] for i in sorted(results)]
 
     def _result(self, ref: Any, task: EpisodeTask) -> EpisodeResult:
         try:
@@ -120,7 +122,8 @@ class RayExecutor(Executor):
                            f"{str(exc).splitlines()[0] if str(exc) else ''}")
 
     def _cancel_late(self, inflight: dict[Any, tuple[int, float]], tasks: Sequence[EpisodeTask],
-                     results: list[EpisodeResult | None], on_result: ResultCallback | None) -> None:
+                     results: dict[int, EpisodeResult],
+                     on_result: ResultCallback | None) -> None:
         if self.timeout is None or self._clock is None or not inflight:
             return
         running = self.ray.get(self._clock.running_for.remote(
@@ -135,9 +138,9 @@ class RayExecutor(Executor):
                     EpisodeStatus.TIMEOUT), on_result)
 
     @staticmethod
-    def _finish(results: list[EpisodeResult | None], index: int, result: EpisodeResult,
+    def _finish(results: dict[int, EpisodeResult], index: int, result: EpisodeResult,
                 on_result: ResultCallback | None) -> None:
-        if results[index] is not None:
+        if index in results:
             return  # at-least-once delivery: keep the first record of an episode
         results[index] = result
         if on_result is not None:
