@@ -27,6 +27,7 @@ import shutil
 import signal
 import tempfile
 import threading
+import zipfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,17 +138,27 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
     return manifest
 
 
-def load_policy(path: str | Path) -> PolicyCheckpoint:
+def load_policy(path: str | Path, agent_id: str | None = None) -> PolicyCheckpoint:
     """Read one agent's checkpoint directory.
 
+    Args:
+        path: The directory.
+        agent_id: The agent it should belong to (when read through a run's ``agents``).
+
     Raises:
-        CheckpointError: the directory is no policy checkpoint, a file is damaged or
-            missing, or a weight is NaN or infinite.
+        CheckpointError: the directory is no policy checkpoint or another agent's, a file
+            is damaged or missing, or a weight is NaN or infinite.
     """
     path = Path(path)
     manifest = read_manifest(path)
     if manifest["format"] != POLICY_FORMAT:
         raise CheckpointError(f"'{path}' is a run checkpoint; name one agent's directory in it")
+    saved_id = manifest.get("agent_id", agent_id)
+    if agent_id is not None and saved_id != agent_id:
+        raise CheckpointError(
+            f"checkpoint '{path}' is corrupted: its manifest names another agent than "
+            f"'{agent_id}'; {FIX}"
+        )
     arrays = _read_npz(path, ARRAYS, manifest)
     check_finite(path, str(manifest.get("agent_id", path.name)), arrays, ARRAYS)
     meta = {k: v for k, v in manifest.items() if k not in ("policy", "kwargs", "files")}
@@ -277,6 +288,12 @@ def _read_npz(path: Path, name: str, manifest: Mapping[str, Any]) -> dict[str, n
     elif not (path / name).is_file():  # version 1; never open a FIFO or a directory
         raise CheckpointError(f"checkpoint '{path}' is incomplete: '{name}' is missing; {FIX}")
     try:
+        if record is None:
+            # no hash: read every member to its end so zipfile checks its CRC (numpy
+            # stops reading where the array's header says it ends)
+            with zipfile.ZipFile(path / name) as archive:
+                if archive.testzip() is not None:
+                    raise zipfile.BadZipFile("a member's CRC does not match")
         with np.load(path / name, allow_pickle=False) as data:
             return {key: data[key] for key in data.files}
     except Exception as exc:  # whatever a damaged archive makes numpy or zipfile raise

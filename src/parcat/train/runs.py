@@ -114,7 +114,7 @@ def restore(path: Path, learners: dict[Any, Learner], config: TrainConfig | None
         if str(agent) not in dirs:
             raise CheckpointError(f"--resume: '{path}' has no agent '{agent}'")
         agent_dir = path / dirs[str(agent)]
-        checkpoint.load_policy(agent_dir)  # its checks: the greedy weights are sound too
+        checkpoint.load_policy(agent_dir, str(agent))  # its checks: the greedy weights too
         state = checkpoint.load_state(agent_dir)
         if not state:
             raise CheckpointError(f"--resume: '{agent_dir}' has no training state")
@@ -136,7 +136,7 @@ def init_weights(source: str, learners: dict[Any, Learner]) -> None:
             dirs = manifest["agents"]
             if str(agent) not in dirs:
                 raise CheckpointError(f"--init-from: '{path}' has no agent '{agent}'")
-            saved = checkpoint.load_policy(path / dirs[str(agent)])
+            saved = checkpoint.load_policy(path / dirs[str(agent)], str(agent))
         else:
             saved = checkpoint.load_policy(path)
         state = learner.state_dict()
