@@ -59,8 +59,8 @@ def test_resume_into_a_directory_that_is_no_run_is_refused(
     run.mkdir()
     (run / "holiday.jpg").write_bytes(b"\xff\xd8")
     assert train(run, 1, capsys, "--resume") == (
-        2, f"parcat: error: --resume: '{run}' is not a parcat run: it holds files but no "
-        "manifest.json; give another --run-dir\n"
+        2, f"parcat: error: --resume: '{run}' holds files but no manifest.json: it is no "
+        "parcat run, or a damaged one; give another --run-dir\n"
     )
     assert sorted(p.name for p in run.iterdir()) == ["holiday.jpg"]
 

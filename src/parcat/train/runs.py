@@ -76,8 +76,8 @@ def has_checkpoint(path: Path) -> bool:
     if all(_is_metrics_file(entry.name) for entry in path.iterdir()):
         return False
     raise CheckpointError(
-        f"--resume: '{path}' is not a parcat run: it holds files but no "
-        f"{checkpoint.MANIFEST}; give another --run-dir"
+        f"--resume: '{path}' holds files but no {checkpoint.MANIFEST}: it is no parcat run, "
+        "or a damaged one; give another --run-dir"
     )
 
 
