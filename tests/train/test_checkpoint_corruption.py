@@ -268,6 +268,19 @@ def test_a_pickled_array_is_refused(run: Path) -> None:
         checkpoint.load_policy(run / "agent_0")
 
 
+def test_arrays_a_policy_cannot_take_are_one_line(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def text_weights(agent: str, arrays: dict[str, np.ndarray]) -> None:
+        arrays["w0"] = np.full(arrays["w0"].shape, "secret")
+
+    rewrite_run(run, text_weights)
+    line = (f"parcat: error: checkpoint '{run}/agent_0': parcat.policies.builtin:MLPPolicy."
+            "load_state_dict() refused its arrays (ValueError); the checkpoint does not fit "
+            f"this policy class{SUFFIX}\n")
+    assert run_cli(eval_args(run), capsys) == (2, line)
+
+
 def test_the_manifest_records_every_file_with_its_size_and_hash(pristine: Path) -> None:
     import hashlib
 

@@ -202,7 +202,7 @@ def _from_checkpoint(path: Path, spec: PolicySpec, agent: AgentSpec) -> Any:
         raise
     except Exception as exc:  # arrays that do not fit the class, or the class's own bug
         raise PolicyError(
-            f"checkpoint '{path}': {saved.policy}.load_state_dict() refused its arrays: "
-            f"{type(exc).__name__}: {exc}"
+            f"checkpoint '{path}': {saved.policy}.load_state_dict() refused its arrays "
+            f"({type(exc).__name__}); the checkpoint does not fit this policy class"
         ) from exc
     return policy
