@@ -3,25 +3,31 @@
 One agent's policy::
 
     agent_0/
-      manifest.json   {"format": "parcat.policy", "version": 1, "policy": "module:Class",
-                       "kwargs": {...}, "agent_id": "agent_0", "mission": "harvest", ...}
+      manifest.json   {"format": "parcat.policy", "version": 2, "policy": "module:Class",
+                       "kwargs": {...}, "agent_id": "agent_0", "mission": "harvest", ...,
+                       "files": {"arrays.npz": {"size": 20914, "sha256": "..."}, ...}}
       arrays.npz      the policy's state_dict()
+      state.npz       training state (optional)
 
 A run (written by ``parcat train``) is a directory of such agent directories with its own
-manifest (``"format": "parcat.run"``, ``"agents": {"agent_0": "agent_0", ...}``). Writes go
-to a temporary sibling directory that is renamed into place, so a reader never sees half
-a checkpoint.
+manifest (``"format": "parcat.run"``, ``"agents": {"agent_0": "agent_0", ...}``) whose
+``"files"`` lists every file of the agent directories. Writes go to a temporary sibling
+directory that is renamed into place, so a reader never sees half a checkpoint; the sizes
+and hashes catch what a rename cannot: a file truncated, overwritten or damaged later.
+Version 1 checkpoints (no ``"files"``) are still read.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
 import signal
 import tempfile
 import threading
+import zipfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,14 +35,25 @@ from typing import Any
 
 import numpy as np
 
+from parcat.checkpoint_manifest import (
+    FIX,
+    MANIFEST,
+    POLICY_FORMAT,
+    RUN_FORMAT,
+    VERSION,
+    parse_manifest,
+)
 from parcat.errors import CheckpointError
 
-POLICY_FORMAT = "parcat.policy"
-RUN_FORMAT = "parcat.run"
-VERSION = 1
-MANIFEST = "manifest.json"
+__all__ = [
+    "ARRAYS", "MANIFEST", "POLICY_FORMAT", "RUN_FORMAT", "STATE", "VERSION", "PolicyCheckpoint",
+    "check_finite", "load_policy", "load_state", "read_manifest", "recover_swap", "save_policy",
+    "save_run",
+]
+
 ARRAYS = "arrays.npz"
 STATE = "state.npz"
+_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -59,23 +76,7 @@ class PolicyCheckpoint:
 def save_policy(path: str | Path, checkpoint: PolicyCheckpoint) -> Path:
     """Write one agent's checkpoint directory atomically; return its path."""
     path = Path(path)
-    manifest = {
-        "format": POLICY_FORMAT,
-        "version": VERSION,
-        "policy": checkpoint.policy,
-        "kwargs": dict(checkpoint.kwargs),
-        **dict(checkpoint.meta),
-    }
-
-    def write(tmp: Path) -> None:
-        arrays: dict[str, Any] = {k: np.asarray(v) for k, v in checkpoint.arrays.items()}
-        np.savez(tmp / ARRAYS, **arrays)
-        if checkpoint.state:
-            state: dict[str, Any] = {k: np.asarray(v) for k, v in checkpoint.state.items()}
-            np.savez(tmp / STATE, **state)
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
-
-    _write_dir_atomically(path, write)
+    _write_dir_atomically(path, lambda tmp: _write_policy(tmp, checkpoint))
     return path
 
 
@@ -91,7 +92,8 @@ def save_run(
         path: The run directory; replaced as a whole.
         agents: Each agent's policy (and training state).
         meta: Written into the run's manifest.
-        keep: Files of the old directory carried into the new one (e.g. the metrics log).
+        keep: Files of the old directory carried into the new one (e.g. the metrics log);
+            they go on changing, so the manifest does not record them.
     """
     path = Path(path)
     names = {agent_id: _dir_name(agent_id) for agent_id in agents}
@@ -100,67 +102,205 @@ def save_run(
         for name in keep:
             if (path / name).is_file():
                 shutil.copy2(path / name, tmp / name)
+        files: dict[str, Any] = {}
         for agent_id, checkpoint in agents.items():
-            save_policy(tmp / names[agent_id], checkpoint)
-        manifest = {"format": RUN_FORMAT, "version": VERSION, "agents": names, **dict(meta)}
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+            (tmp / names[agent_id]).mkdir()
+            written = _write_policy(tmp / names[agent_id], checkpoint)
+            files.update({f"{names[agent_id]}/{k}": v for k, v in written.items()})
+        manifest = {**dict(meta), "format": RUN_FORMAT, "version": VERSION, "agents": names,
+                    "files": files}
+        _write_file(tmp / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True).encode())
 
     _write_dir_atomically(path, write)
     return path
 
 
 def read_manifest(path: str | Path) -> dict[str, Any]:
-    """Read and check a checkpoint manifest.
+    """Read and check a checkpoint manifest, and that the files it records are all there.
+
+    Sizes are checked for every recorded file; hashes for the agents' manifests of a run
+    (the arrays' hashes when they are loaded).
 
     Raises:
-        CheckpointError: no manifest, unreadable JSON, or an unknown format or version.
+        CheckpointError: no manifest, unreadable or malformed JSON, an unknown format or
+            version, or a recorded file missing, of another size or another hash.
     """
-    recover_swap(Path(path))
-    file = Path(path) / MANIFEST
+    path = Path(path)
+    recover_swap(path)
+    file = path / MANIFEST
     if not file.is_file():
         raise CheckpointError(f"'{path}' is not a parcat checkpoint: no {MANIFEST} in it")
-    try:
-        manifest = json.loads(file.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"checkpoint manifest '{file}' is unreadable: {exc}") from exc
-    fmt = manifest.get("format") if isinstance(manifest, dict) else None
-    if fmt not in (POLICY_FORMAT, RUN_FORMAT):
-        raise CheckpointError(
-            f"checkpoint manifest '{file}': format {fmt!r} is not "
-            f"'{POLICY_FORMAT}' or '{RUN_FORMAT}'"
-        )
-    if manifest.get("version") != VERSION:
-        raise CheckpointError(
-            f"checkpoint '{path}' has version {manifest.get('version')!r}; "
-            f"this parcat reads version {VERSION}"
-        )
-    return dict(manifest)
+    manifest = parse_manifest(path)
+    for name, record in manifest.get("files", {}).items():
+        _check_size(path, name, record)
+        if name.endswith(f"/{MANIFEST}"):
+            _check_hash(path, name, record)
+    return manifest
 
 
-def load_policy(path: str | Path) -> PolicyCheckpoint:
-    """Read one agent's checkpoint directory."""
+def load_policy(path: str | Path, agent_id: str | None = None) -> PolicyCheckpoint:
+    """Read one agent's checkpoint directory.
+
+    Args:
+        path: The directory.
+        agent_id: The agent it should belong to (when read through a run's ``agents``).
+
+    Raises:
+        CheckpointError: the directory is no policy checkpoint or another agent's, a file
+            is damaged or missing, or a weight is NaN or infinite.
+    """
+    path = Path(path)
     manifest = read_manifest(path)
     if manifest["format"] != POLICY_FORMAT:
         raise CheckpointError(f"'{path}' is a run checkpoint; name one agent's directory in it")
-    try:
-        with np.load(Path(path) / ARRAYS) as data:
-            arrays = {key: data[key] for key in data.files}
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"checkpoint '{path}': cannot read {ARRAYS}: {exc}") from exc
-    meta = {k: v for k, v in manifest.items() if k not in ("policy", "kwargs")}
+    saved_id = manifest.get("agent_id", agent_id)
+    if agent_id is not None and saved_id != agent_id:
+        raise CheckpointError(
+            f"checkpoint '{path}' is corrupted: its manifest names another agent than "
+            f"'{agent_id}'; {FIX}"
+        )
+    arrays = _read_npz(path, ARRAYS, manifest)
+    check_finite(path, str(manifest.get("agent_id", path.name)), arrays, ARRAYS)
+    meta = {k: v for k, v in manifest.items() if k not in ("policy", "kwargs", "files")}
     return PolicyCheckpoint(manifest["policy"], manifest.get("kwargs", {}), arrays, meta)
 
 
 def load_state(path: str | Path) -> dict[str, np.ndarray]:
-    """The training state saved beside one agent's policy (empty if there is none)."""
-    file = Path(path) / STATE
-    if not file.is_file():
+    """The training state saved beside one agent's policy (empty if there is none).
+
+    Raises:
+        CheckpointError: as :func:`load_policy`, for ``state.npz``.
+    """
+    path = Path(path)
+    manifest = read_manifest(path)
+    recorded = "files" in manifest
+    if (STATE not in manifest["files"]) if recorded else not (path / STATE).is_file():
         return {}
+    return _read_npz(path, STATE, manifest)
+
+
+def check_finite(path: Path, agent: str, arrays: Mapping[str, np.ndarray], name: str,
+                 skip: tuple[str, ...] = ()) -> None:
+    """Refuse NaN or infinite values in the float arrays (a diverged run's weights).
+
+    Args:
+        path: The checkpoint directory, for the message.
+        agent: The agent the arrays belong to.
+        arrays: The arrays to check.
+        name: The file they came from.
+        skip: Key prefixes not to check (data that may hold NaN, like a replay buffer).
+
+    Raises:
+        CheckpointError: naming the agent, the file and the first bad array.
+    """
+    for key, array in arrays.items():
+        if key.startswith(skip) or array.dtype.kind not in "fc":
+            continue
+        if not np.isfinite(array).all():
+            raise CheckpointError(
+                f"checkpoint '{path}': agent '{agent}', array '{key}' in {name} holds NaN or "
+                "infinite values (the run diverged); use an earlier checkpoint or train again, "
+                "e.g. with a lower learning rate"
+            )
+
+
+def _write_policy(directory: Path, checkpoint: PolicyCheckpoint) -> dict[str, Any]:
+    """Write one agent's files into ``directory``; return the run manifest's records."""
+    files = {ARRAYS: _write_npz(directory / ARRAYS, checkpoint.arrays)}
+    if checkpoint.state:
+        files[STATE] = _write_npz(directory / STATE, checkpoint.state)
+    manifest = {
+        **dict(checkpoint.meta),
+        "format": POLICY_FORMAT,
+        "version": VERSION,
+        "policy": checkpoint.policy,
+        "kwargs": dict(checkpoint.kwargs),
+        "files": files,
+    }
+    text = json.dumps(manifest, indent=2, sort_keys=True).encode()
+    return {**files, MANIFEST: _write_file(directory / MANIFEST, text)}
+
+
+def _write_npz(file: Path, arrays: Mapping[str, Any]) -> dict[str, Any]:
+    plain: dict[str, Any] = {k: np.asarray(v) for k, v in arrays.items()}
+    with file.open("wb") as handle:
+        np.savez(handle, **plain)
+        handle.flush()
+        os.fsync(handle.fileno())
+    return _record(file)
+
+
+def _write_file(file: Path, data: bytes) -> dict[str, Any]:
+    with file.open("wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def _record(file: Path) -> dict[str, Any]:
+    return {"size": file.stat().st_size, "sha256": _sha256(file)}
+
+
+def _sha256(file: Path) -> str:
+    digest = hashlib.sha256()
+    with file.open("rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _check_size(path: Path, name: str, record: Mapping[str, Any]) -> None:
+    file = path / name
     try:
-        with np.load(file) as data:
+        size = file.stat().st_size if file.is_file() else None
+    except OSError:
+        size = None
+    if size is None:
+        raise CheckpointError(f"checkpoint '{path}' is incomplete: '{name}' is missing; {FIX}")
+    if size != record["size"]:
+        raise CheckpointError(
+            f"checkpoint '{path}' is truncated or corrupted: '{name}' has {size} bytes, its "
+            f"manifest records {record['size']}; {FIX}"
+        )
+
+
+def _check_hash(path: Path, name: str, record: Mapping[str, Any]) -> None:
+    try:
+        digest = _sha256(path / name)
+    except OSError as exc:
+        raise CheckpointError(
+            f"checkpoint '{path}': cannot read '{name}': {exc.strerror}; {FIX}"
+        ) from exc
+    if digest != record["sha256"]:
+        raise CheckpointError(
+            f"checkpoint '{path}' is corrupted: '{name}' does not match the SHA-256 its "
+            f"manifest records; {FIX}"
+        )
+
+
+def _read_npz(path: Path, name: str, manifest: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """The arrays of ``path/name``, checked against the manifest's record if it has one."""
+    record = manifest.get("files", {}).get(name)
+    if record is not None:
+        _check_size(path, name, record)
+        _check_hash(path, name, record)
+    elif not (path / name).is_file():  # version 1; never open a FIFO or a directory
+        raise CheckpointError(f"checkpoint '{path}' is incomplete: '{name}' is missing; {FIX}")
+    try:
+        if record is None:
+            # no hash: read every member to its end so zipfile checks its CRC (numpy
+            # stops reading where the array's header says it ends)
+            with zipfile.ZipFile(path / name) as archive:
+                if archive.testzip() is not None:
+                    raise zipfile.BadZipFile("a member's CRC does not match")
+        with np.load(path / name, allow_pickle=False) as data:
             return {key: data[key] for key in data.files}
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"checkpoint '{path}': cannot read {STATE}: {exc}") from exc
+    except Exception as exc:  # whatever a damaged archive makes numpy or zipfile raise
+        raise CheckpointError(
+            f"checkpoint '{path}' is truncated or corrupted: '{name}' is not a readable numpy "
+            f"archive ({type(exc).__name__}); {FIX}"
+        ) from exc
 
 
 def _dir_name(agent_id: Any) -> str:

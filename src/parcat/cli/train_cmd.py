@@ -101,6 +101,9 @@ def train_command(
                 "raise --epochs to train on"
             )
         trainer = Trainer(cfg, resume=resume, on_frame=_frame_printer(err) if cfg.render else None)
+    if resume and not trainer.resumed:
+        typer.echo(f"--resume: no checkpoint in '{cfg.run_path}' yet; starting from epoch 0",
+                   err=True)
     if cfg.jobs is not None:
         for reason in trainer.plan.reasons:
             err.print(f"plan: {reason}")

@@ -187,12 +187,22 @@ def _from_checkpoint(path: Path, spec: PolicySpec, agent: AgentSpec) -> Any:
                     f"checkpoint '{path}' has no agent '{key}'; it has: {', '.join(dirs)}"
                 )
             path = path / dirs[key]
-        saved = checkpoint.load_policy(path)
+            saved = checkpoint.load_policy(path, key)
+        else:
+            saved = checkpoint.load_policy(path)
     except CheckpointError as exc:
         raise PolicyError(str(exc)) from exc
     policy = _construct(saved.policy, spec, agent, {**saved.kwargs, **spec.kwargs})
     load = getattr(policy, "load_state_dict", None)
     if load is None:
         raise PolicyError(f"checkpoint '{path}': {saved.policy} has no load_state_dict()")
-    load(dict(saved.arrays))
+    try:
+        load(dict(saved.arrays))
+    except PolicyError:
+        raise
+    except Exception as exc:  # arrays that do not fit the class, or the class's own bug
+        raise PolicyError(
+            f"checkpoint '{path}': {saved.policy}.load_state_dict() refused its arrays "
+            f"({type(exc).__name__}); the checkpoint does not fit this policy class"
+        ) from exc
     return policy

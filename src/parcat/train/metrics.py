@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 from typing import Any
 
+from parcat.atomic import write_text_atomically
 from parcat.errors import ConfigError
 
 
@@ -27,18 +29,28 @@ class MetricsLog:
             self.path.unlink()
 
     def truncate(self, epochs: int) -> None:
-        """Drop records past ``epochs`` (written after the checkpoint a run resumes from)."""
+        """Drop records past ``epochs`` (written after the checkpoint a run resumes from),
+        and a last line that a killed write cut short; the file is replaced atomically.
+
+        Raises:
+            ConfigError: a line before the last is not a record (see :func:`read_metrics`).
+        """
         if not self.path.exists():
             return
         if self.fmt == "jsonl":
-            kept = [r for r in read_metrics(self.path) if r["epoch"] <= epochs]
-            self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+            lines = _jsonl_lines(self.path)
+            write_text_atomically(self.path, "".join(
+                line + "\n" for line, record in lines if record["epoch"] <= epochs))
             return
-        with self.path.open(newline="") as handle:
-            rows = [r for r in csv.DictReader(handle) if int(r["epoch"]) <= epochs]
-        self.path.unlink()
-        for row in rows:
-            self.write(row)
+        header, rows = _csv_rows(self.path)
+        if not header:  # even the header was cut: write() starts the file again
+            self.path.unlink()
+            return
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=header)
+        writer.writeheader()
+        writer.writerows(row for row in rows if int(row["epoch"]) <= epochs)
+        write_text_atomically(self.path, buffer.getvalue())
 
     def write(self, record: dict[str, Any]) -> None:
         """Append one epoch's record."""
@@ -58,29 +70,78 @@ class MetricsLog:
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """The records of a metrics log (``.jsonl``, or ``.csv`` with ``reward.agent_0`` columns).
 
+    A last line cut short (parcat killed while it appended a record) is left out.
+
     Raises:
-        ConfigError: the file is unreadable or a record is not an epoch's mapping.
+        ConfigError: the file is unreadable, or a line before the last is not an epoch's
+            record; the message names the line.
     """
+    if path.suffix == ".csv":
+        return [_unflatten(row) for row in _csv_rows(path)[1]]
+    return [record for _, record in _jsonl_lines(path)]
+
+
+def _read_bytes(path: Path) -> bytes:
     try:
-        text = path.read_text()
+        return path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read metrics log '{path}': {exc.strerror}") from exc
-    if path.suffix == ".csv":
-        records = [_unflatten(row) for row in csv.DictReader(text.splitlines())]
-    else:
-        records = []
-        for number, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"metrics log '{path}' line {number}: not JSON") from exc
-    for number, record in enumerate(records, 1):
-        if not isinstance(record, dict) or "epoch" not in record:
-            raise ConfigError(f"metrics log '{path}' record {number}: expected an epoch's "
-                              "mapping with an 'epoch' key")
-    return records
+
+
+def _jsonl_lines(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """Each record of a JSON-lines log with its line's text."""
+    lines = _read_bytes(path).split(b"\n")
+    last = max((n for n, line in enumerate(lines) if line.strip()), default=-1)
+    out = []
+    for index, raw in enumerate(lines):
+        if not raw.strip():
+            continue
+        try:
+            text = raw.decode("utf-8")
+            record = json.loads(text)
+        except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, too deep
+            if index == last:
+                break  # a write killed halfway; the epoch it recorded is trained again
+            raise ConfigError(
+                f"metrics log '{path}' line {index + 1} is not a JSON record; fix or delete "
+                "that line"
+            ) from exc
+        if not isinstance(record, dict) or not _is_int(record.get("epoch")):
+            raise ConfigError(
+                f"metrics log '{path}' line {index + 1}: expected an epoch's mapping with an "
+                "integer 'epoch' key; fix or delete that line"
+            )
+        out.append((text, record))
+    return out
+
+
+def _csv_rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    """The header and rows of a CSV log, without a last row a killed write cut short."""
+    try:
+        text = _read_bytes(path).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"metrics log '{path}' is not UTF-8 text") from exc
+    if text and not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]  # the csv module ends every row with a newline
+    reader = csv.DictReader(io.StringIO(text))
+    rows = []
+    try:
+        for row in reader:
+            epoch = row.get("epoch")
+            if None in row or epoch is None or not epoch.isdigit():
+                raise ConfigError(
+                    f"metrics log '{path}' line {reader.line_num}: expected a row of the "
+                    "header's columns with an integer 'epoch'; fix or delete that line"
+                )
+            rows.append(row)
+    except csv.Error as exc:  # a NUL byte, a quote left open
+        raise ConfigError(f"metrics log '{path}' line {reader.line_num} is not CSV; fix or "
+                          "delete that line") from exc
+    return list(reader.fieldnames or []), rows
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _unflatten(row: dict[str, str]) -> dict[str, Any]:

@@ -56,12 +56,44 @@ SAME_ON_RESUME = ("mission", "overrides", "seed", "learner", "shared_learner",
                   "steps_per_epoch", "train_steps", "mode", "train_interval")
 
 
+def has_checkpoint(path: Path) -> bool:
+    """Whether the run directory holds a checkpoint to resume from.
+
+    A directory that does not exist, is empty or holds only a metrics log (a run stopped
+    before its first checkpoint) has none.
+
+    Raises:
+        CheckpointError: the directory holds other files but no checkpoint, or is no
+            directory at all: it is not a parcat run, and resuming must not write into it.
+    """
+    checkpoint.recover_swap(path)
+    if not path.exists():
+        return False
+    if (path / checkpoint.MANIFEST).exists():
+        return True
+    if not path.is_dir():
+        raise CheckpointError(f"--resume: '{path}' is not a directory; name a run directory")
+    if all(_is_metrics_file(entry.name) for entry in path.iterdir()):
+        return False
+    raise CheckpointError(
+        f"--resume: '{path}' holds files but no {checkpoint.MANIFEST}: it is no parcat run, "
+        "or a damaged one; give another --run-dir"
+    )
+
+
+def _is_metrics_file(name: str) -> bool:
+    # a metrics log, or what a rewrite of one killed halfway left (parcat.atomic)
+    return name in METRICS_FILES or (name.startswith(".metrics.") and name.endswith(".tmp"))
+
+
 def restore(path: Path, learners: dict[Any, Learner], config: TrainConfig | None = None) -> int:
     """Load every learner's state from the run directory; return the epoch it reached.
 
+    Every file is checked (sizes, hashes, finite weights) before a learner reads it.
+
     Raises:
-        CheckpointError: no checkpoint there, it belongs to other agents, or ``config``
-            differs from the saved run in a setting that changes the results.
+        CheckpointError: no checkpoint there, it is damaged, it belongs to other agents,
+            or ``config`` differs from the saved run in a setting that changes the results.
     """
     manifest = checkpoint.read_manifest(path)
     if manifest["format"] != checkpoint.RUN_FORMAT:
@@ -75,14 +107,23 @@ def restore(path: Path, learners: dict[Any, Learner], config: TrainConfig | None
                 f"--resume: '{path}' was trained with {key}={saved[key]!r}, not {now[key]!r}; "
                 "resume with the same settings or use another --run-dir"
             )
+    if "epoch" not in manifest:
+        raise CheckpointError(f"--resume: '{path}/{checkpoint.MANIFEST}' records no epoch")
     dirs: dict[str, str] = manifest["agents"]
     for agent, learner in learners.items():
         if str(agent) not in dirs:
             raise CheckpointError(f"--resume: '{path}' has no agent '{agent}'")
-        state = checkpoint.load_state(path / dirs[str(agent)])
+        agent_dir = path / dirs[str(agent)]
+        checkpoint.load_policy(agent_dir, str(agent))  # its checks: the greedy weights too
+        state = checkpoint.load_state(agent_dir)
         if not state:
-            raise CheckpointError(f"--resume: '{path}/{dirs[str(agent)]}' has no training state")
-        learner.load_state_dict(state)
+            raise CheckpointError(f"--resume: '{agent_dir}' has no training state")
+        # the replay buffer holds observations, which may be NaN; the rest may not
+        checkpoint.check_finite(agent_dir, str(agent), state, checkpoint.STATE, skip=("buffer.",))
+        try:
+            learner.load_state_dict(state)
+        except CheckpointError as exc:
+            raise CheckpointError(f"--resume: '{agent_dir / checkpoint.STATE}': {exc}") from exc
     return int(manifest["epoch"])
 
 
@@ -95,7 +136,7 @@ def init_weights(source: str, learners: dict[Any, Learner]) -> None:
             dirs = manifest["agents"]
             if str(agent) not in dirs:
                 raise CheckpointError(f"--init-from: '{path}' has no agent '{agent}'")
-            saved = checkpoint.load_policy(path / dirs[str(agent)])
+            saved = checkpoint.load_policy(path / dirs[str(agent)], str(agent))
         else:
             saved = checkpoint.load_policy(path)
         state = learner.state_dict()

@@ -30,7 +30,7 @@ from parcat.train.learner import Learner, Transitions
 from parcat.train.metrics import MetricsLog
 from parcat.train.plan import TrainPlan, plan_training
 from parcat.train.rounds import train_each
-from parcat.train.runs import init_weights, restore, save_checkpoint
+from parcat.train.runs import has_checkpoint, init_weights, restore, save_checkpoint
 from parcat.train.vecenv import VecEnv
 
 EventLog = Callable[[str, int], None]
@@ -84,7 +84,9 @@ class Trainer:
         config: The training configuration; a layout it leaves open (``env_workers``
             not given) is planned from ``jobs`` by :func:`~parcat.train.plan.plan_training`,
             as ``parcat train`` plans it. :attr:`config` is the config with the layout filled in.
-        resume: Continue from the last checkpoint in the run directory.
+        resume: Continue from the last checkpoint in the run directory; without one yet
+            (no directory, or only a metrics log), start from epoch 0 (:attr:`resumed`
+            says which).
         on_epoch: Called with each epoch's statistics (live display).
         on_event: Called with ``(event, epoch)`` — ``collect``, ``train_start``,
             ``train_end`` — so tests can see collection and learning overlap.
@@ -107,6 +109,8 @@ class Trainer:
         self.on_frame = on_frame
         self._learning: AsyncLearning | None = None
         self._pool: ThreadPoolExecutor | None = None
+        # a run stopped before its first checkpoint resumes by starting over
+        self.resumed = resume = resume and has_checkpoint(config.run_path)
         self._ray_connected = config.backend == "ray" and raycluster.connect(config.address)
         try:
             self.vec = make_vecenv(self.mission, config, self.plan)
