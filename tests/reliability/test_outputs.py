@@ -187,3 +187,36 @@ def test_a_tampered_resume_file_is_one_line(tmp_path: Path) -> None:
     assert one_error_line(proc) == (
         f"parcat: error: --resume: '{out}': episode 0 is malformed (TypeError('reward: "
         "expected a number, got str')); use another --output")
+
+
+@pytest.mark.parametrize("case", ["train-file-parent", "train-file", "sim-fifo", "bench",
+                                  "plot-symlink"])
+def test_every_command_checks_its_outputs_first(tmp_path: Path, case: str) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    if case == "train-file-parent":
+        args, expected = ["train", "--run-dir", str(afile / "run")], \
+            f"--run-dir '{afile / 'run'}': '{afile}' is not a folder"
+    elif case == "train-file":
+        args, expected = ["train", "--run-dir", str(afile)], \
+            f"--run-dir '{afile}': '{afile}' is not a folder"
+    elif case == "sim-fifo":
+        fifo = tmp_path / "out"
+        os.mkfifo(fifo)
+        args, expected = ["sim", "-c", str(ROOT / "configs" / "sim.yaml"), "-o", str(fifo)], \
+            f"--output '{fifo}' is a FIFO, not a folder; give the path of a folder"
+    elif case == "bench":
+        args, expected = ["bench", "--quick", "--history", str(afile / "h.jsonl")], \
+            f"--history '{afile / 'h.jsonl'}': '{afile}' is not a folder"
+    else:
+        metrics = tmp_path / "metrics.jsonl"
+        metrics.write_text('{"epoch": 1, "loss": 0.5}\n')
+        link = tmp_path / "chart.svg"
+        link.symlink_to(afile)
+        args, expected = ["plot", str(metrics), "--field", "loss", "-o", str(link)], \
+            f"--output '{link}' is a symlink, not a regular file; parcat replaces its " \
+            "output files, so give the path of a file"
+    proc = parcat(*args, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert one_error_line(proc) == f"parcat: error: {expected}"
+    assert afile.read_text() == "x"

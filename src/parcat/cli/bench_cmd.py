@@ -11,6 +11,7 @@ from parcat.bench import append_record, compare_records, read_history, run_suite
 from parcat.cli.charts import bar_chart, save_chart
 from parcat.cli.common import EXIT_FAILED, OutputFormat, print_json, user_errors
 from parcat.cli.render import list_table, stdout_console
+from parcat.outputs import check_output_file
 
 
 def bench_command(
@@ -31,6 +32,9 @@ def bench_command(
 ) -> None:
     """Measure the fixed suite and append one record to the history."""
     with user_errors():
+        check_output_file(history, "--history")
+        if chart is not None:
+            check_output_file(chart, "--chart")
         previous = read_history(history)
     record = run_suite(quick=quick, max_jobs=max_jobs)
     append_record(history, record)

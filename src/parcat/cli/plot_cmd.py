@@ -10,6 +10,7 @@ import typer
 from parcat.cli.charts import line_chart, save_chart
 from parcat.cli.common import user_errors
 from parcat.errors import ConfigError
+from parcat.outputs import check_output_file
 from parcat.train.metrics import read_metrics
 
 
@@ -32,6 +33,8 @@ def plot_command(
             raise ConfigError(f"no metrics log at '{path}' (parcat train writes metrics.jsonl)")
         if output is not None and output.suffix.lower() not in (".svg", ".png", ".pdf"):
             raise ConfigError(f"--output must end in .svg, .png or .pdf, got '{output.name}'")
+        if output is not None:
+            check_output_file(output, "--output")
         records = read_metrics(path)
         if not records or field not in records[0]:
             valid = ", ".join(k for k in (records[0] if records else {}) if k != "epoch")

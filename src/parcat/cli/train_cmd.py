@@ -13,6 +13,7 @@ from parcat.cli import options as opts
 from parcat.cli.common import EXIT_INTERRUPTED, SummaryFormat, print_json, user_errors
 from parcat.cli.render import list_table, progress_bar, stderr_console, stdout_console
 from parcat.errors import ConfigError
+from parcat.outputs import check_output_folder
 from parcat.settings import parse_overrides
 from parcat.train.config import LearningMode, MetricsFormat, load_train_config
 from parcat.train.trainer import EpochStats, Trainer
@@ -93,6 +94,7 @@ def train_command(
             "backend": backend, "address": address,
         }
         cfg = load_train_config(config, flags)
+        check_output_folder(cfg.run_path, "--run-dir")
         if cfg.render:
             err.print("--render: one environment shown; everything runs in this process")
         if resume and trainer_done(cfg):
