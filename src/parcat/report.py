@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -153,6 +154,22 @@ def make_document(
         "execution": dict(execution or {}),
         "timing": dict(timing),
     }
+
+
+def dumps_document(document: Mapping[str, Any]) -> str:
+    """JSON text of a results document: a key per line, and a list's items a line each.
+
+    ``json.dumps(indent=2)`` runs the pure-Python encoder, which on 20,000 episodes took
+    longer than the episodes; one C-encoded line per item reads as well and costs ~1/30.
+    """
+    parts = []
+    for key, value in document.items():
+        if isinstance(value, list) and value:
+            items = ",\n".join("    " + json.dumps(item) for item in value)
+            parts.append(f"  {json.dumps(key)}: [\n{items}\n  ]")
+        else:
+            parts.append(f"  {json.dumps(key)}: {json.dumps(value)}")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
 def strip_timings(data: Any) -> Any:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import enum
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -80,11 +81,28 @@ class EpisodeResult:
         return self.status is EpisodeStatus.OK
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (the ``episodes[]`` entries of the results schema)."""
-        data = asdict(self)
-        data["status"] = self.status.value
-        data["warnings"] = list(self.warnings)
-        return data
+        """A JSON-ready dict (the ``episodes[]`` entries of the results schema).
+
+        Written out field by field: ``dataclasses.asdict`` deep-copies every value and was
+        the largest cost of journaling results.
+        """
+        error = self.error
+        return {
+            "mission": self.mission,
+            "episode_index": self.episode_index,
+            "seed": self.seed,
+            "steps": self.steps,
+            "agents": [{"agent_id": a.agent_id, "policy": a.policy, "reward": a.reward,
+                        "late_actions": a.late_actions} for a in self.agents],
+            "stats": dict(self.stats),
+            "status": self.status.value,
+            "error": None if error is None else {
+                "type": error.type, "message": error.message, "traceback": error.traceback,
+                "agent": error.agent, "phase": error.phase},
+            "task": copy.deepcopy(self.task),
+            "duration_s": self.duration_s,
+            "warnings": list(self.warnings),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EpisodeResult:

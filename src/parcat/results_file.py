@@ -32,7 +32,7 @@ from typing import Any
 from parcat.atomic import write_text_atomically
 from parcat.errors import ConfigError, WriteError
 from parcat.outputs import check_output_file
-from parcat.report import SCHEMA, summarize, summary_csv
+from parcat.report import SCHEMA, dumps_document, summarize, summary_csv
 from parcat.results import EpisodeResult, EpisodeStatus
 
 JOURNAL_SCHEMA = "parcat.eval.journal"
@@ -55,7 +55,7 @@ def write_document(path: Path, document: dict[str, Any]) -> None:
         episodes = [EpisodeResult.from_dict(e) for e in document["episodes"]]
         text = summary_csv(summarize(episodes))
     else:
-        text = json.dumps(document, indent=2) + "\n"
+        text = dumps_document(document)
     write_text_atomically(path, text)
 
 

@@ -14,7 +14,6 @@ from parcat.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     OutputFormat,
-    print_json,
     user_errors,
 )
 from parcat.cli.render import progress_bar, stderr_console, stdout_console, summary_table
@@ -22,7 +21,7 @@ from parcat.errors import ConfigError
 from parcat.eval_args import EvalArgs
 from parcat.evaluate import EvalReport, evaluate, evaluate_to_precision
 from parcat.outputs import check_output_file
-from parcat.report import summarize, summary_csv
+from parcat.report import dumps_document, summarize, summary_csv
 from parcat.trace import write_trace
 
 
@@ -95,7 +94,7 @@ def _warn(message: str) -> None:
 def show_report(report: EvalReport, fmt: OutputFormat) -> None:
     """Print the results on stdout and the failures on stderr."""
     if fmt is OutputFormat.JSON:
-        print_json(report.to_document())
+        sys.stdout.write(dumps_document(report.to_document()))
     elif fmt is OutputFormat.CSV:
         sys.stdout.write(summary_csv(summarize(report.episodes)))
     else:
