@@ -131,8 +131,9 @@ def _ages(based_on: np.ndarray, time_s: np.ndarray) -> tuple[np.ndarray, np.ndar
     steps = np.arange(len(based_on))[:, None]
     known = based_on >= 0
     age_steps = np.where(known, steps - based_on, -1).astype(np.int64)
-    source_time = time_s[np.clip(based_on, 0, None)] if len(time_s) else np.zeros_like(time_s)
-    age_s = np.where(known, time_s[:, None] - source_time, np.nan)
+    if not len(time_s):  # no step ran (stopped before the first): empty, same shapes
+        return age_steps, np.zeros(based_on.shape)
+    age_s = np.where(known, time_s[:, None] - time_s[np.clip(based_on, 0, None)], np.nan)
     return age_steps, age_s
 
 
