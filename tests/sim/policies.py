@@ -6,8 +6,10 @@ repository root and cheap to construct (the config check builds each one once).
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -64,3 +66,45 @@ class ExitingPolicy(_Countdown):
 
     def misbehave(self) -> None:
         os._exit(3)
+
+
+class SlowStartPolicy:
+    """The neutral action; built in a worker process, it touches ``marker`` and then takes
+    ``delay_s`` to build (the config check builds it in the main process: no delay there)."""
+
+    def __init__(self, spec: AgentSpec, marker: str = "", delay_s: float = 60.0) -> None:
+        self.action = noop_action(spec.action_space)
+        if multiprocessing.parent_process() is not None:
+            if marker:
+                Path(marker).touch()
+            time.sleep(delay_s)
+
+    def reset(self, seed: int) -> None:
+        pass
+
+    def step(self, obs: Any) -> Any:
+        return np.copy(self.action)
+
+
+class StallingPolicy:
+    """The neutral action; after ``after`` steps it touches ``marker`` (if given) and
+    freezes for ``stall_s`` seconds, once."""
+
+    def __init__(self, spec: AgentSpec, after: int = 0, stall_s: float = 60.0,
+                 marker: str = "") -> None:
+        self.action = noop_action(spec.action_space)
+        self.after = after
+        self.stall_s = stall_s
+        self.marker = marker
+        self.calls = 0
+
+    def reset(self, seed: int) -> None:
+        pass
+
+    def step(self, obs: Any) -> Any:
+        self.calls += 1
+        if self.calls == self.after + 1:
+            if self.marker:
+                Path(self.marker).touch()
+            time.sleep(self.stall_s)
+        return np.copy(self.action)

@@ -66,29 +66,30 @@ def test_missing_cycle_time_inline_names_the_main_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda d: d.update(iter=3), "unknown key 'iter' (did you mean 'iters'?); valid: "
+        (lambda d: d.update(iter=3), "unknown key #6 (did you mean 'iters'?); valid: "
          "agents, debug, default_policy, environment, iters, output, render, seed"),
         (lambda d: d.pop("environment"), "missing key 'environment' (a mapping with 'mission' "
          "and 'period')"),
         (lambda d: d["environment"].pop("period"), "'environment' has no 'period' (seconds per "
          "environment step, e.g. period: 0.01)"),
-        (lambda d: d["environment"].update(period=0), "'environment.period' must be a positive "
-         "number of seconds, got 0"),
-        (lambda d: d["environment"].update(mission="evad"), "mission 'evad' not found"),
+        (lambda d: d["environment"].update(period=0), "'environment.period' must be a number "
+         "of seconds from 1e-06 to 3600, got 0"),
+        (lambda d: d["environment"].update(mission="evad"), "'environment.mission': mission "
+         "'...' not found in "),
         (lambda d: d["agents"][0].update(cycle_time="fast"), "agent 'pursuer_0': 'cycle_time' "
-         "must be a positive number of seconds, got 'fast'"),
-        (lambda d: d["agents"][0].update(agent="pursuer_9"), "agent 'pursuer_9' is not in "
-         "mission 'evade'; its agents: pursuer_0, pursuer_1, pursuer_2, evader"),
-        (lambda d: d["agents"][0].update(speed=1), "unknown key 'agents[0].speed'; valid: agent, "
+         "must be a number of seconds from 1e-06 to 3600, got text"),
+        (lambda d: d["agents"][0].update(agent="pursuer_9"), "'agents[0].agent' is no agent of "
+         "mission 'evade' (did you mean 'pursuer_2'?); its agents: pursuer_0, pursuer_1, "
+         "pursuer_2, evader"),
+        (lambda d: d["agents"][0].update(speed=1), "unknown key #3 of 'agents[0]'; valid: agent, "
          "args, config, cycle_time, policy"),
-        (lambda d: d["agents"][0].update(policy="gredy"), "agent 'pursuer_0': policy 'gredy' is "
+        (lambda d: d["agents"][0].update(policy="gredy"), "agent 'pursuer_0': policy '...' is "
          "not a built-in, a module:Class or a checkpoint directory (did you mean 'greedy'?); "
          "built-ins: random, noop, greedy, mlp"),
         (lambda d: d["agents"][0].update(config="sim/none.yaml"), "'agents[0].config': file "),
-        (lambda d: d.update(iters=0), "'iters' must be an integer >= 1, got 0"),
-        (lambda d: d.update(debug={"render_trajectory": True}), "unknown key "
-         "'debug.render_trajectory' (did you mean 'debug.render_traj'?); valid: "
-         "log_agent_state, render_traj"),
+        (lambda d: d.update(iters=0), "'iters' must be an integer from 1 to 100,000,000, got 0"),
+        (lambda d: d.update(debug={"render_trajectory": True}), "unknown key #1 of 'debug' "
+         "(did you mean 'debug.render_traj'?); valid: log_agent_state, render_traj"),
         (lambda d: d["agents"].extend([{"agent": "evader", **GREEDY}] * 2),
          "agent 'evader' is listed twice"),
     ],
@@ -115,7 +116,8 @@ def test_unreadable_files(tmp_path: Path) -> None:
     data = sim_data([])
     data["environment"]["config"] = "sim/env.yaml"
     with pytest.raises(ConfigError, match=re.escape(
-            f"{tmp_path / 'configs/sim/env.yaml'}: mission 'evade' has no parameter 'speed'")):
+            f"{tmp_path / 'configs/sim/env.yaml'}: key #1 is no parameter of mission 'evade'; "
+            "known: arena, ")):
         load(tmp_path, data)
 
 
@@ -123,7 +125,7 @@ def test_command_line_values_are_checked(tmp_path: Path) -> None:
     config = load(tmp_path, sim_data([]))
     assert config.with_options(iters=7, seed=3, output="out", render=True).iters == 7
     with pytest.raises(ConfigError, match=re.escape("command line: --iters must be an integer "
-                                                    ">= 1, got 0")):
+                                                    "from 1 to 100,000,000, got 0")):
         config.with_options(iters=0)
 
 
@@ -136,5 +138,5 @@ def test_set_overrides_win_over_the_files(tmp_path: Path) -> None:
         load_sim_config(path, {"pursuerz": 4})
     hidden = sim_data([])
     hidden["environment"]["command_line"] = {"pursuers": 4}  # --set is no YAML key
-    with pytest.raises(ConfigError, match=re.escape("unknown key 'environment.command_line'")):
+    with pytest.raises(ConfigError, match=re.escape("unknown key #4 of 'environment'")):
         load(tmp_path, hidden)

@@ -55,6 +55,26 @@ def test_a_slow_agent_grows_stale_and_the_run_ends_on_time(tmp_path: Path) -> No
     assert summary["evader"]["cycles"] < iters // 2
 
 
+def test_an_agent_frozen_until_the_end_shows_its_missed_cycles(tmp_path: Path) -> None:
+    # evader freezes in its 11th computation for far longer than the (1 s) run: its own
+    # count stops at 10 cycles and no missed ones; the run's wall time says otherwise
+    iters = 100
+    agents = [{"agent": "evader", "policy": "tests.sim.policies:StallingPolicy",
+               "args": {"after": 10, "stall_s": 60.0}, "cycle_time": 0.01},
+              {"agent": "pursuer_0", "policy": "greedy", "cycle_time": 0.01}]
+    record = run_sim(make_config(tmp_path, agents, period=PERIOD, iters=iters), "parallel")
+    summary = {a["agent"]: a for a in summarize(record)["agents"]}
+    frozen, healthy = summary["evader"], summary["pursuer_0"]
+    assert frozen["cycles"] <= 10
+    assert frozen["missed_cycles"] >= iters // 2, frozen
+    assert frozen["achieved_cycle_s"] >= 5 * 0.01, frozen
+    assert frozen["age_steps_max"] >= iters // 2, frozen
+    # the healthy agent next to it: about none missed (generous for a loaded machine)
+    assert healthy["missed_cycles"] <= iters // 5, healthy
+    assert healthy["missed_cycles"] < frozen["missed_cycles"] / 2
+    assert summary["pursuer_2"]["missed_cycles"] == 0  # lockstep: one per step by design
+
+
 @pytest.mark.parametrize(
     ("policy", "message"),
     [

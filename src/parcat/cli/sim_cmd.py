@@ -119,13 +119,14 @@ def show_summary(summary: dict[str, Any], wall_s: float) -> None:
     ]
     console.print(key_value_table(rows, title="environment"))
     headers = ["agent", "policy", "kind", "cycle ms (req / got)", "cycles", "missed",
-               "default steps", "age steps (mean / p95)", "age ms (mean / p95)",
+               "default steps", "age steps (mean / p95 / max)", "age ms (mean / p95)",
                "compute ms (mean / max)"]
     table = [
         [a["agent"], a["policy"], a["kind"],
          f"{_fmt(_ms(a['requested_cycle_s']))} / {_fmt(_ms(a['achieved_cycle_s']))}",
          a["cycles"], a["missed_cycles"], a["default_steps"],
-         f"{_fmt(a['age_steps_mean'])} / {_fmt(a['age_steps_p95'])}",
+         f"{_fmt(a['age_steps_mean'])} / {_fmt(a['age_steps_p95'])} / "
+         f"{_fmt(a['age_steps_max'])}",
          f"{_fmt(a['age_ms_mean'])} / {_fmt(a['age_ms_p95'])}",
          f"{_fmt(a['compute_ms_mean'])} / {_fmt(a['compute_ms_max'])}"]
         for a in summary["agents"]

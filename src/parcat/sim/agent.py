@@ -84,12 +84,26 @@ class CycleStats:
         """The inverse of :meth:`as_fields`."""
         return cls(*(int(v) for v in values[:6]))
 
-    def to_dict(self) -> dict[str, float]:
-        """JSON-ready numbers, with the achieved cycle time and mean compute time."""
-        achieved = ((self.last_ns - self.first_ns) / (self.cycles - 1) / 1e9
-                    if self.cycles > 1 else math.nan)
+    def to_dict(self, due: int | None = None, cycle_ns: int = 1) -> dict[str, float]:
+        """JSON-ready numbers, with the achieved cycle time and mean compute time.
+
+        Args:
+            due: The cycles the agent's rate should have produced over the run (its cycle
+                boundaries up to the run's end). The ones it did not complete are missed —
+                also those of an agent frozen in a computation, whose own count stopped —
+                and the achieved cycle time is the run's time per completed cycle.
+                ``None``: the measured time between the first and the last cycle.
+            cycle_ns: The requested cycle time (with ``due``).
+        """
+        missed = self.missed
+        if due is None:
+            achieved = ((self.last_ns - self.first_ns) / (self.cycles - 1) / 1e9
+                        if self.cycles > 1 else math.nan)
+        else:
+            missed = max(missed, due - self.cycles)
+            achieved = due * cycle_ns / self.cycles / 1e9 if self.cycles and due else math.nan
         mean_compute = self.compute_sum_ns / self.cycles / 1e9 if self.cycles else math.nan
-        return {"cycles": self.cycles, "missed_cycles": self.missed,
+        return {"cycles": self.cycles, "missed_cycles": missed,
                 "achieved_cycle_s": achieved, "compute_mean_s": mean_compute,
                 "compute_max_s": self.compute_max_ns / 1e9}
 

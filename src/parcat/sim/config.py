@@ -25,12 +25,14 @@ not list is a *lockstep* agent: ``default_policy`` (the mission's ``greedy`` if 
 heuristic, else ``noop``) computed inside the environment's process on the current
 observation at every step — no process of its own, action age always 0 — in both modes.
 
-Everything is validated here, before any process starts: every error is one
-:class:`~parcat.errors.ConfigError` line naming the file and the key.
+Everything is validated here, before any process starts or any array is allocated (sizes
+are capped: :mod:`parcat.sim.limits`): every error is one :class:`~parcat.errors.ConfigError`
+line naming the file and the key, never echoing what a file holds (:mod:`parcat.sim.checks`).
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -40,14 +42,20 @@ from parcat.errors import ConfigError, MissionError, PolicyError
 from parcat.missions import Mission, load_mission
 from parcat.policies.base import AgentSpec
 from parcat.policies.specs import PolicySpec, make_policy, parse_policy_spec
+from parcat.sim import limits
 from parcat.sim.checks import (
+    COMMAND_LINE,
     check_bool,
     check_int,
     check_keys,
+    check_parameters,
     check_seconds,
+    describe,
     read_mapping,
+    redact,
     resolve_file,
     show_path,
+    spec_parts,
 )
 
 TOP_KEYS = ("environment", "agents", "default_policy", "iters", "render", "debug", "seed",
@@ -131,14 +139,19 @@ class SimConfig:
     def with_options(self, iters: int | None = None, seed: int | None = None,
                      output: str | None = None, render: bool | None = None) -> SimConfig:
         """This config with command-line values (those not ``None``) on top."""
-        where = "command line"
-        return replace(
+        where = COMMAND_LINE
+        config = replace(
             self,
-            iters=self.iters if iters is None else check_int(iters, where, "--iters", 1),
-            seed=self.seed if seed is None else check_int(seed, where, "--seed", 0),
+            iters=self.iters if iters is None else check_int(iters, where, "--iters", 1,
+                                                             limits.MAX_ITERS),
+            seed=self.seed if seed is None else check_int(seed, where, "--seed", 0,
+                                                          limits.MAX_SEED),
             output=self.output if output is None else (output or None),
             render=self.render if render is None else render,
         )
+        if iters is not None:
+            limits.check_size(config, where, "--iters")
+        return config
 
 
 def load_sim_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> SimConfig:
@@ -181,13 +194,14 @@ def parse_sim_config(data: Mapping[str, Any], source: str = "sim config",
     check_keys(debug, DEBUG_KEYS, source, "debug.")
     output = data.get("output", DEFAULT_OUTPUT)
     if output is not None and not isinstance(output, str):
-        raise ConfigError(f"{source}: 'output' must be a folder path or null, got {output!r}")
-    return SimConfig(
+        raise ConfigError(f"{source}: 'output' must be a folder path or null, "
+                          f"got {describe(output)}")
+    config = SimConfig(
         mission=mission,
         period=period,
         agents=agents,
-        iters=check_int(data.get("iters", DEFAULT_ITERS), source, "iters", 1),
-        seed=check_int(data.get("seed", 0), source, "seed", 0),
+        iters=check_int(data.get("iters", DEFAULT_ITERS), source, "iters", 1, limits.MAX_ITERS),
+        seed=check_int(data.get("seed", 0), source, "seed", 0, limits.MAX_SEED),
         render=check_bool(data.get("render", False), source, "render"),
         debug=DebugConfig(
             render_traj=check_bool(debug.get("render_traj", False), source, "debug.render_traj"),
@@ -197,6 +211,8 @@ def parse_sim_config(data: Mapping[str, Any], source: str = "sim config",
         output=output or None,
         source=source,
     )
+    limits.check_size(config, source, "'iters'")
+    return config
 
 
 def _environment(data: Mapping[str, Any], source: str, base: Path,
@@ -219,7 +235,8 @@ def _environment(data: Mapping[str, Any], source: str, base: Path,
             f"{source}: 'environment' has no 'period' (seconds per environment step, "
             "e.g. period: 0.01)"
         )
-    period = check_seconds(env["period"], source, "environment.period")
+    period = check_seconds(env["period"], source, "environment.period", limits.MIN_SECONDS,
+                           limits.MAX_SECONDS)
     params = env.get("params") or {}
     if not isinstance(params, Mapping):
         raise ConfigError(f"{source}: 'environment.params' must be a mapping of parameters")
@@ -228,18 +245,23 @@ def _environment(data: Mapping[str, Any], source: str, base: Path,
     try:
         mission = load_mission(reference)
     except MissionError as exc:
-        raise ConfigError(f"{source}: {exc}") from exc
+        raise ConfigError(f"{source}: 'environment.mission': {redact(str(exc), [name])}") \
+            from exc
     layers: list[tuple[Mapping[str, Any], str]] = []
     if env.get("config") is not None:
         file = resolve_file(env["config"], base, source, "environment.config")
         layers.append((read_mapping(file, "environment config"), show_path(file)))
     layers.append((params, source))
-    layers.append((overrides, "--set"))
     for layer, where in layers:  # each layer's errors name the file it came from
+        check_parameters(layer, (*mission.params, "max_steps"), where, mission.name)
         try:
             mission = mission.with_overrides(layer) if layer else mission
         except MissionError as exc:
-            raise ConfigError(f"{where}: {exc}") from exc
+            raise ConfigError(f"{where}: {redact(str(exc), [layer])}") from exc
+    try:
+        mission = mission.with_overrides(overrides) if overrides else mission
+    except MissionError as exc:
+        raise ConfigError(f"--set: {exc}") from exc
     return mission, period
 
 
@@ -250,6 +272,12 @@ def _agents(data: Mapping[str, Any], mission: Mission, period: float, source: st
         raise ConfigError(f"{source}: 'agents' must be a list of agent entries")
     specs = list(mission.agents())
     ids = [s.agent_id for s in specs]
+    limits.check_agents(len(ids), len(entries), source, mission.name)
+    if len(entries) > len(ids):
+        raise ConfigError(
+            f"{source}: {len(entries)} agent entries but mission '{mission.name}' has "
+            f"{len(ids)} agent(s): {', '.join(str(a) for a in ids)}"
+        )
     merged = [_merge_entry(e, i, source, base) for i, e in enumerate(entries)]
     indices = _assign_ids(merged, ids, mission, source)
     chosen: dict[int, AgentConfig] = {}
@@ -261,7 +289,8 @@ def _agents(data: Mapping[str, Any], mission: Mission, period: float, source: st
         if index in chosen:
             agents.append(chosen[index])
         else:
-            _validate_policy(default, mission, spec, f"{source}: 'default_policy'")
+            _validate_policy(default, mission, spec, f"{source}: 'default_policy'",
+                             spec_parts(str(data.get("default_policy") or "")))
             agents.append(AgentConfig(spec, default, period, lockstep=True, source=source))
     return tuple(agents)
 
@@ -291,27 +320,24 @@ def _assign_ids(merged: list[tuple[dict[str, Any], str]], ids: list[Any], missio
     """The agent index of every entry: named ones first, the rest in ``possible_agents`` order."""
     names = [str(a) for a in ids]
     indices: list[int | None] = []
-    for entry, where in merged:
+    for position, (entry, where) in enumerate(merged):
         if entry.get("agent") is None:
             indices.append(None)
             continue
         wanted = str(entry["agent"])
         if wanted not in names:
+            close = difflib.get_close_matches(wanted, names, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise ConfigError(
-                f"{where}: agent '{wanted}' is not in mission '{mission.name}'; "
-                f"its agents: {', '.join(names)}"
+                f"{where}: 'agents[{position}].agent' is no agent of mission "
+                f"'{mission.name}'{hint}; its agents: {', '.join(names)}"
             )
         index = names.index(wanted)
         if index in indices:
             raise ConfigError(f"{where}: agent '{wanted}' is listed twice")
         indices.append(index)
-    free = [i for i in range(len(ids)) if i not in indices]
-    if sum(i is None for i in indices) > len(free):
-        raise ConfigError(
-            f"{source}: {len(merged)} agent entries but mission '{mission.name}' has "
-            f"{len(ids)} agent(s): {', '.join(names)}"
-        )
-    free_iter = iter(free)
+    # fewer entries than agents (checked before), so every unnamed one finds a free agent
+    free_iter = iter([i for i in range(len(ids)) if i not in indices])
     return [next(free_iter) if i is None else i for i in indices]
 
 
@@ -323,7 +349,8 @@ def _agent(entry: Mapping[str, Any], spec: AgentSpec, mission: Mission,
             f"{where}: agent '{name}' has no 'cycle_time' (seconds between its actions, "
             "e.g. cycle_time: 0.05)"
         )
-    cycle_time = check_seconds(entry["cycle_time"], where, f"agent '{name}': 'cycle_time'")
+    cycle_time = check_seconds(entry["cycle_time"], where, f"agent '{name}': 'cycle_time'",
+                               limits.MIN_SECONDS, limits.MAX_SECONDS)
     text = entry.get("policy")
     if not isinstance(text, str) or not text.strip():
         raise ConfigError(
@@ -334,12 +361,13 @@ def _agent(entry: Mapping[str, Any], spec: AgentSpec, mission: Mission,
     if not isinstance(args, Mapping):
         raise ConfigError(f"{where}: agent '{name}': 'args' must be a mapping of keyword arguments")
     label = f"{where}: agent '{name}'"
+    secrets = [*spec_parts(text), args]
     try:
         policy = parse_policy_spec(text)
     except PolicyError as exc:
-        raise ConfigError(f"{label}: {exc}") from exc
+        raise ConfigError(f"{label}: {redact(str(exc), secrets)}") from exc
     policy = replace(policy, kwargs={**policy.kwargs, **args}, weight=1.0)
-    _validate_policy(policy, mission, spec, label)
+    _validate_policy(policy, mission, spec, label, secrets)
     return AgentConfig(spec, policy, cycle_time, source=where)
 
 
@@ -348,19 +376,23 @@ def _default_policy(data: Mapping[str, Any], mission: Mission, source: str) -> P
     if text is None:
         text = "greedy" if mission.heuristic else "noop"
     if not isinstance(text, str):
-        raise ConfigError(f"{source}: 'default_policy' must be a policy spec, got {text!r}")
+        raise ConfigError(f"{source}: 'default_policy' must be a policy spec, "
+                          f"got {describe(text)}")
     try:
         return replace(parse_policy_spec(text), weight=1.0)
     except PolicyError as exc:
-        raise ConfigError(f"{source}: 'default_policy': {exc}") from exc
+        raise ConfigError(f"{source}: 'default_policy': {redact(str(exc), spec_parts(text))}") \
+            from exc
 
 
-def _validate_policy(policy: PolicySpec, mission: Mission, spec: AgentSpec, label: str) -> None:
-    """Build the policy once so a bad spec fails before any process starts."""
+def _validate_policy(policy: PolicySpec, mission: Mission, spec: AgentSpec, label: str,
+                     secrets: list[Any]) -> None:
+    """Build the policy once so a bad spec fails before any process starts (``secrets``:
+    the file's values its message must not show)."""
     try:
         built = make_policy(policy, mission, spec)
     except PolicyError as exc:
-        raise ConfigError(f"{label}: {exc}") from exc
+        raise ConfigError(f"{label}: {redact(str(exc), secrets)}") from exc
     close = getattr(built, "close", None)
     if callable(close):
         close()

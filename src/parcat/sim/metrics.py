@@ -13,7 +13,10 @@ The summary document (``summary.json``, ``parcat sim --format json``) has
   own process in parallel mode; ``lockstep``: an agent the config does not list, computed
   in the environment's process every step), requested and achieved cycle time, cycles and
   missed cycles, action age (mean, p95, max in steps; mean and p95 in ms), compute time (mean, max),
-  and the steps played with the default action because none had arrived yet.
+  and the steps played with the default action because none had arrived yet. A cycled agent's
+  missed cycles are those its rate should have produced in the run's time (wall time in
+  parallel mode) minus those it completed, and its achieved cycle time is the run's time per
+  completed cycle, so an agent that froze (a policy stuck in a call, a stopped process) shows.
 """
 
 from __future__ import annotations

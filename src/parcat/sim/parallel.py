@@ -7,8 +7,8 @@ is ready, sends them all the same start instant, and then only watches: the pipe
 A failure anywhere — an agent that raises or dies, an environment that stops making
 progress — ends the run with a :class:`~parcat.errors.WorkerError` naming the agent;
 whatever happens, every process is stopped (STOP flag, ``close``, SIGTERM, SIGKILL) and the
-block is unlinked before this returns. Ctrl-C stops the run and returns the steps done so
-far, marked ``interrupted``.
+block is unlinked before this returns. Ctrl-C (or the CLI's SIGTERM) stops the run and
+returns the steps done so far, marked ``interrupted`` — none if it came before the first.
 
 Against the sequential twin, real time adds what a robot would see: an action computed
 from step ``j``'s observation lands in the first step after its computation ends, so a fast
@@ -19,9 +19,11 @@ compute time; and the first step(s) may run on the neutral action before any arr
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing import resource_tracker
 from typing import Any, NoReturn
 
 from parcat.errors import WorkerError
@@ -32,7 +34,7 @@ from parcat.sim.progress import SimProgress
 from parcat.sim.record import SimRecord, make_record
 from parcat.sim.slots import H_EPISODE, H_STEP, SimBlock
 from parcat.sim.workers import agent_main, attach_block, env_main
-from parcat.sim.world import WorldResult
+from parcat.sim.world import WorldResult, empty_result
 
 READY_TIMEOUT_S = 120.0
 """Longest wait for every process to build its environment or policy."""
@@ -71,9 +73,46 @@ def run_parallel(config: SimConfig, fast: bool = False,
     Raises:
         WorkerError: a process raised, died or hung (the agent is named).
     """
-    block = attach_block(config)
+    try:
+        block, held = _create_block(config)
+    except KeyboardInterrupt:  # nothing of the run exists yet
+        return make_record(config, "parallel", fast, empty_result(config), {}, 0.0, True)
     children: list[_Child] = []
     try:
+        done, interrupted = _run(config, block, held, children, fast, on_progress,
+                                 start_method)
+    finally:
+        block.stop()
+        stop_all(c.worker for c in children)
+        block.close()
+    result, cycles, wall_s = done
+    return make_record(config, "parallel", fast, result, {**cycles, **result.cycles}, wall_s,
+                       interrupted)
+
+
+def _create_block(config: SimConfig) -> tuple[SimBlock, set[int | signal.Signals]]:
+    """The run's shared block, created with Ctrl-C and SIGTERM held back (an interrupt in
+    the middle would leave a block no one unlinks); returns the signal mask to restore.
+
+    The resource tracker is started first: starting it unblocks both signals.
+    """
+    resource_tracker.ensure_running()
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        return attach_block(config), held
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        raise
+
+
+def _run(config: SimConfig, block: SimBlock, held: set[int | signal.Signals],
+         children: list[_Child], fast: bool,
+         on_progress: Callable[[SimProgress], None] | None, start_method: str | None,
+         ) -> tuple[tuple[WorldResult, dict[int, CycleStats], float], bool]:
+    """Start the processes (into ``children``), run, and return the environment's result
+    and whether the run was interrupted; an interrupt before the start is an empty run."""
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a held signal is raised here
         ctx = get_context(start_method)
         children.append(_start(ctx, "the environment", env_main, (config, block.name, fast)))
         for slot, agent in enumerate(config.process_agents):
@@ -83,20 +122,13 @@ def run_parallel(config: SimConfig, fast: bool = False,
         t0_ns = time.monotonic_ns() + START_MARGIN_NS
         for child in children:
             child.worker.send(("start", t0_ns))
-        interrupted = False
-        try:
-            done = _monitor(children, block, config, t0_ns, on_progress)
-        except KeyboardInterrupt:
-            block.stop()
-            done = _collect(children[0])
-            interrupted = True
-    finally:
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM while the processes start
+        return (empty_result(config), {}, 0.0), True
+    try:
+        return _monitor(children, block, config, t0_ns, on_progress), False
+    except KeyboardInterrupt:
         block.stop()
-        stop_all(c.worker for c in children)
-        block.close()
-    result, cycles, wall_s = done
-    return make_record(config, "parallel", fast, result, {**cycles, **result.cycles}, wall_s,
-                       interrupted)
+        return _collect(children[0]), True
 
 
 def _start(ctx: Any, label: str, target: Callable[..., None], args: tuple[Any, ...]) -> _Child:

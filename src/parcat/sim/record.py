@@ -95,16 +95,18 @@ def make_record(config: SimConfig, mode: str, fast: bool, result: WorldResult,
     """Build the record from the world's arrays and every agent's cycle statistics."""
     arrays = dict(result.arrays)
     arrays["age_steps"], arrays["age_s"] = _ages(arrays["based_on"], arrays["time_s"])
+    elapsed_ns = _elapsed_ns(config, mode, result.steps, wall_s)
     agents = []
     for agent in config.agents:
         stats = cycles.get(agent.spec.agent_index, CycleStats())
+        due = None if agent.lockstep else due_cycles(agent.cycle_ns, elapsed_ns)
         agents.append({
             "agent": str(agent.agent_id),
             "index": agent.spec.agent_index,
             "policy": agent.policy.name,
             "kind": "lockstep" if agent.lockstep else "cycled",
             "cycle_time_s": agent.cycle_time,
-            **stats.to_dict(),
+            **stats.to_dict(due, agent.cycle_ns),
         })
     meta = {
         "schema": "parcat.sim.record",
@@ -127,12 +129,27 @@ def make_record(config: SimConfig, mode: str, fast: bool, result: WorldResult,
     return SimRecord(meta, arrays)
 
 
+def _elapsed_ns(config: SimConfig, mode: str, steps: int, wall_s: float) -> int | None:
+    """The run's clock at its end: the last step's simulated time in sequential mode, the
+    wall time in parallel mode; ``None`` if no step ran."""
+    if not steps:
+        return None
+    return (steps - 1) * config.period_ns if mode == "sequential" else round(wall_s * 1e9)
+
+
+def due_cycles(cycle_ns: int, elapsed_ns: int | None) -> int:
+    """How many cycles an agent's rate should have produced in a run that lasted
+    ``elapsed_ns`` (``None``: no step ran): one per cycle boundary ``m * cycle_ns`` in it."""
+    return 0 if elapsed_ns is None else max(0, elapsed_ns) // cycle_ns + 1
+
+
 def _ages(based_on: np.ndarray, time_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     steps = np.arange(len(based_on))[:, None]
     known = based_on >= 0
     age_steps = np.where(known, steps - based_on, -1).astype(np.int64)
-    source_time = time_s[np.clip(based_on, 0, None)] if len(time_s) else np.zeros_like(time_s)
-    age_s = np.where(known, time_s[:, None] - source_time, np.nan)
+    if not len(time_s):  # no step ran (stopped before the first): empty, same shapes
+        return age_steps, np.zeros(based_on.shape)
+    age_s = np.where(known, time_s[:, None] - time_s[np.clip(based_on, 0, None)], np.nan)
     return age_steps, age_s
 
 

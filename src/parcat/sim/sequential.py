@@ -19,7 +19,7 @@ from parcat.sim.agent import AgentFailure, AgentRunner, CycleClock
 from parcat.sim.config import SimConfig
 from parcat.sim.progress import SimProgress
 from parcat.sim.record import SimRecord, make_record
-from parcat.sim.world import World
+from parcat.sim.world import World, empty_result
 
 PROGRESS_EVERY_S = 1.0
 
@@ -31,40 +31,51 @@ def run_sequential(config: SimConfig,
     Raises:
         EpisodeError: a policy or the environment raised (the agent is named).
     """
-    world = World(config)
+    start = time.perf_counter()
+    world: World | None = None
     try:
-        runners = {a.spec.agent_index: AgentRunner(a, config.mission, config.seed)
-                   for a in config.process_agents}
-        clocks = {index: CycleClock(r.config.cycle_ns) for index, r in runners.items()}
-        in_force = world.default_actions()
-        start = time.perf_counter()
-        next_report = start + PROGRESS_EVERY_S
-        steps, interrupted = 0, False
         try:
-            for k in range(config.iters):
-                now_ns = k * config.period_ns
-                for index, runner in runners.items():
-                    if clocks[index].due(now_ns):
-                        in_force[index] = runner.act(world.obs[index], k, world.episode, now_ns)
-                        clocks[index].advance(now_ns)
-                world.step(k, now_ns, in_force)
-                steps = k + 1
-                if on_progress is not None and time.perf_counter() >= next_report:
-                    next_report += PROGRESS_EVERY_S
-                    on_progress(SimProgress(steps, config.iters, world.episode,
-                                            time.perf_counter() - start))
-        except KeyboardInterrupt:
-            interrupted = True
-        except AgentFailure as failure:
-            raise EpisodeError(str(failure)) from failure.cause
-        except USER_CODE_ERRORS as exc:
-            raise EpisodeError(
-                f"the environment of mission '{config.mission.name}' raised at step {steps}: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-        result = world.result(steps)
-        cycles = {**{i: r.stats for i, r in runners.items()}, **result.cycles}
-        return make_record(config, "sequential", False, result, cycles,
-                           time.perf_counter() - start, interrupted)
+            world = World(config)
+            runners = {a.spec.agent_index: AgentRunner(a, config.mission, config.seed)
+                       for a in config.process_agents}
+        except KeyboardInterrupt:  # before the first step: an empty record
+            return make_record(config, "sequential", False, empty_result(config), {},
+                               time.perf_counter() - start, True)
+        return _run(world, runners, config, start, on_progress)
     finally:
-        world.close()
+        if world is not None:
+            world.close()
+
+
+def _run(world: World, runners: dict[int, AgentRunner], config: SimConfig, start: float,
+         on_progress: Callable[[SimProgress], None] | None) -> SimRecord:
+    clocks = {index: CycleClock(r.config.cycle_ns) for index, r in runners.items()}
+    in_force = world.default_actions()
+    steps, interrupted = 0, False
+    next_report = start + PROGRESS_EVERY_S
+    try:
+        for k in range(config.iters):
+            now_ns = k * config.period_ns
+            for index, runner in runners.items():
+                if clocks[index].due(now_ns):
+                    in_force[index] = runner.act(world.obs[index], k, world.episode, now_ns)
+                    clocks[index].advance(now_ns)
+            world.step(k, now_ns, in_force)
+            steps = k + 1
+            if on_progress is not None and time.perf_counter() >= next_report:
+                next_report += PROGRESS_EVERY_S
+                on_progress(SimProgress(steps, config.iters, world.episode,
+                                        time.perf_counter() - start))
+    except KeyboardInterrupt:
+        interrupted = True
+    except AgentFailure as failure:
+        raise EpisodeError(str(failure)) from failure.cause
+    except USER_CODE_ERRORS as exc:
+        raise EpisodeError(
+            f"the environment of mission '{config.mission.name}' raised at step {steps}: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    result = world.result(steps)
+    cycles = {**{i: r.stats for i, r in runners.items()}, **result.cycles}
+    return make_record(config, "sequential", False, result, cycles,
+                       time.perf_counter() - start, interrupted)

@@ -12,7 +12,8 @@ every process of the machine) from which all schedules count.
 - An agent sleeps until its next cycle boundary ``t0 + m * cycle_time``, reads its latest
   observation, computes an action, publishes it with the step it was based on, its compute
   time and its cycle statistics, and moves to the first boundary after the computation
-  ended (boundaries it ran past are counted as missed).
+  ended (boundaries it ran past are counted as missed; the record counts missed cycles
+  from wall time too, as an agent frozen in a computation never updates its own count).
 
 A process that raises sends ``("error", ErrorReport)`` (the agent, a message naming it,
 and the traceback); the shared STOP flag

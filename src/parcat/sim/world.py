@@ -183,3 +183,15 @@ class World:
         """Close the environment."""
         with contextlib.suppress(Exception):
             close_env(self.env)
+
+
+def empty_result(config: SimConfig) -> WorldResult:
+    """The record of a run stopped before its first step: every array, zero rows.
+
+    Built without the environment (it may never have been made), so the record has no
+    ``state`` array.
+    """
+    recorder = Recorder(0, [Codec.for_space(a.spec.action_space) for a in config.agents],
+                        [Codec.for_space(a.spec.observation_space) for a in config.agents],
+                        None, config.debug.log_agent_state)
+    return WorldResult(0, recorder.take(0), [])
