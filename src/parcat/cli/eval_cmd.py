@@ -19,7 +19,7 @@ from parcat.cli.common import (
 )
 from parcat.cli.render import progress_bar, stderr_console, stdout_console, summary_table
 from parcat.errors import ConfigError
-from parcat.eval_args import EvalArgs
+from parcat.eval_args import EvalArgs, require_count
 from parcat.evaluate import EvalReport, evaluate, evaluate_to_precision
 from parcat.report import summarize, summary_csv
 from parcat.trace import write_trace
@@ -51,6 +51,7 @@ def eval_command(
     Exit codes: 0 all episodes finished, 1 some episode failed, 2 bad input, 130 interrupted.
     """
     with user_errors():
+        require_count("--max-episodes", max_episodes)
         config, options = args.build()
         if resume and output is None:
             raise ConfigError("--resume needs --output FILE (the file to continue)")
