@@ -76,5 +76,8 @@ def brief(value: Any, limit: int = BRIEF_LENGTH) -> str:
 
 
 def clip(text: str, limit: int = BRIEF_LENGTH) -> str:
-    """``text`` cut to ``limit`` characters, ending ``…`` when cut."""
+    """``text`` on one line (line breaks become spaces), cut to ``limit`` characters, ending
+    ``…`` when cut."""
+    if "\n" in text or "\r" in text:
+        text = " ".join(text.split())
     return text if len(text) <= limit else f"{text[: limit - 1]}…"
