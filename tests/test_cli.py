@@ -70,9 +70,10 @@ def test_failed_episode_exits_1_and_others_run(tmp_path: Path) -> None:
         (["eval", "-m", "harvst"], "parcat: error: mission 'harvst' not found in "),
         (["eval", "-m", "harvest", "-p", "rnd"], "parcat: error: policy 'rnd' is not a built-in"),
         (["eval", "-m", "harvest", "-n", "0"],
-         "parcat: error: --episodes must be an integer >= 1, got 0"),
+         "parcat: error: --episodes must be an integer between 1 and 1,000,000,000, got 0"),
         (["eval", "-m", "harvest", "--set", "agents=0"],
-         "parcat: error: harvest: parameter 'agents' must be an integer >= 1, got 0"),
+         "parcat: error: harvest: parameter 'agents' must be an integer between 1 and 4,096, "
+         "got 0"),
         (["eval", "-m", "harvest", "--format", "xml"],
          "parcat: error: parcat eval: Invalid value for '--format'"),
         (["eval", "-m", "harvest", "--jobz", "2"], "parcat: error: parcat eval: No such option"),

@@ -60,7 +60,8 @@ def test_bad_specs_name_the_problem() -> None:
         make_policy(parse_policy_spec("nosuch.mod:X"), m, agent_spec())
     with pytest.raises(PolicyError, match=re.escape("policy 'mlp,widht=3': ")):
         make_policy(parse_policy_spec("mlp,widht=3"), m, agent_spec())
-    with pytest.raises(PolicyError, match=re.escape("mlp: 'width' must be an integer >= 1, got 0")):
+    with pytest.raises(PolicyError, match=re.escape("mlp: 'width' must be an integer between "
+                                                    "1 and 8,192, got 0")):
         make_policy(parse_policy_spec("mlp,width=0"), m, agent_spec())
 
 

@@ -7,6 +7,11 @@ subclasses with exit code 1.
 
 from __future__ import annotations
 
+from typing import Any
+
+BRIEF_LENGTH = 60
+"""Most characters of a value or name that a message shows (see :func:`brief`)."""
+
 
 class ParcatError(Exception):
     """Base class of every error parcat raises on purpose."""
@@ -63,3 +68,24 @@ class WriteError(RunError):
 
 class ResourceLimitError(RunError):
     """The system refused a process or thread (a process-count or memory limit)."""
+
+
+def brief(value: Any, limit: int = BRIEF_LENGTH) -> str:
+    """``repr(value)`` cut to ``limit`` characters, ending ``…`` when cut.
+
+    Messages show what arrived with it, so a 5,000-character name or a huge list from a
+    YAML file is named, never echoed whole.
+    """
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # an int of more than 4,300 digits, deep nesting
+        text = f"<{type(value).__name__} too large to show>"
+    return clip(text, limit)
+
+
+def clip(text: str, limit: int = BRIEF_LENGTH) -> str:
+    """``text`` on one line (line breaks become spaces), cut to ``limit`` characters, ending
+    ``…`` when cut."""
+    if "\n" in text or "\r" in text:
+        text = " ".join(text.split())
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"

@@ -11,8 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
+from parcat.errors import ConfigError, brief
 from parcat.evaluate import EvalConfig, make_config
+from parcat.limits import MAX_COUNT
 from parcat.parallel.launch import RunOptions
 from parcat.parallel.planner import ExecutorKind
 from parcat.settings import parse_overrides
@@ -44,6 +47,7 @@ class EvalArgs:
             ConfigError: a bad value, or a Ray executor without Ray installed.
             MissionError, PolicyError: an unknown or malformed mission or policy.
         """
+        require_count("--episodes", self.episodes)
         options = self.options
         if options.executor is ExecutorKind.RAY:
             from parcat.parallel.ray_executor import import_ray
@@ -54,3 +58,15 @@ class EvalArgs:
         config = make_config(self.missions, self.policies, self.episodes, self.seed,
                              parse_overrides(self.overrides))
         return config, options
+
+
+def require_count(flag: str, value: Any) -> int:
+    """``value`` if it is an integer from 1 to :data:`~parcat.limits.MAX_COUNT`.
+
+    Raises:
+        ConfigError: naming ``flag`` and the range.
+    """
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_COUNT:
+        raise ConfigError(f"{flag} must be an integer between 1 and {MAX_COUNT:,}, "
+                          f"got {brief(value)}")
+    return value

@@ -17,8 +17,9 @@ from typing import Any
 
 from parcat.envs.adapters import make_gymnasium_env
 from parcat.envs.base import AgentSpec, ParallelEnv
-from parcat.errors import MissionError
+from parcat.errors import MissionError, brief, clip
 from parcat.imports import import_reference
+from parcat.limits import MAX_EPISODE_STEPS, MAX_NAME_LENGTH, MAX_PATH_LENGTH
 from parcat.yamlfile import read_yaml_mapping
 
 BUILTIN_DIR = Path(__file__).parent / "missions"
@@ -92,14 +93,13 @@ class Mission:
         if unknown:
             known = ", ".join(sorted(set(self.params) | {"max_steps"}))
             raise MissionError(
-                f"mission '{self.name}' has no parameter '{unknown[0]}'; known: {known}"
+                f"mission '{self.name}' has no parameter '{clip(unknown[0])}'; known: {known}"
             )
         params = {**self.params, **overrides}
         max_steps = params.get("max_steps", self.max_steps)
-        if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
-            raise MissionError(
-                f"mission '{self.name}': max_steps must be an integer >= 1, got {max_steps!r}"
-            )
+        if not _is_step_limit(max_steps):
+            raise MissionError(f"mission '{self.name}': max_steps must be an integer between 1 "
+                               f"and {MAX_EPISODE_STEPS:,}, got {brief(max_steps)}")
         if "max_steps" not in self.params:
             params.pop("max_steps", None)
         mission = replace(self, params=params, max_steps=max_steps)
@@ -122,16 +122,18 @@ def make_env(reference: str, params: Mapping[str, Any], mission_name: str = "?")
         raise
     except (ImportError, AttributeError, ValueError) as exc:
         raise MissionError(
-            f"mission '{mission_name}': cannot load env '{reference}': {exc}"
+            f"mission '{mission_name}': cannot load env '{clip(reference)}': {clip(str(exc), 200)}"
         ) from exc
     except Exception as exc:
-        raise MissionError(f"mission '{mission_name}': env '{reference}' failed: {exc}") from exc
+        raise MissionError(f"mission '{mission_name}': env '{clip(reference)}' failed: "
+                           f"{clip(str(exc), 200)}") from exc
     try:
         env: ParallelEnv = factory(**params)
     except MissionError:
         raise
     except TypeError as exc:
-        raise MissionError(f"mission '{mission_name}': env '{reference}' rejected: {exc}") from exc
+        raise MissionError(f"mission '{mission_name}': env '{clip(reference)}' rejected: "
+                           f"{clip(str(exc), 200)}") from exc
     return env
 
 
@@ -187,8 +189,8 @@ def load_mission(name_or_path: str, overrides: Mapping[str, Any] | None = None) 
         MissionError: unknown name, unreadable or malformed file, bad parameters.
     """
     path = Path(name_or_path)
-    if name_or_path.endswith((".yaml", ".yml")) or path.is_file():
-        if not path.is_file():
+    if name_or_path.endswith((".yaml", ".yml")) or _is_file(name_or_path):
+        if not _is_file(name_or_path):
             raise MissionError(f"mission file '{name_or_path}' does not exist")
     else:
         files = mission_files()
@@ -198,41 +200,81 @@ def load_mission(name_or_path: str, overrides: Mapping[str, Any] | None = None) 
     return read_mission(path).with_overrides(overrides or {})
 
 
+def _is_file(name_or_path: str) -> bool:
+    """Whether a mission argument names a file; one line for what no file can be called.
+
+    Raises:
+        MissionError: a NUL character, more than :data:`MAX_PATH_LENGTH` characters, or a
+            name the system refuses (a part longer than 255 bytes).
+    """
+    shown = clip(name_or_path)
+    if not isinstance(name_or_path, str):
+        raise MissionError(f"a mission must be a name or a YAML path, got {brief(name_or_path)}")
+    if "\0" in name_or_path:
+        raise MissionError(f"mission '{shown}' contains a NUL character; give a mission name "
+                           "or a YAML path")
+    if len(name_or_path) > MAX_PATH_LENGTH:
+        raise MissionError(f"mission '{shown}' is {len(name_or_path):,} characters long; a "
+                           f"mission name or path has at most {MAX_PATH_LENGTH:,}")
+    try:
+        return Path(name_or_path).is_file()
+    except OSError as exc:
+        raise MissionError(f"mission '{shown}' cannot be a file name: {exc.strerror}; give a "
+                           "mission name or a shorter YAML path") from None
+
+
+def _is_step_limit(value: Any) -> bool:
+    return (isinstance(value, int) and not isinstance(value, bool)
+            and 1 <= value <= MAX_EPISODE_STEPS)
+
+
+def _mission_name(value: Any, path: Path) -> str:
+    """The ``name`` key, or the file's stem; printable and at most :data:`MAX_NAME_LENGTH`."""
+    name = str(value or path.stem)
+    if len(name) > MAX_NAME_LENGTH or not name.isprintable():
+        raise MissionError(
+            f"mission file '{path}': 'name' must be printable text of at most {MAX_NAME_LENGTH} "
+            f"characters, got {brief(name)}"
+        )
+    return name
+
+
 def unknown_mission_message(name: str, files: Iterable[str]) -> str:
     """The one line shown for an unknown mission name."""
     known = sorted(files)
     close = difflib.get_close_matches(name, known, n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
     where = ", ".join(str(d) for d in mission_dirs())
-    return f"mission '{name}' not found in {where}{hint}; known: {', '.join(known)}"
+    return f"mission '{clip(name)}' not found in {where}{hint}; known: {', '.join(known)}"
 
 
 def read_mission(path: Path) -> Mission:
     """Parse and check one mission YAML file (without building its environment)."""
     data = read_yaml_mapping(path, f"mission file '{path}'", MissionError)
-    unknown = sorted(set(data) - _KEYS)
+    unknown = sorted(str(key) for key in set(data) - _KEYS)
     if unknown:
-        raise MissionError(
-            f"mission file '{path}': unknown key '{unknown[0]}'; valid: {', '.join(sorted(_KEYS))}"
-        )
+        raise MissionError(f"mission file '{path}': unknown key '{clip(unknown[0])}'; valid: "
+                           f"{', '.join(sorted(_KEYS))}")
     env = data.get("env")
     if not isinstance(env, str) or ":" not in env:
         raise MissionError(
             f"mission file '{path}': key 'env' must be 'module:callable' or 'gymnasium:ID', "
-            f"got {env!r}"
+            f"got {brief(env)}"
         )
     params = data.get("params") or {}
-    if not isinstance(params, dict):
-        raise MissionError(f"mission file '{path}': key 'params' must be a mapping")
+    if not isinstance(params, dict) or not all(isinstance(key, str) for key in params):
+        raise MissionError(f"mission file '{path}': key 'params' must be a mapping of "
+                           "parameter names to values")
     max_steps = params.get("max_steps", data.get("max_steps", DEFAULT_MAX_STEPS))
-    if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
-        raise MissionError(f"mission file '{path}': 'max_steps' must be an integer >= 1")
+    if not _is_step_limit(max_steps):
+        raise MissionError(f"mission file '{path}': 'max_steps' must be an integer between 1 "
+                           f"and {MAX_EPISODE_STEPS:,}, got {brief(max_steps)}")
     fresh_env = data.get("fresh_env")
     if fresh_env is not None and not isinstance(fresh_env, bool):
         raise MissionError(f"mission file '{path}': 'fresh_env' must be true or false, "
-                           f"got {fresh_env!r}")
+                           f"got {brief(fresh_env)}")
     return Mission(
-        name=str(data.get("name") or path.stem),
+        name=_mission_name(data.get("name"), path),
         env=env,
         params=params,
         description=str(data.get("description", "")),

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from parcat.errors import MissionError, ParcatError
+from parcat.yamlfile import load_yaml
 
 
 def parse_settings(
@@ -38,9 +39,10 @@ def parse_settings(
 
 
 def parse_value(text: str) -> Any:
-    """A setting's value as a YAML scalar, or the text itself when it is not valid YAML."""
+    """A setting's value as a YAML scalar, or the text itself when it is not valid YAML (or
+    past a limit of :func:`parcat.yamlfile.load_yaml`: deeper, longer numbers)."""
     try:
-        return yaml.safe_load(text)
+        return load_yaml(text)
     except yaml.YAMLError:
         return text
 

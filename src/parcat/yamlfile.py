@@ -1,4 +1,12 @@
-"""Reading YAML files that must hold a mapping, with one-line errors that name the file."""
+"""Reading user YAML safely, with one-line errors that name the file, never its content.
+
+A file is read as at most :data:`~parcat.limits.MAX_YAML_BYTES` bytes, decoded as UTF-8 and
+parsed by a safe loader that refuses documents nested deeper than
+:data:`~parcat.limits.MAX_YAML_DEPTH`, alias bombs (more than
+:data:`~parcat.limits.MAX_YAML_NODES` values once aliases are expanded), recursive aliases and
+integers of more than :data:`~parcat.limits.MAX_NUMBER_DIGITS` digits, each before it costs
+memory or time.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +14,126 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from parcat.errors import UsageError
+from parcat.errors import UsageError, clip
+from parcat.limits import MAX_NUMBER_DIGITS, MAX_YAML_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES
+
+
+class YAMLLimitError(yaml.YAMLError):
+    """A YAML document is valid but over one of parcat's limits; the message says which."""
+
+
+class _LimitedLoader(yaml.SafeLoader):
+    """``SafeLoader`` that stops composing past :data:`MAX_YAML_DEPTH` (before the composer's
+    own recursion overflows) and refuses integers longer than :data:`MAX_NUMBER_DIGITS`."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                mark = self.peek_event().start_mark
+                raise YAMLLimitError(f"line {mark.line + 1}: nested more than "
+                                     f"{MAX_YAML_DEPTH} levels deep (the limit)")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_yaml_int(self, node: ScalarNode) -> int:
+        text = str(node.value)
+        if len(text) > MAX_NUMBER_DIGITS:
+            raise YAMLLimitError(f"line {node.start_mark.line + 1}: an integer of {len(text):,} "
+                                 f"characters (the limit is {MAX_NUMBER_DIGITS})")
+        return super().construct_yaml_int(node)
+
+
+_LimitedLoader.add_constructor("tag:yaml.org,2002:int", _LimitedLoader.construct_yaml_int)
+
+
+def _children(node: Node) -> list[Node]:
+    if isinstance(node, SequenceNode):
+        return list(node.value)
+    if isinstance(node, MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
+
+
+def _measure(node: Node, depth: int, seen: dict[int, tuple[int, int]], open_: set[int]) -> int:
+    """Count the values under ``node`` with aliases expanded, checking depth and size.
+
+    ``seen`` remembers each node's (values, height), so an alias costs one look-up however
+    often it is repeated; ``open_`` holds the nodes being measured, to find an alias inside
+    its own anchor.
+    """
+    key = id(node)
+    if key in open_:
+        raise YAMLLimitError(f"line {node.start_mark.line + 1}: an alias refers to a value "
+                             "that contains it (a recursive structure)")
+    if key not in seen:
+        open_.add(key)
+        count, height = 1, 0
+        for child in _children(node):
+            child_count = _measure(child, depth + 1, seen, open_)
+            count += child_count
+            height = max(height, 1 + seen[id(child)][1])
+            if count > MAX_YAML_NODES:
+                raise YAMLLimitError(f"more than {MAX_YAML_NODES:,} values once aliases are "
+                                     "expanded (the limit; an alias bomb?)")
+        open_.discard(key)
+        seen[key] = (count, height)
+    count, height = seen[key]
+    if depth + height > MAX_YAML_DEPTH:
+        raise YAMLLimitError(f"line {node.start_mark.line + 1}: nested more than "
+                             f"{MAX_YAML_DEPTH} levels deep once aliases are expanded (the limit)")
+    return count
+
+
+def load_yaml(text: str) -> Any:
+    """The document in ``text``, loaded safely within parcat's limits.
+
+    Raises:
+        yaml.YAMLError: invalid YAML, or :class:`YAMLLimitError` past a limit.
+    """
+    loader = _LimitedLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _measure(node, 1, {}, set())
+        return loader.construct_document(node)
+    except (ValueError, OverflowError) as exc:  # a scalar the constructor cannot convert
+        raise YAMLLimitError(f"a value cannot be read: {clip(str(exc))}") from exc
+    finally:
+        loader.dispose()
+
+
+def read_text(path: Path, label: str, error: type[UsageError]) -> str:
+    """The UTF-8 text of a user file of at most :data:`MAX_YAML_BYTES` bytes.
+
+    Raises:
+        UsageError: (as ``error``) a missing, unreadable, too large or non-UTF-8 file.
+    """
+    try:
+        with path.open("rb") as stream:
+            data = stream.read(MAX_YAML_BYTES + 1)
+    except FileNotFoundError:
+        raise error(f"{label} does not exist") from None
+    except OSError as exc:
+        raise error(f"{label}: {exc.strerror or type(exc).__name__}") from exc
+    except ValueError as exc:  # a NUL byte in the path
+        raise error(f"{label}: not a valid path ({exc})") from exc
+    if len(data) > MAX_YAML_BYTES:
+        raise error(f"{label} is larger than {MAX_YAML_BYTES // 1024} KiB (the limit for a "
+                    "YAML file); is it the right file?")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{label} is not UTF-8 text (byte {exc.start:,} cannot be decoded); "
+                    "is it a binary file? save it as UTF-8") from exc
 
 
 def read_yaml_mapping(path: Path, label: str, error: type[UsageError]) -> dict[str, Any]:
@@ -19,22 +145,31 @@ def read_yaml_mapping(path: Path, label: str, error: type[UsageError]) -> dict[s
         error: The error class to raise (``MissionError``, ``ConfigError``, ...).
 
     Raises:
-        UsageError: (as ``error``) a missing or unreadable file, invalid YAML with its line,
-            or a document that is not a mapping.
+        UsageError: (as ``error``) a missing, unreadable, too large or non-UTF-8 file, invalid
+            YAML with its line, a document past a limit, or one that is not a mapping.
     """
+    text = read_text(path, label, error)
     try:
-        loaded = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise error(f"{label} does not exist") from None
-    except OSError as exc:
-        raise error(f"{label}: {exc.strerror}") from exc
+        loaded = load_yaml(text)
+    except YAMLLimitError as exc:
+        raise error(f"{label}: {exc}") from exc
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise error(f"{label}{where}: invalid YAML ({problem})") from exc
+        raise error(f"{label}{_where(exc)}: invalid YAML ({_problem(exc)})") from exc
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):
         raise error(f"{label}: expected a mapping of keys, got {type(loaded).__name__}")
     return loaded
+
+
+def _where(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    return f" line {mark.line + 1}" if mark is not None else ""
+
+
+def _problem(exc: yaml.YAMLError) -> str:
+    if isinstance(exc, yaml.reader.ReaderError):
+        return f"character {exc.position:,} is a control character YAML does not allow"
+    problem = getattr(exc, "problem", None) or "invalid YAML"
+    return clip(" ".join(str(problem).split()))
+

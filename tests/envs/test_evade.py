@@ -96,10 +96,14 @@ def test_observation_layout() -> None:
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ({"pursuers": 0}, "evade: parameter 'pursuers' must be an integer >= 1, got 0"),
-        ({"arena": -1.0}, "evade: parameter 'arena' must be a number > 0, got -1.0"),
-        ({"dt": "1"}, "evade: parameter 'dt' must be a number > 0, got '1'"),
-        ({"max_steps": 0}, "evade: parameter 'max_steps' must be an integer >= 1, got 0"),
+        ({"pursuers": 0},
+         "evade: parameter 'pursuers' must be an integer between "
+         "1 and 4,095, got 0"),
+        ({"arena": -1.0}, "evade: parameter 'arena' must be a number > 0 and <= 1e+09, got -1.0"),
+        ({"dt": "1"}, "evade: parameter 'dt' must be a number > 0 and <= 1e+09, got '1'"),
+        ({"max_steps": 0},
+         "evade: parameter 'max_steps' must be an integer "
+         "between 1 and 100,000,000, got 0"),
         (
             {"capture_radius": 0.3},
             "evade: parameter 'capture_radius' must be < arena / 4 = 0.25, got 0.3",

@@ -104,18 +104,26 @@ def test_invalid_tasks_are_rejected(task: Any) -> None:
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ({"agents": 0}, "goal_tasks: parameter 'agents' must be an integer >= 1, got 0"),
+        ({"agents": 0},
+         "goal_tasks: parameter 'agents' must be an integer "
+         "between 1 and 4,096, got 0"),
         (
             {"task_kind": "pos"},
             "goal_tasks: parameter 'task_kind' must be one of 'position', 'direction', got 'pos'",
         ),
-        ({"step_size": 0}, "goal_tasks: parameter 'step_size' must be a number > 0, got 0"),
-        ({"goal_radius": -1}, "goal_tasks: parameter 'goal_radius' must be a number > 0, got -1"),
+        ({"step_size": 0},
+         "goal_tasks: parameter 'step_size' must be a number > 0 "
+         "and <= 1e+09, got 0"),
+        ({"goal_radius": -1},
+         "goal_tasks: parameter 'goal_radius' must be a number > "
+         "0 and <= 1e+09, got -1"),
         (
             {"observe_goal": "yes"},
             "goal_tasks: parameter 'observe_goal' must be true or false, got 'yes'",
         ),
-        ({"max_steps": 0}, "goal_tasks: parameter 'max_steps' must be an integer >= 1, got 0"),
+        ({"max_steps": 0},
+         "goal_tasks: parameter 'max_steps' must be an integer "
+         "between 1 and 100,000,000, got 0"),
     ],
 )
 def test_invalid_parameters_are_named(params: dict[str, Any], message: str) -> None:

@@ -68,11 +68,17 @@ def test_truncates_at_max_steps() -> None:
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ({"agents": 0}, "harvest: parameter 'agents' must be an integer >= 1, got 0"),
-        ({"size": 4}, "harvest: parameter 'size' must be an integer >= 5, got 4"),
-        ({"view": 0}, "harvest: parameter 'view' must be an integer >= 1, got 0"),
-        ({"max_steps": 2.5}, "harvest: parameter 'max_steps' must be an integer >= 1, got 2.5"),
-        ({"agents": True}, "harvest: parameter 'agents' must be an integer >= 1, got True"),
+        ({"agents": 0},
+         "harvest: parameter 'agents' must be an integer between "
+         "1 and 4,096, got 0"),
+        ({"size": 4}, "harvest: parameter 'size' must be an integer between 5 and 1,024, got 4"),
+        ({"view": 0}, "harvest: parameter 'view' must be an integer between 1 and 64, got 0"),
+        ({"max_steps": 2.5},
+         "harvest: parameter 'max_steps' must be an integer "
+         "between 1 and 100,000,000, got 2.5"),
+        ({"agents": True},
+         "harvest: parameter 'agents' must be an integer between "
+         "1 and 4,096, got True"),
         (
             {"size": 6, "resources": 13},
             "harvest: parameter 'resources' must be an integer between 1 and 12 "

@@ -8,6 +8,7 @@ import os
 import resource
 import subprocess
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 import psutil
@@ -17,12 +18,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from parcat.cli.main import main
-from parcat.errors import MissionError, PolicyError
+from parcat.errors import ConfigError, MissionError, PolicyError, UsageError
 from parcat.evaluate import EvalConfig, evaluate
 from parcat.missions import load_mission
 from parcat.parallel.launch import RunOptions
 from parcat.parallel.planner import ExecutorKind
 from parcat.policies.specs import make_policy, parse_policy_spec
+from parcat.train.config import TrainConfig, load_train_config
+from parcat.train.dqn import DQNConfig
 from tests.fakes import scripted_mission
 from tests.reliability.helpers import ROOT, shm_blocks
 
@@ -149,3 +152,85 @@ def test_fuzzed_policy_specs_fail_with_policy_error_only(text: str) -> None:
         make_policy(parse_policy_spec(text), mission, agent)
     except PolicyError as exc:
         assert str(exc)
+
+
+extreme_values = st.one_of(
+    st.sampled_from([0, 1, 2, 5, 64, 65, 1024, 1025, 4095, 4096, 10**8, 10**9, 10**23, -1]),
+    st.integers(-(2**80), 2**80),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([1.0e9, 16.0, 0.5]),
+    st.booleans(), st.none(), st.text(max_size=8),
+    st.lists(st.integers(0, 9), max_size=4),
+)
+"""Parameter values at and past every limit: huge, negative, non-integral, of the wrong type."""
+
+ENV_PARAMS = ["size", "agents", "resources", "view", "max_steps", "pursuers", "arena",
+              "pursuer_speed", "evader_speed", "capture_radius", "dt", "task_kind",
+              "goal_radius", "step_size", "observe_goal"]
+
+
+def nested(depth: int) -> bytes:
+    return ("a: " + "[" * depth + "]" * depth + "\n").encode()
+
+
+def alias_bomb(levels: int, repeats: int) -> bytes:
+    lines = ["a0: &a0 [1]"] + [
+        f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * repeats)}]" for i in range(1, levels + 1)
+    ]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def hostile_documents(valid: st.SearchStrategy[dict[str, object]]) -> st.SearchStrategy[bytes]:
+    """Documents built from ``valid`` mappings, and binary, deeply nested or alias-bomb ones."""
+    return st.one_of(
+        valid.map(lambda data: yaml.safe_dump(data).encode()),
+        st.binary(max_size=64),
+        st.integers(1, 5000).map(nested),
+        st.builds(alias_bomb, st.integers(1, 12), st.integers(1, 12)),
+    )
+
+
+mission_documents = hostile_documents(st.fixed_dictionaries(
+    {"env": st.sampled_from(["parcat.envs.harvest:HarvestEnv", "parcat.envs.evade:EvadeEnv",
+                             "parcat.envs.goal_tasks:GoalTasksEnv", "nope:Nope"])},
+    optional={"params": st.dictionaries(st.sampled_from(ENV_PARAMS), extreme_values, max_size=4),
+              "max_steps": extreme_values, "name": st.text(max_size=200)},
+))
+
+
+@settings(max_examples=80, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(document=mission_documents)
+def test_fuzzed_extreme_mission_files_load_or_fail_with_one_short_line(
+    tmp_path_factory: pytest.TempPathFactory, document: bytes
+) -> None:
+    path = tmp_path_factory.mktemp("m") / "fuzz.yaml"
+    path.write_bytes(document)
+    try:
+        load_mission(str(path))
+    except MissionError as exc:
+        assert "\n" not in str(exc) and len(str(exc)) < 1000  # the content is never echoed
+
+
+learner_values = st.dictionaries(st.sampled_from([f.name for f in fields(DQNConfig)]),
+                                 extreme_values, max_size=4)
+train_documents = hostile_documents(st.fixed_dictionaries({}, optional={
+    **{f.name: extreme_values for f in fields(TrainConfig)},
+    "learner": learner_values | extreme_values,
+    "overrides": st.dictionaries(st.sampled_from(ENV_PARAMS), extreme_values, max_size=3),
+}))
+
+
+@settings(max_examples=80, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(document=train_documents)
+def test_fuzzed_extreme_train_configs_load_or_fail_with_a_usage_error(
+    tmp_path_factory: pytest.TempPathFactory, document: bytes
+) -> None:
+    path = tmp_path_factory.mktemp("c") / "train.yaml"
+    path.write_bytes(document)
+    try:
+        load_train_config(path, {})
+    except UsageError as exc:
+        assert isinstance(exc, ConfigError)
+        assert "\n" not in str(exc) and len(str(exc)) < 1000

@@ -232,10 +232,14 @@ def test_loading_a_mismatched_state_fails_and_changes_nothing() -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"width": 0}, "dqn: 'width' must be an integer >= 1, got 0"),
-        ({"depth": 1.5}, "dqn: 'depth' must be an integer >= 1, got 1.5"),
-        ({"learning_starts": -1}, "dqn: 'learning_starts' must be an integer >= 0, got -1"),
-        ({"train_steps": True}, "dqn: 'train_steps' must be an integer >= 1, got True"),
+        ({"width": 0}, "dqn: 'width' must be an integer between 1 and 8,192, got 0"),
+        ({"depth": 1.5}, "dqn: 'depth' must be an integer between 1 and 64, got 1.5"),
+        ({"learning_starts": -1},
+         "dqn: 'learning_starts' must be an integer between 0 "
+         "and 1,000,000,000, got -1"),
+        ({"train_steps": True},
+         "dqn: 'train_steps' must be an integer between 1 and "
+         "1,000,000,000, got True"),
         ({"lr": 0.0}, "dqn: 'lr' must be a number > 0, got 0.0"),
         ({"lr": float("nan")}, "dqn: 'lr' must be a number > 0, got nan"),
         ({"gamma": 1.5}, "dqn: 'gamma' must be a number in [0, 1], got 1.5"),

@@ -145,7 +145,8 @@ def test_config_errors_name_the_key(tmp_path: Path) -> None:
         load_train_config(bad, {})
     with pytest.raises(ConfigError, match=re.escape("mode must be sync or async, got 'fast'")):
         load_train_config(None, {"mode": "fast"})
-    with pytest.raises(ConfigError, match=re.escape("epochs must be an integer >= 1, got 0")):
+    with pytest.raises(ConfigError, match=re.escape("epochs must be an integer between 1 and "
+                                                    "1,000,000,000, got 0")):
         load_train_config(None, {"epochs": 0})
 
 

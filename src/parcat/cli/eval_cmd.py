@@ -18,7 +18,7 @@ from parcat.cli.common import (
 )
 from parcat.cli.render import progress_bar, stderr_console, stdout_console, summary_table
 from parcat.errors import ConfigError
-from parcat.eval_args import EvalArgs
+from parcat.eval_args import EvalArgs, require_count
 from parcat.evaluate import EvalReport, evaluate, evaluate_to_precision
 from parcat.outputs import check_output_file
 from parcat.report import dumps_document, summarize, summary_csv
@@ -52,6 +52,7 @@ def eval_command(
     return, 2 bad input, 130 interrupted.
     """
     with user_errors():
+        require_count("--max-episodes", max_episodes)
         config, options = args.build()
         if resume and output is None:
             raise ConfigError("--resume needs --output FILE (the file to continue)")

@@ -17,7 +17,8 @@ import gymnasium
 import numpy as np
 from numpy.typing import NDArray
 
-from parcat.errors import MissionError
+from parcat.errors import MissionError, brief
+from parcat.limits import MAX_ENV_NUMBER, MAX_OBSERVATION_FLOATS
 
 StepResult = tuple[
     dict[str, NDArray[np.float32]],
@@ -39,7 +40,7 @@ def make_metadata(env: str) -> dict[str, Any]:
 
 def invalid_parameter(env: str, name: str, expected: str, value: Any) -> MissionError:
     """The error for parameter ``name`` of ``env``: it ``must be {expected}``, got ``value``."""
-    return MissionError(f"{env}: parameter '{name}' must be {expected}, got {value!r}")
+    return MissionError(f"{env}: parameter '{name}' must be {expected}, got {brief(value)}")
 
 
 def require_int(
@@ -58,16 +59,34 @@ def require_int(
     ok = isinstance(value, int | np.integer) and not isinstance(value, bool)
     if ok and value >= low and (high is None or value <= high):
         return int(value)
-    bounds = f">= {low}" if high is None else f"between {low} and {high}{why}"
+    bounds = f">= {low}" if high is None else f"between {low} and {high:,}{why}"
     raise invalid_parameter(env, name, f"an integer {bounds}", value)
 
 
 def require_positive(env: str, name: str, value: Any) -> float:
-    """Return ``value`` as a finite float ``> 0`` or raise :func:`invalid_parameter`."""
+    """Return ``value`` as a float in ``(0, MAX_ENV_NUMBER]`` or raise :func:`invalid_parameter`."""
     number = isinstance(value, int | float | np.number) and not isinstance(value, bool)
-    if number and math.isfinite(value) and value > 0:
+    if number and math.isfinite(value) and 0 < value <= MAX_ENV_NUMBER:
         return float(value)
-    raise invalid_parameter(env, name, "a number > 0", value)
+    raise invalid_parameter(env, name, f"a number > 0 and <= {MAX_ENV_NUMBER:g}", value)
+
+
+def require_observation_size(env: str, agents: int, length: int, fix: str) -> None:
+    """Refuse an environment whose agents together observe more than
+    :data:`~parcat.limits.MAX_OBSERVATION_FLOATS` numbers a step, before it allocates them.
+
+    Args:
+        env: Environment name that starts the message.
+        agents: Number of agents.
+        length: Length of one agent's observation.
+        fix: What to lower, e.g. ``"fewer agents or a smaller view"``.
+    """
+    total = agents * length
+    if total > MAX_OBSERVATION_FLOATS:
+        raise MissionError(
+            f"{env}: {agents:,} agents observing {length:,} numbers each make {total:,} numbers "
+            f"a step, more than the limit of {MAX_OBSERVATION_FLOATS:,}; use {fix}"
+        )
 
 
 def make_rng(seed: int | None, current: np.random.Generator | None) -> np.random.Generator:

@@ -22,8 +22,15 @@ import gymnasium
 import numpy as np
 from numpy.typing import NDArray
 
-from parcat.envs._common import BuiltinEnv, invalid_parameter, require_int, require_positive
-from parcat.errors import MissionError
+from parcat.envs._common import (
+    BuiltinEnv,
+    invalid_parameter,
+    require_int,
+    require_observation_size,
+    require_positive,
+)
+from parcat.errors import MissionError, brief
+from parcat.limits import MAX_AGENTS, MAX_EPISODE_STEPS
 
 EVADER = "evader"
 """The evader's agent id; pursuers are ``"pursuer_0"``, ``"pursuer_1"``, ..."""
@@ -51,7 +58,8 @@ class EvadeEnv(BuiltinEnv, name="evade"):
     and every pursuer at least ``arena / 4`` away from it.
 
     Args:
-        pursuers: Number of pursuers.
+        pursuers: Number of pursuers; all agents' observations together stay within
+            :data:`~parcat.limits.MAX_OBSERVATION_FLOATS` (about 2,900 pursuers).
         arena: Side of the square arena.
         pursuer_speed: Maximum distance a pursuer moves per unit time.
         evader_speed: Maximum distance the evader moves per unit time.
@@ -71,7 +79,10 @@ class EvadeEnv(BuiltinEnv, name="evade"):
         dt: float = 1.0,
         max_steps: int = 200,
     ) -> None:
-        self.num_pursuers = require_int("evade", "pursuers", pursuers, 1)
+        self.num_pursuers = require_int("evade", "pursuers", pursuers, 1, MAX_AGENTS - 1)
+        # every agent observes every other: the observations grow with the square of agents
+        require_observation_size("evade", self.num_pursuers + 1,
+                                 4 + 2 * self.num_pursuers + 1, "fewer pursuers")
         self.arena = require_positive("evade", "arena", arena)
         self.pursuer_speed = require_positive("evade", "pursuer_speed", pursuer_speed)
         self.evader_speed = require_positive("evade", "evader_speed", evader_speed)
@@ -80,7 +91,7 @@ class EvadeEnv(BuiltinEnv, name="evade"):
             limit = f"< arena / 4 = {self.arena / 4:g}"
             raise invalid_parameter("evade", "capture_radius", limit, capture_radius)
         self.dt = require_positive("evade", "dt", dt)
-        self.max_steps = require_int("evade", "max_steps", max_steps, 1)
+        self.max_steps = require_int("evade", "max_steps", max_steps, 1, MAX_EPISODE_STEPS)
         self.possible_agents: list[str] = [f"pursuer_{i}" for i in range(self.num_pursuers)]
         self.possible_agents.append(EVADER)
         self.agents: list[str] = []
@@ -138,7 +149,7 @@ class EvadeEnv(BuiltinEnv, name="evade"):
         if pos.shape != self._pos.shape or (pos < 0).any() or (pos > self.arena).any():
             raise MissionError(
                 f"evade: option 'positions' must hold {len(self.possible_agents)} (x, y) pairs "
-                f"inside [0, {self.arena:g}], got {positions!r}"
+                f"inside [0, {self.arena:g}], got {brief(positions)}"
             )
         return pos
 

@@ -24,7 +24,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from parcat.envs._common import BuiltinEnv, invalid_parameter, require_int, require_positive
-from parcat.errors import MissionError
+from parcat.errors import MissionError, brief
+from parcat.limits import MAX_AGENTS, MAX_EPISODE_STEPS
 
 TASK_KINDS = ("position", "direction")
 ACTION_MOVES = ((0, 0), (0, 1), (0, -1), (-1, 0), (1, 0))
@@ -63,7 +64,7 @@ class GoalTasksEnv(BuiltinEnv, name="goal_tasks"):
         observe_goal: bool = True,
         max_steps: int = 50,
     ) -> None:
-        self.num_agents = require_int("goal_tasks", "agents", agents, 1)
+        self.num_agents = require_int("goal_tasks", "agents", agents, 1, MAX_AGENTS)
         if task_kind not in TASK_KINDS:
             kinds = ", ".join(repr(kind) for kind in TASK_KINDS)
             raise invalid_parameter("goal_tasks", "task_kind", f"one of {kinds}", task_kind)
@@ -73,7 +74,7 @@ class GoalTasksEnv(BuiltinEnv, name="goal_tasks"):
         if not isinstance(observe_goal, bool):
             raise invalid_parameter("goal_tasks", "observe_goal", "true or false", observe_goal)
         self.observe_goal = observe_goal
-        self.max_steps = require_int("goal_tasks", "max_steps", max_steps, 1)
+        self.max_steps = require_int("goal_tasks", "max_steps", max_steps, 1, MAX_EPISODE_STEPS)
         self.possible_agents: list[str] = [f"agent_{i}" for i in range(self.num_agents)]
         self.agents: list[str] = []
         self.task: dict[str, Any] | None = None
@@ -131,7 +132,7 @@ class GoalTasksEnv(BuiltinEnv, name="goal_tasks"):
             within = f" with goals within radius {self.goal_radius:g}" if key == "goals" else ""
             raise MissionError(
                 f"goal_tasks: task must be {{'kind': '{self.task_kind}', '{key}': "
-                f"[one per agent, {self.num_agents} in all]}}{within}, got {task!r}"
+                f"[one per agent, {self.num_agents} in all]}}{within}, got {brief(task)}"
             )
         self.task = {"kind": self.task_kind, key: values.tolist()}
         if key == "goals":

@@ -20,8 +20,9 @@ import gymnasium
 import numpy as np
 from numpy.typing import NDArray
 
-from parcat.envs._common import BuiltinEnv, require_int
-from parcat.errors import MissionError
+from parcat.envs._common import BuiltinEnv, require_int, require_observation_size
+from parcat.errors import MissionError, brief
+from parcat.limits import MAX_AGENTS, MAX_EPISODE_STEPS, MAX_GRID_SIDE, MAX_VIEW_RADIUS
 
 NUM_CHANNELS = 4
 """Window channels, in order: walls, resources, base, other agents (count per cell)."""
@@ -51,10 +52,14 @@ class HarvestEnv(BuiltinEnv, name="harvest"):
     ``resources`` distinct free cells).
 
     Args:
-        size: Side of the square map in cells, wall border included (>= 5).
-        agents: Number of agents (``"agent_0"``, ``"agent_1"``, ...).
+        size: Side of the square map in cells, wall border included (5 to
+            :data:`~parcat.limits.MAX_GRID_SIDE`).
+        agents: Number of agents (``"agent_0"``, ``"agent_1"``, ...), at most
+            :data:`~parcat.limits.MAX_AGENTS`.
         resources: Resources on the map at any time.
-        view: Window radius; the window is ``(2*view+1)`` cells wide.
+        view: Window radius; the window is ``(2*view+1)`` cells wide (at most
+            :data:`~parcat.limits.MAX_VIEW_RADIUS`). All agents' windows together stay
+            within :data:`~parcat.limits.MAX_OBSERVATION_FLOATS`.
         max_steps: Steps after which the episode is truncated.
     """
 
@@ -67,13 +72,16 @@ class HarvestEnv(BuiltinEnv, name="harvest"):
         view: int = 2,
         max_steps: int = 200,
     ) -> None:
-        self.size = require_int("harvest", "size", size, 5)
-        self.num_agents = require_int("harvest", "agents", agents, 1)
+        self.size = require_int("harvest", "size", size, 5, MAX_GRID_SIDE)
+        self.num_agents = require_int("harvest", "agents", agents, 1, MAX_AGENTS)
         free = (self.size - 2) ** 2 - 4
         why = f" (free cells of a size-{self.size} map)"
         self.num_resources = require_int("harvest", "resources", resources, 1, free, why)
-        self.view = require_int("harvest", "view", view, 1)
-        self.max_steps = require_int("harvest", "max_steps", max_steps, 1)
+        self.view = require_int("harvest", "view", view, 1, MAX_VIEW_RADIUS)
+        self.max_steps = require_int("harvest", "max_steps", max_steps, 1, MAX_EPISODE_STEPS)
+        obs_length = NUM_CHANNELS * (2 * self.view + 1) ** 2 + NUM_EXTRAS
+        require_observation_size("harvest", self.num_agents, obs_length,
+                                 "fewer agents or a smaller view")
         self.possible_agents: list[str] = [f"agent_{i}" for i in range(self.num_agents)]
         self.agents: list[str] = []
         self._build_static()
@@ -153,7 +161,7 @@ class HarvestEnv(BuiltinEnv, name="harvest"):
         if len(rc) != count or (rc < 1).any() or (rc > self.size - 2).any():
             raise MissionError(
                 f"harvest: option '{option}' must hold {count} (row, col) cells inside the "
-                f"walls (1..{self.size - 2}), got {cells!r}"
+                f"walls (1..{self.size - 2}), got {brief(cells)}"
             )
         result: NDArray[np.intp] = (rc[:, 0] + self.view) * self._width + rc[:, 1] + self.view
         return result

@@ -11,7 +11,8 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from parcat.errors import PolicyError
+from parcat.errors import PolicyError, brief
+from parcat.limits import MAX_NET_DEPTH, MAX_NET_PARAMETERS, MAX_NET_WIDTH, network_parameters
 from parcat.policies.base import AgentSpec
 
 _BLOCK = 256
@@ -110,14 +111,10 @@ class MLPPolicy:
     """Actions depend only on the observation: one instance may act for many agents."""
 
     def __init__(self, spec: AgentSpec, width: int = 64, depth: int = 2, init_seed: int = 0):
-        for name, value in (("width", width), ("depth", depth)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise PolicyError(f"mlp: '{name}' must be an integer >= 1, got {value!r}")
         self.obs_space = spec.observation_space
         self.action_space = spec.action_space
-        n_in = spaces.flatdim(self.obs_space)
-        n_out = _output_size(self.action_space)
-        sizes = [n_in, *([width] * depth), n_out]
+        sizes = mlp_sizes(spaces.flatdim(self.obs_space), _output_size(self.action_space),
+                          width, depth)
         rng = np.random.default_rng(init_seed)
         self.weights: list[np.ndarray] = []
         self.biases: list[np.ndarray] = []
@@ -174,6 +171,28 @@ class MLPPolicy:
                         f"mlp: array '{key}' expected shape {store[i].shape}, got {got}"
                     )
                 store[i] = np.asarray(arrays[key], dtype=np.float32)
+
+
+def mlp_sizes(n_in: int, n_out: int, width: Any, depth: Any) -> list[int]:
+    """The layer sizes of an ``mlp`` network, checked against parcat's limits.
+
+    Raises:
+        PolicyError: ``width`` or ``depth`` is not an integer in its range, or the network
+            would have more than :data:`~parcat.limits.MAX_NET_PARAMETERS` parameters.
+    """
+    for name, value, high in (("width", width, MAX_NET_WIDTH), ("depth", depth, MAX_NET_DEPTH)):
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= high:
+            raise PolicyError(
+                f"mlp: '{name}' must be an integer between 1 and {high:,}, got {brief(value)}"
+            )
+    sizes = [n_in, *([width] * depth), n_out]
+    count = network_parameters(sizes)
+    if count > MAX_NET_PARAMETERS:
+        raise PolicyError(
+            f"mlp: width {width} and depth {depth} on {n_in:,} inputs make {count:,} parameters, "
+            f"more than the limit of {MAX_NET_PARAMETERS:,}; use a smaller width or depth"
+        )
+    return sizes
 
 
 def _flat(space: gymnasium.spaces.Space[Any], obs: Any) -> np.ndarray:

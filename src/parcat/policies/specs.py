@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from parcat import checkpoint
-from parcat.errors import CheckpointError, PolicyError
+from parcat.errors import CheckpointError, PolicyError, clip
 from parcat.imports import import_reference, is_reference
 from parcat.missions import Mission
 from parcat.policies.base import AgentSpec, Policy
@@ -143,7 +143,8 @@ def _construct(reference: str, spec: PolicySpec, agent: AgentSpec, kwargs: dict[
     try:
         factory = import_reference(reference)
     except Exception as exc:
-        raise PolicyError(f"policy '{spec.target}': cannot import '{reference}': {exc}") from exc
+        raise PolicyError(f"policy '{clip(spec.target)}': cannot import '{clip(reference)}': "
+                          f"{clip(str(exc), 200)}") from exc
     if not callable(factory):
         raise PolicyError(f"policy '{spec.target}': '{reference}' is not callable")
     try:
@@ -151,7 +152,8 @@ def _construct(reference: str, spec: PolicySpec, agent: AgentSpec, kwargs: dict[
     except PolicyError:
         raise
     except Exception as exc:
-        raise PolicyError(f"policy '{spec.name}': {type(exc).__name__}: {exc}") from exc
+        raise PolicyError(f"policy '{clip(spec.name, 200)}': {type(exc).__name__}: "
+                          f"{clip(str(exc), 200)}") from exc
     for method in ("reset", "step"):
         if not callable(getattr(policy, method, None)):
             raise PolicyError(

@@ -21,6 +21,12 @@ FIELDS = ("obs", "actions", "rewards", "next_obs", "terminated")
 _MIN_ROWS = 1024
 
 
+def transition_bytes(obs_size: int) -> int:
+    """Bytes one stored transition of ``obs_size`` float32 numbers takes (two observations,
+    an int64 action, a float32 reward and a bool)."""
+    return 2 * 4 * obs_size + 8 + 4 + 1
+
+
 class ReplayBuffer:
     """A seeded ring buffer of transitions.
 

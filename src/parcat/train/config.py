@@ -8,8 +8,10 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from parcat.errors import ConfigError
+from parcat.errors import ConfigError, brief, clip
+from parcat.limits import MAX_COUNT, MAX_TRAIN_ENVS, MAX_WORKERS
 from parcat.raycluster import Backend
+from parcat.train.dqn import DQNConfig
 from parcat.yamlfile import read_yaml_mapping
 
 
@@ -89,25 +91,38 @@ class TrainConfig:
             except ValueError:
                 valid = " or ".join(k.value for k in kind)
                 raise ConfigError(f"{name} must be {valid}, got {value!r}") from None
-        for name in ("epochs", "steps_per_epoch", "envs_per_worker", "train_interval",
-                     "checkpoint_every"):
-            _require_int(name, getattr(self, name), 1)
-        for name in ("env_workers", "train_steps", "seed", "train_threads"):
-            _require_int(name, getattr(self, name), 0, optional=name == "env_workers")
-        _require_int("jobs", self.jobs, 1, optional=True)
+        self._check_numbers()
         for name in ("overrides", "learner"):
             if not isinstance(getattr(self, name), Mapping):
                 raise ConfigError(f"{name} must be a mapping of keys to values, "
-                                  f"got {getattr(self, name)!r}")
+                                  f"got {brief(getattr(self, name))}")
         for name in ("parallel_training", "shared_learner", "render"):
             if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
+                raise ConfigError(f"{name} must be true or false, got {brief(getattr(self, name))}")
         for name in ("mission", "run_dir", "init_from", "address"):
             if not isinstance(getattr(self, name), str):
-                raise ConfigError(f"{name} must be a string, got {getattr(self, name)!r}")
+                raise ConfigError(f"{name} must be a string, got {brief(getattr(self, name))}")
+        DQNConfig.from_mapping(self.learner)  # the learner's own checks, before any run
         if self.render:  # rendering shows one local env: everything in this process
             object.__setattr__(self, "env_workers", 0)
             object.__setattr__(self, "mode", LearningMode.SYNC)
+
+    def _check_numbers(self) -> None:
+        """Every count within its range (:mod:`parcat.limits`), before anything starts."""
+        for name in ("epochs", "steps_per_epoch", "train_interval", "checkpoint_every"):
+            _require_int(name, getattr(self, name), 1, MAX_COUNT)
+        _require_int("envs_per_worker", self.envs_per_worker, 1, MAX_TRAIN_ENVS)
+        _require_int("train_steps", self.train_steps, 0, MAX_COUNT)
+        _require_int("seed", self.seed, 0)
+        _require_int("train_threads", self.train_threads, 0, MAX_WORKERS)
+        _require_int("env_workers", self.env_workers, 0, MAX_WORKERS, optional=True)
+        _require_int("jobs", self.jobs, 1, MAX_WORKERS, optional=True)
+        envs = max(1, self.env_workers or 0) * self.envs_per_worker
+        if envs > MAX_TRAIN_ENVS:
+            raise ConfigError(
+                f"env_workers ({self.env_workers}) times envs_per_worker ({self.envs_per_worker}) "
+                f"is {envs:,} environments, more than the limit of {MAX_TRAIN_ENVS:,}; lower either"
+            )
 
     @property
     def run_path(self) -> Path:
@@ -124,11 +139,15 @@ class TrainConfig:
         return data
 
 
-def _require_int(name: str, value: Any, low: int, optional: bool = False) -> None:
+def _require_int(
+    name: str, value: Any, low: int, high: int | None = None, optional: bool = False
+) -> None:
     if optional and value is None:
         return
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
+    ok = isinstance(value, int) and not isinstance(value, bool)
+    if not ok or value < low or (high is not None and value > high):
+        bounds = f">= {low}" if high is None else f"between {low} and {high:,}"
+        raise ConfigError(f"{name} must be an integer {bounds}, got {brief(value)}")
 
 
 LAYOUT_KEYS = frozenset({"jobs", "env_workers"})
@@ -147,10 +166,11 @@ def load_train_config(path: str | Path | None, flags: Mapping[str, Any]) -> Trai
     if path is not None:
         data = read_yaml_mapping(Path(path), f"config file '{path}'", ConfigError)
         valid = {f.name for f in fields(TrainConfig)}
-        unknown = sorted(set(data) - valid)
+        unknown = sorted(str(key) for key in set(data) - valid)
         if unknown:
             known = ", ".join(sorted(valid))
-            raise ConfigError(f"config file '{path}': unknown key '{unknown[0]}'; valid: {known}")
+            raise ConfigError(f"config file '{path}': unknown key '{clip(unknown[0])}'; "
+                              f"valid: {known}")
     given = {k: v for k, v in flags.items() if v is not None}
     if given.keys() & LAYOUT_KEYS:
         # jobs and env_workers are two ways to lay out the run: flags give it whole
@@ -163,4 +183,4 @@ def load_train_config(path: str | Path | None, flags: Mapping[str, Any]) -> Trai
     try:
         return replace(TrainConfig(), **data)
     except TypeError as exc:
-        raise ConfigError(f"train config: {exc}") from exc
+        raise ConfigError(f"train config: {clip(str(exc), 200)}") from exc

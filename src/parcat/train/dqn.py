@@ -22,9 +22,18 @@ from typing import Any
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
-from parcat.errors import CheckpointError, ConfigError
+from parcat.errors import CheckpointError, ConfigError, brief, clip
+from parcat.limits import (
+    MAX_BATCH_SIZE,
+    MAX_BUFFER_BYTES,
+    MAX_COUNT,
+    MAX_NET_DEPTH,
+    MAX_NET_PARAMETERS,
+    MAX_NET_WIDTH,
+    network_parameters,
+)
 from parcat.seeding import derive_seed
-from parcat.train.buffer import ReplayBuffer
+from parcat.train.buffer import ReplayBuffer, transition_bytes
 from parcat.train.learner import Transitions, decode_rng, encode_rng
 
 _BETA1, _BETA2, _ADAM_EPS = 0.9, 0.999, 1e-8
@@ -89,38 +98,75 @@ class DQNConfig:
         known = [f.name for f in fields(cls)]
         unknown = sorted(str(key) for key in values if key not in known)
         if unknown:
-            raise ConfigError(f"dqn: unknown option '{unknown[0]}'; known: {', '.join(known)}")
+            raise ConfigError(
+                f"dqn: unknown option '{clip(unknown[0])}'; known: {', '.join(known)}"
+            )
         return cls(**values)
 
 
-_INT_MINIMUMS = dict.fromkeys(("learning_starts", "eps_decay_steps", "seed"), 0) | dict.fromkeys(
-    ("width", "depth", "batch_size", "buffer_size", "train_steps", "target_update_every"), 1
-)
+_INT_RANGES: dict[str, tuple[int, int | None]] = {
+    "width": (1, MAX_NET_WIDTH), "depth": (1, MAX_NET_DEPTH), "batch_size": (1, MAX_BATCH_SIZE),
+    "buffer_size": (1, MAX_COUNT), "train_steps": (1, MAX_COUNT),
+    "target_update_every": (1, MAX_COUNT), "learning_starts": (0, MAX_COUNT),
+    "eps_decay_steps": (0, MAX_COUNT), "seed": (0, None),
+}
+"""The smallest and largest value of each integer field (``None``: no largest)."""
 
 
 def _validate(config: DQNConfig) -> None:
-    for name, low in _INT_MINIMUMS.items():
+    for name, (low, high) in _INT_RANGES.items():
         value = getattr(config, name)
-        if not _is_int(value) or value < low:
-            raise ConfigError(f"dqn: '{name}' must be an integer >= {low}, got {value!r}")
+        if not _is_int(value) or value < low or (high is not None and value > high):
+            bounds = f">= {low}" if high is None else f"between {low} and {high:,}"
+            raise ConfigError(f"dqn: '{name}' must be an integer {bounds}, got {brief(value)}")
     if not _is_number(config.lr) or config.lr <= 0:
         raise ConfigError(f"dqn: 'lr' must be a number > 0, got {config.lr!r}")
     for name in ("gamma", "eps_start", "eps_end"):
         value = getattr(config, name)
         if not _is_number(value) or not 0 <= value <= 1:
-            raise ConfigError(f"dqn: '{name}' must be a number in [0, 1], got {value!r}")
+            raise ConfigError(f"dqn: '{name}' must be a number in [0, 1], got {brief(value)}")
     for name in ("double", "huber"):
         if not isinstance(getattr(config, name), bool):
-            raise ConfigError(f"dqn: '{name}' must be true or false, got {getattr(config, name)!r}")
+            raise ConfigError(f"dqn: '{name}' must be true or false, "
+                              f"got {brief(getattr(config, name))}")
     clip = config.grad_clip
     if clip is not None and (not _is_number(clip) or clip <= 0):
-        raise ConfigError(f"dqn: 'grad_clip' must be a number > 0 or None (off), got {clip!r}")
+        raise ConfigError(
+            f"dqn: 'grad_clip' must be a number > 0 or None (off), got {brief(clip)}"
+        )
     for name in ("learning_starts", "batch_size"):
         if getattr(config, name) > config.buffer_size:
             raise ConfigError(
                 f"dqn: '{name}' must be <= 'buffer_size' ({config.buffer_size}), "
                 f"got {getattr(config, name)}; training would never start"
             )
+
+
+def check_sizes(config: DQNConfig, obs_dim: int, num_actions: int) -> list[int]:
+    """The Q-network's layer sizes, once its size and a full buffer's are within the limits.
+
+    Raises:
+        ConfigError: more than :data:`~parcat.limits.MAX_NET_PARAMETERS` parameters, or a
+            full replay buffer larger than :data:`~parcat.limits.MAX_BUFFER_BYTES`.
+    """
+    sizes = [obs_dim, *([config.width] * config.depth), num_actions]
+    count = network_parameters(sizes)
+    if count > MAX_NET_PARAMETERS:
+        raise ConfigError(
+            f"dqn: width {config.width} and depth {config.depth} on {obs_dim:,} inputs make "
+            f"{count:,} parameters, more than the limit of {MAX_NET_PARAMETERS:,}; use a "
+            "smaller width or depth"
+        )
+    per_transition = transition_bytes(obs_dim)
+    if config.buffer_size * per_transition > MAX_BUFFER_BYTES:
+        most = MAX_BUFFER_BYTES // per_transition
+        raise ConfigError(
+            f"dqn: a full replay buffer of {config.buffer_size:,} transitions of {obs_dim:,} "
+            f"numbers would take {config.buffer_size * per_transition / 2**30:.1f} GiB, more "
+            f"than the limit of {MAX_BUFFER_BYTES // 2**30} GiB; use a buffer_size of at most "
+            f"{most:,}"
+        )
+    return sizes
 
 
 def _is_int(value: Any) -> bool:
@@ -153,7 +199,7 @@ class DQNLearner:
         self.config = config = config if config is not None else DQNConfig()
         self.obs_dim = obs_dim
         self.num_actions = num_actions
-        self._sizes = [obs_dim, *([config.width] * config.depth), num_actions]
+        self._sizes = check_sizes(config, obs_dim, num_actions)
         # flat parameter vectors with per-layer views: Adam, clipping and the target
         # copy are then one numpy call each
         self._online = _init_params(self._sizes, config.seed)

@@ -25,7 +25,7 @@ from parcat.missions import Mission, load_mission
 from parcat.report import nan_to_none
 from parcat.train.async_learning import AsyncLearning
 from parcat.train.config import LearningMode, TrainConfig
-from parcat.train.dqn import DQNConfig, DQNLearner
+from parcat.train.dqn import DQNConfig, DQNLearner, check_sizes
 from parcat.train.learner import Learner, Transitions
 from parcat.train.metrics import MetricsLog
 from parcat.train.plan import TrainPlan, plan_training
@@ -100,6 +100,7 @@ class Trainer:
                  on_frame: Callable[[str], None] | None = None) -> None:
         self.mission: Mission = load_mission(config.mission, dict(config.overrides))
         check_trainable(self.mission)  # before any worker starts
+        check_learner_sizes(self.mission, config)
         self.plan: TrainPlan = plan_training(config, self.mission)
         config = replace(config, env_workers=self.plan.env_workers,
                          train_threads=self.plan.train_workers)
@@ -288,6 +289,18 @@ def check_trainable(mission: Mission) -> None:
                 f"mission '{mission.name}': agent '{agent.agent_id}' observes {obs}; "
                 "training needs Box observations"
             )
+
+
+def check_learner_sizes(mission: Mission, config: TrainConfig) -> None:
+    """Refuse a learner network or replay buffer too large for the mission's observations.
+
+    Raises:
+        ConfigError: from :func:`~parcat.train.dqn.check_sizes`, naming the limit.
+    """
+    learner = DQNConfig.from_mapping(config.learner)
+    for agent in mission.agents():
+        obs_dim = int(np.prod(agent.observation_space.shape))  # type: ignore[arg-type]
+        check_sizes(learner, obs_dim, int(agent.action_space.n))  # type: ignore[attr-defined]
 
 
 def make_learners(vec: VecEnv, config: TrainConfig) -> dict[Any, Learner]:
