@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from parcat.errors import ConfigError
 from parcat.report import SCHEMA, make_document
 from parcat.results import AgentResult, EpisodeResult, EpisodeStatus, ErrorInfo
-from parcat.results_file import ResultsWriter, load_finished
+from parcat.results_file import ResultsWriter, journal_path, load_finished
 
 CONFIG = {"missions": ["harvest"], "policies": ["random"], "episodes": 6, "seed": 0}
 
@@ -159,3 +161,42 @@ def test_resume_names_a_malformed_episode(tmp_path: Path) -> None:
             f"--resume: '{path}': episode 1 is malformed (KeyError('seed')); "
             "use another --output")):
         load_finished(path, CONFIG)
+
+
+def _mutations() -> st.SearchStrategy[Any]:
+    junk = st.one_of(st.none(), st.booleans(), st.integers(-10**30, 10**30),
+                     st.floats(allow_nan=True), st.text(max_size=8),
+                     st.lists(st.integers(), max_size=3),
+                     st.dictionaries(st.text(max_size=4), st.integers(), max_size=2))
+    return st.tuples(st.integers(0, 5), st.sampled_from(
+        ["mission", "episode_index", "seed", "steps", "agents", "stats", "status", "error",
+         "duration_s", "warnings", "reward", "agent_id", "late_actions"]), junk)
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(mutations=st.lists(_mutations(), min_size=1, max_size=4), cut=st.integers(0, 4000))
+def test_fuzzed_resume_files_load_or_give_a_config_error(
+    tmp_path: Path, mutations: list[tuple[int, str, Any]], cut: int
+) -> None:
+    path, run = tmp_path / "fuzz.json", Run()
+    run.episodes = [episode(i, EpisodeStatus.FAILED, "step") if i == 2 else episode(i)
+                    for i in range(6)]
+    ResultsWriter(path, run.document, CONFIG).finish("complete")
+    data = read(path)
+    for index, key, value in mutations:
+        target = data["episodes"][index]
+        if key in ("reward", "agent_id", "late_actions"):
+            target = target["agents"][0]
+        target[key] = value
+    journal = journal_path(path)
+    lines = [json.dumps({"schema": "parcat.eval.journal", "version": 1, "config": CONFIG})]
+    lines += [json.dumps(e) for e in data["episodes"]]
+    journal.write_text(("\n".join(lines) + "\n")[:cut or None])
+    path.write_text(json.dumps(data))
+    try:
+        finished = load_finished(path, CONFIG)
+    except ConfigError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("--resume: ")
+    else:
+        assert all(isinstance(e.agents[0].reward, float) for e in finished.values())

@@ -114,19 +114,28 @@ class EpisodeResult:
         error = data.get("error")
         if error is not None and not isinstance(error, dict):
             raise TypeError(f"error: expected an object, got {type(error).__name__}")
+        stats = data.get("stats") or {}
+        if not isinstance(stats, dict):
+            raise TypeError(f"stats: expected an object, got {type(stats).__name__}")
+        status = data.get("status", "ok")
+        if not isinstance(status, str):
+            raise TypeError(f"status: expected a string, got {type(status).__name__}")
+        task = data.get("task")
+        if task is not None and not isinstance(task, dict):
+            raise TypeError(f"task: expected an object, got {type(task).__name__}")
         return cls(
             mission=_text(data["mission"], "mission"),
             episode_index=_integer(data["episode_index"], "episode_index"),
             seed=_integer(data["seed"], "seed"),
             steps=_integer(data["steps"], "steps"),
             agents=tuple(_agent(a) for a in _items(data["agents"], "agents")),
-            stats={_text(k, "stats"): _number(v, f"stats.{k}")
-                   for k, v in (data.get("stats") or {}).items()},
-            status=EpisodeStatus(data.get("status", "ok")),
+            stats={_text(k, "stats"): _number(v, f"stats.{k}") for k, v in stats.items()},
+            status=EpisodeStatus(status),
             error=_error(error) if error else None,
-            task=data.get("task"),
+            task=task,
             duration_s=_number(data.get("duration_s", 0.0), "duration_s"),
-            warnings=tuple(str(w) for w in data.get("warnings") or ()),
+            warnings=tuple(_text(w, "warnings") for w in _items(data.get("warnings") or [],
+                                                                "warnings")),
         )
 
 
