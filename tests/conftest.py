@@ -10,6 +10,8 @@ import psutil
 import pytest
 from hypothesis import HealthCheck, settings
 
+from parcat.ipc.shm_names import block_creator, block_is_stale, this_creator
+
 settings.register_profile(
     "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
@@ -18,19 +20,20 @@ settings.load_profile("ci")
 
 def parcat_blocks() -> set[str]:
     """parcat blocks made by this process tree or by processes now gone (leaks); other
-    programs' blocks (a benchmark running beside the tests) do not count."""
+    programs' blocks (a benchmark running beside the tests, a run in a container sharing
+    /dev/shm) do not count."""
     folder = Path("/dev/shm")
     if not folder.is_dir():
         return set()
     me = psutil.Process()
     tree = {me.pid, *(p.pid for p in me.children(recursive=True))}
+    namespace = this_creator().namespace
     found = set()
     for path in folder.iterdir():
-        parts = path.name.split("_")
-        if path.name.startswith("parcat_") and len(parts) > 2 and parts[1].isdigit():
-            pid = int(parts[1])
-            if pid in tree or not psutil.pid_exists(pid):
-                found.add(path.name)
+        creator = block_creator(path.name)
+        if creator is not None and creator.namespace == namespace \
+                and (creator.pid in tree or block_is_stale(path.name)):
+            found.add(path.name)
     return found
 
 

@@ -1,10 +1,9 @@
-"""Codec, ArrayBlock, SlotBlock and stale-block removal, on real shared memory."""
+"""Codec, ArrayBlock and SlotBlock, on real shared memory."""
 
 from __future__ import annotations
 
 import itertools
 import os
-import subprocess
 import sys
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -18,7 +17,8 @@ from hypothesis import strategies as st
 
 from parcat.ipc.layout import HEADER_SLOTS
 from parcat.ipc.process import Worker, become_worker
-from parcat.ipc.shm import ALIGN, PREFIX, ArrayBlock, Codec, SlotBlock, remove_stale_blocks
+from parcat.ipc.shm import ALIGN, ArrayBlock, Codec, SlotBlock
+from parcat.ipc.shm_names import block_creator, this_creator
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /dev/shm")
 
@@ -216,10 +216,10 @@ def test_a_block_attached_by_name_shares_memory_and_header() -> None:
 
 
 @pytest.mark.usefixtures("clean_machine")
-def test_the_creator_unlinks_on_close_and_names_it_after_its_pid() -> None:
+def test_the_creator_unlinks_on_close_and_names_it_after_itself() -> None:
     block = ArrayBlock(ODD_SPECS)
     name = block.name
-    assert name.startswith(f"{PREFIX}{os.getpid()}_")
+    assert block_creator(name) == this_creator()
     assert (SHM / name).exists()
     block.close()
     assert not (SHM / name).exists()
@@ -266,33 +266,6 @@ def test_a_child_process_sees_and_makes_writes_and_its_close_does_not_unlink() -
         block.close()
     assert worker.process.exitcode is not None
     assert not (SHM / block.name).exists()
-
-
-# -- remove_stale_blocks --------------------------------------------------------------------
-
-
-def dead_pid() -> int:
-    """The pid of a process that has exited and been reaped."""
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait(timeout=TIMEOUT_S)
-    with pytest.raises(ProcessLookupError):
-        os.kill(proc.pid, 0)
-    return proc.pid
-
-
-def test_stale_blocks_of_dead_creators_are_removed_and_others_kept(tmp_path: Path) -> None:
-    dead = f"{PREFIX}{dead_pid()}_0123456789ab"
-    alive = f"{PREFIX}{os.getpid()}_ba9876543210"
-    foreign = ["parcatx_1_a", f"{PREFIX}notapid_a", "other_1_a", f"{PREFIX}"]
-    for name in (dead, alive, *foreign):
-        (tmp_path / name).write_bytes(b"\0" * 64)
-    assert remove_stale_blocks(folder=str(tmp_path)) == [dead]
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive, *foreign])
-    assert remove_stale_blocks(folder=str(tmp_path)) == []
-
-
-def test_stale_block_removal_in_a_missing_folder_finds_nothing(tmp_path: Path) -> None:
-    assert remove_stale_blocks(folder=str(tmp_path / "absent")) == []
 
 
 # -- SlotBlock ------------------------------------------------------------------------------

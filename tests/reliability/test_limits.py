@@ -26,8 +26,9 @@ from parcat.parallel.planner import ExecutorKind
 from parcat.policies.specs import make_policy, parse_policy_spec
 from parcat.train.config import TrainConfig, load_train_config
 from parcat.train.dqn import DQNConfig
+from tests.conftest import parcat_blocks
 from tests.fakes import scripted_mission
-from tests.reliability.helpers import ROOT, shm_blocks
+from tests.reliability.helpers import ROOT
 
 
 def test_low_open_file_limit_gives_a_smaller_plan(tmp_path: Path) -> None:
@@ -55,12 +56,9 @@ def _resources() -> tuple[int, int, float, int]:
     """Open files, worker processes, RSS (MiB) and shared-memory blocks that are ours or
     leaked (their creator is gone); other programs' blocks do not count."""
     me = psutil.Process()
-    tree = {me.pid, *(p.pid for p in me.children(recursive=True))}
     kids = [p for p in me.children(recursive=True)
             if not any(k in " ".join(p.cmdline()) for k in ("forkserver", "resource_tracker"))]
-    blocks = [b for b in shm_blocks()
-              if int(b.split("_")[1]) in tree or not psutil.pid_exists(int(b.split("_")[1]))]
-    return me.num_fds(), len(kids), me.memory_info().rss / 2**20, len(blocks)
+    return me.num_fds(), len(kids), me.memory_info().rss / 2**20, len(parcat_blocks())
 
 
 def test_soak_2000_episodes_in_one_run() -> None:

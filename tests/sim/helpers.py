@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from parcat.ipc.shm_names import block_creator, this_creator
 from parcat.sim import SimConfig, load_sim_config
 from tests.conftest import worker_children
 
@@ -47,10 +47,10 @@ def worker_processes() -> set[int]:
 
 def my_blocks() -> set[str]:
     """Shared-memory blocks this process created and has not unlinked."""
-    prefix = f"parcat_{os.getpid()}_"
     folder = Path("/dev/shm")
-    return {p.name for p in folder.iterdir() if p.name.startswith(prefix)} if folder.is_dir() \
-        else set()
+    me = this_creator()
+    return {p.name for p in folder.iterdir() if block_creator(p.name) == me} \
+        if folder.is_dir() else set()
 
 
 def settles(predicate: Any, timeout: float = 5.0) -> bool:

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from parcat.errors import WorkerError
+from parcat.ipc.shm_names import block_creator, this_creator
 from parcat.missions import load_mission
 from parcat.train.learner import Transitions
 from parcat.train.learner_process import LearnerWorker
@@ -168,7 +169,7 @@ def test_learner_worker_trains_and_reports_its_death() -> None:
 
 def own_blocks() -> set[str]:
     """Shared-memory blocks this process created (other test runs may share /dev/shm)."""
-    return {b for b in shm_blocks() if b.startswith(f"parcat_{os.getpid()}_")}
+    return {b for b in shm_blocks() if block_creator(b) == this_creator()}
 
 
 def _alive(pid: int) -> bool:

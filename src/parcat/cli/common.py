@@ -18,6 +18,8 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+EXIT_PIPE_CLOSED = 141
+"""stdout's reader went away (``| head``): what a shell reports for death by SIGPIPE."""
 EXIT_TERMINATED = 143
 
 TERMINATED = threading.Event()

@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import sys
+import traceback
 from collections.abc import Sequence
 
 import typer
 
+import parcat
 from parcat import __version__
 from parcat.cli import common, missions_cmd, policies_cmd
 from parcat.cli.bench_cmd import bench_command
-from parcat.cli.common import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE
+from parcat.cli.common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PIPE_CLOSED,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+)
 from parcat.cli.compare_cmd import compare_command
 from parcat.cli.eval_cmd import eval_command
+from parcat.cli.output import StdoutError, guarded_stdout
 from parcat.cli.plan_cmd import plan_command
 from parcat.cli.plot_cmd import plot_command
 from parcat.cli.sim_cmd import sim_command
@@ -57,6 +69,9 @@ def root(
 _CLICK_USAGE_ERROR: type[Exception] = next(
     c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"
 )
+_CLICK_EXCEPTION: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"
+)
 
 
 class Terminated(KeyboardInterrupt):
@@ -69,34 +84,87 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; bad flags get one line on stderr and exit code 2."""
-    command = typer.main.get_command(app)
+    """Run the CLI and return its exit code: 0 done, 1 failed, 2 bad input, 130 Ctrl-C,
+    141 stdout closed by its reader, 143 SIGTERM; every error is one line on stderr."""
     common.TERMINATED.clear()
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        code = command.main(
-            args=list(argv) if argv is not None else None,
-            prog_name="parcat",
-            standalone_mode=False,
-        )
-    except _CLICK_USAGE_ERROR as exc:
-        ctx = getattr(exc, "ctx", None)
-        if type(exc).__name__ == "NoArgsIsHelpError":
-            return 0  # Typer has already printed the help
-        where = f"{ctx.command_path}: " if ctx is not None else ""
-        message = exc.format_message()  # type: ignore[attr-defined]
-        print(f"parcat: error: {where}{message}", file=sys.stderr)
-        return EXIT_USAGE
-    except Terminated:
-        return EXIT_TERMINATED
-    except (typer.Abort, KeyboardInterrupt):
-        # a second Ctrl-C while the first was being handled: stop at once
-        return EXIT_INTERRUPTED
+        with guarded_stdout():
+            code = _invoke(argv)
+    except (KeyboardInterrupt, EOFError, StdoutError, typer.Abort, _CLICK_EXCEPTION) as exc:
+        code = _exit_code(exc)
     finally:
         signal.signal(signal.SIGTERM, previous)
     if code == EXIT_INTERRUPTED and common.TERMINATED.is_set():
         return EXIT_TERMINATED
-    return code if isinstance(code, int) else 0
+    return code
+
+
+def _invoke(argv: Sequence[str] | None) -> int:
+    """Parse and run one command line.
+
+    Not ``command.main()``: even with ``standalone_mode=False`` it turns an ``EOFError`` from
+    anywhere (an empty file given to ``np.load``) into ``Abort``, indistinguishable from a
+    Ctrl-C; parcat maps what its commands raise itself (:func:`_exit_code`).
+    """
+    command = typer.main.get_command(app)
+    args = list(argv) if argv is not None else sys.argv[1:]
+    try:
+        with command.make_context("parcat", args) as ctx:
+            result = command.invoke(ctx)
+    except typer.Exit as exc:
+        return int(exc.exit_code)
+    return result if isinstance(result, int) else 0
+
+
+def _exit_code(exc: BaseException) -> int:
+    """The exit code for what a command raised, after one line on stderr (anything else, a
+    bug, keeps its traceback)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+    if isinstance(exc, typer.Abort):
+        if isinstance(exc.__context__, KeyboardInterrupt):  # Ctrl-C at a prompt
+            return _exit_code(exc.__context__)
+        _say("parcat: aborted")  # Ctrl-D at a prompt
+        return EXIT_FAILED
+    if isinstance(exc, StdoutError):
+        if exc.pipe_closed:
+            return EXIT_PIPE_CLOSED
+        _say(f"parcat: error: cannot write results to stdout: {exc}")
+        return EXIT_FAILED
+    if isinstance(exc, EOFError):
+        _say(f"parcat: error: {unexpected_eof(exc)}")
+        return EXIT_FAILED
+    if isinstance(exc, _CLICK_USAGE_ERROR):
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            return EXIT_OK  # Typer has already printed the help
+        ctx = getattr(exc, "ctx", None)
+        where = f"{ctx.command_path}: " if ctx is not None else ""
+        _say(f"parcat: error: {where}{exc.format_message()}")  # type: ignore[attr-defined]
+        return EXIT_USAGE
+    _say(f"parcat: error: {exc.format_message()}")  # type: ignore[attr-defined]
+    return int(getattr(exc, "exit_code", EXIT_FAILED))  # another of click's errors
+
+
+def unexpected_eof(exc: EOFError) -> str:
+    """What to say about an ``EOFError`` nothing handled: which of parcat's functions was
+    reading, and the fix. parcat never prompts and never reads stdin: a file ended early."""
+    package = os.path.dirname(os.path.abspath(parcat.__file__))
+    readers = [f for f in traceback.extract_tb(exc.__traceback__)
+               if os.path.abspath(f.filename).startswith(package + os.sep)
+               and os.path.abspath(f.filename) != os.path.abspath(__file__)]
+    where = ""
+    if readers:
+        path = os.path.relpath(os.path.abspath(readers[-1].filename), os.path.dirname(package))
+        where = f", in {path} {readers[-1].name}"
+    detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return (f"unexpected end of file ({detail}{where}): a file parcat read is empty or cut "
+            "short; check the files and folders given on the command line")
+
+
+def _say(line: str) -> None:
+    with contextlib.suppress(OSError):
+        print(line, file=sys.stderr)
 
 
 def run() -> None:

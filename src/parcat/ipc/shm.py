@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 from dataclasses import dataclass
 from multiprocessing import resource_tracker, shared_memory
 from typing import Any
@@ -26,10 +25,10 @@ import numpy as np
 from gymnasium import spaces
 
 from parcat.ipc.layout import HEADER_SLOTS
-from parcat.ipc.process import parent_alive
+from parcat.ipc.shm_names import PREFIX as PREFIX
+from parcat.ipc.shm_names import new_block_name
+from parcat.ipc.shm_names import remove_stale_blocks as remove_stale_blocks
 
-PREFIX = "parcat_"
-"""Every block is named ``parcat_<creator pid>_<random>``, so leftovers can be found."""
 ALIGN = 64
 
 
@@ -137,25 +136,6 @@ def unlink_own_blocks() -> None:
         _OWN.discard(name)
 
 
-def remove_stale_blocks(folder: str = "/dev/shm") -> list[str]:
-    """Unlink blocks left by parcat processes that no longer exist (e.g. SIGKILLed runs)."""
-    removed: list[str] = []
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return removed
-    for name in names:
-        if not name.startswith(PREFIX):
-            continue
-        pid_text = name[len(PREFIX):].split("_", 1)[0]
-        if not pid_text.isdigit() or parent_alive(int(pid_text)):
-            continue
-        with contextlib.suppress(OSError):
-            os.unlink(os.path.join(folder, name))
-            removed.append(name)
-    return removed
-
-
 class ArrayBlock:
     """Named numpy arrays laid out in one shared-memory block (after a handoff header).
 
@@ -174,7 +154,7 @@ class ArrayBlock:
         self.owner = name is None
         if name is None:
             self.shm = shared_memory.SharedMemory(
-                name=f"{PREFIX}{os.getpid()}_{secrets.token_hex(6)}", create=True, size=size
+                name=new_block_name(), create=True, size=size
             )
             _OWN.add(self.shm.name)
         else:

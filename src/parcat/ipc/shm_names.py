@@ -1,0 +1,187 @@
+"""Shared-memory block names: who made a block, and whether that process is provably gone.
+
+A block is named ``parcat_ns<namespace>_<pid>_<start>_<random>``:
+
+- ``namespace`` (12 hex digits) tags the creator's PID namespace (and time namespace, whose
+  offset shifts the start times ``/proc`` reports). ``/dev/shm`` is often shared between
+  containers, and pid 1234 in a container is not pid 1234 here, so only blocks with our own
+  tag are ever judged. Where ``/proc`` is missing or belongs to another PID namespace, the
+  tag is random: nobody else can judge such a block, and it is never removed by others.
+- ``pid`` is the creator's pid in that namespace, ``start`` its start time (clock ticks
+  after boot, hex), so a block whose pid was reused by another process is stale too.
+- ``random`` tells one process's blocks apart.
+
+The tag starts with letters, so an older parcat (which read the field after ``parcat_`` as a
+pid) skips these names. A name in that older form, ``parcat_<pid>_<random>``, says nothing
+about its namespace and is never removed.
+
+Names are about 45 characters: within Linux's 255. macOS's 31 is not a concern: parcat
+needs ``/dev/shm`` and ``/proc`` (Linux).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import secrets
+from dataclasses import dataclass
+
+PREFIX = "parcat_"
+"""Every block's name starts with this, so leftovers can be found."""
+NAMESPACE_MARK = "ns"
+
+_START_FIELD = 19
+"""``starttime`` in ``/proc/<pid>/stat``, counted from the state (the field after ``comm``)."""
+
+
+@dataclass(frozen=True)
+class BlockCreator:
+    """The process that made a block, as its name records it."""
+
+    namespace: str
+    """Tag of the creator's PID namespace (12 hex digits)."""
+    pid: int
+    """The creator's pid in that namespace."""
+    start: str
+    """The creator's start time: clock ticks after boot, in hex."""
+
+
+def block_creator(name: str) -> BlockCreator | None:
+    """Who made block ``name``; ``None`` when it is not a parcat block of this form."""
+    if not name.startswith(PREFIX + NAMESPACE_MARK):
+        return None
+    parts = name[len(PREFIX) + len(NAMESPACE_MARK):].split("_")
+    if len(parts) != 4 or not all(parts) or not parts[1].isdigit():
+        return None
+    namespace, pid, start, token = parts
+    if not all(_is_hex(part) for part in (namespace, start, token)):
+        return None
+    return BlockCreator(namespace, int(pid), start)
+
+
+def this_creator() -> BlockCreator:
+    """How this process signs the blocks it makes (worked out once per process)."""
+    global _cached
+    pid = os.getpid()
+    if _cached is None or _cached.pid != pid:
+        tag = _namespace_tag()
+        start = _start_ticks("self") if tag is not None else None
+        if tag is None or start is None:
+            tag, start = secrets.token_hex(6), "0"
+        _cached = BlockCreator(tag, pid, start)
+    return _cached
+
+
+_cached: BlockCreator | None = None
+
+
+def new_block_name() -> str:
+    """A fresh name for a block this process makes."""
+    me = this_creator()
+    return f"{PREFIX}{NAMESPACE_MARK}{me.namespace}_{me.pid}_{me.start}_{secrets.token_hex(6)}"
+
+
+def block_is_stale(name: str) -> bool:
+    """Whether block ``name`` was made in our PID namespace by a process that is gone.
+
+    Anything that cannot be proven gone is kept: another namespace's block, a name in an
+    older form, a creator whose ``/proc`` entry cannot be read.
+    """
+    creator = block_creator(name)
+    if creator is None or creator.namespace != this_creator().namespace:
+        return False
+    return _gone(creator.pid, creator.start)
+
+
+def remove_stale_blocks(folder: str = "/dev/shm") -> list[str]:
+    """Unlink blocks whose creator is provably gone (e.g. a SIGKILLed run); their names."""
+    removed: list[str] = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in sorted(names):
+        if name.startswith(PREFIX) and block_is_stale(name):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, name))
+                removed.append(name)
+    return removed
+
+
+def _gone(pid: int, start: str) -> bool:
+    """Whether process ``pid`` (of our namespace) that started at ``start`` has ended."""
+    if pid < 1:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # another user's process: it exists
+    except (OverflowError, OSError):
+        return False
+    fields = _stat_fields(str(pid))
+    if fields is None or len(fields) <= _START_FIELD:
+        return False  # exists, but /proc will not say which process it is: keep
+    if fields[0] in (b"Z", b"X"):
+        return True  # dead, not reaped yet
+    return _start_hex(fields[_START_FIELD]) != start  # the pid now names another process
+
+
+def _start_hex(ticks: bytes) -> str:
+    return format(int(ticks), "x")
+
+
+def _start_ticks(pid: str) -> str | None:
+    fields = _stat_fields(pid)
+    if fields is None or len(fields) <= _START_FIELD:
+        return None
+    return _start_hex(fields[_START_FIELD])
+
+
+def _stat_fields(pid: str) -> list[bytes] | None:
+    """``/proc/<pid>/stat`` after the command name (which may hold spaces and parentheses)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _namespace_tag() -> str | None:
+    """A tag of this process's PID and time namespaces; ``None`` if ``/proc`` is not ours."""
+    if not _proc_is_ours():
+        return None
+    try:
+        pid_ns = os.stat("/proc/self/ns/pid")
+    except OSError:
+        return None
+    try:
+        time_ns = os.stat("/proc/self/ns/time").st_ino
+    except OSError:
+        time_ns = 0  # before Linux 5.6: no time namespaces
+    identity = f"{pid_ns.st_dev}:{pid_ns.st_ino}:{time_ns}".encode()
+    return hashlib.blake2b(identity, digest_size=6).hexdigest()
+
+
+def _proc_is_ours() -> bool:
+    """Whether ``/proc`` numbers processes as our PID namespace does.
+
+    ``NSpid`` lists our pid in the namespace of whoever mounted ``/proc`` and then in each
+    namespace nested below it: one entry means that namespace is ours.
+    """
+    try:
+        with open("/proc/self/status", "rb") as status:
+            lines = status.read().splitlines()
+        self_is_us = os.readlink("/proc/self") == str(os.getpid())
+    except OSError:
+        return False
+    for line in lines:
+        if line.startswith(b"NSpid:"):
+            return line.split()[1:] == [str(os.getpid()).encode()]
+    return self_is_us  # before Linux 4.1 (no NSpid)
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text)
