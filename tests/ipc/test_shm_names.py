@@ -184,3 +184,19 @@ def test_a_live_block_of_another_pid_namespace_is_never_removed(own_proc: bool) 
         proc.wait(timeout=TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
     assert not (SHM / block).exists()  # its creator unlinked it
+
+
+def test_temp_folders_of_gone_processes_in_our_namespace_go_others_stay(tmp_path: Path) -> None:
+    me, gone = this_creator(), dead_pid()
+    ours_dead = tmp_path / f"parcat-mp-ns{me.namespace}_{gone}_{me.start}-abc"
+    other_ns = tmp_path / f"parcat-mp-ns{'f' * 12 if me.namespace != 'f' * 12 else 'e' * 12}" \
+        f"_{gone}_{me.start}-abc"
+    ours_alive = tmp_path / f"parcat-mp-ns{me.namespace}_{me.pid}_{me.start}-abc"
+    old_form = tmp_path / f"parcat-mp-{gone}-abc"
+    for folder in (ours_dead, other_ns, ours_alive, old_form):
+        folder.mkdir()
+    code = "from parcat.ipc.process import _own_temp_dir; _own_temp_dir()"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=TIMEOUT_S,
+                   env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "TMPDIR": str(tmp_path)})
+    assert not ours_dead.exists()
+    assert other_ns.exists() and ours_alive.exists() and old_form.exists()

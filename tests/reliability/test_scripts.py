@@ -4,6 +4,7 @@ runs leave nothing in the temp directory for long."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -46,9 +47,10 @@ def test_a_killed_run_s_temp_folder_is_removed_by_the_next_run(tmp_path: Path) -
         [sys.executable, "-m", "parcat", "eval", "-m", "harvest", "-n", "100000", "--jobs",
          "2", "--executor", "process"], cwd=tmp_path, start_new_session=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    mine = f"parcat-mp-{proc.pid}-"
+    # parcat-mp-ns<namespace>_<pid>_<start>-<random>
+    mine = re.compile(rf"parcat-mp-ns[0-9a-f]+_{proc.pid}_[0-9a-f]+-")
     try:
-        assert wait_until(lambda: any(p.name.startswith(mine) for p in temp.iterdir()), 60)
+        assert wait_until(lambda: any(mine.match(p.name) for p in temp.iterdir()), 60)
         time.sleep(0.5)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
@@ -58,4 +60,4 @@ def test_a_killed_run_s_temp_folder_is_removed_by_the_next_run(tmp_path: Path) -
     subprocess.run([sys.executable, "-m", "parcat", "eval", "-m", "harvest", "-n", "2",
                     "--jobs", "2", "--executor", "process"], cwd=tmp_path, check=True,
                    capture_output=True, timeout=120)
-    assert not any(p.name.startswith(mine) for p in temp.iterdir())
+    assert not any(mine.match(p.name) for p in temp.iterdir())

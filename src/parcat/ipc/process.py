@@ -171,9 +171,13 @@ TEMP_PREFIX = "parcat-mp-"
 
 
 def _own_temp_dir() -> None:
-    """Give multiprocessing a temporary folder named after this process (it would make
-    an anonymous ``pymp-*`` one), and remove those of parcat processes that are gone."""
+    """Give multiprocessing a temporary folder marked with this process's signature (it
+    would make an anonymous ``pymp-*`` one), and remove those of parcat processes that are
+    provably gone (the same test as for shared-memory blocks: our PID namespace, a pid
+    that is free or reused since)."""
     from multiprocessing import util
+
+    from parcat.ipc.shm_names import signature, signature_is_stale
 
     config = mp.process.current_process()._config  # type: ignore[attr-defined]
     if config.get("tempdir") is not None:
@@ -181,11 +185,10 @@ def _own_temp_dir() -> None:
     base = tempfile.gettempdir()
     with contextlib.suppress(OSError):
         for name in os.listdir(base):
-            pid_text = name[len(TEMP_PREFIX):].split("-", 1)[0]
-            if name.startswith(TEMP_PREFIX) and pid_text.isdigit() \
-                    and not parent_alive(int(pid_text)):
+            if name.startswith(TEMP_PREFIX) and \
+                    signature_is_stale(name[len(TEMP_PREFIX):].rsplit("-", 1)[0]):
                 shutil.rmtree(os.path.join(base, name), ignore_errors=True)
-    path = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-")
+    path = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{signature()}-")
     # removed at exit like multiprocessing's own (kept referenced: shutdown runs late)
     util.Finalize(None, shutil.rmtree, args=(path, True), exitpriority=-100)
     config["tempdir"] = path

@@ -78,8 +78,19 @@ _cached: BlockCreator | None = None
 
 def new_block_name() -> str:
     """A fresh name for a block this process makes."""
+    return f"{PREFIX}{signature()}_{secrets.token_hex(6)}"
+
+
+def signature() -> str:
+    """This process as block names record it, ``ns<namespace>_<pid>_<start>``: also the
+    mark of other things it leaves behind (its temporary folder)."""
     me = this_creator()
-    return f"{PREFIX}{NAMESPACE_MARK}{me.namespace}_{me.pid}_{me.start}_{secrets.token_hex(6)}"
+    return f"{NAMESPACE_MARK}{me.namespace}_{me.pid}_{me.start}"
+
+
+def signature_is_stale(mark: str) -> bool:
+    """Whether :func:`signature` ``mark`` is of a process of our namespace that is gone."""
+    return block_is_stale(f"{PREFIX}{mark}_0")
 
 
 def block_is_stale(name: str) -> bool:
