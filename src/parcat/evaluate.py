@@ -14,10 +14,12 @@ import numpy as np
 
 from parcat.errors import ConfigError, PolicyError, WriteError
 from parcat.ipc.shm import remove_stale_blocks
+from parcat.limits import MAX_EPISODE_PARAMETERS
 from parcat.missions import Mission, load_mission
 from parcat.outputs import check_output_file
 from parcat.parallel.launch import RunOptions, make_executor, plan_run
 from parcat.parallel.planner import Plan
+from parcat.policies.builtin import mlp_parameters
 from parcat.policies.specs import PolicySpec, make_policy, parse_policy_spec
 from parcat.probe import EnvCheck, check_in_a_worker
 from parcat.report import ALL_POLICIES, make_document, summarize
@@ -198,8 +200,19 @@ def check_policies(config: EvalConfig) -> None:
     """Build every policy once for every agent of every mission, before any episode runs.
 
     Raises:
-        PolicyError: a spec is unknown, or a policy cannot be built for some agent.
+        PolicyError: a spec is unknown, a policy cannot be built for some agent, or the
+            networks of an episode's agents would be too big together.
     """
+    mlps = [spec for spec in config.policies if spec.target == "mlp"]
+    for mission in config.missions:
+        # checked before any is built: each agent gets its own network
+        total = sum(max((mlp_parameters(agent, **spec.kwargs) for spec in mlps), default=0)
+                    for agent in mission.agents())
+        if total > MAX_EPISODE_PARAMETERS:
+            raise PolicyError(
+                f"mlp: the {len(mission.agents())} agents of mission '{mission.name}' would have "
+                f"{total:,} network parameters together, more than the limit of "
+                f"{MAX_EPISODE_PARAMETERS:,}; use a smaller width or depth")
     for mission in config.missions:
         for agent in mission.agents():
             for spec in config.policies:

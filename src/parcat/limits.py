@@ -77,6 +77,10 @@ MAX_NET_PARAMETERS = 2**24
 """Most weights and biases of one network (64 MiB of float32; a DQN learner keeps five
 copies: online, target, gradient and two Adam moments)."""
 
+MAX_EPISODE_PARAMETERS = 2**26
+"""Network parameters of all of an episode's agents together (each agent gets its own
+network): 256 MiB of float32 weights per episode worker."""
+
 MAX_BATCH_SIZE = 65_536
 """Largest DQN minibatch."""
 

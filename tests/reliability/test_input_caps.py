@@ -174,6 +174,11 @@ CASES: dict[str, Case] = {
         ["eval", "-m", "harvest", "-n", str(10**23)],
         f"--episodes must be an integer between 1 and 1,000,000,000, got {10**23}",
     ),
+    "64 agents with big mlp networks": lambda d: (
+        ["eval", "-m", "harvest", "--set", "agents=64", "-p", "mlp,width=2048,depth=4"],
+        "mlp: the 64 agents of mission 'harvest' would have 819,986,752 network parameters "
+        "together, more than the limit of 67,108,864; use a smaller width or depth",
+    ),
     "plan -n 10**23": lambda d: (
         ["plan", "-m", "harvest", "-n", str(10**23)],
         f"--episodes must be an integer between 1 and 1,000,000,000, got {10**23}",

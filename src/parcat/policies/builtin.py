@@ -173,6 +173,14 @@ class MLPPolicy:
                 store[i] = np.asarray(arrays[key], dtype=np.float32)
 
 
+def mlp_parameters(spec: AgentSpec, width: Any = 64, depth: Any = 2, **_: Any) -> int:
+    """Parameters of the ``mlp`` policy ``MLPPolicy(spec, width, depth)`` would build,
+    without building it (its sizes are checked as :func:`mlp_sizes` checks them)."""
+    sizes = mlp_sizes(spaces.flatdim(spec.observation_space), _output_size(spec.action_space),
+                      width, depth)
+    return network_parameters(sizes)
+
+
 def mlp_sizes(n_in: int, n_out: int, width: Any, depth: Any) -> list[int]:
     """The layer sizes of an ``mlp`` network, checked against parcat's limits.
 
