@@ -206,8 +206,11 @@ def check_policies(config: EvalConfig) -> None:
     mlps = [spec for spec in config.policies if spec.target == "mlp"]
     for mission in config.missions:
         # checked before any is built: each agent gets its own network
-        total = sum(max((mlp_parameters(agent, **spec.kwargs) for spec in mlps), default=0)
-                    for agent in mission.agents())
+        try:
+            total = sum(max((mlp_parameters(agent, **spec.kwargs) for spec in mlps), default=0)
+                        for agent in mission.agents())
+        except PolicyError as exc:
+            raise PolicyError(f"{exc} (mission '{mission.name}')") from exc
         if total > MAX_EPISODE_PARAMETERS:
             raise PolicyError(
                 f"mlp: the {len(mission.agents())} agents of mission '{mission.name}' would have "
