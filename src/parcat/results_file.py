@@ -37,7 +37,7 @@ from parcat.results import EpisodeResult, EpisodeStatus
 
 JOURNAL_SCHEMA = "parcat.eval.journal"
 JOURNAL_SUFFIX = ".episodes.jsonl"
-SNAPSHOT_RATIO = 20.0
+SNAPSHOT_RATIO = 50.0
 """A snapshot waits at least this many times as long as the last one took to write."""
 
 # failures that depend on where and when an episode ran, not on its seeds: run them again
@@ -74,7 +74,7 @@ class ResultsWriter:
 
     def __init__(
         self, path: Path, document: Callable[[str], dict[str, Any]],
-        config: dict[str, Any], every_s: float = 1.0, resume: bool = False,
+        config: dict[str, Any], every_s: float = 5.0, resume: bool = False,
         on_warning: Callable[[str], None] | None = None, ratio: float = SNAPSHOT_RATIO,
     ) -> None:
         self.path = check_output_file(path, "--output")

@@ -180,9 +180,14 @@ class EpisodeRunner:
             obs, _ = env.reset(seed=progress.env_seed)
             progress.totals = dict.fromkeys(progress.agent_ids, 0.0)
             progress.phase = "step"
-            progress.warnings += _odd_observations(env, obs, "first")
+            # parcat's own environments are checked by its tests; the check costs ~20% of
+            # a one-step episode
+            trusted = mission.env.startswith("parcat.")
+            if not trusted:
+                progress.warnings += _odd_observations(env, obs, "first")
             last = self._play(env, task, obs, progress.totals, progress)
-            progress.warnings += _odd_observations(env, last, "last")
+            if not trusted:
+                progress.warnings += _odd_observations(env, last, "last")
         except PolicyStepError as failure:
             error = _policy_error_info(failure)
         except USER_CODE_ERRORS as exc:

@@ -30,6 +30,17 @@ def write_slow_mission(folder: Path) -> Path:
     return path
 
 
+def episodes_journaled(out: Path) -> int:
+    """Episodes a running ``parcat eval -o out`` has appended to its journal so far."""
+    from parcat.results_file import journal_path
+
+    try:
+        lines = journal_path(out).read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+    return max(0, lines - 1)  # the first line is the header
+
+
 def shm_blocks() -> set[str]:
     """parcat's shared-memory blocks now."""
     folder = Path("/dev/shm")
