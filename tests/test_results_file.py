@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from parcat.errors import ConfigError
-from parcat.report import SCHEMA, make_document
+from parcat.report import SCHEMA, make_document, summarize
 from parcat.results import AgentResult, EpisodeResult, EpisodeStatus, ErrorInfo
 from parcat.results_file import ResultsWriter, journal_path, load_finished
 
@@ -187,7 +187,10 @@ def test_fuzzed_resume_files_load_or_give_a_config_error(
     for index, key, value in mutations:
         target = data["episodes"][index]
         if key in ("reward", "agent_id", "late_actions"):
-            target = target["agents"][0]
+            agents = target["agents"]
+            if not (isinstance(agents, list) and agents and isinstance(agents[0], dict)):
+                continue  # an earlier mutation replaced the agents
+            target = agents[0]
         target[key] = value
     journal = journal_path(path)
     lines = [json.dumps({"schema": "parcat.eval.journal", "version": 1, "config": CONFIG})]
@@ -199,4 +202,5 @@ def test_fuzzed_resume_files_load_or_give_a_config_error(
     except ConfigError as exc:
         assert "\n" not in str(exc) and str(exc).startswith("--resume: ")
     else:
-        assert all(isinstance(e.agents[0].reward, float) for e in finished.values())
+        assert all(isinstance(a.reward, float) for e in finished.values() for a in e.agents)
+        summarize(list(finished.values()))  # whatever loaded can be summarised

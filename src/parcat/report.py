@@ -109,7 +109,7 @@ def summarize(episodes: Iterable[EpisodeResult]) -> list[Summary]:
     for episode in episodes:
         samples.setdefault((episode.mission, ALL_POLICIES), [])
         failures.setdefault(episode.mission, 0)
-        if not episode.ok:
+        if not episode.ok or not episode.agents:
             failures[episode.mission] += 1
             for agent in episode.agents:
                 samples.setdefault((episode.mission, agent.policy), [])

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from parcat.ipc.shm_names import block_creator
 from parcat.sim import SimRecord
 from tests.reliability.helpers import kill_group, wait_until
 from tests.sim.helpers import sim_data, write_yaml
@@ -63,7 +64,8 @@ def written(output: Path) -> tuple[SimRecord, dict[str, object]]:
 
 def shared_block_exists(pid: int) -> bool:
     """Whether parcat (``pid``) has created its simulation's shared memory: the run began."""
-    return any(p.name.startswith(f"parcat_{pid}_") for p in Path("/dev/shm").iterdir())
+    creators = (block_creator(p.name) for p in Path("/dev/shm").iterdir())
+    return any(c is not None and c.pid == pid for c in creators)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
