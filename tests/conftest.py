@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,11 +12,16 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from parcat.ipc.shm_names import block_creator, block_is_stale, this_creator
+from parcat.resources import FREE_CPUS_VARIABLE
 
 settings.register_profile(
     "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile("ci")
+
+# CI machines are shared: plans that follow the machine's momentary load would make tests
+# that check a plan depend on the neighbours. Tests of that behaviour set it themselves.
+os.environ.setdefault(FREE_CPUS_VARIABLE, "all")
 
 
 def parcat_blocks() -> set[str]:

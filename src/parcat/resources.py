@@ -1,10 +1,17 @@
-"""Measuring the machine: CPUs this process may use, GPUs, and BLAS thread limits."""
+"""Measuring the machine: CPUs this process may use, how many of them other processes keep
+busy right now, GPUs, and BLAS thread limits."""
 
 from __future__ import annotations
 
 import math
 import os
+import statistics
+import time
 from pathlib import Path
+
+FREE_CPUS_VARIABLE = "PARCAT_FREE_CPUS"
+"""Set to a number to fix what :func:`free_cpus` reports (tests, or a machine whose load
+parcat should not second-guess); ``all`` means every available CPU."""
 
 BLAS_VARIABLES = (
     "OMP_NUM_THREADS",
@@ -26,6 +33,42 @@ def available_cpus() -> int:
     if quota is not None:
         cpus = min(cpus, max(1, math.floor(quota)))
     return max(1, cpus)
+
+
+def other_busy_cpus(samples: int = 7, gap_s: float = 0.0005) -> int:
+    """CPUs that other processes keep busy right now: the median over a few milliseconds
+    of the runnable tasks the kernel counts (``/proc/loadavg``), less this process.
+
+    A busy neighbour is runnable at every sample; a short-lived one rarely is, so the
+    median ignores it. The count is the whole machine's (containers share it), so callers
+    compare it with :func:`os.cpu_count`, not with their own quota.
+    """
+    counts = []
+    for index in range(samples):
+        try:
+            running = Path("/proc/loadavg").read_text().split()[3].split("/")[0]
+            counts.append(int(running))
+        except (OSError, IndexError, ValueError):
+            return 0
+        if index < samples - 1:
+            time.sleep(gap_s)
+    return max(0, int(statistics.median(counts)) - 1)
+
+
+def free_cpus(cpus: int | None = None) -> int:
+    """CPUs this process can use right now: :func:`available_cpus` (or ``cpus``), less
+    those other processes keep busy (at least 1). ``PARCAT_FREE_CPUS`` overrides it."""
+    cpus = available_cpus() if cpus is None else cpus
+    fixed = os.environ.get(FREE_CPUS_VARIABLE, "").strip()
+    if fixed == "all":
+        return cpus
+    if fixed:
+        try:
+            return max(1, min(cpus, int(fixed)))
+        except ValueError:
+            pass
+    machine = os.cpu_count() or cpus
+    return max(1, min(cpus, machine - other_busy_cpus()))
 
 
 def cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:

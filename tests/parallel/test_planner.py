@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import time
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -66,3 +70,42 @@ def test_auto_picks_process_only_for_expensive_steps() -> None:
     shared = make_plan(2, 2, 0, Workload(4, 8, True, PolicyStrategy.AUTO, policy_step_s=1e-5,
                                          batchable=True))
     assert shared.strategy is PolicyStrategy.BATCH
+
+
+def test_an_auto_plan_uses_only_the_cpus_other_processes_leave_free() -> None:
+    busy = make_plan(2, 2, 0, Workload(64, 4, False, free_cpus=1))
+    assert (busy.executor, busy.episode_workers) == (ExecutorKind.INLINE, 1)
+    assert "1 of the 2 CPU(s) are busy with other processes: --jobs 2 trimmed to 1" \
+        in busy.reasons
+    # agent-level parallelism has no spare job either: agents are stepped inline
+    agents = make_plan(2, 2, 0, Workload(1, 2, True, PolicyStrategy.AUTO, policy_step_s=2e-3,
+                                         free_cpus=1))
+    assert agents.busy_processes == 1 and agents.strategy is PolicyStrategy.INLINE
+    big = make_plan(64, 64, 0, Workload(1000, 4, False, free_cpus=40))
+    assert big.episode_workers == 40
+    # an explicit executor is obeyed as asked
+    asked = make_plan(2, 2, 0, Workload(64, 4, False, executor=ExecutorKind.PROCESS,
+                                        free_cpus=1))
+    assert (asked.executor, asked.episode_workers) == (ExecutorKind.PROCESS, 2)
+
+
+def test_free_cpus_sees_a_busy_neighbour(monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import sys
+
+    from parcat.resources import FREE_CPUS_VARIABLE, free_cpus
+
+    monkeypatch.delenv(FREE_CPUS_VARIABLE, raising=False)
+    quiet = free_cpus(2)
+    busy = [subprocess.Popen([sys.executable, "-c", "while 1: pass"])
+            for _ in range(os.cpu_count() or 1)]
+    try:
+        time.sleep(0.3)
+        assert free_cpus(2) == 1  # every core has a busy neighbour: one left, never 0
+    finally:
+        for proc in busy:
+            proc.kill()
+            proc.wait()
+    assert 1 <= quiet <= 2
+    monkeypatch.setenv(FREE_CPUS_VARIABLE, "1")
+    assert free_cpus(2) == 1

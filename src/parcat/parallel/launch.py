@@ -28,7 +28,7 @@ from parcat.parallel.planner import ExecutorKind, Plan, PolicyStrategy, Workload
 from parcat.parallel.process_executor import ProcessExecutor
 from parcat.policies.specs import PolicySpec, foreign_code
 from parcat.raycluster import Backend
-from parcat.resources import available_cpus, pids_headroom, visible_gpus
+from parcat.resources import available_cpus, free_cpus, pids_headroom, visible_gpus
 from parcat.rollout import EpisodeRunner, EpisodeTask
 from parcat.stepping.config import StepperConfig
 
@@ -167,6 +167,8 @@ def plan_run(
         foreign_code=foreign,
         action_deadline=options.action_timeout_ms is not None,
         max_processes=process_limit(),
+        # what other processes leave free now: only an auto plan follows it
+        free_cpus=free_cpus(cpus) if options.executor is ExecutorKind.AUTO else None,
     )
     return make_plan(jobs, cpus, gpus, workload)
 

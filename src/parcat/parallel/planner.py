@@ -63,6 +63,10 @@ class Workload:
     runs in worker processes, where exiting or crashing fails an episode, not the run."""
     max_processes: int | None = None
     """Most worker processes the open-file and pids limits allow (``None``: no limit)."""
+    free_cpus: int | None = None
+    """CPUs not kept busy by other processes right now (``None``: not measured). An
+    ``auto`` plan never has more busy processes than this: on a machine whose other cores
+    are taken, a second process only takes turns with the first."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,13 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
             f"trimmed to {max(cap, 1)}"
         )
         jobs = max(cap, 1)
+    free = workload.free_cpus
+    if free is not None and free < jobs and workload.executor is ExecutorKind.AUTO:
+        reasons.append(
+            f"{cpus - free} of the {cpus} CPU(s) are busy with other processes: "
+            f"--jobs {jobs} trimmed to {max(free, 1)}"
+        )
+        jobs = max(free, 1)
     episode_workers = min(jobs, tasks)
     if episode_workers < jobs:
         reasons.append(
