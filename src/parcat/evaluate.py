@@ -375,5 +375,6 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "blas_threads": plan.blas_threads,
         "spin": plan.spin,
         "gpus": list(plan.gpus),
+        "local_lane": plan.local_lane,
         "reasons": list(plan.reasons),
     }

@@ -217,6 +217,13 @@ def make_executor(plan: Plan, options: RunOptions) -> Executor:
         blas_threads=plan.blas_threads,
         retries=options.retries,
     )
+    if plan.executor is ExecutorKind.PROCESS and plan.local_lane:
+        from parcat.parallel.hybrid_executor import HybridExecutor
+
+        return HybridExecutor(
+            plan.episode_workers - 1, stepper, options.start_method_name, plan.blas_threads,
+            plan.gpus, options.trace, options.retries,
+        )
     if plan.executor is ExecutorKind.PROCESS:
         return ProcessExecutor(
             plan.episode_workers, stepper, options.start_method_name, plan.blas_threads, plan.gpus,

@@ -89,6 +89,9 @@ class Plan:
     """Whether policy workers spin on shared memory (never more spinners than cores)."""
     gpus: tuple[str, ...] = ()
     """``CUDA_VISIBLE_DEVICES`` value per episode worker, round-robin; empty without GPUs."""
+    local_lane: bool = False
+    """This process is one of the ``episode_workers`` lanes (the process executor then
+    starts one worker fewer, in the background): see :mod:`parcat.parallel.hybrid_executor`."""
     reasons: tuple[str, ...] = field(default_factory=tuple)
     """Why, one sentence per decision (``parcat plan`` prints them)."""
 
@@ -121,7 +124,7 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
         )
         jobs = max(cap, 1)
     free = workload.free_cpus
-    if free is not None and free < jobs and workload.executor is ExecutorKind.AUTO:
+    if free is not None and free < min(jobs, cpus) and workload.executor is ExecutorKind.AUTO:
         reasons.append(
             f"{cpus - free} of the {cpus} CPU(s) are busy with other processes: "
             f"--jobs {jobs} trimmed to {max(free, 1)}"
@@ -138,6 +141,13 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
     executor = _executor(workload, episode_workers, reasons)
     if executor is ExecutorKind.INLINE:
         episode_workers = 1
+    local_lane = (executor is ExecutorKind.PROCESS and workload.executor is ExecutorKind.AUTO
+                  and not workload.isolate and not workload.foreign_code and not gpus)
+    if local_lane:
+        reasons.append(
+            f"this process runs episodes too, as one of the {episode_workers} lanes: the first "
+            f"episode starts at once and {episode_workers - 1} worker(s) join as they start"
+        )
     strategy, policy_workers = _agent_level(jobs, episode_workers, workload, reasons)
     if workload.action_deadline and strategy in (PolicyStrategy.INLINE, PolicyStrategy.BATCH):
         strategy, policy_workers = PolicyStrategy.THREAD, max(1, policy_workers)
@@ -166,6 +176,7 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
         spin=spin,
         gpus=gpu_ids,
         reasons=tuple(reasons),
+        local_lane=local_lane,
     )
 
 

@@ -1,0 +1,119 @@
+"""Episodes in this process *and* on worker processes that start in the background.
+
+Starting worker processes takes a few hundred milliseconds (the fork server imports numpy,
+gymnasium and parcat before it forks the first worker), and a run of a few short episodes
+is over before that. So an ``auto`` plan with trusted code makes this process one of its
+episode lanes: the first episode starts at once, here, while a thread starts the workers;
+each joins the run as it comes up. A short run never waits for them, a long one gets
+every lane. This process runs one episode at a time between handing tasks to workers, so
+busy processes are the workers plus one, as planned.
+
+Only trusted code (parcat's own environments and policies) runs here: code from outside
+parcat runs in workers, where an exit or a crash fails an episode, not the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from parcat.ipc.process import wait_any
+from parcat.parallel.executors import ResultCallback
+from parcat.parallel.process_executor import ProcessExecutor, _check_picklable, _Lane, _Run
+from parcat.results import EpisodeResult
+from parcat.rollout import EpisodeRunner, EpisodeTask
+from parcat.stepping.config import StepperConfig
+from parcat.trace import Tracer
+
+
+class HybridExecutor(ProcessExecutor):
+    """This process as one episode lane plus ``workers`` worker processes started in the
+    background (see the module docstring). Arguments as :class:`ProcessExecutor`'s."""
+
+    name = "hybrid"
+
+    def __init__(self, workers: int, stepper: StepperConfig | None = None,
+                 start_method: str | None = None, blas_threads: int = 1,
+                 gpus: Sequence[str] = (), trace: bool = False, retries: int = 1) -> None:
+        super().__init__(workers, stepper, start_method, blas_threads, gpus, trace, retries)
+        self.tracer = Tracer("this process") if trace else None
+        self._local = EpisodeRunner(self.stepper.make_stepper(self.tracer), tracer=self.tracer,
+                                    retries=self.stepper.retries)
+        self._arrivals: queue.SimpleQueue[_Lane | BaseException] = queue.SimpleQueue()
+        self._closing = threading.Event()
+        self._lock = threading.Lock()  # a started worker is handed over or stopped, never lost
+        self._starter: threading.Thread | None = None
+
+    def run(
+        self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None = None
+    ) -> list[EpisodeResult]:
+        """Run tasks here and on the workers as they arrive; results in task order."""
+        _check_picklable(tasks)
+        run = _Run(tasks, on_result)
+        if self._starter is None and len(tasks) > 1:
+            self._start_in_background(min(self.num_workers, len(tasks) - 1))
+        while run.remaining:
+            self._admit_arrivals()
+            for worker in self._workers:
+                self._feed(worker, run)
+            if run.pending:
+                index = run.pending.popleft()
+                run.finish(index, self._local.run(run.tasks[index]))
+                for worker in [w for w in self._workers if w.inflight]:
+                    self._collect(worker, run)
+                continue
+            busy = [w for w in self._workers if w.inflight]
+            self._wait(busy)
+            for worker in busy:
+                self._collect(worker, run)
+        return [run.results[i] for i in sorted(run.results)]
+
+    def _wait(self, busy: list[_Lane]) -> None:
+        wait_any([w.worker for w in busy], timeout=self._next_wait(busy))
+
+    def _start_in_background(self, count: int) -> None:
+        def start() -> None:
+            for index in range(count):
+                if self._closing.is_set():
+                    return
+                try:
+                    lane = self._start(index)
+                except BaseException as exc:  # handed to the run, which raises it
+                    self._arrivals.put(exc)
+                    return
+                with self._lock:
+                    if not self._closing.is_set():
+                        self._arrivals.put(lane)
+                        continue
+                # the run ended while this one started
+                lane.worker.stop(grace_s=1.0, terminate=True)
+                return
+
+        self._starter = threading.Thread(target=start, name="parcat-worker-start", daemon=True)
+        self._starter.start()
+
+    def _admit_arrivals(self) -> None:
+        while True:
+            try:
+                arrival = self._arrivals.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(arrival, BaseException):
+                raise arrival
+            self._workers.append(arrival)
+
+    def trace_events(self) -> list[dict[str, Any]]:
+        """Events of this process's episodes and the workers'."""
+        return (self.tracer.take() if self.tracer else []) + super().trace_events()
+
+    def close(self, force: bool = False) -> None:
+        """Stop the workers (a worker still starting stops itself) and this lane's runner."""
+        with self._lock:
+            self._closing.set()
+        with contextlib.suppress(Exception):
+            self._admit_arrivals()
+        super().close(force)
+        self._local.close()

@@ -1,0 +1,72 @@
+"""This process as an episode lane beside workers started in the background."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pytest
+
+from parcat.evaluate import evaluate, make_config, make_tasks
+from parcat.parallel.executors import InlineExecutor
+from parcat.parallel.hybrid_executor import HybridExecutor
+from parcat.parallel.launch import RunOptions
+from parcat.parallel.planner import ExecutorKind
+from parcat.report import strip_timings
+from parcat.results import EpisodeResult
+from parcat.stepping.config import StepperConfig
+from tests.conftest import worker_children
+
+# parcat's own policies and missions only: the only code a local lane runs
+POLICIES = ["greedy", "random@2", "mlp,width=32"]
+MISSIONS = ["harvest", "evade"]
+OVERRIDES = {"max_steps": 25}
+
+
+def config(episodes: int):  # type: ignore[no-untyped-def]
+    return make_config(MISSIONS, POLICIES, episodes=episodes, seed=5, overrides=OVERRIDES)
+
+
+def untimed(results: list[EpisodeResult]) -> list[EpisodeResult]:
+    return [replace(r, duration_s=0.0) for r in results]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("episodes", [1, 2, 9])
+def test_same_results_as_inline(workers: int, episodes: int) -> None:
+    tasks = make_tasks(config(episodes))
+    expected = InlineExecutor().run(tasks)
+    with HybridExecutor(workers, StepperConfig()) as executor:
+        seen: list[int] = []
+        results = executor.run(tasks, lambda index, _: seen.append(index))
+        again = executor.run(tasks)  # a second run on the same executor
+    assert untimed(results) == untimed(expected) and untimed(again) == untimed(expected)
+    assert sorted(seen) == list(range(len(tasks)))
+
+
+def test_the_auto_plan_makes_this_process_a_lane_and_agrees_with_jobs_1() -> None:
+    report = evaluate(config(4), RunOptions(jobs=2))
+    assert report.plan is not None and report.plan.local_lane
+    assert report.plan.executor is ExecutorKind.PROCESS and report.plan.episode_workers == 2
+    reference = evaluate(config(4), RunOptions(jobs=1))
+    assert strip_timings(report.to_document()["episodes"]) == \
+        strip_timings(reference.to_document()["episodes"])
+
+
+def test_code_from_outside_parcat_never_runs_in_a_local_lane() -> None:
+    outside = make_config(["harvest"], ["tests.fakes:StatefulPolicy"], episodes=4)
+    report = evaluate(outside, RunOptions(jobs=2))
+    assert report.plan is not None and not report.plan.local_lane
+    explicit = evaluate(config(4), RunOptions(jobs=2, executor=ExecutorKind.PROCESS))
+    assert explicit.plan is not None and not explicit.plan.local_lane
+
+
+def test_a_run_that_ends_before_its_workers_start_leaves_no_process() -> None:
+    tasks = make_tasks(config(1))[:2]
+    executor = HybridExecutor(2, StepperConfig())
+    executor.run(tasks)
+    executor.close()  # workers may still be starting: each stops itself when it comes up
+    deadline = time.monotonic() + 30
+    while worker_children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not worker_children()
