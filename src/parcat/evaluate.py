@@ -376,5 +376,6 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "spin": plan.spin,
         "gpus": list(plan.gpus),
         "local_lane": plan.local_lane,
+        "free_cpus": plan.free_cpus,
         "reasons": list(plan.reasons),
     }

@@ -89,6 +89,8 @@ class Plan:
     """Whether policy workers spin on shared memory (never more spinners than cores)."""
     gpus: tuple[str, ...] = ()
     """``CUDA_VISIBLE_DEVICES`` value per episode worker, round-robin; empty without GPUs."""
+    free_cpus: int | None = None
+    """The free CPUs measured when planning (``None``: not measured), for the record."""
     local_lane: bool = False
     """This process is one of the ``episode_workers`` lanes (the process executor then
     starts one worker fewer, in the background): see :mod:`parcat.parallel.hybrid_executor`."""
@@ -176,6 +178,7 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
         spin=spin,
         gpus=gpu_ids,
         reasons=tuple(reasons),
+        free_cpus=workload.free_cpus,
         local_lane=local_lane,
     )
 
