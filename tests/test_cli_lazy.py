@@ -7,13 +7,15 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
-from parcat.cli.lazy import LazyCommand
+from parcat.cli.lazy import LazyCommand, held_imports
 from parcat.cli.main import COMMANDS
 
 TIMEOUT_S = 120.0
@@ -115,3 +117,14 @@ def test_each_summary_is_the_first_paragraph_of_the_commands_own_help(
         entry: LazyCommand) -> None:
     first = inspect.cleandoc(entry.load().help).split("\n\n")[0]
     assert entry.summary == " ".join(first.split())
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_a_ctrl_c_while_a_command_is_imported_arrives_after_as_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    done = []
+    with pytest.raises(KeyboardInterrupt), held_imports():
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+        done.append("the import finished")
+    assert done == ["the import finished"]
+    assert capsys.readouterr().err == "parcat: interrupted\n"

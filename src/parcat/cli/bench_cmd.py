@@ -9,7 +9,7 @@ import typer
 
 from parcat.cli.charts import bar_chart, save_chart
 from parcat.cli.common import EXIT_FAILED, OutputFormat, print_json, user_errors
-from parcat.cli.entry import signals_held
+from parcat.cli.lazy import held_imports
 from parcat.outputs import check_output_file
 
 
@@ -30,7 +30,7 @@ def bench_command(
     fmt: Annotated[OutputFormat, typer.Option("--format", "-f")] = OutputFormat.TABLE,
 ) -> None:
     """Measure the fixed suite and append one record to the history."""
-    with signals_held():  # here, not at the top: `parcat bench --help` needs none of them
+    with held_imports():  # here, not at the top: `parcat bench --help` needs none of them
         from parcat.bench import append_record, compare_records, read_history, run_suite
         from parcat.cli.render import list_table, stdout_console
     with user_errors():

@@ -16,7 +16,7 @@ from parcat.cli.common import (
     OutputFormat,
     user_errors,
 )
-from parcat.cli.entry import signals_held
+from parcat.cli.lazy import held_imports
 from parcat.errors import ConfigError
 from parcat.outputs import check_output_file
 
@@ -51,7 +51,7 @@ def eval_command(
     Exit codes: 0 all episodes finished, 1 some episode failed or had a non-finite
     return, 2 bad input, 130 interrupted.
     """
-    with signals_held():  # here, not at the top: `parcat eval --help` needs none of them
+    with held_imports():  # here, not at the top: `parcat eval --help` needs none of them
         from parcat.cli.render import progress_bar
         from parcat.eval_args import require_count
         from parcat.evaluate import evaluate, evaluate_to_precision

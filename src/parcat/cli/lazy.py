@@ -10,7 +10,9 @@ importing anything.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import sys
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -19,6 +21,22 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from parcat.cli.entry import signals_held
+
+
+@contextlib.contextmanager
+def held_imports() -> Iterator[None]:
+    """Import in the block with Ctrl-C and SIGTERM held back (:func:`signals_held`).
+
+    One that arrives meanwhile ends the run right after the block, with the one line
+    ``parcat: interrupted``: the command has not started its work, so nothing else would
+    say why the run ended. Commands import the library they drive in one of these.
+    """
+    try:
+        with signals_held():
+            yield
+    except KeyboardInterrupt:
+        print("parcat: interrupted", file=sys.stderr)
+        raise
 
 
 @dataclass(frozen=True)
@@ -34,16 +52,19 @@ class LazyCommand:
     checks that the two agree)."""
 
     def load(self) -> Any:
-        """Import the command's module and build the command as Typer would have."""
+        """Import the command's module and build the command as Typer would have.
+
+        Under :func:`held_imports`: building imports too (Typer's pydantic).
+        """
         module, _, attribute = self.target.partition(":")
-        with signals_held():
+        with held_imports():
             target = getattr(importlib.import_module(module), attribute)
-        holder = typer.Typer(add_completion=False)
-        if isinstance(target, typer.Typer):
-            holder.add_typer(target, name=self.name)
-        else:
-            holder.command(self.name)(target)
-        return typer.main.get_group(holder).commands[self.name]
+            holder = typer.Typer(add_completion=False)
+            if isinstance(target, typer.Typer):
+                holder.add_typer(target, name=self.name)
+            else:
+                holder.command(self.name)(target)
+            return typer.main.get_group(holder).commands[self.name]
 
     def summary_only(self) -> TyperCommand:
         """A stand-in that shows the summary in a list of commands and does nothing else."""
@@ -99,6 +120,12 @@ class LazyGroup(TyperGroup):
         super().__init__(**attrs)
         self._commands = LazyCommands(self.lazy_commands, self.commands)
         self.commands = self._commands
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        """Parse the group's own options, under :func:`held_imports`: converting the first
+        option value imports Typer's pydantic (a tenth of a second)."""
+        with held_imports():
+            return super().parse_args(ctx, args)
 
     def list_commands(self, ctx: Any) -> list[str]:
         """The names, in order, without importing any command."""

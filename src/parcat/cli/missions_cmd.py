@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from parcat.cli.common import OutputFormat, print_json, user_errors
-from parcat.cli.entry import signals_held
+from parcat.cli.lazy import held_imports
 
 # the library, gymnasium, numpy and rich are imported in the commands, not here:
 # `parcat missions --help` needs none of them
@@ -34,7 +34,7 @@ def list_command(
     ),
 ) -> None:
     """List the missions reachable by name (./missions/ first, then the built-in ones)."""
-    with signals_held():
+    with held_imports():
         from parcat.cli.render import list_table, stdout_console
         from parcat.missions import list_missions
     with user_errors():
@@ -61,7 +61,7 @@ def show_command(
     ),
 ) -> None:
     """Show a mission: its environment, parameters, agents and spaces."""
-    with signals_held():
+    with held_imports():
         from parcat.cli.render import key_value_table, stdout_console
         from parcat.missions import load_mission
     with user_errors():

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from parcat.cli.common import OutputFormat, SummaryFormat, user_errors
-from parcat.cli.entry import signals_held
+from parcat.cli.lazy import held_imports
 from parcat.ipc.process import StartMethod as StartMethodKind
 from parcat.parallel.planner import ExecutorKind, PolicyStrategy
 from parcat.raycluster import Backend as BackendKind
@@ -128,7 +128,7 @@ def eval_args(
 ) -> EvalArgs:
     """The flags ``eval`` and ``plan`` share, as one :class:`EvalArgs` (Typer reads this
     signature through :func:`with_eval_args`)."""
-    with signals_held():
+    with held_imports():
         from parcat.eval_args import EvalArgs
         from parcat.parallel.launch import RunOptions
     options = RunOptions(

@@ -9,7 +9,7 @@ import typer
 
 from parcat.cli.charts import line_chart, save_chart
 from parcat.cli.common import user_errors
-from parcat.cli.entry import signals_held
+from parcat.cli.lazy import held_imports
 from parcat.errors import ConfigError
 from parcat.outputs import check_output_file
 
@@ -23,7 +23,7 @@ def plot_command(
                                                 "(needs matplotlib).")] = None,
 ) -> None:
     """Draw a training curve per agent: in the terminal, or to a file with matplotlib."""
-    with signals_held():  # here, not at the top: `parcat plot --help` needs none of them
+    with held_imports():  # here, not at the top: `parcat plot --help` needs none of them
         from parcat.train.metrics import read_metrics
     with user_errors():
         path = metrics

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from parcat.cli.common import OutputFormat, print_json
-from parcat.cli.entry import signals_held
+from parcat.cli.lazy import held_imports
 
 app = typer.Typer(help="List the built-in policies.", no_args_is_help=True)
 
@@ -20,7 +20,7 @@ def list_command(
     fmt: OutputFormat = typer.Option(OutputFormat.TABLE, "--format", help="Output format."),
 ) -> None:
     """List the built-in policy names usable with -p."""
-    with signals_held():  # here, not at the top: `parcat policies --help` needs none of them
+    with held_imports():  # here, not at the top: `parcat policies --help` needs none of them
         from parcat.cli.render import list_table, stdout_console
         from parcat.policies.specs import BUILTINS
     rows = [(name, ref or "mission heuristic", text) for name, (ref, text) in BUILTINS.items()]
