@@ -7,10 +7,9 @@ from typing import Annotated
 
 import typer
 
-from parcat.bench import append_record, compare_records, read_history, run_suite
 from parcat.cli.charts import bar_chart, save_chart
 from parcat.cli.common import EXIT_FAILED, OutputFormat, print_json, user_errors
-from parcat.cli.render import list_table, stdout_console
+from parcat.cli.lazy import held_imports
 from parcat.outputs import check_output_file
 
 
@@ -31,6 +30,9 @@ def bench_command(
     fmt: Annotated[OutputFormat, typer.Option("--format", "-f")] = OutputFormat.TABLE,
 ) -> None:
     """Measure the fixed suite and append one record to the history."""
+    with held_imports():  # here, not at the top: `parcat bench --help` needs none of them
+        from parcat.bench import append_record, compare_records, read_history, run_suite
+        from parcat.cli.render import list_table, stdout_console
     with user_errors():
         check_output_file(history, "--history")
         if chart is not None:

@@ -8,8 +8,7 @@ from typing import Annotated
 import typer
 
 from parcat.cli.common import OutputFormat, print_json, user_errors
-from parcat.cli.render import list_table, stdout_console
-from parcat.compare import compare, load_scores
+from parcat.cli.lazy import held_imports
 
 
 def compare_command(
@@ -20,6 +19,9 @@ def compare_command(
     fmt: Annotated[OutputFormat, typer.Option("--format", "-f")] = OutputFormat.TABLE,
 ) -> None:
     """Difference B − A and P(B > A) per mission and overall, with bootstrap 95% intervals."""
+    with held_imports():  # here, not at the top: `parcat compare --help` needs none of them
+        from parcat.cli.render import list_table, stdout_console
+        from parcat.compare import compare, load_scores
     with user_errors():
         rows = compare(load_scores(a, policy), load_scores(b, policy), seed=seed)
     if fmt is OutputFormat.JSON:

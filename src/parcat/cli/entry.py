@@ -1,23 +1,25 @@
 """The console script: Ctrl-C and SIGTERM handled from parcat's first line.
 
-Importing the CLI takes a noticeable fraction of a second; an interrupt in that window
-waits until the imports are done, and then, like one anywhere later, ends the run with
-one line and exit code 130 (143 for SIGTERM), never a traceback. A second Ctrl-C ends
-parcat at once: workers are killed, parcat's shared memory is unlinked. Python drops an
-exception raised in a ``__del__`` method or a weakref callback (printing "Exception
-ignored"); a Ctrl-C that lands there is delivered again a moment later instead. One that
-some library swallows still makes the run exit with 130, so a script never reads an
-interrupted run as a success.
+Importing the CLI, and then the command that runs, takes a noticeable fraction of a
+second; an interrupt in that window waits until the imports are done, and then, like one
+anywhere later, ends the run with one line and exit code 130 (143 for SIGTERM), never a
+traceback. A second Ctrl-C ends parcat at once: workers are killed, parcat's shared
+memory is unlinked. Python drops an exception raised in a ``__del__`` method or a weakref
+callback (printing "Exception ignored"); a Ctrl-C that lands there is delivered again a
+moment later instead. One that some library swallows still makes the run exit with 130,
+so a script never reads an interrupted run as a success.
 """
 
 from __future__ import annotations
 
 import _thread
+import contextlib
 import os
 import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 EXIT_INTERRUPTED = 130
@@ -69,19 +71,27 @@ def _stop_now() -> None:
         os._exit(EXIT_INTERRUPTED)
 
 
-def _import_quietly() -> Any:
-    """Import the CLI with Ctrl-C held back until it is done.
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM back while the block runs (an import); they arrive after it.
 
     A KeyboardInterrupt raised in the middle of an import can be swallowed by the module
     being imported (and the run then goes on); held back, it arrives right after. Threads
     that libraries start while importing (BLAS pools) inherit the block, so Ctrl-C always
-    reaches the main thread.
+    reaches the main thread. Commands are imported when they run (:mod:`parcat.cli.lazy`),
+    after the CLI's SIGTERM handler is set, so SIGTERM is held back too.
     """
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
-        from parcat.cli.main import main
+        yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def _import_quietly() -> Any:
+    """Import the CLI with Ctrl-C held back until it is done."""
+    with signals_held():
+        from parcat.cli.main import main
     return main
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -16,13 +16,13 @@ from parcat.cli.common import (
     OutputFormat,
     user_errors,
 )
-from parcat.cli.render import progress_bar, stderr_console, stdout_console, summary_table
+from parcat.cli.lazy import held_imports
 from parcat.errors import ConfigError
-from parcat.eval_args import EvalArgs, require_count
-from parcat.evaluate import EvalReport, evaluate, evaluate_to_precision
 from parcat.outputs import check_output_file
-from parcat.report import dumps_document, summarize, summary_csv
-from parcat.trace import write_trace
+
+if TYPE_CHECKING:
+    from parcat.eval_args import EvalArgs
+    from parcat.evaluate import EvalReport
 
 
 @opts.with_eval_args
@@ -51,6 +51,11 @@ def eval_command(
     Exit codes: 0 all episodes finished, 1 some episode failed or had a non-finite
     return, 2 bad input, 130 interrupted.
     """
+    with held_imports():  # here, not at the top: `parcat eval --help` needs none of them
+        from parcat.cli.render import progress_bar
+        from parcat.eval_args import require_count
+        from parcat.evaluate import evaluate, evaluate_to_precision
+        from parcat.trace import write_trace
     with user_errors():
         require_count("--max-episodes", max_episodes)
         config, options = args.build()
@@ -88,12 +93,17 @@ def eval_command(
 
 
 def _warn(message: str) -> None:
+    from parcat.cli.render import stderr_console
+
     stderr_console().print(f"[yellow]warning[/yellow]: {message}", markup=True, highlight=False,
                            soft_wrap=True)
 
 
 def show_report(report: EvalReport, fmt: OutputFormat) -> None:
     """Print the results on stdout and the failures on stderr."""
+    from parcat.cli.render import stderr_console, stdout_console, summary_table
+    from parcat.report import dumps_document, summarize, summary_csv
+
     if fmt is OutputFormat.JSON:
         sys.stdout.write(dumps_document(report.to_document()))
     elif fmt is OutputFormat.CSV:

@@ -1,4 +1,8 @@
-"""The ``parcat`` command: sub-apps composed here; each lives in its own module."""
+"""The ``parcat`` command: sub-apps composed here; each lives in its own module.
+
+The commands are imported only when used (:mod:`parcat.cli.lazy`): ``parcat --help`` and
+``parcat --version`` import none of them, nor numpy, gymnasium or rich.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +17,7 @@ import typer
 
 import parcat
 from parcat import __version__
-from parcat.cli import common, missions_cmd, policies_cmd
-from parcat.cli.bench_cmd import bench_command
+from parcat.cli import common
 from parcat.cli.common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -23,30 +26,49 @@ from parcat.cli.common import (
     EXIT_TERMINATED,
     EXIT_USAGE,
 )
-from parcat.cli.compare_cmd import compare_command
-from parcat.cli.eval_cmd import eval_command
+from parcat.cli.lazy import LazyCommand, LazyGroup
 from parcat.cli.output import StdoutError, guarded_stdout
-from parcat.cli.plan_cmd import plan_command
-from parcat.cli.plot_cmd import plot_command
-from parcat.cli.sim_cmd import sim_command
-from parcat.cli.train_cmd import train_command
+
+COMMANDS = (
+    LazyCommand("eval", "parcat.cli.eval_cmd:eval_command",
+                "Evaluate policies on missions and print per-mission, per-policy statistics."),
+    LazyCommand("plan", "parcat.cli.plan_cmd:plan_command",
+                "Show how `parcat eval` with the same flags would use the machine, and why."),
+    LazyCommand("train", "parcat.cli.train_cmd:train_command",
+                "Train one independent learner per agent; checkpoints load with "
+                "`parcat eval -p RUN`."),
+    LazyCommand("compare", "parcat.cli.compare_cmd:compare_command",
+                "Difference B − A and P(B > A) per mission and overall, with bootstrap 95% "
+                "intervals."),
+    LazyCommand("bench", "parcat.cli.bench_cmd:bench_command",
+                "Measure the fixed suite and append one record to the history."),
+    LazyCommand("plot", "parcat.cli.plot_cmd:plot_command",
+                "Draw a training curve per agent: in the terminal, or to a file with "
+                "matplotlib."),
+    LazyCommand("sim", "parcat.cli.sim_cmd:sim_command",
+                "Simulate a mission in real time, each agent at its own cycle_time, and "
+                "evaluate it."),
+    LazyCommand("missions", "parcat.cli.missions_cmd:app", "List and inspect missions."),
+    LazyCommand("policies", "parcat.cli.policies_cmd:app", "List the built-in policies."),
+)
+"""Every sub-command, in the order ``parcat --help`` lists them, with its summary (the
+first paragraph of its own help: tests/test_cli_lazy.py keeps the two the same)."""
+
+
+class ParcatGroup(LazyGroup):
+    """The ``parcat`` group: :data:`COMMANDS`, imported when used."""
+
+    lazy_commands = COMMANDS
+
 
 app = typer.Typer(
     name="parcat",
     help="Parallel evaluation, training and simulation for multi-agent RL.",
+    cls=ParcatGroup,
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
     add_completion=False,
 )
-app.command("eval")(eval_command)
-app.command("plan")(plan_command)
-app.command("train")(train_command)
-app.command("compare")(compare_command)
-app.command("bench")(bench_command)
-app.command("plot")(plot_command)
-app.command("sim")(sim_command)
-app.add_typer(missions_cmd.app, name="missions")
-app.add_typer(policies_cmd.app, name="policies")
 
 
 def _version(value: bool) -> None:

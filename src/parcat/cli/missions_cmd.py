@@ -4,17 +4,20 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import gymnasium
-import numpy as np
 import typer
 
 from parcat.cli.common import OutputFormat, print_json, user_errors
-from parcat.cli.render import key_value_table, list_table, stdout_console
-from parcat.missions import list_missions, load_mission
+from parcat.cli.lazy import held_imports
+
+# the library, gymnasium, numpy and rich are imported in the commands, not here:
+# `parcat missions --help` needs none of them
 
 
 def describe_space(space: Any) -> str:
     """A short description of a gymnasium space (bounds summarised, not listed)."""
+    import gymnasium
+    import numpy as np
+
     if isinstance(space, gymnasium.spaces.Box):
         low, high = float(np.min(space.low)), float(np.max(space.high))
         return f"Box({low:g}..{high:g}, shape={space.shape}, {space.dtype})"
@@ -31,6 +34,9 @@ def list_command(
     ),
 ) -> None:
     """List the missions reachable by name (./missions/ first, then the built-in ones)."""
+    with held_imports():
+        from parcat.cli.render import list_table, stdout_console
+        from parcat.missions import list_missions
     with user_errors():
         missions = list_missions()
     if fmt is OutputFormat.JSON:
@@ -55,6 +61,9 @@ def show_command(
     ),
 ) -> None:
     """Show a mission: its environment, parameters, agents and spaces."""
+    with held_imports():
+        from parcat.cli.render import key_value_table, stdout_console
+        from parcat.missions import load_mission
     with user_errors():
         m = load_mission(mission)
         specs = m.agents()

@@ -5,6 +5,10 @@
 ``--address``, ``--jobs`` and ``--format`` from here too, so a flag reads and behaves the
 same in every command. In ``train`` and ``sim`` a flag left out keeps the config file's
 value: flags win over YAML.
+
+The flags' types come from light modules (the planner, ``parcat.ipc.process``,
+``parcat.raycluster``: the same enums :mod:`parcat.parallel.launch` re-exports), so a
+command's ``--help`` does not import the evaluation stack.
 """
 
 from __future__ import annotations
@@ -13,15 +17,18 @@ import functools
 import inspect
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from parcat.cli.common import OutputFormat, SummaryFormat, user_errors
-from parcat.eval_args import EvalArgs
-from parcat.parallel import launch
-from parcat.parallel.launch import RunOptions
+from parcat.cli.lazy import held_imports
+from parcat.ipc.process import StartMethod as StartMethodKind
 from parcat.parallel.planner import ExecutorKind, PolicyStrategy
+from parcat.raycluster import Backend as BackendKind
+
+if TYPE_CHECKING:
+    from parcat.eval_args import EvalArgs
 
 Missions = Annotated[
     list[str],
@@ -65,12 +72,12 @@ ActionTimeout = Annotated[
 ]
 Gpus = Annotated[int | None, typer.Option("--gpus", help="GPUs to use (default: detected).")]
 StartMethod = Annotated[
-    launch.StartMethod | None,
+    StartMethodKind | None,
     typer.Option("--start-method", help="How worker processes start (default: forkserver "
                  "where the platform has it)."),
 ]
 Backend = Annotated[
-    launch.Backend | None,
+    BackendKind | None,
     typer.Option("--backend", help="local: worker processes on this machine; ray: on a Ray "
                  "cluster (episodes as tasks, environment workers as actors)."),
 ]
@@ -115,16 +122,19 @@ def eval_args(
     retries: Retries = 1,
     episode_timeout: EpisodeTimeout = None,
     fail_fast: FailFast = False,
-    backend: Backend = launch.Backend.LOCAL,
+    backend: Backend = BackendKind.LOCAL,
     address: Address = None,
     trace: Trace = None,
 ) -> EvalArgs:
     """The flags ``eval`` and ``plan`` share, as one :class:`EvalArgs` (Typer reads this
     signature through :func:`with_eval_args`)."""
+    with held_imports():
+        from parcat.eval_args import EvalArgs
+        from parcat.parallel.launch import RunOptions
     options = RunOptions(
         jobs=jobs,
         # --backend ray is the CLI's other word for --executor ray
-        executor=ExecutorKind.RAY if backend is launch.Backend.RAY else executor,
+        executor=ExecutorKind.RAY if backend is BackendKind.RAY else executor,
         parallel_policy=parallel_policy, policy_strategy=policy_strategy,
         action_timeout_ms=action_timeout_ms, gpus=gpus, start_method=start_method,
         retries=retries, episode_timeout_s=episode_timeout, fail_fast=fail_fast,
@@ -144,8 +154,8 @@ def with_eval_args(command: Callable[..., None]) -> Callable[..., None]:
     but the first; ``command`` is called with one validated :class:`EvalArgs` first, then
     its own parameters. A bad flag is one line on stderr and exit code 2, as in the command.
     """
-    shared = inspect.signature(eval_args, eval_str=True).parameters
-    own = list(inspect.signature(command, eval_str=True).parameters.values())[1:]
+    shared = {p.name: p for p in _parameters(eval_args)}
+    own = _parameters(command, skip=1)
     keyword = inspect.Parameter.KEYWORD_ONLY
 
     @functools.wraps(command)
@@ -154,7 +164,22 @@ def with_eval_args(command: Callable[..., None]) -> Callable[..., None]:
             args = eval_args(**{name: values.pop(name) for name in shared})
         command(args, **values)
 
-    run.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [p.replace(kind=keyword) for p in [*shared.values(), *own]]
-    )
+    parameters = [p.replace(kind=keyword) for p in [*shared.values(), *own]]
+    run.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    # Typer reads the types with typing.get_type_hints: give it the evaluated ones, not
+    # the strings functools.wraps copied (the first among them names EvalArgs)
+    run.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": None}
     return run
+
+
+def _parameters(function: Callable[..., Any], skip: int = 0) -> list[inspect.Parameter]:
+    """``function``'s parameters but the first ``skip``, annotations evaluated for Typer.
+
+    What ``inspect.signature(eval_str=True)`` does, but only for the parameters Typer
+    reads: the return type and a command's first parameter name classes (``EvalArgs``)
+    imported when the command runs, not when its ``--help`` is shown.
+    """
+    names = getattr(function, "__globals__", {})
+    kept = list(inspect.signature(function).parameters.values())[skip:]
+    return [p.replace(annotation=eval(p.annotation, names)) if isinstance(p.annotation, str)
+            else p for p in kept]

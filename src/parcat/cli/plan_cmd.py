@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
 from parcat.cli import options as opts
 from parcat.cli.common import SummaryFormat, print_json, user_errors
-from parcat.cli.render import key_value_table, stdout_console
-from parcat.eval_args import EvalArgs
-from parcat.evaluate import make_tasks, plan_to_dict
-from parcat.parallel.launch import plan_run
+from parcat.cli.lazy import held_imports
 from parcat.resources import available_cpus, visible_gpus
+
+if TYPE_CHECKING:
+    from parcat.eval_args import EvalArgs
 
 
 @opts.with_eval_args
 def plan_command(args: EvalArgs, fmt: opts.TableOrJson = SummaryFormat.TABLE) -> None:
     """Show how `parcat eval` with the same flags would use the machine, and why."""
+    with held_imports():  # here, not at the top: `parcat plan --help` needs none of them
+        from parcat.cli.render import key_value_table, stdout_console
+        from parcat.evaluate import make_tasks, plan_to_dict
+        from parcat.parallel.launch import plan_run
     with user_errors():
         config, options = args.build()
         plan = plan_run(config.missions, config.policies, len(make_tasks(config)), options)

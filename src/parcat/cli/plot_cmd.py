@@ -9,9 +9,9 @@ import typer
 
 from parcat.cli.charts import line_chart, save_chart
 from parcat.cli.common import user_errors
+from parcat.cli.lazy import held_imports
 from parcat.errors import ConfigError
 from parcat.outputs import check_output_file
-from parcat.train.metrics import read_metrics
 
 
 def plot_command(
@@ -23,6 +23,8 @@ def plot_command(
                                                 "(needs matplotlib).")] = None,
 ) -> None:
     """Draw a training curve per agent: in the terminal, or to a file with matplotlib."""
+    with held_imports():  # here, not at the top: `parcat plot --help` needs none of them
+        from parcat.train.metrics import read_metrics
     with user_errors():
         path = metrics
         if metrics.is_dir():

@@ -5,8 +5,7 @@ from __future__ import annotations
 import typer
 
 from parcat.cli.common import OutputFormat, print_json
-from parcat.cli.render import list_table, stdout_console
-from parcat.policies.specs import BUILTINS
+from parcat.cli.lazy import held_imports
 
 app = typer.Typer(help="List the built-in policies.", no_args_is_help=True)
 
@@ -21,6 +20,9 @@ def list_command(
     fmt: OutputFormat = typer.Option(OutputFormat.TABLE, "--format", help="Output format."),
 ) -> None:
     """List the built-in policy names usable with -p."""
+    with held_imports():  # here, not at the top: `parcat policies --help` needs none of them
+        from parcat.cli.render import list_table, stdout_console
+        from parcat.policies.specs import BUILTINS
     rows = [(name, ref or "mission heuristic", text) for name, (ref, text) in BUILTINS.items()]
     if fmt is not OutputFormat.TABLE:
         print_json([{"name": n, "target": t, "description": d} for n, t, d in rows])

@@ -1,0 +1,130 @@
+"""The CLI imports a command's module only when that command is used: ``parcat --help`` and
+``parcat --version`` import none (nor numpy, gymnasium, rich), a command's ``--help``
+imports only its own module, and every help still shows what it did."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from parcat.cli.lazy import LazyCommand, held_imports
+from parcat.cli.main import COMMANDS
+
+TIMEOUT_S = 120.0
+"""Upper bound on one run (never reached when things work)."""
+HEAVY = ("numpy", "gymnasium", "yaml", "parcat.evaluate", "parcat.train", "parcat.sim",
+         "parcat.parallel.launch", "parcat.missions", "parcat.cli.render")
+"""Modules no help text needs: the libraries and parcat's eval, train and sim stacks."""
+COMMAND_MODULES = {"parcat.cli.eval_cmd", "parcat.cli.plan_cmd", "parcat.cli.train_cmd",
+                   "parcat.cli.compare_cmd", "parcat.cli.bench_cmd", "parcat.cli.plot_cmd",
+                   "parcat.cli.sim_cmd", "parcat.cli.missions_cmd", "parcat.cli.policies_cmd"}
+RUN = """
+import json, sys
+from parcat.cli.main import main
+code = main(sys.argv[2:])
+with open(sys.argv[1], "w") as modules:
+    json.dump(sorted(sys.modules), modules)
+sys.exit(code)
+"""
+"""Run the CLI, then write the names of the modules it imported to ``argv[1]``."""
+
+
+def run_cli(args: list[str], tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """One real run (wide, so rich writes each summary on one line) and its modules."""
+    modules = tmp_path / "modules.json"
+    run = subprocess.run([sys.executable, "-c", RUN, str(modules), *args], text=True,
+                         capture_output=True, env={**os.environ, "COLUMNS": "200"},
+                         timeout=TIMEOUT_S, check=False)
+    return run, set(json.loads(modules.read_text()))
+
+
+def under(modules: set[str], names: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in modules if m in names or m.startswith(tuple(n + "." for n in names)))
+
+
+def test_importing_the_cli_imports_no_command_nor_library() -> None:
+    script = "import json, sys\nimport parcat.cli.main\nprint(json.dumps(sorted(sys.modules)))"
+    run = subprocess.run([sys.executable, "-c", script], text=True, capture_output=True,
+                         timeout=TIMEOUT_S, check=True)
+    modules = set(json.loads(run.stdout))
+    assert under(modules, (*HEAVY, "rich", "pydantic")) == []
+    assert sorted(m for m in modules if m.startswith("parcat")) == [
+        "parcat", "parcat.cli", "parcat.cli.common", "parcat.cli.entry", "parcat.cli.lazy",
+        "parcat.cli.main", "parcat.cli.output", "parcat.errors"]
+
+
+def test_help_lists_every_command_with_its_summary_and_imports_none(tmp_path: Path) -> None:
+    run, modules = run_cli(["--help"], tmp_path)
+    assert (run.returncode, run.stderr) == (0, "")
+    lines = run.stdout.splitlines()
+    for entry in COMMANDS:
+        assert any(line.split() == ["│", entry.name, *entry.summary.split(), "│"]
+                   for line in lines), (entry.name, run.stdout)
+    assert under(modules, HEAVY) == [] and modules & COMMAND_MODULES == set()
+
+
+def test_version_imports_no_command_nor_rich(tmp_path: Path) -> None:
+    run, modules = run_cli(["--version"], tmp_path)
+    assert (run.returncode, run.stdout, run.stderr) == (0, "parcat 0.1.0\n", "")
+    assert under(modules, (*HEAVY, "rich")) == [] and modules & COMMAND_MODULES == set()
+
+
+def test_a_mistyped_command_gets_a_suggestion_and_imports_no_command(tmp_path: Path) -> None:
+    run, modules = run_cli(["evl", "-m", "harvest"], tmp_path)
+    assert (run.returncode, run.stdout, run.stderr) == (
+        2, "", "parcat: error: parcat: No such command 'evl'. Did you mean 'eval'?\n")
+    assert modules & COMMAND_MODULES == set()
+
+
+def command_paths() -> list[list[str]]:
+    paths: list[list[str]] = []
+    for entry in COMMANDS:
+        paths.append([entry.name])
+        command = entry.load()
+        paths += [[entry.name, name] for name in getattr(command, "commands", {})]
+    return paths
+
+
+@pytest.mark.parametrize("path", command_paths(), ids=" ".join)
+def test_each_commands_help_shows_its_options_and_imports_only_its_module(
+        path: list[str], tmp_path: Path) -> None:
+    run, modules = run_cli([*path, "--help"], tmp_path)
+    assert (run.returncode, run.stderr) == (0, ""), run.stderr
+    assert f"Usage: parcat {' '.join(path)} " in run.stdout
+    entry = next(e for e in COMMANDS if e.name == path[0])
+    command = entry.load()
+    if len(path) > 1:
+        command = command.commands[path[1]]
+    for param in command.params:
+        if param.param_type_name == "option" and not param.hidden:
+            assert param.opts[0] in run.stdout, (param.opts, run.stdout)
+    own = entry.target.partition(":")[0]
+    assert modules & COMMAND_MODULES == {own}
+    if path[0] not in ("train", "sim"):  # their flags' types live in the train and sim stacks
+        assert under(modules, HEAVY) == []
+
+
+@pytest.mark.parametrize("entry", COMMANDS, ids=lambda e: e.name)
+def test_each_summary_is_the_first_paragraph_of_the_commands_own_help(
+        entry: LazyCommand) -> None:
+    first = inspect.cleandoc(entry.load().help).split("\n\n")[0]
+    assert entry.summary == " ".join(first.split())
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_a_ctrl_c_while_a_command_is_imported_arrives_after_as_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    done = []
+    with pytest.raises(KeyboardInterrupt), held_imports():
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+        done.append("the import finished")
+    assert done == ["the import finished"]
+    assert capsys.readouterr().err == "parcat: interrupted\n"
