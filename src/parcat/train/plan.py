@@ -15,12 +15,12 @@ as ``--env-workers 0`` does with the same seed (sync mode).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from parcat.errors import USER_CODE_ERRORS, clip
 from parcat.missions import Mission, load_mission
-from parcat.resources import available_cpus, free_cpus
 from parcat.raycluster import Backend
+from parcat.resources import available_cpus, free_cpus
 from parcat.train.config import LearningMode, TrainConfig
 
 HANDOFF_S = 150e-6
@@ -251,6 +251,4 @@ def _measure(mission: Mission, config: TrainConfig) -> tuple[float | None, str]:
 
 
 def _with_reason(plan: TrainPlan, reason: str) -> TrainPlan:
-    from dataclasses import replace
-
     return replace(plan, reasons=(reason, *plan.reasons))
