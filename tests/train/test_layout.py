@@ -75,3 +75,15 @@ def test_a_costly_step_with_one_free_cpu_stays_in_process(
     assert (plan.env_workers, plan.spin, plan.num_envs) == (0, False, 8)
     assert plan.reasons[1] == ("1 free CPU(s), 1 kept for the trainer: no core left for an "
                                "environment worker: environments step in-process")
+
+
+def test_an_environment_that_fails_while_timed_is_planned_in_process(tmp_path: Path) -> None:
+    mission = tmp_path / "failing.yaml"
+    mission.write_text("name: failing\nenv: tests.fakes:ScriptedEnv\n"
+                       "params: {agents: 2, max_steps: 10, fail_at: 1}\n")
+    plan = plan_training(TrainConfig(mission=str(mission), envs_per_worker=3), cpus=2)
+    assert (plan.env_workers, plan.num_envs, plan.env_step_s) == (0, 3, None)
+    assert plan.reasons == (
+        "timing the environment failed (RuntimeError: scripted failure at step 1)",
+        "environments step in-process (no step time measured, no --jobs)",
+    )

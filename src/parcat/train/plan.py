@@ -22,6 +22,7 @@ from parcat.missions import Mission, load_mission
 from parcat.raycluster import Backend
 from parcat.resources import available_cpus, free_cpus
 from parcat.train.config import LearningMode, TrainConfig
+from parcat.train.steptime import time_env_step
 
 HANDOFF_S = 150e-6
 """What a vector step costs more per environment worker than stepping in-process: the
@@ -240,8 +241,6 @@ def plan_training(
 
 def _measure(mission: Mission, config: TrainConfig) -> tuple[float | None, str]:
     """The environment's step time, or ``None`` and why it was not measured."""
-    from parcat.train.steptime import time_env_step
-
     if config.backend is Backend.RAY:
         return None, "backend ray: the actors' machines are not measured"
     try:
