@@ -14,7 +14,7 @@ variants that ran back to back, so slow drift cancels.
       efficiency = throughput / (2 x the in-process loop on the same env).
    Targets apply to the layout ``parcat train`` itself would use on this machine in sync
    mode with one environment worker: ``make_vecenv`` with ``env_workers=1`` and
-   ``envs_per_worker=2M`` -- on 2 cores ``VecEnv(m, 1, 2M, spin=True, local_share=True)``,
+   ``envs_per_worker=2M`` -- on 2 free cores ``VecEnv(m, 1, 2M, spin=True, local_share=True)``,
    1 worker and this process stepping M environments each, both spinning: 2 processes
    stepping environments, as many as AsyncVectorEnv with 2 envs. Context rows (no verdict):
    ``VecEnv(m, 2, M, spin=False)``, AsyncVectorEnv's own shape (2 stepping workers and a

@@ -28,7 +28,7 @@ EpochsOpt = Annotated[int | None, typer.Option(help="Collect-then-learn rounds."
 StepsPerEpochOpt = Annotated[int | None, typer.Option(help="Vector steps per epoch.")]
 EnvWorkersOpt = Annotated[
     int | None, typer.Option(help="Environment worker processes (0: in-process; default: "
-                             "planned from --jobs, else 0).")
+                             "planned from the measured env step and free CPUs).")
 ]
 EnvsPerWorkerOpt = Annotated[int | None, typer.Option(help="Environments per worker.")]
 ModeOpt = Annotated[LearningMode | None, typer.Option(help="sync (reference) or async.")]
@@ -108,7 +108,7 @@ def train_command(
                    err=True)
     if cfg.jobs is not None:
         for reason in trainer.plan.reasons:
-            err.print(f"plan: {reason}")
+            err.print(f"plan: {reason}", soft_wrap=True)
     with progress_bar(cfg.epochs - trainer.start_epoch, "epochs") as advance:
 
         def on_epoch(stats: EpochStats) -> None:
@@ -142,6 +142,9 @@ def train_command(
             {
                 "checkpoint": report.checkpoint,
                 "interrupted": report.interrupted,
+                "plan": {"env_workers": trainer.plan.env_workers,
+                         "num_envs": trainer.plan.num_envs, "spin": trainer.plan.spin,
+                         "reasons": list(trainer.plan.reasons)},
                 "epochs": [s.to_dict() for s in report.epochs],
             }
         )

@@ -46,9 +46,12 @@ class TrainConfig:
     (:func:`parcat.train.plan.plan_training`); used when ``env_workers`` is not given."""
     env_workers: int | None = None
     """Environment worker processes; 0 steps the environments in the trainer's process;
-    ``None``: planned from ``jobs`` (0 without ``jobs``)."""
+    ``None``: planned from the environment's measured step and the free CPUs (within
+    ``jobs``), in-process unless workers pay."""
     envs_per_worker: int = 4
-    """Environments per worker (or in-process when ``env_workers`` is 0)."""
+    """Environments per worker (or in-process when ``env_workers`` is 0). A planned layout
+    steps ``envs_per_worker`` times ``max(1, workers jobs leaves)`` environments wherever
+    they run, so the measurement never changes the results."""
     mode: LearningMode = LearningMode.SYNC
     """``sync``: collect, then train (the reference); ``async``: a learner process trains
     on each round's transitions while collection continues."""

@@ -82,8 +82,10 @@ class Trainer:
 
     Args:
         config: The training configuration; a layout it leaves open (``env_workers``
-            not given) is planned from ``jobs`` by :func:`~parcat.train.plan.plan_training`,
-            as ``parcat train`` plans it. :attr:`config` is the config with the layout filled in.
+            not given) is planned by :func:`~parcat.train.plan.plan_training` from the
+            environment's measured step, the free CPUs and ``jobs``, as ``parcat train``
+            plans it. :attr:`config` is the config with the layout filled in; :attr:`plan`
+            says why (and how many environments step: :attr:`TrainPlan.num_envs`).
         resume: Continue from the last checkpoint in the run directory; without one yet
             (no directory, or only a metrics log), start from epoch 0 (:attr:`resumed`
             says which).
@@ -267,7 +269,8 @@ def make_vecenv(mission: Mission, config: TrainConfig, plan: TrainPlan | None = 
     asynchronous = config.mode is LearningMode.ASYNC
     return VecEnv(mission, plan.env_workers, config.envs_per_worker, config.seed,
                   spin=plan.spin, local_share=not asynchronous,
-                  parent_spin=plan.spin and not asynchronous, backend=config.backend.value)
+                  parent_spin=plan.spin and not asynchronous, backend=config.backend.value,
+                  num_envs=plan.num_envs)
 
 
 def check_trainable(mission: Mission) -> None:

@@ -44,6 +44,8 @@ class VecEnv:
             while a learner process needs the core).
         backend: ``local`` (worker processes) or ``ray`` (Ray actors; the cluster must be
             initialised).
+        num_envs: Environments in all (default ``max(1, num_workers) * envs_per_worker``),
+            spread over the lanes as evenly as they go.
     """
 
     def __init__(
@@ -58,11 +60,12 @@ class VecEnv:
         local_share: bool = False,
         parent_spin: bool | None = None,
         backend: str = "local",
+        num_envs: int | None = None,
     ) -> None:
         self.mission = mission
         self.layouts: list[AgentLayout] = agent_layouts(mission)
         self.agents = [lay.agent_id for lay in self.layouts]
-        self.num_envs = max(1, num_workers) * envs_per_worker
+        self.num_envs = num_envs or max(1, num_workers) * envs_per_worker
         self.seed = seed
         self.spin = spin
         self.parent_spin = spin if parent_spin is None else parent_spin
