@@ -36,7 +36,8 @@ def untimed(results: list[EpisodeResult]) -> list[EpisodeResult]:
 def test_same_results_as_inline(workers: int, episodes: int) -> None:
     tasks = make_tasks(config(episodes))
     expected = InlineExecutor().run(tasks)
-    with HybridExecutor(workers, StepperConfig()) as executor:
+    # workers start after the first episode whatever the run's length
+    with HybridExecutor(workers, StepperConfig(), worth_starting_s=0.0) as executor:
         seen: list[int] = []
         results = executor.run(tasks, lambda index, _: seen.append(index))
         again = executor.run(tasks)  # a second run on the same executor
@@ -63,10 +64,30 @@ def test_code_from_outside_parcat_never_runs_in_a_local_lane() -> None:
 
 def test_a_run_that_ends_before_its_workers_start_leaves_no_process() -> None:
     tasks = make_tasks(config(1))[:2]
-    executor = HybridExecutor(2, StepperConfig())
+    executor = HybridExecutor(2, StepperConfig(), worth_starting_s=0.0)
     executor.run(tasks)
     executor.close()  # workers may still be starting: each stops itself when it comes up
     deadline = time.monotonic() + 30
     while worker_children() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not worker_children()
+
+
+def test_a_short_run_starts_no_worker() -> None:
+    tasks = make_tasks(config(3))
+    with HybridExecutor(2, StepperConfig()) as executor:
+        executor.run(tasks)
+        assert executor._starter is None and not worker_children()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_workers_that_are_up_share_the_run_and_agree(workers: int) -> None:
+    tasks = make_tasks(config(6))
+    expected = InlineExecutor().run(tasks)
+    with HybridExecutor(workers, StepperConfig()) as executor:
+        executor._start_in_background(workers)  # as after a first long episode
+        assert executor._starter is not None
+        executor._starter.join(60)
+        results = executor.run(tasks)
+        assert len(executor._workers) == workers  # all of them took part
+    assert untimed(results) == untimed(expected)

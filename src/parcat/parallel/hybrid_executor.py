@@ -3,10 +3,12 @@
 Starting worker processes takes a few hundred milliseconds (the fork server imports numpy,
 gymnasium and parcat before it forks the first worker), and a run of a few short episodes
 is over before that. So an ``auto`` plan with trusted code makes this process one of its
-episode lanes: the first episode starts at once, here, while a thread starts the workers;
-each joins the run as it comes up. A short run never waits for them, a long one gets
-every lane. This process runs one episode at a time between handing tasks to workers, so
-busy processes are the workers plus one, as planned.
+episode lanes: the first episode starts at once, here. Its duration tells what the rest of
+the run costs; only when that is worth more than starting workers
+(:data:`WORTH_STARTING_S`) does a thread start them, each joining the run as it comes up.
+A short run never starts them, a long one gets every lane. This process runs one episode
+at a time between handing tasks to workers, so busy processes are the workers plus one,
+as planned.
 
 Only trusted code (parcat's own environments and policies) runs here: code from outside
 parcat runs in workers, where an exit or a crash fails an episode, not the run.
@@ -17,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,17 +31,27 @@ from parcat.rollout import EpisodeRunner, EpisodeTask
 from parcat.stepping.config import StepperConfig
 from parcat.trace import Tracer
 
+WORTH_STARTING_S = 1.0
+"""Workers start only when the run's remaining work, estimated from the episodes run here,
+is longer than this: starting one took 0.3–0.5 s here (fork server and its imports), and
+with two lanes the remaining work takes about half as long, so below ~1 s it cannot pay."""
+JOIN_STARTER_S = 30.0
+"""Longest wait at the end of a run for a worker still starting (it stops itself then)."""
+
 
 class HybridExecutor(ProcessExecutor):
     """This process as one episode lane plus ``workers`` worker processes started in the
-    background (see the module docstring). Arguments as :class:`ProcessExecutor`'s."""
+    background (see the module docstring). Arguments as :class:`ProcessExecutor`'s, and
+    ``worth_starting_s``: remaining work (seconds) that is worth starting workers for."""
 
     name = "hybrid"
 
     def __init__(self, workers: int, stepper: StepperConfig | None = None,
                  start_method: str | None = None, blas_threads: int = 1,
-                 gpus: Sequence[str] = (), trace: bool = False, retries: int = 1) -> None:
+                 gpus: Sequence[str] = (), trace: bool = False, retries: int = 1,
+                 worth_starting_s: float = WORTH_STARTING_S) -> None:
         super().__init__(workers, stepper, start_method, blas_threads, gpus, trace, retries)
+        self.worth_starting_s = worth_starting_s
         self.tracer = Tracer("this process") if trace else None
         self._local = EpisodeRunner(self.stepper.make_stepper(self.tracer), tracer=self.tracer,
                                     retries=self.stepper.retries)
@@ -53,15 +66,20 @@ class HybridExecutor(ProcessExecutor):
         """Run tasks here and on the workers as they arrive; results in task order."""
         _check_picklable(tasks)
         run = _Run(tasks, on_result)
-        if self._starter is None and len(tasks) > 1:
-            self._start_in_background(min(self.num_workers, len(tasks) - 1))
+        local_s, local_n = 0.0, 0
         while run.remaining:
+            if self._starter is None and local_n and \
+                    len(run.pending) * local_s / local_n > self.worth_starting_s:
+                self._start_in_background(min(self.num_workers, len(run.pending)))
             self._admit_arrivals()
             for worker in self._workers:
                 self._feed(worker, run)
             if run.pending:
                 index = run.pending.popleft()
-                run.finish(index, self._local.run(run.tasks[index]))
+                began = time.perf_counter()
+                result = self._local.run(run.tasks[index])
+                local_s, local_n = local_s + time.perf_counter() - began, local_n + 1
+                run.finish(index, result)
                 for worker in [w for w in self._workers if w.inflight]:
                     self._collect(worker, run)
                 continue
@@ -113,6 +131,9 @@ class HybridExecutor(ProcessExecutor):
         """Stop the workers (a worker still starting stops itself) and this lane's runner."""
         with self._lock:
             self._closing.set()
+        if self._starter is not None:
+            # a worker cut off in the middle of its start prints the fork server's traceback
+            self._starter.join(JOIN_STARTER_S)
         with contextlib.suppress(Exception):
             self._admit_arrivals()
         super().close(force)
