@@ -34,7 +34,7 @@ from parcat.ipc.shm import Codec, SlotBlock
 from parcat.missions import Mission
 from parcat.policies.builtin import noop_action
 from parcat.stepping.base import InlineStepper, PolicyStepError, Seat, straggler_wait
-from parcat.stepping.payoff import CHECK_STEPS, PAYOFF_RATIO, Payoff, Replay
+from parcat.stepping.payoff import CHECK_STEPS, PAYOFF_RATIO, REPLAY_STEPS, Payoff, Replay
 from parcat.stepping.policy_worker import policy_worker_main
 from parcat.stepping.replay import rebuild
 from parcat.trace import Tracer, now_us
@@ -76,6 +76,8 @@ class ProcessStepper(InlineStepper):
         check_steps: Steps in one window of that comparison.
         payoff_ratio: A window is lost when its wall time exceeds this many times the
             inline estimate (0 forces the fallback at the first check).
+        replay_steps: Steps of an episode kept to move its agents here mid-episode; a
+            longer episode moves them when it ends.
     """
 
     name = "process"
@@ -91,6 +93,7 @@ class ProcessStepper(InlineStepper):
         fallback: bool = True,
         check_steps: int = CHECK_STEPS,
         payoff_ratio: float = PAYOFF_RATIO,
+        replay_steps: int = REPLAY_STEPS,
     ) -> None:
         super().__init__()
         self.num_workers = max(1, workers)
@@ -106,7 +109,7 @@ class ProcessStepper(InlineStepper):
         self._ctx = get_context(start_method)
         watch = fallback and action_timeout_s is None
         self._payoff = Payoff(check_steps, payoff_ratio) if watch else None
-        self._replay = Replay()
+        self._replay = Replay(replay_steps)
         self._mission: Mission | None = None
         self._inline_all = False
         self._move_at_episode_end = False
