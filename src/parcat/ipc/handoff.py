@@ -55,7 +55,7 @@ class Handoff:
 
     @property
     def work_s(self) -> float:
-        """Seconds the worker spent on the last finished request (as it measured them)."""
+        """CPU seconds the worker spent on the last finished request (as it measured them)."""
         return int(self.header[WORK_NS]) / 1e9
 
     @property
@@ -169,7 +169,7 @@ class Serving:
         self.budget = SpinBudget(ceiling_s) if spin else None
         """How long to spin for a request (``None``: park at once)."""
         self.last = int(header[REQUEST])
-        self._taken_at = 0.0
+        self._taken_ns = 0
         self._since: float | None = None
 
     def wait_request(self) -> bool:
@@ -216,7 +216,7 @@ class Serving:
     def take(self) -> int:
         """Accept the pending request; returns its number."""
         self.last = int(self.header[REQUEST])
-        self._taken_at = time.perf_counter()
+        self._taken_ns = time.thread_time_ns()
         return self.last
 
     def finish(self, request: int, error: ErrorReport | None = None) -> None:
@@ -225,7 +225,7 @@ class Serving:
         The error flag is raised before the report is sent: a parked parent woken by the
         report must see the flag, or it would take the report for a wake-up.
         """
-        self.header[WORK_NS] = int((time.perf_counter() - self._taken_at) * 1e9)
+        self.header[WORK_NS] = time.thread_time_ns() - self._taken_ns
         if error is not None:
             self.header[ERROR] = 1
             self.conn.send(("error", error))

@@ -25,7 +25,7 @@ class HandoffSlots:
     MAIN_PARKED = 4
     """The parent stopped spinning and waits on the pipe: tell it when done."""
     WORK_NS = 7
-    """Nanoseconds the worker spent on the last finished request (set before ``DONE``)."""
+    """CPU nanoseconds the worker spent on the last finished request (set before ``DONE``)."""
 
 
 class EnvCommandSlots:

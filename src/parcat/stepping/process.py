@@ -233,9 +233,7 @@ class ProcessStepper(InlineStepper):
         did: dict[Any, Any] = {}
         for worker in self._workers:
             if worker in dispatched and self._wait_done(worker, deadline):
-                self._collect(worker, live_set, actions, did, record)
-                assert worker.handoff is not None
-                inline_s += worker.handoff.work_s
+                inline_s += self._collect(worker, live_set, actions, did, record)
                 if self.tracer:
                     agents = ", ".join(str(s.agent.agent_id) for s in worker.seats)
                     self.tracer.span(f"step {agents}", started, now_us(),
@@ -295,9 +293,10 @@ class ProcessStepper(InlineStepper):
         return True
 
     def _collect(self, worker: _Host, live: set[Any], actions: dict[Any, Any],
-                 did: dict[Any, Any], record: bool) -> None:
-        block = worker.block
-        assert block is not None
+                 did: dict[Any, Any], record: bool) -> float:
+        """Read the worker's actions; return the CPU seconds it spent on them."""
+        block, handoff = worker.block, worker.handoff
+        assert block is not None and handoff is not None
         for seat, slots, (_, codec) in zip(worker.seats, block.agents, block.codecs,
                                            strict=True):
             agent_id = seat.agent.agent_id
@@ -305,11 +304,10 @@ class ProcessStepper(InlineStepper):
                 actions[agent_id] = codec.read(slots.action)
                 if record:
                     did[agent_id] = slots.action.copy()
-
-    # -- falling back to inline -----------------------------------------------------
+        return handoff.work_s
 
     def _handoffs_lost(self) -> None:
-        """A window was lost: move the workers' agents here, now or at the episode's end."""
+        """A window was lost: move the workers' agents here, now or when the episode ends."""
         assert self._payoff is not None and self._mission is not None
         why = self._payoff.verdict
         if not self._replay.complete:
