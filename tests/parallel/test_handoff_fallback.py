@@ -13,6 +13,7 @@ from parcat.policies.specs import PolicySpec, parse_policy_spec
 from parcat.results import EpisodeResult
 from parcat.rollout import EpisodeRunner, EpisodeTask
 from parcat.stepping.base import InlineStepper, Stepper
+from parcat.stepping.payoff import Payoff
 from parcat.stepping.process import ProcessStepper
 
 pytestmark = pytest.mark.usefixtures("clean_machine")
@@ -104,3 +105,15 @@ def test_a_foreign_busy_process_changes_no_result(
     finally:
         busy.kill()
         busy.wait()
+
+
+def test_a_window_is_lost_only_when_its_steps_cost_more_than_inline_would() -> None:
+    payoff = Payoff(check_steps=4)
+    # one agent here (1 ms of CPU in 1 ms), one on a worker (1 ms of CPU): 1.2 ms a step
+    assert not any(payoff.add(1.2e-3, 1e-3, 1e-3, 1e-3) for _ in range(4))
+    # the same steps taking 2.5 ms: inline would have taken 2 ms
+    assert [payoff.add(2.5e-3, 1e-3, 1e-3, 1e-3) for _ in range(4)] == [False] * 3 + [True]
+    assert payoff.verdict == ("2.500 ms a step with policy workers vs 2.000 ms estimated "
+                              "inline over 4 steps")
+    # on a loaded machine this process gets half a core: inline would take 4 ms, not 3
+    assert not any(payoff.add(3.5e-3, 2e-3, 1e-3, 1e-3) for _ in range(4))

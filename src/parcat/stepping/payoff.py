@@ -1,8 +1,10 @@
 """Whether handing agents to policy workers still pays, judged from what it cost.
 
 Each step of :class:`~parcat.stepping.process.ProcessStepper` takes some wall time; had
-every agent stepped inline, the step would have taken about the local agents' time plus
-the CPU time the workers spent on theirs (each worker reports it with its result). On a
+every agent stepped inline, the step would have taken about the local agents' wall time
+plus the CPU time the workers spent on theirs (each worker reports it with its result),
+stretched as this process's own CPU time is stretched into wall time (on a loaded machine
+a second of CPU takes longer than a second here, for the workers' agents too). On a
 machine where the workers must wait for a core, or with policies too quick for a
 handoff, the first exceeds the second: :class:`Payoff` sums both over windows of steps
 and says when a whole window was lost. :class:`Replay` keeps what the workers' agents saw
@@ -21,6 +23,8 @@ CHECK_STEPS = 128
 """Steps in one window of the comparison."""
 PAYOFF_RATIO = 1.0
 """Fall back when a window's wall time exceeds this many times its inline estimate."""
+MAX_STRETCH = 10.0
+"""The most the inline estimate stretches CPU time into wall time."""
 REPLAY_STEPS = 4096
 """Steps of an episode kept for a replay; a later fallback waits for the next episode."""
 
@@ -39,26 +43,42 @@ class Payoff:
             raise ValueError("check_steps must be >= 1 and ratio >= 0")
         self.check_steps = check_steps
         self.ratio = ratio
-        self.steps = 0
-        self.wall_s = 0.0
-        self.inline_s = 0.0
+        self._restart()
         self.verdict = ""
         """Why the last lost window was lost (for the note)."""
 
-    def add(self, wall_s: float, inline_s: float) -> bool:
-        """Count one step; True when it closes a lost window."""
+    def add(self, wall_s: float, local_wall_s: float, local_cpu_s: float,
+            worker_cpu_s: float) -> bool:
+        """Count one step; True when it closes a lost window.
+
+        Args:
+            wall_s: The step's wall time.
+            local_wall_s: Wall time of the agents stepped here.
+            local_cpu_s: CPU time of the agents stepped here.
+            worker_cpu_s: CPU time the workers reported for theirs.
+        """
         self.steps += 1
         self.wall_s += wall_s
-        self.inline_s += inline_s
+        self.local_wall_s += local_wall_s
+        self.local_cpu_s += local_cpu_s
+        self.worker_cpu_s += worker_cpu_s
         if self.steps < self.check_steps:
             return False
-        lost = self.wall_s > self.ratio * self.inline_s
+        stretch = 1.0
+        if self.local_cpu_s > 0:
+            stretch = min(MAX_STRETCH, max(1.0, self.local_wall_s / self.local_cpu_s))
+        inline_s = self.local_wall_s + stretch * self.worker_cpu_s
+        lost = self.wall_s > self.ratio * inline_s
         if lost:
             n = self.steps
             self.verdict = (f"{self.wall_s / n * 1e3:.3f} ms a step with policy workers vs "
-                            f"{self.inline_s / n * 1e3:.3f} ms estimated inline over {n} steps")
-        self.steps, self.wall_s, self.inline_s = 0, 0.0, 0.0
+                            f"{inline_s / n * 1e3:.3f} ms estimated inline over {n} steps")
+        self._restart()
         return lost
+
+    def _restart(self) -> None:
+        self.steps = 0
+        self.wall_s = self.local_wall_s = self.local_cpu_s = self.worker_cpu_s = 0.0
 
 
 @dataclass

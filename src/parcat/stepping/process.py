@@ -227,13 +227,15 @@ class ProcessStepper(InlineStepper):
         record = self._payoff is not None and self._replay.recording
         seen: dict[Any, Any] = {}
         dispatched = [w for w in self._workers if self._dispatch(w, obs, live_set, seen, record)]
-        local_begin = time.perf_counter()
+        local_begin, local_cpu = time.perf_counter(), time.thread_time()
         actions = super().act(obs, [a for a in self._local if a in live_set])
-        inline_s = time.perf_counter() - local_begin
+        local_wall_s = time.perf_counter() - local_begin
+        local_cpu_s = time.thread_time() - local_cpu
+        worker_cpu_s = 0.0
         did: dict[Any, Any] = {}
         for worker in self._workers:
             if worker in dispatched and self._wait_done(worker, deadline):
-                inline_s += self._collect(worker, live_set, actions, did, record)
+                worker_cpu_s += self._collect(worker, live_set, actions, did, record)
                 if self.tracer:
                     agents = ", ".join(str(s.agent.agent_id) for s in worker.seats)
                     self.tracer.span(f"step {agents}", started, now_us(),
@@ -246,8 +248,8 @@ class ProcessStepper(InlineStepper):
                     actions[agent_id] = self._defaults[agent_id]
         if record:
             self._replay.add(seen, did)
-        if dispatched and self._payoff is not None \
-                and self._payoff.add(time.perf_counter() - begin, inline_s):
+        if dispatched and self._payoff is not None and self._payoff.add(
+                time.perf_counter() - begin, local_wall_s, local_cpu_s, worker_cpu_s):
             self._handoffs_lost()
         return {a: actions[a] for a in live}
 
