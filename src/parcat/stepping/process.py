@@ -312,11 +312,10 @@ class ProcessStepper(InlineStepper):
         """A window was lost: move the workers' agents here, now or when the episode ends."""
         assert self._payoff is not None and self._mission is not None
         why = self._payoff.verdict
+        moved = f"{why}: the agents of policy workers step in the episode's "
         if not self._replay.complete:
             self._move_at_episode_end = True
-            self.notes.append(f"{why}: the agents of policy workers step in the episode's "
-                              "process from the next episode on")
-            return
+            return self._note(moved + "process from the next episode on")
         seats = [s for w in self._workers for s in w.seats]
         codecs = {s.agent.agent_id: c[1] for w in self._workers if w.block is not None
                   for s, c in zip(w.seats, w.block.codecs, strict=True)}
@@ -324,17 +323,16 @@ class ProcessStepper(InlineStepper):
                            self._marker)
         if policies is None:
             self._payoff = None
-            self.notes.append(f"{why}, but the policies of the workers' agents did not "
-                              "replay the episode identically here: they stay on the workers")
-            return
+            return self._note(f"{why}, but the policies of the workers' agents did not replay "
+                              "the episode identically here: they stay on the workers")
         self._step_fns.update({a: p.step for a, p in policies.items()})
         self._marks.update({s.agent.agent_id: s.agent.agent_index + 1 for s in seats})
         self._local += [s.agent.agent_id for s in seats]
-        self._go_inline(f"{why}: the agents of policy workers step in the episode's process "
-                        "from now on")
+        self._go_inline()
+        self._note(moved + "process from now on")
 
-    def _go_inline(self, note: str | None = None) -> None:
-        """Stop the workers; every agent steps here from now on (``note`` says why)."""
+    def _go_inline(self) -> None:
+        """Stop the workers: every agent steps here from now on."""
         self._move_at_episode_end = False
         self._inline_all = True
         self._payoff = None
@@ -342,12 +340,13 @@ class ProcessStepper(InlineStepper):
             self._stop(worker)
         self._workers = []
         self._replay.clear()
-        if note is not None:
-            self.notes.append(note)
-        warnings.warn(self.notes[-1], RuntimeWarning, stacklevel=3)
         if self.tracer is not None:
             self.tracer.span("policy workers stopped: stepping inline", now_us(), now_us(),
                              lane="policy-worker-0")
+
+    def _note(self, text: str) -> None:
+        self.notes.append(text)
+        warnings.warn(text, RuntimeWarning, stacklevel=4)
 
     def _died(self, worker: _Host) -> NoReturn:
         how = worker.worker.describe()
