@@ -5,6 +5,7 @@ Referenced as ``tests.fakes:Name`` so that worker processes can import them too.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import sys
@@ -303,3 +304,24 @@ def dying_mission(name: str = "dying", **params: Any) -> Mission:
     defaults.update(params)
     return Mission(name=name, env="tests.fakes:DyingEnv", params=defaults,
                    max_steps=defaults["max_steps"])
+
+
+class WhereItRunsPolicy(StatefulPolicy):
+    """Like :class:`StatefulPolicy`, but from step ``at_step`` on it plays differently in a
+    worker process than in the main process: not a function of its seed and observations."""
+
+    def __init__(self, spec: AgentSpec, at_step: int = 3) -> None:
+        super().__init__(spec)
+        self.at_step = at_step
+        self.t = 0
+
+    def reset(self, seed: int) -> None:
+        super().reset(seed)
+        self.t = 0
+
+    def step(self, obs: Any) -> Any:
+        self.t += 1
+        action = super().step(obs)
+        if self.t >= self.at_step and multiprocessing.parent_process() is not None:
+            self.memory += 1
+        return action

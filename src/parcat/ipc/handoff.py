@@ -2,10 +2,14 @@
 
 The parent bumps ``REQUEST``; the worker does the work and sets ``DONE`` to the same
 number. While the plan allows a spinner per core both sides spin on the header (a handoff
-costs a few microseconds); otherwise, or after spinning for a while, the waiting side sets
-its ``PARKED`` flag, re-checks, and blocks on the pipe until the other side, seeing the
-flag, sends a wake-up. The re-check after setting the flag closes the race: whichever side
-moves second sees the other's write. Control messages share the pipe.
+costs a few microseconds), but only while spinning pays: each side's
+:class:`~parcat.ipc.spin.SpinBudget` learns how long the other side usually takes and how
+often a spin fails, and spins for a small multiple of the usual answer time, or not at all
+when the answers come late or the core is contested. Then, or when the plan forbids
+spinning, the waiting side sets its ``PARKED`` flag, re-checks, and blocks on the pipe
+until the other side, seeing the flag, sends a wake-up. The re-check after setting the
+flag closes the race: whichever side moves second sees the other's write. Control
+messages share the pipe.
 """
 
 from __future__ import annotations
@@ -17,30 +21,42 @@ import numpy as np
 
 from parcat.ipc.layout import HandoffSlots
 from parcat.ipc.process import ErrorReport, Worker, WorkerLostError
+from parcat.ipc.spin import SpinBudget, contested
 
 REQUEST = HandoffSlots.REQUEST
 DONE = HandoffSlots.DONE
 WORKER_PARKED = HandoffSlots.WORKER_PARKED
 ERROR = HandoffSlots.ERROR
 MAIN_PARKED = HandoffSlots.MAIN_PARKED
+WORK_NS = HandoffSlots.WORK_NS
 
 PARENT_SPIN_S = 0.05
-"""How long the parent spins for a result before parking (a long step: free the core)."""
+"""The longest the parent spins for a result before parking (its budget adapts below it)."""
 WORKER_SPIN_S = 0.02
-"""How long an idle worker spins before it parks on its pipe."""
+"""The longest an idle worker spins before it parks on its pipe (adapts below it)."""
+CLOCK_EVERY = 64
+"""Spin iterations between two looks at the clock (a few microseconds)."""
 POLL_EVERY = 1024
-"""Spin iterations between two looks at the clock and the pipe."""
+"""Spin iterations between two looks at the worker's pipe."""
 
 
 class Handoff:
     """The parent's side of one worker's handoff."""
 
-    def __init__(self, header: np.ndarray, worker: Worker, spin: bool) -> None:
+    def __init__(self, header: np.ndarray, worker: Worker, spin: bool,
+                 ceiling_s: float = PARENT_SPIN_S) -> None:
         self.header = header
         self.worker = worker
         self.conn = worker.conn
         self.spin = spin
+        self.budget = SpinBudget(ceiling_s) if spin else None
+        """How long to spin for a result (``None``: park at once)."""
         self.requested = int(header[REQUEST])
+
+    @property
+    def work_s(self) -> float:
+        """CPU seconds the worker spent on the last finished request (as it measured them)."""
+        return int(self.header[WORK_NS]) / 1e9
 
     @property
     def busy(self) -> bool:
@@ -65,21 +81,31 @@ class Handoff:
         Raises:
             WorkerLostError: the worker died meanwhile.
         """
-        header, target = self.header, self.requested
-        if self.spin:
-            give_up = time.perf_counter() + PARENT_SPIN_S
+        header, target, budget = self.header, self.requested, self.budget
+        if header[DONE] == target:
+            if budget is not None:
+                budget.observe(0.0)
+            return True
+        start = time.perf_counter()
+        lost_core = False
+        spin_s = 0.0 if budget is None else budget.budget_s
+        if spin_s > 0:
+            cpu = time.thread_time()
+            give_up = start + spin_s
             n = 0
             while header[DONE] != target:
                 n += 1
-                if n % 256 == 0:
+                if n % CLOCK_EVERY == 0:
                     now = time.perf_counter()
                     if deadline is not None and now > deadline:
                         return False
                     if now > give_up:
                         break
-        if header[DONE] == target:
-            return True
-        return self._park(target, deadline)
+            lost_core = contested(time.perf_counter() - start, time.thread_time() - cpu)
+        done = header[DONE] == target or self._park(target, deadline)
+        if done and budget is not None:
+            budget.observe(time.perf_counter() - start, lost_core)
+        return done
 
     def _park(self, target: int, deadline: float | None) -> bool:
         header = self.header
@@ -135,24 +161,48 @@ class Handoff:
 class Serving:
     """The worker's side of the handoff."""
 
-    def __init__(self, header: np.ndarray, conn: Connection, spin: bool) -> None:
+    def __init__(self, header: np.ndarray, conn: Connection, spin: bool,
+                 ceiling_s: float = WORKER_SPIN_S) -> None:
         self.header = header
         self.conn = conn
         self.spin = spin
+        self.budget = SpinBudget(ceiling_s) if spin else None
+        """How long to spin for a request (``None``: park at once)."""
         self.last = int(header[REQUEST])
+        self._taken_ns = 0
+        self._since: float | None = None
 
     def wait_request(self) -> bool:
         """True when work is requested, False when a message waits on the pipe."""
-        header, last = self.header, self.last
-        if self.spin:
-            end = time.perf_counter() + WORKER_SPIN_S
+        header, last, budget = self.header, self.last, self.budget
+        # a wait that a message interrupted goes on from where it began
+        start = self._since if self._since is not None else time.perf_counter()
+        self._since = None
+        if header[REQUEST] != last:
+            if budget is not None:
+                budget.observe(time.perf_counter() - start)
+            return True
+        lost_core = False
+        spin_s = 0.0 if budget is None else budget.budget_s
+        if spin_s > 0:
+            cpu = time.thread_time()
+            end = start + spin_s
             n = 0
-            while True:
-                if header[REQUEST] != last:
-                    return True
+            while header[REQUEST] == last:
                 n += 1
-                if n % POLL_EVERY == 0 and (self.conn.poll() or time.perf_counter() > end):
+                if n % CLOCK_EVERY == 0 and (time.perf_counter() > end or (
+                        n % POLL_EVERY == 0 and self.conn.poll())):
                     break
+            lost_core = contested(time.perf_counter() - start, time.thread_time() - cpu)
+        requested = header[REQUEST] != last or self._park(last)
+        if not requested:
+            self._since = start
+        elif budget is not None:
+            budget.observe(time.perf_counter() - start, lost_core)
+        return requested
+
+    def _park(self, last: int) -> bool:
+        header = self.header
         header[WORKER_PARKED] = 1
         try:
             while True:
@@ -166,6 +216,7 @@ class Serving:
     def take(self) -> int:
         """Accept the pending request; returns its number."""
         self.last = int(self.header[REQUEST])
+        self._taken_ns = time.thread_time_ns()
         return self.last
 
     def finish(self, request: int, error: ErrorReport | None = None) -> None:
@@ -174,6 +225,7 @@ class Serving:
         The error flag is raised before the report is sent: a parked parent woken by the
         report must see the flag, or it would take the report for a wake-up.
         """
+        self.header[WORK_NS] = time.thread_time_ns() - self._taken_ns
         if error is not None:
             self.header[ERROR] = 1
             self.conn.send(("error", error))
