@@ -21,11 +21,13 @@ import time
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from multiprocessing.context import BaseContext
 from typing import Any
 
 from parcat import seeding
 from parcat.errors import ConfigError
 from parcat.ipc.process import (
+    START_METHODS,
     Worker,
     WorkerLostError,
     get_context,
@@ -90,13 +92,21 @@ class ProcessExecutor(Executor):
         self.trace = trace
         self.retries = retries
         self.timeout = episode_timeout_s
-        self._ctx = get_context(start_method)
+        self._start_method = start_method
+        self._ctx: BaseContext | None = None  # made with the first worker: see _start
+        if start_method is not None and start_method not in START_METHODS:
+            raise ValueError(f"start method must be one of {', '.join(START_METHODS)}, "
+                             f"got {start_method!r}")
         self._workers: list[_Lane] = []
         self._events: list[dict[str, Any]] = []
         # an executor that is never closed must not keep the interpreter from exiting
         weakref.finalize(self, _stop_all, self._workers)
 
     def _start(self, index: int) -> _Lane:
+        if self._ctx is None:
+            # starting the fork server costs a process importing numpy and parcat: only
+            # when a worker is really needed (a hybrid run may never need one)
+            self._ctx = get_context(self._start_method)
         gpu = self.gpus[index % len(self.gpus)] if self.gpus else None
         worker = Worker(
             episode_worker_main,
