@@ -1,4 +1,5 @@
-"""``parcat compare A.json B.json``: is B better than A, per mission and overall?
+"""Comparisons: ``parcat compare A.json B.json`` (is B better than A, per mission and
+overall?) and ``parcat bench``'s records (did a figure regress beyond its noise?).
 
 Each episode's score is the mean per-agent return of one policy (default: all agents).
 Per mission and overall: A's and B's mean and IQM, the difference B − A with a stratified
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -117,3 +119,193 @@ def _row(name: str, a: dict[str, np.ndarray], b: dict[str, np.ndarray], seed: in
         difference=paired_bootstrap(a, b, diff, reps=reps, seed=seed),
         improvement=paired_bootstrap(a, b, improve, reps=reps, seed=seed + 1),
     )
+
+
+# --- parcat bench records -------------------------------------------------------------
+
+LOAD_SLACK_CPUS = 0.25
+"""CPUs other processes may use beyond the ones a measurement leaves them before it counts
+as taken under load (background noise: kernel threads, a shell)."""
+
+
+def under_load(other_cpus: float, cpus: int, machine_cpus: int) -> bool:
+    """Whether other processes using ``other_cpus`` CPUs on average took some of the
+    ``cpus`` a measurement needs on a machine of ``machine_cpus``."""
+    return other_cpus + cpus > machine_cpus + LOAD_SLACK_CPUS
+
+
+class Verdict(str, Enum):
+    """What a figure's change between two bench records amounts to."""
+
+    REGRESSION = "regression"
+    IMPROVEMENT = "improvement"
+    NOISE = "within noise"
+    UNDER_LOAD = "worse under load, not judged"
+
+
+@dataclass(frozen=True)
+class FigureChange:
+    """One figure of two bench records, the previous and the current."""
+
+    figure: str
+    better: str
+    """``higher`` or ``lower``: which way the figure improves."""
+    previous: float
+    """The previous record's median."""
+    current: float
+    """The current record's median."""
+    previous_range: tuple[float, float]
+    """The previous record's lowest and highest repeat."""
+    current_range: tuple[float, float]
+    change: float
+    """(current - previous) / previous: how the figure's value moved, whatever its direction."""
+    worse_by: float
+    """How many times worse the current median is (1.3: 30% slower; below 1: better)."""
+    verdict: Verdict
+
+    @property
+    def regression(self) -> bool:
+        """The change fails the comparison."""
+        return self.verdict is Verdict.REGRESSION
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {**vars(self), "verdict": self.verdict.value, "regression": self.regression}
+
+
+@dataclass(frozen=True)
+class BenchComparison:
+    """A bench record compared with an earlier one of the same history."""
+
+    changes: tuple[FigureChange, ...]
+    notes: tuple[str, ...] = ()
+    """Lines to show with the changes: records taken under load, an injected slowdown."""
+    incomparable: str | None = None
+    """Why nothing was compared (one line), or ``None``."""
+    against: str | None = None
+    """The record compared with: its time and commit."""
+
+    @property
+    def regressions(self) -> list[FigureChange]:
+        """The changes that fail the comparison."""
+        return [c for c in self.changes if c.regression]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {"against": self.against, "incomparable": self.incomparable,
+                "notes": list(self.notes), "changes": [c.to_dict() for c in self.changes]}
+
+
+def check_threshold(threshold: float) -> None:
+    """Raises:
+        ConfigError: ``threshold`` is negative (or not a number).
+    """
+    if not threshold >= 0:
+        raise ConfigError(f"--threshold must be 0 or more (0.2 flags figures 1.2 times "
+                          f"worse); got {threshold}")
+
+
+def why_incomparable(previous: dict[str, Any], current: dict[str, Any]) -> str | None:
+    """Why two bench records cannot be compared (one line), or ``None`` when they can."""
+    version, now = previous.get("suite_version"), current.get("suite_version")
+    if previous.get("suite") != current.get("suite") or version != now:
+        return f"the previous record is suite version {version}, this one {now}"
+    if previous.get("quick") != current.get("quick"):
+        kinds = ["a --quick run" if r.get("quick") else "a full run" for r in (previous, current)]
+        return f"the previous record is {kinds[0]}, this one {kinds[1]}"
+    cpus = [r.get("machine", {}).get("cpus") for r in (previous, current)]
+    if cpus[0] != cpus[1]:
+        return f"the previous record had {cpus[0]} CPUs, this one {cpus[1]}"
+    before, after = set(previous.get("figures", {})), set(current.get("figures", {}))
+    if before != after:
+        return (f"figures missing from the previous record: {sorted(after - before)}, "
+                f"from this one: {sorted(before - after)}")
+    return None
+
+
+def compare_bench(history: list[dict[str, Any]], record: dict[str, Any],
+                  threshold: float) -> BenchComparison:
+    """``record`` compared with the latest comparable record of ``history``.
+
+    Raises:
+        ConfigError: ``threshold`` is negative.
+    """
+    check_threshold(threshold)
+    if not history:
+        return BenchComparison((), incomparable="the history has no earlier record")
+    for previous in reversed(history):
+        if why_incomparable(previous, record) is None:
+            return compare_records(previous, record, threshold)
+    return BenchComparison((), incomparable=f"{why_incomparable(history[-1], record)} "
+                           f"(no earlier record of the history is comparable)")
+
+
+def compare_records(previous: dict[str, Any], current: dict[str, Any],
+                    threshold: float) -> BenchComparison:
+    """Each figure of two comparable records; a regression is a median worse by more than
+    ``threshold`` (0.2: 1.2 times the time or cost) whose repeats' range does not overlap
+    the previous record's, of a figure that was not measured under load.
+
+    Raises:
+        ConfigError: ``threshold`` is negative.
+    """
+    check_threshold(threshold)
+    reason = why_incomparable(previous, current)
+    if reason is not None:
+        return BenchComparison((), incomparable=reason)
+    machines = [r.get("machine", {}).get("machine_cpus") or 1 for r in (previous, current)]
+    changes = tuple(_figure_change(name, previous["figures"][name], figure, threshold,
+                                   machines) for name, figure in current["figures"].items())
+    notes = [n for n in (_load_note(previous, "previous"), _load_note(current, "current"))
+             if n]
+    for label, rec in (("previous", previous), ("current", current)):
+        if rec.get("slowdown"):
+            notes.append(f"the {label} record was measured with PARCAT_BENCH_SLOWDOWN="
+                         f"{rec['slowdown']}")
+    against = f"{previous.get('time', '?')} (commit {str(previous.get('git_commit'))[:10]})"
+    return BenchComparison(changes, tuple(notes), None, against)
+
+
+def _figure_change(name: str, previous: dict[str, Any], current: dict[str, Any],
+                   threshold: float, machine_cpus: list[int]) -> FigureChange:
+    higher = current.get("better", "higher") == "higher"
+    old, new = float(previous["median"]), float(current["median"])
+    worse_by = _ratio(old, new) if higher else _ratio(new, old)
+    old_range = (float(previous["low"]), float(previous["high"]))
+    new_range = (float(current["low"]), float(current["high"]))
+    # the ranges overlap: the change is within what the repeats themselves varied
+    apart_worse = new_range[1] < old_range[0] if higher else new_range[0] > old_range[1]
+    apart_better = new_range[0] > old_range[1] if higher else new_range[1] < old_range[0]
+    loaded = any(under_load(f.get("other_cpus") or 0.0, f.get("cpus", 1), machine)
+                 for f, machine in zip((previous, current), machine_cpus, strict=True))
+    if worse_by > 1 + threshold and apart_worse:
+        verdict = Verdict.UNDER_LOAD if loaded else Verdict.REGRESSION
+    elif worse_by * (1 + threshold) < 1 and apart_better:
+        verdict = Verdict.IMPROVEMENT
+    else:
+        verdict = Verdict.NOISE
+    change = (new - old) / abs(old) if old else (0.0 if new == old else float("inf"))
+    return FigureChange(name, "higher" if higher else "lower", old, new, old_range, new_range,
+                        change, worse_by, verdict)
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    """numerator / denominator, for figures that may be 0 (an overhead can measure 0)."""
+    if denominator > 0 and numerator >= 0:
+        return numerator / denominator
+    return 1.0 if numerator <= denominator else float("inf")
+
+
+def _load_note(record: dict[str, Any], label: str) -> str | None:
+    """A line saying the record was taken under load, or ``None``."""
+    load = record.get("load", {})
+    other = load.get("other_cpus")
+    busy = [load.get(k, {}).get("other_busy_cpus", 0) for k in ("before", "after")]
+    machine = record.get("machine", {}).get("machine_cpus") or 1
+    # a run's figures need one CPU at least
+    if not under_load(max(other or 0.0, *busy), 1, machine):
+        return None
+    averages = [load.get(k, {}).get("loadavg", ["?"])[0] for k in ("before", "after")]
+    return (f"the {label} record was taken under load: other processes used {other} CPUs "
+            f"on average while it ran (busy before/after: {busy[0]}/{busy[1]}; load "
+            f"average {averages[0]} -> {averages[1]})")
