@@ -21,7 +21,7 @@ import socket
 import statistics
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -178,9 +178,15 @@ def read_slowdown(environ: dict[str, str] | None = None) -> float:
     return value
 
 
-def run_suite(quick: bool = False, max_jobs: int | None = None,
-              repeats: int | None = None) -> dict[str, Any]:
+def run_suite(quick: bool = False, max_jobs: int | None = None, repeats: int | None = None,
+              measurements: Sequence[Measurement] | None = None) -> dict[str, Any]:
     """Measure every figure of the suite; return a history record.
+
+    Args:
+        quick: Shorter repeats (a smoke run).
+        max_jobs: Episode scaling runs ``--jobs 1..max_jobs`` (default: the CPUs).
+        repeats: Repeats of each measurement (default 5).
+        measurements: Part of the suite instead of :data:`MEASUREMENTS` (tests).
 
     Raises:
         ConfigError: ``PARCAT_BENCH_SLOWDOWN`` or ``repeats`` is invalid.
@@ -196,7 +202,7 @@ def run_suite(quick: bool = False, max_jobs: int | None = None,
     figures: dict[str, dict[str, Any]] = {}
     retried = 0
     give_up = time.monotonic() + settings.patience_s
-    for measurement in MEASUREMENTS:
+    for measurement in MEASUREMENTS if measurements is None else measurements:
         measured, extra = _measure(measurement, settings, give_up)
         figures.update(measured)
         retried += extra
