@@ -25,7 +25,7 @@ from parcat.bench import (
 )
 from parcat.cli.charts import bar_chart, line_chart
 from parcat.cli.main import app
-from parcat.compare import FigureChange, Verdict, compare_bench, compare_records, under_load
+from parcat.compare import FigureChange, Verdict, compare_bench, compare_records
 from parcat.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,6 +108,27 @@ def test_a_figure_measured_under_load_is_not_judged() -> None:
         "while it ran (busy before/after: 2/0; load average 3.5 -> 0.1)",)
 
 
+def test_one_process_figures_are_judged_relative_to_the_machine_speed() -> None:
+    def solo(median: float, speed: float) -> dict[str, object]:
+        relative = {"median": median / speed, "low": median / speed * 0.98,
+                    "high": median / speed * 1.02}
+        return {**figure(median, median * 0.98, median * 1.02), "relative": relative}
+
+    previous = {**record(rate=solo(1000, 10)), "load": {**QUIET, "speed": 10}}
+    # the whole machine ran 30% slower: not parcat
+    slower = {**record(rate=solo(700, 7)), "load": {**QUIET, "speed": 7}}
+    comparison = compare_records(previous, slower, 0.2)
+    (change,) = comparison.changes
+    assert change.relative and change.verdict is Verdict.NOISE
+    assert math.isclose(change.change, -0.3) and math.isclose(change.worse_by, 1.0)
+    assert comparison.notes == (
+        "the machine ran 0.70x as fast for the current record as for the previous one "
+        "(reference loop); one-process figures are judged relative to it",)
+    # parcat 30% slower on a machine as fast as before
+    (change,) = compare_records(previous, record(rate=solo(700, 10)), 0.2).changes
+    assert change.verdict is Verdict.REGRESSION
+
+
 @pytest.mark.parametrize(("change", "reason"), [
     ({"suite_version": 1}, "the previous record is suite version 1, this one 2"),
     ({"quick": False}, "the previous record is a full run, this one a --quick run"),
@@ -162,19 +183,19 @@ def test_a_slowed_down_record_compares_as_a_regression(monkeypatch: pytest.Monke
     comparison = compare_records(plain, slowed, 0.2)
     change = comparison.changes[0]
     assert change.figure == "rollout_agent_steps_per_s" and change.worse_by > 1.2
-    loaded = any(under_load(r["figures"][change.figure]["other_cpus"], 1,
-                            r["machine"]["machine_cpus"]) for r in (plain, slowed))
-    assert change.verdict is (Verdict.UNDER_LOAD if loaded else Verdict.REGRESSION)
+    # judged relative to the machine's speed, so a loaded machine does not hide it
+    assert change.relative and change.verdict is Verdict.REGRESSION
     assert "the current record was measured with PARCAT_BENCH_SLOWDOWN=1.5" in comparison.notes
     # records note the load they ran under
     for rec in (plain, slowed):
         load = rec["load"]
-        assert set(load) == {"before", "after", "other_cpus", "retried_repeats"}
+        assert set(load) == {"before", "after", "other_cpus", "retried_repeats", "speed"}
         assert len(load["before"]["loadavg"]) == 3 and load["after"]["other_busy_cpus"] >= 0
         assert load["other_cpus"] >= 0
         entry = rec["figures"]["rollout_agent_steps_per_s"]
         assert entry["better"] == "higher" and len(entry["values"]) == 3
         assert entry["low"] <= entry["median"] <= entry["high"] and entry["other_cpus"] >= 0
+        assert entry["speed"] > 0 and set(entry["relative"]) == {"median", "low", "high"}
 
 
 def test_bench_quick_appends_a_record_and_compares(tmp_path: Path) -> None:

@@ -102,7 +102,7 @@ class Work:
         start = clock()
         fn()
         if self.slowdown > 0:
-            deadline = clock() + (clock() - start) * self.slowdown
+            deadline = start + (clock() - start) * (1 + self.slowdown)
             spin = 0
             while clock() < deadline:
                 spin = (spin * 31 + 7) % 1_000_003
@@ -195,8 +195,8 @@ def run_suite(quick: bool = False, max_jobs: int | None = None, repeats: int | N
         raise ConfigError(f"repeats must be at least 1; got {repeats}")
     settings = Settings(repeats=repeats or 5, scale=1 if quick else 3,
                         max_jobs=max_jobs or available_cpus(), slowdown=read_slowdown(),
-                        settle_s=1.0 if quick else 3.0, patience_s=10.0 if quick else 60.0,
-                        budget_s=5.0 if quick else 30.0)
+                        settle_s=0.5 if quick else 3.0, patience_s=6.0 if quick else 60.0,
+                        budget_s=4.0 if quick else 30.0)
     before = load_snapshot()
     run_meter = LoadMeter()
     figures: dict[str, dict[str, Any]] = {}
@@ -206,8 +206,10 @@ def run_suite(quick: bool = False, max_jobs: int | None = None, repeats: int | N
         measured, extra = _measure(measurement, settings, give_up)
         figures.update(measured)
         retried += extra
+    speeds = [f["speed"] for f in figures.values()]
     load = {"before": before, "after": load_snapshot(), "other_cpus": run_meter.other_cpus(),
-            "retried_repeats": retried}
+            "retried_repeats": retried,
+            "speed": round(statistics.median(speeds)) if speeds else None}
     return {
         "suite": SUITE, "suite_version": SUITE_VERSION,
         "time": datetime.now(timezone.utc).isoformat(), "quick": quick,
@@ -224,52 +226,92 @@ def _measure(measurement: Measurement, settings: Settings,
              give_up: float) -> tuple[dict[str, Any], int]:
     """Every repeat of one measurement, summarised per figure; and how many were retried.
 
-    Until ``give_up`` (a ``time.monotonic()``), each repeat waits for the CPUs it needs to
-    be free and is measured again when other processes took them while it ran. After three
-    repeats, a measurement that has taken ``budget_s`` stops (a loaded machine slows it).
+    After three repeats, a measurement that has taken ``budget_s`` stops (a loaded machine
+    slows it down).
     """
     values: dict[str, list[float]] = {}
     loads: list[float] = []
+    speeds: list[float] = []
     retried = 0
     cpus = measurement.cpus or settings.max_jobs
-    machine = os.cpu_count() or cpus
     start = time.monotonic()
     with measurement.setup(settings, Work(settings.slowdown)) as repeat:
         while len(loads) < settings.repeats:
             if len(loads) >= 3 and time.monotonic() - start > settings.budget_s:
                 break
-            for attempt in range(1 + settings.retries):
-                _wait_for_free(cpus, machine, min(settings.settle_s, give_up - time.monotonic()))
-                meter = LoadMeter()
-                result = repeat()
-                other = meter.other_cpus()
-                if (other is None or not under_load(other, cpus, machine)
-                        or attempt == settings.retries or time.monotonic() > give_up):
-                    break
-                retried += 1
-            loads.append(other if other is not None else 0.0)
+            result, other, speed, attempts = _repeat(repeat, cpus, settings, give_up)
+            retried += attempts - 1
+            loads.append(other)
+            speeds.append(speed)
             for figure, value in result.items():
                 values.setdefault(figure, []).append(value)
-    return {figure: summarise(series, measurement, figure, loads, cpus)
+    return {figure: summarise(series, measurement, figure, loads, cpus, speeds)
             for figure, series in values.items()}, retried
 
 
+def _repeat(repeat: Measure, cpus: int, settings: Settings,
+            give_up: float) -> tuple[dict[str, float], float, float, int]:
+    """One repeat: its figures, the CPUs other processes used meanwhile, the machine's speed
+    (the reference loop's, before and after) and how many attempts it took.
+
+    Until ``give_up`` (a ``time.monotonic()``), it waits for the CPUs it needs to be free
+    and is measured again when other processes took them while it ran.
+    """
+    machine = os.cpu_count() or cpus
+    for attempt in range(1, 2 + settings.retries):
+        _wait_for_free(cpus, machine, min(settings.settle_s, give_up - time.monotonic()))
+        meter = LoadMeter()
+        speed = reference_speed()
+        result = repeat()
+        speed = (speed + reference_speed()) / 2
+        other = meter.other_cpus()
+        if (other is None or not under_load(other, cpus, machine)
+                or attempt > settings.retries or time.monotonic() > give_up):
+            break
+    return result, other or 0.0, speed, attempt
+
+
+def reference_speed(loops: int = 12_000) -> float:
+    """The machine's speed right now: rounds per CPU second of a fixed loop of small numpy
+    and Python work (as parcat's own stepping does). On a shared machine one process's CPU
+    time per unit of work moves with the neighbours' load (caches, the host's cores); the
+    loop moves with it, and one-process figures are judged relative to it."""
+    import numpy as np
+
+    state, total, seen = np.zeros(64), 0.0, {}
+    start = time.process_time()
+    for index in range(loops):
+        state = state * 0.99 + 1.0
+        total += float(state[index % 64]) * 1.0001
+        seen[index % 97] = total
+    return loops / max(time.process_time() - start, 1e-9)
+
+
 def summarise(values: list[float], measurement: Measurement, figure: str,
-              loads: list[float], cpus: int) -> dict[str, Any]:
+              loads: list[float], cpus: int, speeds: list[float]) -> dict[str, Any]:
     """A figure's entry in a record: median and range of its repeats, direction, load.
 
     The range (``low``, ``high``) leaves out the single lowest and highest repeat once there
-    are five or more: one repeat that a burst of load hit does not widen it.
+    are five or more: one repeat that a burst of load hit does not widen it. A one-process
+    figure (timed in CPU time) also has ``relative``: the same over each repeat's value
+    divided (higher is better) or multiplied (lower) by the machine's speed then.
     """
+    better = measurement.better.get(figure, measurement.better.get("*", "higher"))
+    entry = {**_spread(values), "values": values, "better": better,
+             "unit": measurement.unit, "cpus": cpus,
+             "other_cpus": round(statistics.median(loads), 3),
+             "speed": round(statistics.median(speeds))}
+    if cpus == 1:
+        entry["relative"] = _spread([v / s * 1e6 if better == "higher" else v * s / 1e6
+                                     for v, s in zip(values, speeds, strict=True)])
+    return entry
+
+
+def _spread(values: list[float]) -> dict[str, float]:
     ordered = sorted(values)
     trim = 1 if len(ordered) >= 5 else 0
-    return {
-        "median": statistics.median(values), "low": ordered[trim], "high": ordered[-1 - trim],
-        "values": values,
-        "better": measurement.better.get(figure, measurement.better.get("*", "higher")),
-        "unit": measurement.unit, "cpus": cpus,
-        "other_cpus": round(statistics.median(loads), 3) if loads else None,
-    }
+    return {"median": statistics.median(values), "low": ordered[trim],
+            "high": ordered[-1 - trim]}
 
 
 def _wait_for_free(cpus: int, machine: int, limit_s: float) -> None:

@@ -9,6 +9,7 @@ bootstrap 95% interval, and the probability of improvement P(B > A) with its int
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -140,7 +141,7 @@ class Verdict(str, Enum):
     REGRESSION = "regression"
     IMPROVEMENT = "improvement"
     NOISE = "within noise"
-    UNDER_LOAD = "worse under load, not judged"
+    UNDER_LOAD = "under load, not judged"
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,9 @@ class FigureChange:
     worse_by: float
     """How many times worse the current median is (1.3: 30% slower; below 1: better)."""
     verdict: Verdict
+    relative: bool = False
+    """``worse_by`` and the verdict are relative to the machine's speed in each repeat
+    (one-process figures: the reference loop's CPU time moves with the machine's load)."""
 
     @property
     def regression(self) -> bool:
@@ -244,7 +248,9 @@ def compare_records(previous: dict[str, Any], current: dict[str, Any],
                     threshold: float) -> BenchComparison:
     """Each figure of two comparable records; a regression is a median worse by more than
     ``threshold`` (0.2: 1.2 times the time or cost) whose repeats' range does not overlap
-    the previous record's, of a figure that was not measured under load.
+    the previous record's. One-process figures are judged relative to the machine's speed
+    while they ran; a several-process figure measured while other processes took the CPUs
+    it needs is reported as under load, neither a regression nor an improvement.
 
     Raises:
         ConfigError: ``threshold`` is negative.
@@ -258,6 +264,9 @@ def compare_records(previous: dict[str, Any], current: dict[str, Any],
                                    machines) for name, figure in current["figures"].items())
     notes = [n for n in (_load_note(previous, "previous"), _load_note(current, "current"))
              if n]
+    speed_note = _speed_note(previous, current)
+    if speed_note:
+        notes.append(speed_note)
     for label, rec in (("previous", previous), ("current", current)):
         if rec.get("slowdown"):
             notes.append(f"the {label} record was measured with PARCAT_BENCH_SLOWDOWN="
@@ -269,31 +278,51 @@ def compare_records(previous: dict[str, Any], current: dict[str, Any],
 def _figure_change(name: str, previous: dict[str, Any], current: dict[str, Any],
                    threshold: float, machine_cpus: list[int]) -> FigureChange:
     higher = current.get("better", "higher") == "higher"
-    old, new = float(previous["median"]), float(current["median"])
+    relative = "relative" in previous and "relative" in current
+    old_entry, new_entry = ((previous["relative"], current["relative"]) if relative
+                            else (previous, current))
+    old, new = float(old_entry["median"]), float(new_entry["median"])
     worse_by = _ratio(old, new) if higher else _ratio(new, old)
-    old_range = (float(previous["low"]), float(previous["high"]))
-    new_range = (float(current["low"]), float(current["high"]))
+    old_low, old_high = float(old_entry["low"]), float(old_entry["high"])
+    new_low, new_high = float(new_entry["low"]), float(new_entry["high"])
     # the ranges overlap: the change is within what the repeats themselves varied
-    apart_worse = new_range[1] < old_range[0] if higher else new_range[0] > old_range[1]
-    apart_better = new_range[0] > old_range[1] if higher else new_range[1] < old_range[0]
-    loaded = any(under_load(f.get("other_cpus") or 0.0, f.get("cpus", 1), machine)
+    apart_worse = new_high < old_low if higher else new_low > old_high
+    apart_better = new_low > old_high if higher else new_high < old_low
+    # a one-process figure is judged relative to the machine's speed, which the load moves
+    loaded = not relative and any(under_load(f.get("other_cpus") or 0.0, f.get("cpus", 1), machine)
                  for f, machine in zip((previous, current), machine_cpus, strict=True))
     if worse_by > 1 + threshold and apart_worse:
-        verdict = Verdict.UNDER_LOAD if loaded else Verdict.REGRESSION
+        verdict = Verdict.REGRESSION
     elif worse_by * (1 + threshold) < 1 and apart_better:
         verdict = Verdict.IMPROVEMENT
     else:
         verdict = Verdict.NOISE
-    change = (new - old) / abs(old) if old else (0.0 if new == old else float("inf"))
-    return FigureChange(name, "higher" if higher else "lower", old, new, old_range, new_range,
-                        change, worse_by, verdict)
+    if loaded and verdict is not Verdict.NOISE:
+        verdict = Verdict.UNDER_LOAD
+    before, now = float(previous["median"]), float(current["median"])
+    change = (now - before) / abs(before) if before else (0.0 if now == before else math.inf)
+    return FigureChange(name, "higher" if higher else "lower", before, now,
+                        (float(previous["low"]), float(previous["high"])),
+                        (float(current["low"]), float(current["high"])),
+                        change, worse_by, verdict, relative)
 
 
 def _ratio(numerator: float, denominator: float) -> float:
     """numerator / denominator, for figures that may be 0 (an overhead can measure 0)."""
     if denominator > 0 and numerator >= 0:
         return numerator / denominator
-    return 1.0 if numerator <= denominator else float("inf")
+    return 1.0 if numerator <= denominator else math.inf
+
+
+def _speed_note(previous: dict[str, Any], current: dict[str, Any]) -> str | None:
+    """A line saying how fast the machine ran for the current record against the previous
+    one (the reference loop's median), when it differs by more than 10%."""
+    speeds = [r.get("load", {}).get("speed") for r in (previous, current)]
+    if not speeds[0] or not speeds[1] or 1 / 1.1 < speeds[1] / speeds[0] < 1.1:
+        return None
+    return (f"the machine ran {speeds[1] / speeds[0]:.2f}x as fast for the current record as "
+            f"for the previous one (reference loop); one-process figures are judged "
+            f"relative to it")
 
 
 def _load_note(record: dict[str, Any], label: str) -> str | None:

@@ -78,7 +78,8 @@ def _print_record(record: dict[str, Any]) -> None:
     load = record["load"]
     typer.echo(f"load: other processes used {load['other_cpus']} CPUs on average; load "
                f"average {load['before']['loadavg'][:1]} -> {load['after']['loadavg'][:1]}; "
-               f"{load['retried_repeats']} repeats measured again after load")
+               f"{load['retried_repeats']} repeats measured again after load; machine speed "
+               f"{load['speed']:,} reference loops/s")
     typer.echo("speedup vs --jobs")
     typer.echo(bar_chart({str(k): v for k, v in _scaling(record).items()}))
 
@@ -93,8 +94,11 @@ def _print_comparison(comparison: BenchComparison) -> None:
         [[c.figure, f"{c.previous:,.3f} ({c.previous_range[0]:,.3f} - "
           f"{c.previous_range[1]:,.3f})",
           f"{c.current:,.3f} ({c.current_range[0]:,.3f} - {c.current_range[1]:,.3f})",
-          f"{c.change:+.1%}", f"x{c.worse_by:.2f}",
+          f"{c.change:+.1%}", f"x{c.worse_by:.2f}{'*' if c.relative else ''}",
           c.verdict.value.upper() if c.regression else c.verdict.value]
          for c in comparison.changes]))
+    if any(c.relative for c in comparison.changes):
+        typer.echo("* one process, timed in CPU time: judged relative to the machine's speed "
+                   "(a reference loop timed beside each repeat)")
     for note in comparison.notes:
         typer.echo(f"note: {note}")
