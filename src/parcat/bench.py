@@ -5,11 +5,12 @@ Each run measures the same figures on the built-in missions and appends one JSON
 jobs build a series and CI can gate on regressions (:func:`parcat.compare.compare_bench`).
 
 Every figure is measured ``repeats`` times and stored as the median with the range of the
-repeats, with its direction (higher or lower is better). Figures that one process computes
-are timed in CPU time, which other processes on the machine barely move; figures that need
-several processes (speedups, hand-offs to workers) are timed on the wall clock, so each of
-their repeats first waits (briefly) for a quiet machine and is measured again when other
-processes used a CPU while it ran.
+repeats, its direction (higher or lower is better) and the load it ran under. Each repeat
+first waits (briefly) for the CPUs it needs to be free, is measured again when other
+processes took them meanwhile, and is flanked by a fixed reference loop that measures the
+machine's speed. Figures that one process computes are timed in CPU time and judged
+relative to that speed; figures that need several processes (speedups, hand-offs to
+workers) are timed on the wall clock, and not judged when measured under load.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 
 from parcat import __version__
 from parcat.compare import under_load
-from parcat.errors import ConfigError
+from parcat.errors import ConfigError, brief
 from parcat.evaluate import EvalConfig, evaluate
 from parcat.missions import load_mission
 from parcat.parallel.launch import RunOptions
@@ -92,10 +93,24 @@ class Measurement:
 
 
 class Work:
-    """Times a piece of measured work, made ``slowdown`` slower by extra CPU work."""
+    """Times a piece of measured work, made ``slowdown`` slower by extra CPU work; and
+    measures the machine's speed beside it with a reference loop."""
 
     def __init__(self, slowdown: float) -> None:
         self.slowdown = slowdown
+        self._reference = [0, 0.0]  # loops, CPU seconds
+
+    def reference(self, loops: int = 150) -> None:
+        """Run the reference loop ``loops`` times (between pieces of a repeat's work, so
+        the speed it measures is the machine's at the same moments)."""
+        self._reference[0] += loops
+        self._reference[1] += reference_loop(loops)
+
+    def take_speed(self) -> float:
+        """Reference loops per CPU second since the last call."""
+        loops, seconds = self._reference
+        self._reference = [0, 0.0]
+        return loops / seconds if seconds > 0 else 0.0
 
     def time(self, fn: Callable[[], object], clock: Callable[[], float]) -> float:
         """Seconds of ``clock`` that ``fn()`` (plus the injected slowdown) took."""
@@ -173,8 +188,8 @@ def read_slowdown(environ: dict[str, str] | None = None) -> float:
         value = -1.0
     if not 0 <= value <= 10:
         raise ConfigError(f"{SLOWDOWN_VARIABLE} must be a number from 0 to 10 (0.3 makes "
-                          f"the measured work 30% slower); got {len(text)} characters that "
-                          f"are not one: unset it or set e.g. {SLOWDOWN_VARIABLE}=0.3")
+                          f"the measured work 30% slower); got {brief(text)}: unset it or "
+                          f"set e.g. {SLOWDOWN_VARIABLE}=0.3")
     return value
 
 
@@ -235,11 +250,12 @@ def _measure(measurement: Measurement, settings: Settings,
     retried = 0
     cpus = measurement.cpus or settings.max_jobs
     start = time.monotonic()
-    with measurement.setup(settings, Work(settings.slowdown)) as repeat:
+    work = Work(settings.slowdown)
+    with measurement.setup(settings, work) as repeat:
         while len(loads) < settings.repeats:
             if len(loads) >= 3 and time.monotonic() - start > settings.budget_s:
                 break
-            result, other, speed, attempts = _repeat(repeat, cpus, settings, give_up)
+            result, other, speed, attempts = _repeat(repeat, work, cpus, settings, give_up)
             retried += attempts - 1
             loads.append(other)
             speeds.append(speed)
@@ -249,10 +265,10 @@ def _measure(measurement: Measurement, settings: Settings,
             for figure, series in values.items()}, retried
 
 
-def _repeat(repeat: Measure, cpus: int, settings: Settings,
+def _repeat(repeat: Measure, work: Work, cpus: int, settings: Settings,
             give_up: float) -> tuple[dict[str, float], float, float, int]:
     """One repeat: its figures, the CPUs other processes used meanwhile, the machine's speed
-    (the reference loop's, before and after) and how many attempts it took.
+    (the reference loop's, before, after and during) and how many attempts it took.
 
     Until ``give_up`` (a ``time.monotonic()``), it waits for the CPUs it needs to be free
     and is measured again when other processes took them while it ran.
@@ -261,9 +277,11 @@ def _repeat(repeat: Measure, cpus: int, settings: Settings,
     for attempt in range(1, 2 + settings.retries):
         _wait_for_free(cpus, machine, min(settings.settle_s, give_up - time.monotonic()))
         meter = LoadMeter()
-        speed = reference_speed()
+        work.take_speed()
+        work.reference(300)
         result = repeat()
-        speed = (speed + reference_speed()) / 2
+        work.reference(300)
+        speed = work.take_speed()
         other = meter.other_cpus()
         if (other is None or not under_load(other, cpus, machine)
                 or attempt > settings.retries or time.monotonic() > give_up):
@@ -271,20 +289,26 @@ def _repeat(repeat: Measure, cpus: int, settings: Settings,
     return result, other or 0.0, speed, attempt
 
 
-def reference_speed(loops: int = 12_000) -> float:
-    """The machine's speed right now: rounds per CPU second of a fixed loop of small numpy
-    and Python work (as parcat's own stepping does). On a shared machine one process's CPU
-    time per unit of work moves with the neighbours' load (caches, the host's cores); the
-    loop moves with it, and one-process figures are judged relative to it."""
+def reference_loop(loops: int) -> float:
+    """CPU seconds of ``loops`` rounds of a fixed loop like parcat's own stepping (windows
+    of a grid gathered with fancy indexing for 24 agents, small numpy and Python work).
+
+    On a shared machine one process's CPU time per unit of work moves with the neighbours'
+    load (caches, the host's cores); the loop moves with it, and one-process figures are
+    judged relative to its speed.
+    """
     import numpy as np
 
-    state, total, seen = np.zeros(64), 0.0, {}
+    grid = np.random.default_rng(0).random((64, 64, 8))
+    corners = np.random.default_rng(1).integers(0, 59, size=(24, 2))
+    rows = corners[:, 0, None, None] + np.arange(5)[None, :, None]
+    cols = corners[:, 1, None, None] + np.arange(5)[None, None, :]
+    total, seen = 0.0, {}
     start = time.process_time()
     for index in range(loops):
-        state = state * 0.99 + 1.0
-        total += float(state[index % 64]) * 1.0001
+        total += float(grid[rows, cols, index % 8].sum()) * 1.0001
         seen[index % 97] = total
-    return loops / max(time.process_time() - start, 1e-9)
+    return time.process_time() - start
 
 
 def summarise(values: list[float], measurement: Measurement, figure: str,
@@ -332,7 +356,10 @@ def _rollout(settings: Settings, work: Work) -> Iterator[Measure]:
         runner.run(task)
 
     def repeat() -> dict[str, float]:
-        seconds = work.time(lambda: [runner.run(t) for t in tasks], time.process_time)
+        seconds = 0.0
+        for task in tasks:
+            seconds += work.time(partial(runner.run, task), time.process_time)
+            work.reference()
         return {"rollout_agent_steps_per_s": len(tasks) * 200 * 24 / seconds}
 
     try:
