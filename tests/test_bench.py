@@ -25,7 +25,13 @@ from parcat.bench import (
 )
 from parcat.cli.charts import bar_chart, line_chart
 from parcat.cli.main import app
-from parcat.compare import FigureChange, Verdict, compare_bench, compare_records
+from parcat.compare import (
+    FigureChange,
+    Verdict,
+    compare_bench,
+    compare_records,
+    pool_records,
+)
 from parcat.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,6 +135,33 @@ def test_one_process_figures_are_judged_relative_to_the_machine_speed() -> None:
     assert change.verdict is Verdict.REGRESSION
 
 
+def test_a_record_is_compared_with_the_pooled_repeats_of_the_latest_records() -> None:
+    def run(*values: float) -> dict[str, object]:
+        return {**figure(sorted(values)[len(values) // 2], min(values), max(values)),
+                "values": list(values)}
+
+    loaded = {**QUIET, "other_cpus": 1.6}
+    history = [record(rate=run(500, 500, 500, 500, 500)),  # the 6th latest: left out
+               record(rate=run(1000, 990, 1010, 1005, 995)),
+               record(rate=run(1010, 1000, 990, 1020, 1000)),
+               record(rate=run(1000, 995, 985, 1010, 990)),
+               record(rate=run(900, 880, 890, 910, 905)),  # one run at a slow moment
+               record(loaded, rate=run(1000, 1010, 990, 1000, 995))]
+    current = record(rate=run(740, 750, 760, 745, 755))
+    # against the slow run alone: 1.2x worse, not beyond the threshold
+    assert verdicts(history[-2], current)["rate"].verdict is Verdict.NOISE
+    comparison = compare_bench(history, current, 0.2)
+    (change,) = comparison.changes
+    assert change.verdict is Verdict.REGRESSION and change.previous == 995  # pooled median
+    assert len(pool_records(history[1:])["figures"]["rate"]["values"]) == 25
+    assert comparison.against is not None and comparison.against.startswith(
+        "the last 5 comparable records")
+    assert comparison.notes == (
+        "1 of the 5 previous records were taken under load; in the latest, other processes "
+        "used 1.6 CPUs on average while it ran (busy before/after: 0/0; load average 0.1 -> "
+        "0.1)",)
+
+
 @pytest.mark.parametrize(("change", "reason"), [
     ({"suite_version": 1}, "the previous record is suite version 1, this one 2"),
     ({"quick": False}, "the previous record is a full run, this one a --quick run"),
@@ -194,7 +227,7 @@ def test_a_slowed_down_record_compares_as_a_regression(monkeypatch: pytest.Monke
         entry = rec["figures"]["rollout_agent_steps_per_s"]
         assert entry["better"] == "higher" and len(entry["values"]) == 3
         assert entry["low"] <= entry["median"] <= entry["high"] and entry["other_cpus"] >= 0
-        assert entry["speed"] > 0 and set(entry["relative"]) == {"median", "low", "high"}
+        assert entry["speed"] > 0 and set(entry["relative"]) == {"median", "low", "high", "values"}
 
 
 def test_bench_quick_appends_a_record_and_compares(tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from parcat import __version__
-from parcat.compare import under_load
+from parcat.compare import spread, under_load
 from parcat.errors import ConfigError, brief
 from parcat.evaluate import EvalConfig, evaluate
 from parcat.missions import load_mission
@@ -290,8 +290,9 @@ def _repeat(repeat: Measure, work: Work, cpus: int, settings: Settings,
 
 
 def reference_loop(loops: int) -> float:
-    """CPU seconds of ``loops`` rounds of a fixed loop like parcat's own stepping (windows
-    of a grid gathered with fancy indexing for 24 agents, small numpy and Python work).
+    """CPU seconds of ``loops`` rounds of a fixed loop like parcat's own stepping: windows
+    of a grid gathered with fancy indexing for 24 agents, and a step of per-agent Python
+    work (dicts, tuples, small objects) every 16 rounds.
 
     On a shared machine one process's CPU time per unit of work moves with the neighbours'
     load (caches, the host's cores); the loop moves with it, and one-process figures are
@@ -303,39 +304,39 @@ def reference_loop(loops: int) -> float:
     corners = np.random.default_rng(1).integers(0, 59, size=(24, 2))
     rows = corners[:, 0, None, None] + np.arange(5)[None, :, None]
     cols = corners[:, 1, None, None] + np.arange(5)[None, None, :]
-    total, seen = 0.0, {}
+    places = {f"agent_{i}": (i, 2 * i) for i in range(24)}
+    total = 0.0
     start = time.process_time()
     for index in range(loops):
         total += float(grid[rows, cols, index % 8].sum()) * 1.0001
-        seen[index % 97] = total
+        if index % 16 == 0:
+            moves = {agent: (index + i) % 5 for i, agent in enumerate(places)}
+            for agent, (row, col) in places.items():
+                move = moves[agent]
+                places[agent] = ((row + (move == 1) - (move == 2)) % 59,
+                                 (col + (move == 3) - (move == 4)) % 59)
+            total += sum(complex(*place).real for place in places.values())
     return time.process_time() - start
 
 
 def summarise(values: list[float], measurement: Measurement, figure: str,
               loads: list[float], cpus: int, speeds: list[float]) -> dict[str, Any]:
-    """A figure's entry in a record: median and range of its repeats, direction, load.
+    """A figure's entry in a record: median and range of its repeats (:func:`spread`),
+    direction, load.
 
-    The range (``low``, ``high``) leaves out the single lowest and highest repeat once there
-    are five or more: one repeat that a burst of load hit does not widen it. A one-process
-    figure (timed in CPU time) also has ``relative``: the same over each repeat's value
-    divided (higher is better) or multiplied (lower) by the machine's speed then.
+    A one-process figure (timed in CPU time) also has ``relative``: the same over each
+    repeat's value divided (higher is better) or multiplied (lower) by the machine's speed.
     """
     better = measurement.better.get(figure, measurement.better.get("*", "higher"))
-    entry = {**_spread(values), "values": values, "better": better,
+    entry = {**spread(values), "values": values, "better": better,
              "unit": measurement.unit, "cpus": cpus,
              "other_cpus": round(statistics.median(loads), 3),
              "speed": round(statistics.median(speeds))}
     if cpus == 1:
-        entry["relative"] = _spread([v / s * 1e6 if better == "higher" else v * s / 1e6
-                                     for v, s in zip(values, speeds, strict=True)])
+        relative = [v / s * 1e6 if better == "higher" else v * s / 1e6
+                    for v, s in zip(values, speeds, strict=True)]
+        entry["relative"] = {**spread(relative), "values": relative}
     return entry
-
-
-def _spread(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    trim = 1 if len(ordered) >= 5 else 0
-    return {"median": statistics.median(values), "low": ordered[trim],
-            "high": ordered[-1 - trim]}
 
 
 def _wait_for_free(cpus: int, machine: int, limit_s: float) -> None:

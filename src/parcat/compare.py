@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,42 @@ LOAD_SLACK_CPUS = 0.25
 as taken under load (background noise: kernel threads, a shell)."""
 
 
+BASELINE_RECORDS = 5
+"""A record is compared with the pooled repeats of up to this many latest comparable records:
+one run on a slow moment of a shared machine does not set the bar for the next."""
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Median and range of repeats. The range leaves out the lowest and highest fifth (one
+    of five repeats): one repeat that a burst of load hit does not widen it."""
+    ordered = sorted(values)
+    trim = len(ordered) // 5
+    return {"median": statistics.median(ordered), "low": ordered[trim],
+            "high": ordered[-1 - trim]}
+
+
+def pool_records(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """One record standing for several comparable ones: each figure's repeats pooled (its
+    spread then includes how the runs differed), the machine's speed their median."""
+    figures = {}
+    for name, entry in records[-1]["figures"].items():
+        entries = [r["figures"][name] for r in records]
+        values = _repeats(entries)
+        figure = {**entry, **spread(values), "values": values,
+                  "other_cpus": statistics.median(e.get("other_cpus") or 0.0 for e in entries)}
+        if all("relative" in e for e in entries):
+            relative = _repeats([e["relative"] for e in entries])
+            figure["relative"] = {**spread(relative), "values": relative}
+        figures[name] = figure
+    speeds = [r["load"]["speed"] for r in records if r.get("load", {}).get("speed")]
+    return {**records[-1], "figures": figures, "slowdown": None,
+            "load": {"speed": statistics.median(speeds) if speeds else None}}
+
+
+def _repeats(entries: list[dict[str, Any]]) -> list[float]:
+    return [float(v) for e in entries for v in e.get("values") or [e["median"]]]
+
+
 def under_load(other_cpus: float, cpus: int, machine_cpus: int) -> bool:
     """Whether other processes using ``other_cpus`` CPUs on average took some of the
     ``cpus`` a measurement needs on a machine of ``machine_cpus``."""
@@ -229,7 +266,8 @@ def why_incomparable(previous: dict[str, Any], current: dict[str, Any]) -> str |
 
 def compare_bench(history: list[dict[str, Any]], record: dict[str, Any],
                   threshold: float) -> BenchComparison:
-    """``record`` compared with the latest comparable record of ``history``.
+    """``record`` compared with the latest comparable records of ``history`` (up to
+    :data:`BASELINE_RECORDS`, pooled by :func:`pool_records`).
 
     Raises:
         ConfigError: ``threshold`` is negative.
@@ -237,11 +275,24 @@ def compare_bench(history: list[dict[str, Any]], record: dict[str, Any],
     check_threshold(threshold)
     if not history:
         return BenchComparison((), incomparable="the history has no earlier record")
-    for previous in reversed(history):
-        if why_incomparable(previous, record) is None:
-            return compare_records(previous, record, threshold)
-    return BenchComparison((), incomparable=f"{why_incomparable(history[-1], record)} "
-                           f"(no earlier record of the history is comparable)")
+    alike = [r for r in history if why_incomparable(r, record) is None][-BASELINE_RECORDS:]
+    if not alike:
+        return BenchComparison((), incomparable=f"{why_incomparable(history[-1], record)} "
+                               f"(no earlier record of the history is comparable)")
+    comparison = compare_records(pool_records(alike), record, threshold)
+    notes = []
+    loaded = [n for n in (_load_note(r) for r in alike) if n]
+    if loaded:
+        notes.append(f"{len(loaded)} of the {len(alike)} previous records were taken under "
+                     f"load; in the latest, {loaded[-1]}")
+    slowed = sum(1 for r in alike if r.get("slowdown"))
+    if slowed:
+        notes.append(f"{slowed} of the {len(alike)} previous records were measured with "
+                     f"PARCAT_BENCH_SLOWDOWN set")
+    commits = sorted({str(r.get("git_commit"))[:10] for r in alike})
+    against = (f"the last {len(alike)} comparable records ({alike[0].get('time', '?')} to "
+               f"{alike[-1].get('time', '?')}; commits {', '.join(commits)})")
+    return replace(comparison, notes=(*notes, *comparison.notes), against=against)
 
 
 def compare_records(previous: dict[str, Any], current: dict[str, Any],
@@ -262,8 +313,9 @@ def compare_records(previous: dict[str, Any], current: dict[str, Any],
     machines = [r.get("machine", {}).get("machine_cpus") or 1 for r in (previous, current)]
     changes = tuple(_figure_change(name, previous["figures"][name], figure, threshold,
                                    machines) for name, figure in current["figures"].items())
-    notes = [n for n in (_load_note(previous, "previous"), _load_note(current, "current"))
-             if n]
+    notes = [f"the {label} record was taken under load: {note}"
+             for label, note in (("previous", _load_note(previous)),
+                                 ("current", _load_note(current))) if note]
     speed_note = _speed_note(previous, current)
     if speed_note:
         notes.append(speed_note)
@@ -271,7 +323,8 @@ def compare_records(previous: dict[str, Any], current: dict[str, Any],
         if rec.get("slowdown"):
             notes.append(f"the {label} record was measured with PARCAT_BENCH_SLOWDOWN="
                          f"{rec['slowdown']}")
-    against = f"{previous.get('time', '?')} (commit {str(previous.get('git_commit'))[:10]})"
+    against = (f"the record of {previous.get('time', '?')} "
+               f"(commit {str(previous.get('git_commit'))[:10]})")
     return BenchComparison(changes, tuple(notes), None, against)
 
 
@@ -325,8 +378,8 @@ def _speed_note(previous: dict[str, Any], current: dict[str, Any]) -> str | None
             f"relative to it")
 
 
-def _load_note(record: dict[str, Any], label: str) -> str | None:
-    """A line saying the record was taken under load, or ``None``."""
+def _load_note(record: dict[str, Any]) -> str | None:
+    """How loaded the machine was while the record ran, or ``None`` when it was not."""
     load = record.get("load", {})
     other = load.get("other_cpus")
     busy = [load.get(k, {}).get("other_busy_cpus", 0) for k in ("before", "after")]
@@ -335,6 +388,5 @@ def _load_note(record: dict[str, Any], label: str) -> str | None:
     if not under_load(max(other or 0.0, *busy), 1, machine):
         return None
     averages = [load.get(k, {}).get("loadavg", ["?"])[0] for k in ("before", "after")]
-    return (f"the {label} record was taken under load: other processes used {other} CPUs "
-            f"on average while it ran (busy before/after: {busy[0]}/{busy[1]}; load "
-            f"average {averages[0]} -> {averages[1]})")
+    return (f"other processes used {other} CPUs on average while it ran (busy before/after: "
+            f"{busy[0]}/{busy[1]}; load average {averages[0]} -> {averages[1]})")

@@ -88,7 +88,7 @@ def _print_comparison(comparison: BenchComparison) -> None:
     if comparison.incomparable is not None:
         typer.echo(f"nothing comparable: {comparison.incomparable}")
         return
-    typer.echo(f"compared with the record of {comparison.against}")
+    typer.echo(f"compared with {comparison.against}")
     stdout_console().print(list_table(
         ["figure", "previous (range)", "now (range)", "change", "worse by", "verdict"],
         [[c.figure, f"{c.previous:,.3f} ({c.previous_range[0]:,.3f} - "
