@@ -154,6 +154,11 @@ def test_a_record_is_compared_with_the_pooled_repeats_of_the_latest_records() ->
     (change,) = comparison.changes
     assert change.verdict is Verdict.REGRESSION and change.previous == 995  # pooled median
     assert len(pool_records(history[1:])["figures"]["rate"]["values"]) == 25
+    # two earlier runs do not show how much runs differ yet
+    short = compare_bench(history[-2:], current, 0.2)
+    assert [c.verdict for c in short.changes] == [Verdict.SHORT_HISTORY]
+    assert ("only 2 comparable earlier record(s): changes are judged from 3 on, which show "
+            "how much runs differ") in short.notes
     assert comparison.against is not None and comparison.against.startswith(
         "the last 5 comparable records")
     assert comparison.notes == (

@@ -134,6 +134,10 @@ BASELINE_RECORDS = 5
 """A record is compared with the pooled repeats of up to this many latest comparable records:
 one run on a slow moment of a shared machine does not set the bar for the next."""
 
+MIN_BASELINE_RECORDS = 3
+"""Changes are judged once this many comparable records show how much runs differ (on a
+shared machine, two quiet runs can differ by 40% in a several-process figure)."""
+
 
 def spread(values: list[float]) -> dict[str, float]:
     """Median and range of repeats. The range leaves out the lowest and highest fifth (one
@@ -179,6 +183,7 @@ class Verdict(str, Enum):
     IMPROVEMENT = "improvement"
     NOISE = "within noise"
     UNDER_LOAD = "under load, not judged"
+    SHORT_HISTORY = "not judged yet"
 
 
 @dataclass(frozen=True)
@@ -281,6 +286,12 @@ def compare_bench(history: list[dict[str, Any]], record: dict[str, Any],
                                f"(no earlier record of the history is comparable)")
     comparison = compare_records(pool_records(alike), record, threshold)
     notes = []
+    if len(alike) < MIN_BASELINE_RECORDS:
+        notes.append(f"only {len(alike)} comparable earlier record(s): changes are judged "
+                     f"from {MIN_BASELINE_RECORDS} on, which show how much runs differ")
+        comparison = replace(comparison, changes=tuple(
+            replace(c, verdict=Verdict.SHORT_HISTORY) if c.verdict is not Verdict.NOISE
+            else c for c in comparison.changes))
     loaded = [n for n in (_load_note(r) for r in alike) if n]
     if loaded:
         notes.append(f"{len(loaded)} of the {len(alike)} previous records were taken under "
