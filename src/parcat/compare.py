@@ -149,21 +149,25 @@ def spread(values: list[float]) -> dict[str, float]:
 
 
 def pool_records(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """One record standing for several comparable ones: each figure's repeats pooled (its
-    spread then includes how the runs differed), the machine's speed their median."""
+    """One record standing for several comparable ones: each figure's repeats pooled, its
+    range all of them (so it includes how much the runs differed), the machine's speed
+    their median."""
     figures = {}
     for name, entry in records[-1]["figures"].items():
         entries = [r["figures"][name] for r in records]
-        values = _repeats(entries)
-        figure = {**entry, **spread(values), "values": values,
+        figure = {**entry, **_pooled(_repeats(entries)),
                   "other_cpus": statistics.median(e.get("other_cpus") or 0.0 for e in entries)}
         if all("relative" in e for e in entries):
-            relative = _repeats([e["relative"] for e in entries])
-            figure["relative"] = {**spread(relative), "values": relative}
+            figure["relative"] = _pooled(_repeats([e["relative"] for e in entries]))
         figures[name] = figure
     speeds = [r["load"]["speed"] for r in records if r.get("load", {}).get("speed")]
     return {**records[-1], "figures": figures, "slowdown": None,
             "load": {"speed": statistics.median(speeds) if speeds else None}}
+
+
+def _pooled(values: list[float]) -> dict[str, Any]:
+    return {"median": statistics.median(values), "low": min(values), "high": max(values),
+            "values": values}
 
 
 def _repeats(entries: list[dict[str, Any]]) -> list[float]:
