@@ -79,7 +79,7 @@ def _print_record(record: dict[str, Any]) -> None:
     typer.echo(f"load: other processes used {load['other_cpus']} CPUs on average; load "
                f"average {load['before']['loadavg'][:1]} -> {load['after']['loadavg'][:1]}; "
                f"{load['retried_repeats']} repeats measured again after load; machine speed "
-               f"{load['speed']:,} reference loops/s")
+               f"{load['speed'] or 0:,} reference loops/s")
     typer.echo("speedup vs --jobs")
     typer.echo(bar_chart({str(k): v for k, v in _scaling(record).items()}))
 
