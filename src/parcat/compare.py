@@ -198,11 +198,11 @@ class FigureChange:
     better: str
     """``higher`` or ``lower``: which way the figure improves."""
     previous: float
-    """The previous record's median."""
+    """The previous record's median (of a pooled baseline: of all its repeats)."""
     current: float
     """The current record's median."""
     previous_range: tuple[float, float]
-    """The previous record's lowest and highest repeat."""
+    """The previous record's range (:func:`spread`; of a pooled baseline: all its repeats)."""
     current_range: tuple[float, float]
     change: float
     """(current - previous) / previous: how the figure's value moved, whatever its direction."""
@@ -233,7 +233,7 @@ class BenchComparison:
     incomparable: str | None = None
     """Why nothing was compared (one line), or ``None``."""
     against: str | None = None
-    """The record compared with: its time and commit."""
+    """The records compared with: their times and commits."""
 
     @property
     def regressions(self) -> list[FigureChange]:

@@ -22,9 +22,10 @@ def bench_command(
         "bench/history.jsonl"
     ),
     compare: Annotated[
-        bool, typer.Option("--compare", help="Compare with the latest comparable record; exit 1 "
-                           "when a figure is worse past --threshold and beyond the noise of "
-                           "both records' repeats.")
+        bool, typer.Option("--compare", help="Compare with the repeats of the latest (up to 5) "
+                           "comparable records; exit 1 when a figure is worse past "
+                           "--threshold and beyond the range of both sides' repeats (judged "
+                           "from 3 earlier records on).")
     ] = False,
     threshold: Annotated[float, typer.Option(help="How much worse counts as a regression "
                                              "(0.2: 1.2 times the time or cost).")] = 0.2,
