@@ -1,8 +1,16 @@
 """``parcat bench``: a fixed, versioned benchmark suite with a history to compare against.
 
 Each run measures the same figures on the built-in missions and appends one JSON record
-(machine, versions, git commit, figures) to a history file, so cron jobs build a series and
-CI can gate on regressions. Figures say which direction is better.
+(machine, versions, git commit, the machine's load, figures) to a history file, so cron
+jobs build a series and CI can gate on regressions (:func:`parcat.compare.compare_bench`).
+
+Every figure is measured ``repeats`` times and stored as the median with the range of the
+repeats, its direction (higher or lower is better) and the load it ran under. Each repeat
+first waits (briefly) for the CPUs it needs to be free, is measured again when other
+processes took them meanwhile, and is flanked by a fixed reference loop that measures the
+machine's speed. Figures that one process computes are timed in CPU time and judged
+relative to that speed; figures that need several processes (speedups, hand-offs to
+workers) are timed on the wall clock, and not judged when measured under load.
 """
 
 from __future__ import annotations
@@ -11,117 +19,406 @@ import json
 import os
 import platform
 import socket
+import statistics
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from parcat import __version__
+from parcat.compare import spread, under_load
+from parcat.errors import ConfigError, brief
 from parcat.evaluate import EvalConfig, evaluate
 from parcat.missions import load_mission
 from parcat.parallel.launch import RunOptions
 from parcat.parallel.planner import ExecutorKind
 from parcat.policies.specs import parse_policy_spec
-from parcat.resources import available_cpus
+from parcat.resources import available_cpus, other_busy_cpus
 from parcat.rollout import EpisodeRunner, EpisodeTask
 from parcat.stepping.base import InlineStepper
 from parcat.stepping.process import ProcessStepper
 
 SUITE = "parcat-bench"
-SUITE_VERSION = 1
-HIGHER_IS_BETTER = {"rollout_agent_steps_per_s": True, "agent_overhead_us": False,
-                    "train_collection_steps_per_s": True}
-"""Direction of every figure; ``speedup_jobs_N`` figures are higher-is-better."""
+SUITE_VERSION = 2
+"""Version 2: figures are ``{median, low, high, values, better, ...}`` over repeats."""
+
+SLOWDOWN_VARIABLE = "PARCAT_BENCH_SLOWDOWN"
+"""Set to e.g. ``0.3`` to make every measured piece of work 30% slower (extra CPU work
+inside the timed region): how the history's regression check is itself tested."""
+
+Measure = Callable[[], dict[str, float]]
+"""One repeat of a measurement: the figures it yields."""
 
 
 @dataclass(frozen=True)
-class Change:
-    """One figure compared with the previous record."""
+class Settings:
+    """How much a run measures."""
 
-    figure: str
-    previous: float
-    current: float
-    relative: float
-    """(current - previous) / previous, signed so that positive is better."""
-    regression: bool
+    repeats: int
+    """Repeats of every measurement (the median and range are over these)."""
+    scale: int
+    """Work per repeat (1 for ``--quick``)."""
+    max_jobs: int
+    """Episode scaling is measured for ``--jobs 1..max_jobs``."""
+    slowdown: float = 0.0
+    """Extra work per measured piece, as a fraction of its time (``PARCAT_BENCH_SLOWDOWN``)."""
+    settle_s: float = 2.0
+    """Longest wait for free CPUs before a repeat."""
+    retries: int = 2
+    """Extra attempts of a repeat that ran under load."""
+    patience_s: float = 30.0
+    """Most seconds a run spends waiting for free CPUs and measuring again, in all."""
+    budget_s: float = 30.0
+    """A measurement past this many seconds stops after its third repeat."""
 
 
-def run_suite(quick: bool = False, max_jobs: int | None = None) -> dict[str, Any]:
-    """Measure every figure of the suite; return a history record."""
-    scale = 1 if quick else 3
-    figures: dict[str, float] = {}
-    figures["rollout_agent_steps_per_s"] = _rollout(scale)
-    for jobs, speedup in _episode_scaling(scale, max_jobs or available_cpus()).items():
-        figures[f"speedup_jobs_{jobs}"] = speedup
-    figures["agent_overhead_us"] = _agent_overhead(scale)
-    figures["train_collection_steps_per_s"] = _train_collection(scale)
+@dataclass(frozen=True)
+class Measurement:
+    """A part of the suite: how to set it up, and what its figures are."""
+
+    name: str
+    setup: Callable[[Settings, Work], Any]
+    """A context manager yielding one repeat (a :data:`Measure`)."""
+    better: dict[str, str]
+    """Direction of each figure (``higher`` or ``lower``); ``*`` covers the rest."""
+    unit: str
+    cpus: int | None
+    """CPUs it keeps busy (``None``: ``--max-jobs``); one process's figures are timed in
+    CPU time, the others on the wall clock."""
+
+
+class Work:
+    """Times a piece of measured work, made ``slowdown`` slower by extra CPU work; and
+    measures the machine's speed beside it with a reference loop."""
+
+    def __init__(self, slowdown: float) -> None:
+        self.slowdown = slowdown
+        self._reference = [0, 0.0]  # loops, CPU seconds
+
+    def reference(self, loops: int = 150) -> None:
+        """Run the reference loop ``loops`` times (between pieces of a repeat's work, so
+        the speed it measures is the machine's at the same moments)."""
+        self._reference[0] += loops
+        self._reference[1] += reference_loop(loops)
+
+    def take_speed(self) -> float:
+        """Reference loops per CPU second since the last call."""
+        loops, seconds = self._reference
+        self._reference = [0, 0.0]
+        return loops / seconds if seconds > 0 else 0.0
+
+    def time(self, fn: Callable[[], object], clock: Callable[[], float]) -> float:
+        """Seconds of ``clock`` that ``fn()`` (plus the injected slowdown) took."""
+        start = clock()
+        fn()
+        if self.slowdown > 0:
+            deadline = start + (clock() - start) * (1 + self.slowdown)
+            spin = 0
+            while clock() < deadline:
+                spin = (spin * 31 + 7) % 1_000_003
+        return clock() - start
+
+
+class LoadMeter:
+    """CPUs that *other* processes used on average since it was made: the machine's busy
+    time (``/proc/stat``) less this process's and its descendants' (``psutil``)."""
+
+    def __init__(self) -> None:
+        self._start = (time.perf_counter(), _machine_busy_s(), _own_cpu_s())
+
+    def other_cpus(self) -> float | None:
+        """The average, or ``None`` where ``/proc/stat`` cannot be read."""
+        wall, busy, own = time.perf_counter(), _machine_busy_s(), _own_cpu_s()
+        if busy is None or self._start[1] is None or wall <= self._start[0]:
+            return None
+        other = (busy - self._start[1]) - (own - self._start[2])
+        return round(max(0.0, other / (wall - self._start[0])), 3)
+
+
+def _machine_busy_s() -> float | None:
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+        user, nice, system, _idle, _iowait, irq, softirq = (int(f) for f in fields[1:8])
+    except (OSError, ValueError):
+        return None
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_s() -> float:
+    import psutil
+
+    me = psutil.Process()
+    total = 0.0
+    # a descendant that ended is counted in its parent's children_* times once reaped
+    for process in (me, *me.children(recursive=True)):
+        try:
+            times = process.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
+def load_snapshot() -> dict[str, Any]:
+    """The machine's load right now: load averages and CPUs other processes keep busy."""
+    try:
+        averages = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        averages = []
+    return {"loadavg": averages, "other_busy_cpus": other_busy_cpus()}
+
+
+def read_slowdown(environ: dict[str, str] | None = None) -> float:
+    """The slowdown ``PARCAT_BENCH_SLOWDOWN`` asks for (0 when unset).
+
+    Raises:
+        ConfigError: the variable is not a number from 0 to 10.
+    """
+    text = (os.environ if environ is None else environ).get(SLOWDOWN_VARIABLE, "").strip()
+    if not text:
+        return 0.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 10:
+        raise ConfigError(f"{SLOWDOWN_VARIABLE} must be a number from 0 to 10 (0.3 makes "
+                          f"the measured work 30% slower); got {brief(text)}: unset it or "
+                          f"set e.g. {SLOWDOWN_VARIABLE}=0.3")
+    return value
+
+
+def run_suite(quick: bool = False, max_jobs: int | None = None, repeats: int | None = None,
+              measurements: Sequence[Measurement] | None = None) -> dict[str, Any]:
+    """Measure every figure of the suite; return a history record.
+
+    Args:
+        quick: Shorter repeats (a smoke run).
+        max_jobs: Episode scaling runs ``--jobs 1..max_jobs`` (default: the CPUs).
+        repeats: Repeats of each measurement (default 5).
+        measurements: Part of the suite instead of :data:`MEASUREMENTS` (tests).
+
+    Raises:
+        ConfigError: ``PARCAT_BENCH_SLOWDOWN`` or ``repeats`` is invalid.
+    """
+    if repeats is not None and repeats < 1:
+        raise ConfigError(f"repeats must be at least 1; got {repeats}")
+    settings = Settings(repeats=repeats or 5, scale=1 if quick else 3,
+                        max_jobs=max_jobs or available_cpus(), slowdown=read_slowdown(),
+                        settle_s=0.5 if quick else 3.0, patience_s=6.0 if quick else 60.0,
+                        budget_s=4.0 if quick else 30.0)
+    before = load_snapshot()
+    run_meter = LoadMeter()
+    figures: dict[str, dict[str, Any]] = {}
+    retried = 0
+    give_up = time.monotonic() + settings.patience_s
+    for measurement in MEASUREMENTS if measurements is None else measurements:
+        measured, extra = _measure(measurement, settings, give_up)
+        figures.update(measured)
+        retried += extra
+    speeds = [f["speed"] for f in figures.values()]
+    load = {"before": before, "after": load_snapshot(), "other_cpus": run_meter.other_cpus(),
+            "retried_repeats": retried,
+            "speed": round(statistics.median(speeds)) if speeds else None}
     return {
         "suite": SUITE, "suite_version": SUITE_VERSION,
         "time": datetime.now(timezone.utc).isoformat(), "quick": quick,
+        "repeats": settings.repeats, "slowdown": settings.slowdown,
         "machine": {"host": socket.gethostname(), "cpus": available_cpus(),
-                    "platform": platform.platform(), "python": platform.python_version()},
-        "versions": _versions(), "git_commit": _git_commit(), "figures": figures,
+                    "machine_cpus": os.cpu_count(), "platform": platform.platform(),
+                    "python": platform.python_version()},
+        "versions": _versions(), "git_commit": _git_commit(), "load": load,
+        "figures": figures,
     }
 
 
-def _timed(fn: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+def _measure(measurement: Measurement, settings: Settings,
+             give_up: float) -> tuple[dict[str, Any], int]:
+    """Every repeat of one measurement, summarised per figure; and how many were retried.
+
+    After three repeats, a measurement that has taken ``budget_s`` stops (a loaded machine
+    slows it down).
+    """
+    values: dict[str, list[float]] = {}
+    loads: list[float] = []
+    speeds: list[float] = []
+    retried = 0
+    cpus = measurement.cpus or settings.max_jobs
+    start = time.monotonic()
+    work = Work(settings.slowdown)
+    with measurement.setup(settings, work) as repeat:
+        while len(loads) < settings.repeats:
+            if len(loads) >= 3 and time.monotonic() - start > settings.budget_s:
+                break
+            result, other, speed, attempts = _repeat(repeat, work, cpus, settings, give_up)
+            retried += attempts - 1
+            loads.append(other)
+            speeds.append(speed)
+            for figure, value in result.items():
+                values.setdefault(figure, []).append(value)
+    return {figure: summarise(series, measurement, figure, loads, cpus, speeds)
+            for figure, series in values.items()}, retried
 
 
-def _rollout(scale: int) -> float:
+def _repeat(repeat: Measure, work: Work, cpus: int, settings: Settings,
+            give_up: float) -> tuple[dict[str, float], float, float, int]:
+    """One repeat: its figures, the CPUs other processes used meanwhile, the machine's speed
+    (the reference loop's, before, after and during) and how many attempts it took.
+
+    Until ``give_up`` (a ``time.monotonic()``), it waits for the CPUs it needs to be free
+    and is measured again when other processes took them while it ran.
+    """
+    machine = os.cpu_count() or cpus
+    for attempt in range(1, 2 + settings.retries):
+        _wait_for_free(cpus, machine, min(settings.settle_s, give_up - time.monotonic()))
+        meter = LoadMeter()
+        work.take_speed()
+        work.reference(300)
+        result = repeat()
+        work.reference(300)
+        speed = work.take_speed()
+        other = meter.other_cpus()
+        if (other is None or not under_load(other, cpus, machine)
+                or attempt > settings.retries or time.monotonic() > give_up):
+            break
+    return result, other or 0.0, speed, attempt
+
+
+def reference_loop(loops: int) -> float:
+    """CPU seconds of ``loops`` rounds of a fixed loop like parcat's own stepping: windows
+    of a grid gathered with fancy indexing for 24 agents, and a step of per-agent Python
+    work (dicts, tuples, small objects) every 16 rounds.
+
+    On a shared machine one process's CPU time per unit of work moves with the neighbours'
+    load (caches, the host's cores); the loop moves with it, and one-process figures are
+    judged relative to its speed.
+    """
+    import numpy as np
+
+    grid = np.random.default_rng(0).random((64, 64, 8))
+    corners = np.random.default_rng(1).integers(0, 59, size=(24, 2))
+    rows = corners[:, 0, None, None] + np.arange(5)[None, :, None]
+    cols = corners[:, 1, None, None] + np.arange(5)[None, None, :]
+    places = {f"agent_{i}": (i, 2 * i) for i in range(24)}
+    total = 0.0
+    start = time.process_time()
+    for index in range(loops):
+        total += float(grid[rows, cols, index % 8].sum()) * 1.0001
+        if index % 16 == 0:
+            moves = {agent: (index + i) % 5 for i, agent in enumerate(places)}
+            for agent, (row, col) in places.items():
+                move = moves[agent]
+                places[agent] = ((row + (move == 1) - (move == 2)) % 59,
+                                 (col + (move == 3) - (move == 4)) % 59)
+            total += sum(complex(*place).real for place in places.values())
+    return time.process_time() - start
+
+
+def summarise(values: list[float], measurement: Measurement, figure: str,
+              loads: list[float], cpus: int, speeds: list[float]) -> dict[str, Any]:
+    """A figure's entry in a record: median and range of its repeats (:func:`spread`),
+    direction, load.
+
+    A one-process figure (timed in CPU time) also has ``relative``: the same over each
+    repeat's value divided (higher is better) or multiplied (lower) by the machine's speed.
+    """
+    better = measurement.better.get(figure, measurement.better.get("*", "higher"))
+    entry = {**spread(values), "values": values, "better": better,
+             "unit": measurement.unit, "cpus": cpus,
+             "other_cpus": round(statistics.median(loads), 3),
+             "speed": round(statistics.median(speeds))}
+    if cpus == 1:
+        relative = [v / s * 1e6 if better == "higher" else v * s / 1e6
+                    for v, s in zip(values, speeds, strict=True)]
+        entry["relative"] = {**spread(relative), "values": relative}
+    return entry
+
+
+def _wait_for_free(cpus: int, machine: int, limit_s: float) -> None:
+    deadline = time.monotonic() + limit_s
+    while other_busy_cpus() + cpus > machine and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+@contextmanager
+def _rollout(settings: Settings, work: Work) -> Iterator[Measure]:
+    # one process: CPU time, so other processes on the machine barely move it
     mission = load_mission("harvest", {"agents": 24, "size": 32, "resources": 40,
                                        "max_steps": 200})
     runner = EpisodeRunner()
-    tasks = [EpisodeTask(mission, (parse_policy_spec("random"),), 0, i) for i in range(2 * scale)]
-    runner.run(tasks[0])
-    seconds = _timed(lambda: [runner.run(t) for t in tasks])
-    runner.close()
-    return len(tasks) * 200 * 24 / seconds
+    tasks = [EpisodeTask(mission, (parse_policy_spec("random"),), 0, i)
+             for i in range(24 * settings.scale)]
+    for task in tasks[:3]:
+        runner.run(task)
+
+    def repeat() -> dict[str, float]:
+        seconds = 0.0
+        for task in tasks:
+            seconds += work.time(partial(runner.run, task), time.process_time)
+            work.reference()
+        return {"rollout_agent_steps_per_s": len(tasks) * 200 * 24 / seconds}
+
+    try:
+        yield repeat
+    finally:
+        runner.close()
 
 
-def _episode_scaling(scale: int, max_jobs: int) -> dict[int, float]:
+@contextmanager
+def _episode_scaling(settings: Settings, work: Work) -> Iterator[Measure]:
     # CPU-bound episodes (~0.1 s each, weights small enough to stay in cache): whole runs
     # are timed, worker start-up included
     mission = load_mission("harvest", {"max_steps": 200})
     config = EvalConfig((mission,), (parse_policy_spec("mlp,width=256,depth=2"),),
-                        episodes=4 * scale * max(1, max_jobs // 2), seed=0)
-    times: dict[int, float] = {}
+                        episodes=4 * settings.scale * max(1, settings.max_jobs // 2), seed=0)
     # start the fork server first: it is paid once per program, not once per run
     evaluate(EvalConfig((mission,), config.policies, episodes=1, seed=0),
              RunOptions(jobs=1, executor=ExecutorKind.PROCESS))
-    for jobs in sorted({1, *range(2, max_jobs + 1)}):
-        options = RunOptions(jobs=jobs, executor=ExecutorKind.INLINE if jobs == 1
-                             else ExecutorKind.PROCESS)
-        start = time.perf_counter()
-        evaluate(config, options)
-        times[jobs] = time.perf_counter() - start
-    return {jobs: times[1] / t for jobs, t in times.items()}
+
+    def repeat() -> dict[str, float]:
+        times: dict[int, float] = {}
+        for jobs in sorted({1, *range(2, settings.max_jobs + 1)}):
+            options = RunOptions(jobs=jobs, executor=ExecutorKind.INLINE if jobs == 1
+                                 else ExecutorKind.PROCESS)
+            times[jobs] = work.time(partial(evaluate, config, options), time.perf_counter)
+        return {f"speedup_jobs_{jobs}": times[1] / t for jobs, t in times.items()}
+
+    yield repeat
 
 
-def _agent_overhead(scale: int) -> float:
-    mission = load_mission("goal_tasks", {"agents": 2, "max_steps": 500})
+@contextmanager
+def _agent_overhead(settings: Settings, work: Work) -> Iterator[Measure]:
+    steps = 1000 * settings.scale
+    mission = load_mission("goal_tasks", {"agents": 2, "max_steps": steps})
     task = EpisodeTask(mission, (parse_policy_spec("noop"),), 0, 0)
-    measured: dict[str, float] = {}
-    for name, stepper in (("inline", InlineStepper()), ("process", ProcessStepper(1))):
-        runner = EpisodeRunner(stepper)
+    runners = {"inline": EpisodeRunner(InlineStepper()),
+               "process": EpisodeRunner(ProcessStepper(1))}
+    for runner in runners.values():
         runner.run(task)
-        runs = []
-        for _ in range(scale + 1):
-            start = time.perf_counter()
-            runner.run(task)
-            runs.append(time.perf_counter() - start)
-        measured[name] = min(runs)
-        runner.close()
-    # one of the two agents is handed to the worker each step
-    return max(0.0, (measured["process"] - measured["inline"]) / 500 * 1e6)
+
+    def repeat() -> dict[str, float]:
+        runs: dict[str, list[float]] = {name: [] for name in runners}
+        for _ in range(settings.scale + 1):  # interleaved; the fastest of each
+            for name, runner in runners.items():
+                runs[name].append(work.time(partial(runner.run, task), time.perf_counter))
+        # one of the two agents is handed to the worker each step
+        return {"agent_overhead_us": (min(runs["process"]) - min(runs["inline"]))
+                / steps * 1e6}
+
+    try:
+        yield repeat
+    finally:
+        for runner in runners.values():
+            runner.close()
 
 
-def _train_collection(scale: int) -> float:
+@contextmanager
+def _train_collection(settings: Settings, work: Work) -> Iterator[Measure]:
     import numpy as np
 
     from parcat.train.vecenv import VecEnv
@@ -130,36 +427,54 @@ def _train_collection(scale: int) -> float:
     with VecEnv(mission, 2, 8, seed=0) as vec:
         vec.reset(0)
         rng = np.random.default_rng(0)
-        steps = 100 * scale
+        steps = 400 * settings.scale
         actions = [{a: rng.integers(5, size=vec.num_envs) for a in vec.agents}
                    for _ in range(steps)]
+
         def collect() -> None:
             for step_actions in actions:
                 vec.step(step_actions)
 
-        seconds = _timed(collect)
-        return steps * vec.num_envs / seconds
+        collect()
+
+        def repeat() -> dict[str, float]:
+            return {"train_collection_steps_per_s":
+                    steps * vec.num_envs / work.time(collect, time.perf_counter)}
+
+        yield repeat
 
 
-def compare_records(previous: dict[str, Any], current: dict[str, Any],
-                    threshold: float) -> list[Change]:
-    """Each figure both records have, with whether it got worse by more than ``threshold``."""
-    changes = []
-    for figure, now in current["figures"].items():
-        before = previous.get("figures", {}).get(figure)
-        if before is None or before == 0:
-            continue
-        better_up = HIGHER_IS_BETTER.get(figure, True)
-        relative = (now - before) / abs(before) * (1 if better_up else -1)
-        changes.append(Change(figure, before, now, relative, relative < -threshold))
-    return changes
+MEASUREMENTS = (
+    Measurement("rollout", _rollout, {"*": "higher"}, "agent-steps/s (CPU time)", 1),
+    Measurement("episode scaling", _episode_scaling, {"*": "higher"}, "x vs --jobs 1", None),
+    Measurement("agent overhead", _agent_overhead, {"*": "lower"}, "us per agent-step", 2),
+    Measurement("train collection", _train_collection, {"*": "higher"}, "env-steps/s", 2),
+)
+"""The fixed suite, in the order it runs."""
 
 
 def read_history(path: Path) -> list[dict[str, Any]]:
-    """Every record of a history file (JSON lines); an absent file is an empty history."""
+    """Every record of a history file (JSON lines); an absent file is an empty history.
+
+    Raises:
+        ConfigError: a line is not a JSON object.
+    """
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            record = exc
+        if not isinstance(record, dict):
+            raise ConfigError(f"history file '{path}' line {number} is not a JSON object (one "
+                              f"record per line expected): remove that line or pass another "
+                              f"--history")
+        records.append(record)
+    return records
 
 
 def append_record(path: Path, record: dict[str, Any]) -> None:

@@ -1,4 +1,5 @@
-"""``parcat compare A.json B.json``: is B better than A, per mission and overall?
+"""Comparisons: ``parcat compare A.json B.json`` (is B better than A, per mission and
+overall?) and ``parcat bench``'s records (did a figure regress beyond its noise?).
 
 Each episode's score is the mean per-agent return of one policy (default: all agents).
 Per mission and overall: A's and B's mean and IQM, the difference B − A with a stratified
@@ -8,7 +9,10 @@ bootstrap 95% interval, and the probability of improvement P(B > A) with its int
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import math
+import statistics
+from dataclasses import dataclass, replace
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -117,3 +121,287 @@ def _row(name: str, a: dict[str, np.ndarray], b: dict[str, np.ndarray], seed: in
         difference=paired_bootstrap(a, b, diff, reps=reps, seed=seed),
         improvement=paired_bootstrap(a, b, improve, reps=reps, seed=seed + 1),
     )
+
+
+# --- parcat bench records -------------------------------------------------------------
+
+LOAD_SLACK_CPUS = 0.25
+"""CPUs other processes may use beyond the ones a measurement leaves them before it counts
+as taken under load (background noise: kernel threads, a shell)."""
+
+
+BASELINE_RECORDS = 5
+"""A record is compared with the pooled repeats of up to this many latest comparable records:
+one run on a slow moment of a shared machine does not set the bar for the next."""
+
+MIN_BASELINE_RECORDS = 3
+"""Changes are judged once this many comparable records show how much runs differ (on a
+shared machine, two quiet runs can differ by 40% in a several-process figure)."""
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Median and range of repeats. The range leaves out the lowest and highest fifth (one
+    of five repeats): one repeat that a burst of load hit does not widen it."""
+    ordered = sorted(values)
+    trim = len(ordered) // 5
+    return {"median": statistics.median(ordered), "low": ordered[trim],
+            "high": ordered[-1 - trim]}
+
+
+def pool_records(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """One record standing for several comparable ones: each figure's repeats pooled, its
+    range all of them (so it includes how much the runs differed), the machine's speed
+    their median."""
+    figures = {}
+    for name, entry in records[-1]["figures"].items():
+        entries = [r["figures"][name] for r in records]
+        figure = {**entry, **_pooled(_repeats(entries)),
+                  "other_cpus": statistics.median(e.get("other_cpus") or 0.0 for e in entries)}
+        if all("relative" in e for e in entries):
+            figure["relative"] = _pooled(_repeats([e["relative"] for e in entries]))
+        figures[name] = figure
+    speeds = [r["load"]["speed"] for r in records if r.get("load", {}).get("speed")]
+    return {**records[-1], "figures": figures, "slowdown": None,
+            "load": {"speed": statistics.median(speeds) if speeds else None}}
+
+
+def _pooled(values: list[float]) -> dict[str, Any]:
+    return {"median": statistics.median(values), "low": min(values), "high": max(values),
+            "values": values}
+
+
+def _repeats(entries: list[dict[str, Any]]) -> list[float]:
+    return [float(v) for e in entries for v in e.get("values") or [e["median"]]]
+
+
+def under_load(other_cpus: float, cpus: int, machine_cpus: int) -> bool:
+    """Whether other processes using ``other_cpus`` CPUs on average took some of the
+    ``cpus`` a measurement needs on a machine of ``machine_cpus``."""
+    return other_cpus + cpus > machine_cpus + LOAD_SLACK_CPUS
+
+
+class Verdict(str, Enum):
+    """What a figure's change between two bench records amounts to."""
+
+    REGRESSION = "regression"
+    IMPROVEMENT = "improvement"
+    NOISE = "within noise"
+    UNDER_LOAD = "under load, not judged"
+    SHORT_HISTORY = "not judged yet"
+
+
+@dataclass(frozen=True)
+class FigureChange:
+    """One figure of two bench records, the previous and the current."""
+
+    figure: str
+    better: str
+    """``higher`` or ``lower``: which way the figure improves."""
+    previous: float
+    """The previous record's median (of a pooled baseline: of all its repeats)."""
+    current: float
+    """The current record's median."""
+    previous_range: tuple[float, float]
+    """The previous record's range (:func:`spread`; of a pooled baseline: all its repeats)."""
+    current_range: tuple[float, float]
+    change: float
+    """(current - previous) / previous: how the figure's value moved, whatever its direction."""
+    worse_by: float
+    """How many times worse the current median is (1.3: 30% slower; below 1: better)."""
+    verdict: Verdict
+    relative: bool = False
+    """``worse_by`` and the verdict are relative to the machine's speed in each repeat
+    (one-process figures: the reference loop's CPU time moves with the machine's load)."""
+
+    @property
+    def regression(self) -> bool:
+        """The change fails the comparison."""
+        return self.verdict is Verdict.REGRESSION
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {**vars(self), "verdict": self.verdict.value, "regression": self.regression}
+
+
+@dataclass(frozen=True)
+class BenchComparison:
+    """A bench record compared with an earlier one of the same history."""
+
+    changes: tuple[FigureChange, ...]
+    notes: tuple[str, ...] = ()
+    """Lines to show with the changes: records taken under load, an injected slowdown."""
+    incomparable: str | None = None
+    """Why nothing was compared (one line), or ``None``."""
+    against: str | None = None
+    """The records compared with: their times and commits."""
+
+    @property
+    def regressions(self) -> list[FigureChange]:
+        """The changes that fail the comparison."""
+        return [c for c in self.changes if c.regression]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {"against": self.against, "incomparable": self.incomparable,
+                "notes": list(self.notes), "changes": [c.to_dict() for c in self.changes]}
+
+
+def check_threshold(threshold: float) -> None:
+    """Raises:
+        ConfigError: ``threshold`` is negative (or not a number).
+    """
+    if not threshold >= 0:
+        raise ConfigError(f"--threshold must be 0 or more (0.2 flags figures 1.2 times "
+                          f"worse); got {threshold}")
+
+
+def why_incomparable(previous: dict[str, Any], current: dict[str, Any]) -> str | None:
+    """Why two bench records cannot be compared (one line), or ``None`` when they can."""
+    version, now = previous.get("suite_version"), current.get("suite_version")
+    if previous.get("suite") != current.get("suite") or version != now:
+        return f"the previous record is suite version {version}, this one {now}"
+    if previous.get("quick") != current.get("quick"):
+        kinds = ["a --quick run" if r.get("quick") else "a full run" for r in (previous, current)]
+        return f"the previous record is {kinds[0]}, this one {kinds[1]}"
+    cpus = [r.get("machine", {}).get("cpus") for r in (previous, current)]
+    if cpus[0] != cpus[1]:
+        return f"the previous record had {cpus[0]} CPUs, this one {cpus[1]}"
+    before, after = set(previous.get("figures", {})), set(current.get("figures", {}))
+    if before != after:
+        return (f"figures missing from the previous record: {sorted(after - before)}, "
+                f"from this one: {sorted(before - after)}")
+    return None
+
+
+def compare_bench(history: list[dict[str, Any]], record: dict[str, Any],
+                  threshold: float) -> BenchComparison:
+    """``record`` compared with the latest comparable records of ``history`` (up to
+    :data:`BASELINE_RECORDS`, pooled by :func:`pool_records`).
+
+    Raises:
+        ConfigError: ``threshold`` is negative.
+    """
+    check_threshold(threshold)
+    if not history:
+        return BenchComparison((), incomparable="the history has no earlier record")
+    alike = [r for r in history if why_incomparable(r, record) is None][-BASELINE_RECORDS:]
+    if not alike:
+        return BenchComparison((), incomparable=f"{why_incomparable(history[-1], record)} "
+                               f"(no earlier record of the history is comparable)")
+    comparison = compare_records(pool_records(alike), record, threshold)
+    notes = []
+    if len(alike) < MIN_BASELINE_RECORDS:
+        notes.append(f"only {len(alike)} comparable earlier record(s): changes are judged "
+                     f"from {MIN_BASELINE_RECORDS} on, which show how much runs differ")
+        comparison = replace(comparison, changes=tuple(
+            replace(c, verdict=Verdict.SHORT_HISTORY) if c.verdict is not Verdict.NOISE
+            else c for c in comparison.changes))
+    loaded = [n for n in (_load_note(r) for r in alike) if n]
+    if loaded:
+        notes.append(f"{len(loaded)} of the {len(alike)} previous records were taken under "
+                     f"load; in the latest, {loaded[-1]}")
+    slowed = sum(1 for r in alike if r.get("slowdown"))
+    if slowed:
+        notes.append(f"{slowed} of the {len(alike)} previous records were measured with "
+                     f"PARCAT_BENCH_SLOWDOWN set")
+    commits = sorted({str(r.get("git_commit"))[:10] for r in alike})
+    against = (f"the last {len(alike)} comparable records ({alike[0].get('time', '?')} to "
+               f"{alike[-1].get('time', '?')}; commits {', '.join(commits)})")
+    return replace(comparison, notes=(*notes, *comparison.notes), against=against)
+
+
+def compare_records(previous: dict[str, Any], current: dict[str, Any],
+                    threshold: float) -> BenchComparison:
+    """Each figure of two comparable records; a regression is a median worse by more than
+    ``threshold`` (0.2: 1.2 times the time or cost) whose repeats' range does not overlap
+    the previous record's. One-process figures are judged relative to the machine's speed
+    while they ran; a several-process figure measured while other processes took the CPUs
+    it needs is reported as under load, neither a regression nor an improvement.
+
+    Raises:
+        ConfigError: ``threshold`` is negative.
+    """
+    check_threshold(threshold)
+    reason = why_incomparable(previous, current)
+    if reason is not None:
+        return BenchComparison((), incomparable=reason)
+    machines = [r.get("machine", {}).get("machine_cpus") or 1 for r in (previous, current)]
+    changes = tuple(_figure_change(name, previous["figures"][name], figure, threshold,
+                                   machines) for name, figure in current["figures"].items())
+    notes = [f"the {label} record was taken under load: {note}"
+             for label, note in (("previous", _load_note(previous)),
+                                 ("current", _load_note(current))) if note]
+    speed_note = _speed_note(previous, current)
+    if speed_note:
+        notes.append(speed_note)
+    for label, rec in (("previous", previous), ("current", current)):
+        if rec.get("slowdown"):
+            notes.append(f"the {label} record was measured with PARCAT_BENCH_SLOWDOWN="
+                         f"{rec['slowdown']}")
+    against = (f"the record of {previous.get('time', '?')} "
+               f"(commit {str(previous.get('git_commit'))[:10]})")
+    return BenchComparison(changes, tuple(notes), None, against)
+
+
+def _figure_change(name: str, previous: dict[str, Any], current: dict[str, Any],
+                   threshold: float, machine_cpus: list[int]) -> FigureChange:
+    higher = current.get("better", "higher") == "higher"
+    relative = "relative" in previous and "relative" in current
+    old_entry, new_entry = ((previous["relative"], current["relative"]) if relative
+                            else (previous, current))
+    old, new = float(old_entry["median"]), float(new_entry["median"])
+    worse_by = _ratio(old, new) if higher else _ratio(new, old)
+    old_low, old_high = float(old_entry["low"]), float(old_entry["high"])
+    new_low, new_high = float(new_entry["low"]), float(new_entry["high"])
+    # the ranges overlap: the change is within what the repeats themselves varied
+    apart_worse = new_high < old_low if higher else new_low > old_high
+    apart_better = new_low > old_high if higher else new_high < old_low
+    # a one-process figure is judged relative to the machine's speed, which the load moves
+    loaded = not relative and any(under_load(f.get("other_cpus") or 0.0, f.get("cpus", 1), machine)
+                 for f, machine in zip((previous, current), machine_cpus, strict=True))
+    if worse_by > 1 + threshold and apart_worse:
+        verdict = Verdict.REGRESSION
+    elif worse_by * (1 + threshold) < 1 and apart_better:
+        verdict = Verdict.IMPROVEMENT
+    else:
+        verdict = Verdict.NOISE
+    if loaded and verdict is not Verdict.NOISE:
+        verdict = Verdict.UNDER_LOAD
+    before, now = float(previous["median"]), float(current["median"])
+    change = (now - before) / abs(before) if before else (0.0 if now == before else math.inf)
+    return FigureChange(name, "higher" if higher else "lower", before, now,
+                        (float(previous["low"]), float(previous["high"])),
+                        (float(current["low"]), float(current["high"])),
+                        change, worse_by, verdict, relative)
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    """numerator / denominator, for figures that may be 0 (an overhead can measure 0)."""
+    if denominator > 0 and numerator >= 0:
+        return numerator / denominator
+    return 1.0 if numerator <= denominator else math.inf
+
+
+def _speed_note(previous: dict[str, Any], current: dict[str, Any]) -> str | None:
+    """A line saying how fast the machine ran for the current record against the previous
+    one (the reference loop's median), when it differs by more than 10%."""
+    speeds = [r.get("load", {}).get("speed") for r in (previous, current)]
+    if not speeds[0] or not speeds[1] or 1 / 1.1 < speeds[1] / speeds[0] < 1.1:
+        return None
+    return (f"the machine ran {speeds[1] / speeds[0]:.2f}x as fast for the current record as "
+            f"for the previous one (reference loop); one-process figures are judged "
+            f"relative to it")
+
+
+def _load_note(record: dict[str, Any]) -> str | None:
+    """How loaded the machine was while the record ran, or ``None`` when it was not."""
+    load = record.get("load", {})
+    other = load.get("other_cpus")
+    busy = [load.get(k, {}).get("other_busy_cpus", 0) for k in ("before", "after")]
+    machine = record.get("machine", {}).get("machine_cpus") or 1
+    # a run's figures need one CPU at least
+    if not under_load(max(other or 0.0, *busy), 1, machine):
+        return None
+    averages = [load.get(k, {}).get("loadavg", ["?"])[0] for k in ("before", "after")]
+    return (f"other processes used {other} CPUs on average while it ran (busy before/after: "
+            f"{busy[0]}/{busy[1]}; load average {averages[0]} -> {averages[1]})")

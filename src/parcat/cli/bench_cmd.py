@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -12,18 +12,24 @@ from parcat.cli.common import EXIT_FAILED, OutputFormat, print_json, user_errors
 from parcat.cli.lazy import held_imports
 from parcat.outputs import check_output_file
 
+if TYPE_CHECKING:
+    from parcat.compare import BenchComparison
+
 
 def bench_command(
     history: Annotated[Path, typer.Option(help="History file (JSON lines).")] = Path(
         "bench/history.jsonl"
     ),
     compare: Annotated[
-        bool, typer.Option("--compare", help="Compare with the previous record; exit 1 on a "
-                           "regression past --threshold.")
+        bool, typer.Option("--compare", help="Compare with the repeats of the latest (up to 5) "
+                           "comparable records; exit 1 when a figure is worse past "
+                           "--threshold and beyond the range of both sides' repeats (judged "
+                           "from 3 earlier records on).")
     ] = False,
-    threshold: Annotated[float, typer.Option(help="Relative change that counts as a "
-                                             "regression.")] = 0.2,
-    quick: Annotated[bool, typer.Option("--quick", help="Fewer repeats (smoke runs).")] = False,
+    threshold: Annotated[float, typer.Option(help="How much worse counts as a regression "
+                                             "(0.2: 1.2 times the time or cost).")] = 0.2,
+    quick: Annotated[bool, typer.Option("--quick", help="Fewer, shorter repeats (smoke "
+                                        "runs).")] = False,
     max_jobs: Annotated[int | None, typer.Option(help="Scale episodes over --jobs 1..N.")] = None,
     chart: Annotated[Path | None, typer.Option(help="Write the scaling chart (SVG/PNG, needs "
                                                "matplotlib).")] = None,
@@ -31,42 +37,73 @@ def bench_command(
 ) -> None:
     """Measure the fixed suite and append one record to the history."""
     with held_imports():  # here, not at the top: `parcat bench --help` needs none of them
-        from parcat.bench import append_record, compare_records, read_history, run_suite
-        from parcat.cli.render import list_table, stdout_console
+        from parcat.bench import append_record, read_history, run_suite
+        from parcat.compare import check_threshold, compare_bench
     with user_errors():
+        check_threshold(threshold)
         check_output_file(history, "--history")
         if chart is not None:
             check_output_file(chart, "--chart")
         previous = read_history(history)
-    record = run_suite(quick=quick, max_jobs=max_jobs)
+        record = run_suite(quick=quick, max_jobs=max_jobs)
     append_record(history, record)
-    # compare like with like: the same suite version, run length and machine size
-    alike = [r for r in previous if r.get("suite_version") == record["suite_version"]
-             and r.get("quick") == record["quick"]
-             and r.get("machine", {}).get("cpus") == record["machine"]["cpus"]]
-    changes = compare_records(alike[-1], record, threshold) if alike and compare else []
+    comparison = compare_bench(previous, record, threshold) if compare else None
     if fmt is OutputFormat.JSON:
-        print_json({"record": record, "changes": [vars(c) for c in changes]})
+        print_json({"record": record,
+                    "comparison": comparison.to_dict() if comparison else None,
+                    "changes": [c.to_dict() for c in comparison.changes] if comparison else []})
     else:
-        figures = record["figures"]
-        rows = [[k, f"{v:,.3f}"] for k, v in figures.items()]
-        stdout_console().print(list_table(["figure", "value"], rows))
-        scaling = {k.removeprefix("speedup_jobs_"): v for k, v in figures.items()
-                   if k.startswith("speedup_jobs_")}
-        typer.echo("speedup vs --jobs")
-        typer.echo(bar_chart(scaling))
-        if changes:
-            stdout_console().print(list_table(
-                ["figure", "previous", "now", "change", "regression"],
-                [[c.figure, f"{c.previous:,.3f}", f"{c.current:,.3f}", f"{c.relative:+.1%}",
-                  "YES" if c.regression else ""] for c in changes]))
+        _print_record(record)
+        if comparison is not None:
+            _print_comparison(comparison)
     if chart is not None:
         with user_errors():
-            scaling_x = [int(k.removeprefix("speedup_jobs_")) for k in record["figures"]
-                         if k.startswith("speedup_jobs_")]
-            save_chart(chart, {"speedup": ([float(x) for x in scaling_x],
-                                           [record["figures"][f"speedup_jobs_{x}"]
-                                            for x in scaling_x])},
+            scaling = _scaling(record)
+            save_chart(chart, {"speedup": ([float(x) for x in scaling], list(scaling.values()))},
                        "--jobs", "speedup vs 1 job")
-    if any(c.regression for c in changes):
+    if comparison is not None and comparison.regressions:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _scaling(record: dict[str, Any]) -> dict[int, float]:
+    return {int(k.removeprefix("speedup_jobs_")): v["median"]
+            for k, v in record["figures"].items() if k.startswith("speedup_jobs_")}
+
+
+def _print_record(record: dict[str, Any]) -> None:
+    from parcat.cli.render import list_table, stdout_console
+
+    console = stdout_console()
+    rows = [[name, f"{f['median']:,.3f}", f"{f['low']:,.3f} - {f['high']:,.3f}",
+             f"{f['better']} is better", f["unit"]] for name, f in record["figures"].items()]
+    console.print(list_table([f"figure (median of {record['repeats']})", "value", "range",
+                              "direction", "unit"], rows))
+    load = record["load"]
+    typer.echo(f"load: other processes used {load['other_cpus']} CPUs on average; load "
+               f"average {load['before']['loadavg'][:1]} -> {load['after']['loadavg'][:1]}; "
+               f"{load['retried_repeats']} repeats measured again after load; machine speed "
+               f"{load['speed'] or 0:,} reference loops/s")
+    typer.echo("speedup vs --jobs")
+    typer.echo(bar_chart({str(k): v for k, v in _scaling(record).items()}))
+
+
+def _print_comparison(comparison: BenchComparison) -> None:
+    from parcat.cli.render import list_table, stdout_console
+
+    if comparison.incomparable is not None:
+        typer.echo(f"nothing comparable: {comparison.incomparable}")
+        return
+    typer.echo(f"compared with {comparison.against}")
+    stdout_console().print(list_table(
+        ["figure", "previous (range)", "now (range)", "change", "worse by", "verdict"],
+        [[c.figure, f"{c.previous:,.3f} ({c.previous_range[0]:,.3f} - "
+          f"{c.previous_range[1]:,.3f})",
+          f"{c.current:,.3f} ({c.current_range[0]:,.3f} - {c.current_range[1]:,.3f})",
+          f"{c.change:+.1%}", f"x{c.worse_by:.2f}{'*' if c.relative else ''}",
+          c.verdict.value.upper() if c.regression else c.verdict.value]
+         for c in comparison.changes]))
+    if any(c.relative for c in comparison.changes):
+        typer.echo("* one process, timed in CPU time: judged relative to the machine's speed "
+                   "(a reference loop timed beside each repeat)")
+    for note in comparison.notes:
+        typer.echo(f"note: {note}")
