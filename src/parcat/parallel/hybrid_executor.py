@@ -3,10 +3,12 @@
 Starting worker processes takes a few hundred milliseconds (the fork server imports numpy,
 gymnasium and parcat before it forks the first worker), and a run of a few short episodes
 is over before that. So an ``auto`` plan with trusted code makes this process one of its
-episode lanes: the first episode starts at once, here. Its duration tells what the rest of
-the run costs; only when that is worth more than starting workers
-(:data:`WORTH_STARTING_S`) does a thread start them, each joining the run as it comes up.
-A short run never starts them, a long one gets every lane. This process runs one episode
+episode lanes: the first episode starts at once, here. Its duration tells what the rest
+of the run costs; only when that is worth more than starting workers
+(:data:`WORTH_STARTING_S`) does a thread start the fork server and the workers, each
+joining the run as it comes up. A short run starts nothing (starting the fork server at
+once instead cost a 0.5 s run 0.1 s here: its imports slow this core's twin, and gained
+a 1.6 s run 0.03 s), a long one gets every lane. This process runs one episode
 at a time between handing tasks to workers, so busy processes are the workers plus one,
 as planned.
 
@@ -23,7 +25,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from parcat.ipc.process import wait_any
+from parcat.ipc.process import get_context, wait_any
 from parcat.parallel.executors import ResultCallback
 from parcat.parallel.process_executor import ProcessExecutor, _check_picklable, _Lane, _Run
 from parcat.results import EpisodeResult
@@ -59,6 +61,8 @@ class HybridExecutor(ProcessExecutor):
         self._closing = threading.Event()
         self._lock = threading.Lock()  # a started worker is handed over or stopped, never lost
         self._starter: threading.Thread | None = None
+        self._go = threading.Event()  # set when workers are worth forking (or at close)
+        self._count = 0
 
     def run(
         self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None = None
@@ -70,7 +74,9 @@ class HybridExecutor(ProcessExecutor):
         while run.remaining:
             if self._starter is None and local_n and \
                     len(run.pending) * local_s / local_n > self.worth_starting_s:
-                self._start_in_background(min(self.num_workers, len(run.pending)))
+                self._count = min(self.num_workers, len(run.pending))
+                self._go.set()
+                self._start_in_background()
             self._admit_arrivals()
             for worker in self._workers:
                 self._feed(worker, run)
@@ -92,14 +98,21 @@ class HybridExecutor(ProcessExecutor):
     def _wait(self, busy: list[_Lane]) -> None:
         wait_any([w.worker for w in busy], timeout=self._next_wait(busy))
 
-    def _start_in_background(self, count: int) -> None:
+    def _start_in_background(self) -> None:
+        """Start the fork server, then fork ``_count`` workers (once :attr:`_go` is set)."""
         def start() -> None:
-            for index in range(count):
+            try:
+                self._ctx = get_context(self._start_method)
+            except BaseException as exc:  # handed to the run, which raises it
+                self._arrivals.put(exc)
+                return
+            self._go.wait()
+            for index in range(self._count):
                 if self._closing.is_set():
                     return
                 try:
                     lane = self._start(index)
-                except BaseException as exc:  # handed to the run, which raises it
+                except BaseException as exc:
                     self._arrivals.put(exc)
                     return
                 with self._lock:
@@ -131,9 +144,12 @@ class HybridExecutor(ProcessExecutor):
         """Stop the workers (a worker still starting stops itself) and this lane's runner."""
         with self._lock:
             self._closing.set()
+        forking = self._go.is_set()
+        self._go.set()  # a starter still waiting for it ends
         if self._starter is not None:
-            # a worker cut off in the middle of its start prints the fork server's traceback
-            self._starter.join(JOIN_STARTER_S)
+            # a worker cut off in the middle of its start prints the fork server's traceback;
+            # a starter that never forked ends at once (an idle fork server needs no wait)
+            self._starter.join(JOIN_STARTER_S if forking else 1.0)
         with contextlib.suppress(Exception):
             self._admit_arrivals()
         super().close(force)
