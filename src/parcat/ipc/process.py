@@ -217,7 +217,14 @@ def _start_fork_server() -> None:
     _fork_server_of = os.getpid()
     try:
         if threading.current_thread() is not threading.main_thread():
-            forkserver.ensure_running()
+            # Ctrl-C is the main thread's: blocking it in this thread only decides what the
+            # fork server inherits (the resource tracker's start unblocks it: first)
+            resource_tracker.ensure_running()
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                forkserver.ensure_running()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             return
         # the resource tracker first: starting it unblocks Ctrl-C, which must not happen
         # while the fork server starts below
