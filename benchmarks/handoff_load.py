@@ -34,11 +34,16 @@ FELL_BACK = "step in the episode's process"
 """In the note a run prints when its policy workers stopped paying."""
 
 
+AUTO = False
+"""``--auto``: the command as users run it (the planner picks the strategy and sees the
+machine's load), instead of a forced ``--policy-strategy process`` on a pinned plan."""
+
+
 def command(reps: int, jobs: int) -> list[str]:
+    strategy = [] if AUTO else ["--policy-strategy", "process"]
     return [sys.executable, "-m", "parcat", "eval", "-m", "harvest", "--set", "agents=2",
             "--set", f"max_steps={STEPS}", "-n", "1", "--jobs", str(jobs), "--parallel-policy",
-            "--policy-strategy", "process", "-p", f"work_policy:Work,reps={reps}",
-            "--seed", "3", "--format", "json"]
+            *strategy, "-p", f"work_policy:Work,reps={reps}", "--seed", "3", "--format", "json"]
 
 
 def reps_for(target_s: float) -> int:
@@ -58,7 +63,7 @@ def reps_for(target_s: float) -> int:
 
 def run(reps: int, jobs: int) -> tuple[float, bool]:
     """Wall seconds of one whole command, and whether it fell back inline."""
-    env = dict(os.environ, PARCAT_FREE_CPUS="all")
+    env = dict(os.environ) if AUTO else dict(os.environ, PARCAT_FREE_CPUS="all")
     start = time.perf_counter()
     done = subprocess.run(command(reps, jobs), cwd=HERE, check=True, capture_output=True,
                           text=True, env=env)
@@ -85,7 +90,11 @@ def main() -> None:
     parser.add_argument("--load", action="store_true", help="one foreign busy process")
     parser.add_argument("--load-s", type=float, default=900.0,
                         help="the busy process ends by itself after this many seconds")
+    parser.add_argument("--auto", action="store_true",
+                        help="the planner's own choice (no --policy-strategy, load seen)")
     args = parser.parse_args()
+    global AUTO
+    AUTO = args.auto
     policies = {"0.2 ms": reps_for(0.2e-3), "2 ms": reps_for(2e-3)}
     busy = subprocess.Popen([sys.executable, "-c", f"import time\nend = time.monotonic() + "
                              f"{args.load_s}\nwhile time.monotonic() < end: pass"]
