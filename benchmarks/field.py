@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from neighbour import busy_neighbour
+
 ROOT = Path(__file__).resolve().parents[1]
 PARCAT = [sys.executable, "-m", "parcat"]
 QUIET = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
@@ -94,14 +96,10 @@ def main() -> None:
         print("no other load")
         suite(args.repeats)
     if args.only != "quiet":
-        busy = subprocess.Popen([sys.executable, "-c", "while 1: pass"])
-        try:
+        with busy_neighbour():
             time.sleep(0.5)
             print("one foreign busy process")
             suite(args.repeats)
-        finally:
-            busy.kill()
-            busy.wait()
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import gymnasium
+from neighbour import busy_neighbour
 from work_policy import Work
 
 from parcat.envs.base import AgentSpec
@@ -96,10 +97,7 @@ def main() -> None:
     global AUTO
     AUTO = args.auto
     policies = {"0.2 ms": reps_for(0.2e-3), "2 ms": reps_for(2e-3)}
-    busy = subprocess.Popen([sys.executable, "-c", f"import time\nend = time.monotonic() + "
-                             f"{args.load_s}\nwhile time.monotonic() < end: pass"]
-                            ) if args.load else None
-    try:
+    with busy_neighbour(args.load, args.load_s) as busy:
         print(f"handoffs, {args.repeats} interleaved repeats, "
               f"{'one foreign busy process' if busy else 'no other load'}; "
               f"load average before: {os.getloadavg()[0]:.2f}")
@@ -112,10 +110,6 @@ def main() -> None:
                   f"(speedup {1 / ratio:.2f}x; fell back inline in {fell}/{len(two)}) "
                   f"{'PASS' if target else 'FAIL'}", flush=True)
         print(f"  command: {' '.join(command(policies['2 ms'], 2)[1:])}")
-    finally:
-        if busy is not None:
-            busy.kill()
-            busy.wait()
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from neighbour import busy_neighbour
+
 HERE = Path(__file__).resolve().parent
 COMMAND = [sys.executable, "-m", "parcat", "eval", "-m", "harvest", "--jobs", "1", "--seed",
            "3", "--format", "json"]
@@ -49,8 +51,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--load", action="store_true", help="one foreign busy process")
     args = parser.parse_args()
-    busy = subprocess.Popen([sys.executable, "-c", "while 1: pass"]) if args.load else None
-    try:
+    with busy_neighbour(args.load) as busy:
         print(f"isolation at --jobs 1, {args.repeats} interleaved repeats, "
               f"{'one foreign busy process' if busy else 'no other load'}")
         for episodes in (10, 200):
@@ -61,10 +62,6 @@ def main() -> None:
                   f"isolated / inline {statistics.median(ratios):.3f} x (paired median), "
                   f"extra {(statistics.median(isolated) - statistics.median(inline)) * 1e3:+.0f}"
                   " ms")
-    finally:
-        if busy is not None:
-            busy.kill()
-            busy.wait()
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from neighbour import busy_neighbour
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 COMMAND = [sys.executable, "-m", "parcat", "eval", "-m", "harvest", "-p", "random", "--set",
@@ -76,15 +78,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--load", action="store_true", help="one foreign busy process")
     args = parser.parse_args()
-    busy = subprocess.Popen([sys.executable, "-c", "while 1: pass"]) if args.load else None
-    try:
+    with busy_neighbour(args.load) as busy:
         print(f"{'one foreign busy process' if busy else 'no other load'}")
         write_cost(args.repeats)
         memory_before_first_episode()
-    finally:
-        if busy is not None:
-            busy.kill()
-            busy.wait()
 
 
 if __name__ == "__main__":

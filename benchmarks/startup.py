@@ -16,6 +16,8 @@ import subprocess
 import sys
 import time
 
+from neighbour import busy_neighbour
+
 COMMANDS = (["--help"], ["--version"], ["eval", "--help"])
 
 
@@ -32,8 +34,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=11)
     parser.add_argument("--load", action="store_true", help="one foreign busy process")
     args = parser.parse_args()
-    busy = subprocess.Popen([sys.executable, "-c", "while 1: pass"]) if args.load else None
-    try:
+    with busy_neighbour(args.load) as busy:
         run(["--version"])  # warm the file cache and the bytecode
         times: dict[str, list[float]] = {" ".join(c): [] for c in COMMANDS}
         for _ in range(args.repeats):
@@ -45,10 +46,6 @@ def main() -> None:
         for name, values in times.items():
             print(f"  parcat {name:<12} median {statistics.median(values) * 1e3:5.0f} ms  "
                   f"(min {min(values) * 1e3:.0f}, max {max(values) * 1e3:.0f})")
-    finally:
-        if busy is not None:
-            busy.kill()
-            busy.wait()
 
 
 if __name__ == "__main__":

@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from neighbour import busy_neighbour
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 if str(HERE) not in sys.path:
@@ -190,8 +192,7 @@ def main() -> None:
     parser.add_argument("--load", action="store_true", help="one foreign busy process")
     parser.add_argument("--sections", default="12")
     args = parser.parse_args()
-    busy = subprocess.Popen([sys.executable, "-c", "while 1: pass"]) if args.load else None
-    try:
+    with busy_neighbour(args.load) as busy:
         print(f"parcat train layout: {os.cpu_count()} CPUs, {args.repeats} interleaved repeats, "
               f"{'one foreign busy process' if busy else 'no load of our own'}; loadavg "
               f"{Path('/proc/loadavg').read_text().split()[0]}", flush=True)
@@ -200,10 +201,6 @@ def main() -> None:
         if "2" in args.sections:
             with tempfile.TemporaryDirectory(prefix="parcat-layout") as tmp:
                 commands(args.repeats, Path(tmp))
-    finally:
-        if busy is not None:
-            busy.kill()
-            busy.wait()
 
 
 if __name__ == "__main__":
