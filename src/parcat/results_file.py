@@ -49,14 +49,26 @@ def journal_path(path: Path) -> Path:
     return path.with_name(path.name + JOURNAL_SUFFIX)
 
 
-def write_document(path: Path, document: dict[str, Any]) -> None:
-    """Write the results file atomically: full JSON, or the summary as CSV for ``.csv``."""
+def write_document(path: Path, document: dict[str, Any],
+                   encoded: dict[tuple[str, int], str] | None = None) -> None:
+    """Write the results file atomically: full JSON, or the summary as CSV for ``.csv``.
+    ``encoded`` holds episodes already encoded as JSON, by ``(mission, episode_index)``."""
     if path.suffix.lower() == ".csv":
         episodes = [EpisodeResult.from_dict(e) for e in document["episodes"]]
         text = summary_csv(summarize(episodes))
     else:
-        text = dumps_document(document)
+        text = dumps_document(document, _episode_encoder(encoded or {}))
     write_text_atomically(path, text)
+
+
+def _episode_encoder(encoded: dict[tuple[str, int], str]) -> Callable[[Any], str]:
+    def encode(item: Any) -> str:
+        if isinstance(item, dict) and "episode_index" in item:
+            line = encoded.get((item.get("mission"), item.get("episode_index")))  # type: ignore[arg-type]
+            if line is not None:
+                return line
+        return json.dumps(item, separators=(",", ":"))
+    return encode
 
 
 class ResultsWriter:
@@ -74,7 +86,7 @@ class ResultsWriter:
 
     def __init__(
         self, path: Path, document: Callable[[str], dict[str, Any]],
-        config: dict[str, Any], every_s: float = 5.0, resume: bool = False,
+        config: dict[str, Any], every_s: float = 30.0, resume: bool = False,
         on_warning: Callable[[str], None] | None = None, ratio: float = SNAPSHOT_RATIO,
     ) -> None:
         self.path = check_output_file(path, "--output")
@@ -88,12 +100,18 @@ class ResultsWriter:
         remove_stale_temp_files(path)
         self.journal = None if path.suffix.lower() == ".csv" else _Journal(
             journal_path(path), config, resume)
+        # each episode is encoded once, for the journal, and its text reused by every
+        # document written after (encoding was most of a document's cost)
+        self._encoded: dict[tuple[str, int], str] = {}
 
     def episode_finished(self, result: EpisodeResult | None = None) -> None:
         """Journal ``result``; write a ``running`` snapshot if the last one is old enough."""
-        if self.journal is not None and result is not None and not self.journal.append(result):
-            self._warn("journal", f"could not append to '{self.journal.path}' "
-                       f"({self.journal.error}); trying again with the next episode")
+        if self.journal is not None and result is not None:
+            line = json.dumps(result.to_dict(), separators=(",", ":"))
+            self._encoded[(result.mission, result.episode_index)] = line
+            if not self.journal.append(line):
+                self._warn("journal", f"could not append to '{self.journal.path}' "
+                           f"({self.journal.error}); trying again with the next episode")
         now = time.monotonic()
         if now >= self._next:
             try:
@@ -119,7 +137,7 @@ class ResultsWriter:
             self.journal.remove()
 
     def _write(self, document: dict[str, Any]) -> None:
-        write_document(self.path, document)
+        write_document(self.path, document, self._encoded)
         self._saved = len(document["episodes"])
 
     def _what_was_saved(self) -> str:
@@ -169,9 +187,10 @@ class _Journal:
         """Every episode so far is in the file."""
         return self._fd is not None and not self._backlog
 
-    def append(self, result: EpisodeResult) -> bool:
-        """Add one episode's line (and any a failed append owes); ``False`` if it failed."""
-        self._backlog.append(_line(result.to_dict()))
+    def append(self, line: str) -> bool:
+        """Add one episode's JSON ``line`` (and any a failed append owes); ``False`` if it
+        failed."""
+        self._backlog.append((line + "\n").encode())
         self._owed += 1
         return self._flush()
 
