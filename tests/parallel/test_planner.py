@@ -109,3 +109,21 @@ def test_free_cpus_sees_a_busy_neighbour(monkeypatch: pytest.MonkeyPatch) -> Non
     assert 1 <= quiet <= 2
     monkeypatch.setenv(FREE_CPUS_VARIABLE, "1")
     assert free_cpus(2) == 1
+
+
+def test_auto_steps_agents_inline_when_the_run_cannot_pay_for_policy_workers() -> None:
+    # 0.2 ms steps, 2 agents, one 1,000-step episode: ~0.2 s to save, less than starting
+    short = make_plan(2, 2, 0, Workload(1, 2, True, PolicyStrategy.AUTO, policy_step_s=2e-4,
+                                        steps=1000))
+    assert short.strategy is PolicyStrategy.INLINE
+    assert any("less than twice" in r for r in short.reasons)
+    # 2 ms steps: ~2 s to save
+    long = make_plan(2, 2, 0, Workload(1, 2, True, PolicyStrategy.AUTO, policy_step_s=2e-3,
+                                       steps=1000))
+    assert long.strategy is PolicyStrategy.PROCESS and long.policy_workers == 1
+    # episodes of the cheap policy add up: four of them can pay (~0.8 s to save)
+    many = make_plan(8, 8, 0, Workload(4, 2, True, PolicyStrategy.AUTO, policy_step_s=2e-4,
+                                       steps=1000))
+    assert many.strategy is PolicyStrategy.PROCESS
+    unknown = make_plan(2, 2, 0, Workload(1, 2, True, PolicyStrategy.AUTO, policy_step_s=2e-4))
+    assert unknown.strategy is PolicyStrategy.PROCESS  # no step count: the step cost decides

@@ -167,6 +167,7 @@ def plan_run(
         foreign_code=foreign,
         action_deadline=options.action_timeout_ms is not None,
         max_processes=process_limit(),
+        steps=max(m.max_steps for m in missions),
         # what other processes leave free now: only an auto plan follows it
         free_cpus=free_cpus(cpus) if options.executor is ExecutorKind.AUTO else None,
     )

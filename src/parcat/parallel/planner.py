@@ -32,6 +32,9 @@ class ExecutorKind(str, enum.Enum):
 
 # A policy step must cost this many times the handoff before a policy worker pays off.
 PROCESS_PAYOFF = 8.0
+POLICY_WORKER_START_S = 0.3
+"""What starting policy workers costs a run before they pay: a worker's start and its first
+steps' handoffs (0.2 ms policies on 1,000-step episodes lost 7-16% to it: BENCHMARKS.md)."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,9 @@ class Workload:
     runs in worker processes, where exiting or crashing fails an episode, not the run."""
     max_processes: int | None = None
     """Most worker processes the open-file and pids limits allow (``None``: no limit)."""
+    steps: int | None = None
+    """Steps per episode (the longest mission's ``max_steps``), if known: with the policy
+    step cost it tells whether the run's policy work can pay for starting policy workers."""
     free_cpus: int | None = None
     """CPUs not kept busy by other processes right now (``None``: not measured). An
     ``auto`` plan never has more busy processes than this: on a machine whose other cores
@@ -243,7 +249,8 @@ def _auto_strategy(workload: Workload, spare: int, reasons: list[str]) -> Policy
     if cost is None:
         reasons.append("auto: policy step cost unknown, agents stepped inline")
         return PolicyStrategy.INLINE
-    if spare >= 1 and cost >= PROCESS_PAYOFF * workload.handoff_s:
+    if spare >= 1 and cost >= PROCESS_PAYOFF * workload.handoff_s and \
+            not _too_short_for_workers(workload, cost, spare, reasons):
         reasons.append(
             f"auto: a policy step costs {cost * 1e6:.0f} us, >= {PROCESS_PAYOFF:g}x the "
             f"{workload.handoff_s * 1e6:.0f} us handoff: process"
@@ -255,3 +262,19 @@ def _auto_strategy(workload: Workload, spare: int, reasons: list[str]) -> Policy
     why = "no job left" if spare < 1 else f"a policy step costs only {cost * 1e6:.1f} us"
     reasons.append(f"auto: {why}: inline")
     return PolicyStrategy.INLINE
+
+
+def _too_short_for_workers(workload: Workload, cost: float, spare: int,
+                           reasons: list[str]) -> bool:
+    """Whether the whole run's policy work is too little to pay for starting policy
+    workers (then the caller steps agents inline and says why)."""
+    if workload.steps is None:
+        return False
+    moved = workload.agents * min(spare, workload.agents - 1) / (1 + min(spare,
+                                                                          workload.agents - 1))
+    saved = cost * workload.steps * max(1, workload.tasks) * moved
+    if saved >= 2 * POLICY_WORKER_START_S:
+        return False
+    reasons.append(f"auto: the run's policy steps would save at most ~{saved:.2f} s on policy "
+                   f"workers, less than twice the ~{POLICY_WORKER_START_S:g} s of starting them")
+    return True
