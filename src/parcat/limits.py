@@ -11,6 +11,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
+from parcat.errors import UsageError
+
 # --- user files -------------------------------------------------------------------------------
 
 MAX_YAML_BYTES = 256 * 1024
@@ -104,3 +106,22 @@ MAX_TRAIN_ENVS = 4096
 def network_parameters(sizes: Sequence[int]) -> int:
     """Weights and biases of a dense network whose layers have ``sizes`` units (in to out)."""
     return sum(fan_in * fan_out + fan_out for fan_in, fan_out in itertools.pairwise(sizes))
+
+
+def dense_sizes(label: str, n_in: int, width: int, depth: int, n_out: int,
+                error: type[UsageError]) -> list[int]:
+    """The layer sizes of a dense network of ``depth`` hidden layers of ``width`` units,
+    once it has at most :data:`MAX_NET_PARAMETERS` parameters.
+
+    Raises:
+        UsageError: (as ``error``) too many parameters; the message starts with ``label``.
+    """
+    sizes = [n_in, *([width] * depth), n_out]
+    count = network_parameters(sizes)
+    if count > MAX_NET_PARAMETERS:
+        raise error(
+            f"{label}: width {width} and depth {depth} on {n_in:,} inputs make {count:,} "
+            f"parameters, more than the limit of {MAX_NET_PARAMETERS:,}; use a smaller width "
+            "or depth"
+        )
+    return sizes

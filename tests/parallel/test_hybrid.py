@@ -85,9 +85,7 @@ def test_workers_that_are_up_share_the_run_and_agree(workers: int) -> None:
     tasks = make_tasks(config(6))
     expected = InlineExecutor().run(tasks)
     with HybridExecutor(workers, StepperConfig()) as executor:
-        executor._count = workers  # as after a first long episode
-        executor._go.set()
-        executor._start_in_background()
+        executor._start_in_background(workers)  # as after a first long episode
         assert executor._starter is not None
         executor._starter.join(60)
         results = executor.run(tasks)

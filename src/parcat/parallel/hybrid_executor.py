@@ -25,7 +25,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from parcat.ipc.process import get_context, wait_any
+from parcat.ipc.process import wait_any
 from parcat.parallel.executors import ResultCallback
 from parcat.parallel.process_executor import ProcessExecutor, _check_picklable, _Lane, _Run
 from parcat.results import EpisodeResult
@@ -61,8 +61,6 @@ class HybridExecutor(ProcessExecutor):
         self._closing = threading.Event()
         self._lock = threading.Lock()  # a started worker is handed over or stopped, never lost
         self._starter: threading.Thread | None = None
-        self._go = threading.Event()  # set when workers are worth forking (or at close)
-        self._count = 0
 
     def run(
         self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None = None
@@ -74,9 +72,7 @@ class HybridExecutor(ProcessExecutor):
         while run.remaining:
             if self._starter is None and local_n and \
                     len(run.pending) * local_s / local_n > self.worth_starting_s:
-                self._count = min(self.num_workers, len(run.pending))
-                self._go.set()
-                self._start_in_background()
+                self._start_in_background(min(self.num_workers, len(run.pending)))
             self._admit_arrivals()
             for worker in self._workers:
                 self._feed(worker, run)
@@ -98,21 +94,15 @@ class HybridExecutor(ProcessExecutor):
     def _wait(self, busy: list[_Lane]) -> None:
         wait_any([w.worker for w in busy], timeout=self._next_wait(busy))
 
-    def _start_in_background(self) -> None:
-        """Start the fork server, then fork ``_count`` workers (once :attr:`_go` is set)."""
+    def _start_in_background(self, count: int) -> None:
+        """Start ``count`` workers on a thread (the first also starts the fork server)."""
         def start() -> None:
-            try:
-                self._ctx = get_context(self._start_method)
-            except BaseException as exc:  # handed to the run, which raises it
-                self._arrivals.put(exc)
-                return
-            self._go.wait()
-            for index in range(self._count):
+            for index in range(count):
                 if self._closing.is_set():
                     return
                 try:
                     lane = self._start(index)
-                except BaseException as exc:
+                except BaseException as exc:  # handed to the run, which raises it
                     self._arrivals.put(exc)
                     return
                 with self._lock:
@@ -144,12 +134,9 @@ class HybridExecutor(ProcessExecutor):
         """Stop the workers (a worker still starting stops itself) and this lane's runner."""
         with self._lock:
             self._closing.set()
-        forking = self._go.is_set()
-        self._go.set()  # a starter still waiting for it ends
         if self._starter is not None:
-            # a worker cut off in the middle of its start prints the fork server's traceback;
-            # a starter that never forked ends at once (an idle fork server needs no wait)
-            self._starter.join(JOIN_STARTER_S if forking else 1.0)
+            # a worker cut off in the middle of its start prints the fork server's traceback
+            self._starter.join(JOIN_STARTER_S)
         with contextlib.suppress(Exception):
             self._admit_arrivals()
         super().close(force)

@@ -12,7 +12,7 @@ import numpy as np
 from gymnasium import spaces
 
 from parcat.errors import PolicyError, brief
-from parcat.limits import MAX_NET_DEPTH, MAX_NET_PARAMETERS, MAX_NET_WIDTH, network_parameters
+from parcat.limits import MAX_NET_DEPTH, MAX_NET_WIDTH, dense_sizes, network_parameters
 from parcat.policies.base import AgentSpec
 
 _BLOCK = 256
@@ -193,14 +193,7 @@ def mlp_sizes(n_in: int, n_out: int, width: Any, depth: Any) -> list[int]:
             raise PolicyError(
                 f"mlp: '{name}' must be an integer between 1 and {high:,}, got {brief(value)}"
             )
-    sizes = [n_in, *([width] * depth), n_out]
-    count = network_parameters(sizes)
-    if count > MAX_NET_PARAMETERS:
-        raise PolicyError(
-            f"mlp: width {width} and depth {depth} on {n_in:,} inputs make {count:,} parameters, "
-            f"more than the limit of {MAX_NET_PARAMETERS:,}; use a smaller width or depth"
-        )
-    return sizes
+    return dense_sizes("mlp", n_in, width, depth, n_out, PolicyError)
 
 
 def _flat(space: gymnasium.spaces.Space[Any], obs: Any) -> np.ndarray:

@@ -28,9 +28,8 @@ from parcat.limits import (
     MAX_BUFFER_BYTES,
     MAX_COUNT,
     MAX_NET_DEPTH,
-    MAX_NET_PARAMETERS,
     MAX_NET_WIDTH,
-    network_parameters,
+    dense_sizes,
 )
 from parcat.seeding import derive_seed
 from parcat.train.buffer import ReplayBuffer, transition_bytes
@@ -149,14 +148,7 @@ def check_sizes(config: DQNConfig, obs_dim: int, num_actions: int) -> list[int]:
         ConfigError: more than :data:`~parcat.limits.MAX_NET_PARAMETERS` parameters, or a
             full replay buffer larger than :data:`~parcat.limits.MAX_BUFFER_BYTES`.
     """
-    sizes = [obs_dim, *([config.width] * config.depth), num_actions]
-    count = network_parameters(sizes)
-    if count > MAX_NET_PARAMETERS:
-        raise ConfigError(
-            f"dqn: width {config.width} and depth {config.depth} on {obs_dim:,} inputs make "
-            f"{count:,} parameters, more than the limit of {MAX_NET_PARAMETERS:,}; use a "
-            "smaller width or depth"
-        )
+    sizes = dense_sizes("dqn", obs_dim, config.width, config.depth, num_actions, ConfigError)
     per_transition = transition_bytes(obs_dim)
     if config.buffer_size * per_transition > MAX_BUFFER_BYTES:
         most = MAX_BUFFER_BYTES // per_transition
