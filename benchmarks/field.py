@@ -10,6 +10,11 @@ pass'``, started by this script) — a laptop with a browser, a shared CI runner
    same work split over two ``--jobs 1`` processes started together from the shell
    (``-n 32`` each, two seeds).
 
+0. This machine's own ceiling for two processes: the same CPU-bound numpy loop (a 256-wide
+   tanh layer, as ``mlp,width=256`` steps) run once alone and as two copies at once. Two
+   virtual CPUs that share a physical core, a cache or a memory bus give less than 2x;
+   no parcat plan can beat this figure.
+
 Targets (issue 13): parallel ≤ 1.05x the sequential wall time everywhere; 64 episodes
 ≥ 1.7x faster on a quiet machine; ``--jobs 2`` at least as fast as the shell split.
 
@@ -19,6 +24,7 @@ Targets (issue 13): parallel ≤ 1.05x the sequential wall time everywhere; 64 e
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -54,6 +60,28 @@ def shell_split(*args: str) -> Callable[[], float]:
     return run
 
 
+CEILING_LOOP = ("import numpy as np\n"
+                "rng = np.random.default_rng(0)\n"
+                "w = rng.random((256, 256), dtype=np.float32) / 256\n"
+                "v = rng.random((4, 256), dtype=np.float32)\n"
+                "for _ in range(40000): v = np.tanh(v @ w)\n")
+
+
+def copies(count: int) -> Callable[[], float]:
+    """``count`` copies of :data:`CEILING_LOOP` started together (one BLAS thread each)."""
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+           "MKL_NUM_THREADS": "1"}
+
+    def run() -> float:
+        start = time.perf_counter()
+        procs = [subprocess.Popen([sys.executable, "-c", CEILING_LOOP], env=env)
+                 for _ in range(count)]
+        if any(proc.wait() != 0 for proc in procs):
+            raise RuntimeError("a ceiling loop failed")
+        return time.perf_counter() - start
+    return run
+
+
 def compare(label: str, variants: dict[str, Callable[[], float]], repeats: int) -> None:
     """Time the variants interleaved; print medians and paired ratios to the first."""
     times: dict[str, list[float]] = {name: [] for name in variants}
@@ -73,6 +101,10 @@ def compare(label: str, variants: dict[str, Callable[[], float]], repeats: int) 
 
 
 def suite(repeats: int) -> None:
+    compare("0. this machine's ceiling (2 copies of work = 2x the work; ceiling = 2 / ratio)", {
+        "one copy": copies(1),
+        "two copies at once": copies(2),
+    }, repeats)
     compare("1. parcat eval -m harvest", {
         "sequential (--jobs 1)": command("eval", "-m", "harvest", "--jobs", "1"),
         "default (no --jobs)": command("eval", "-m", "harvest"),
