@@ -32,13 +32,18 @@ def check_env(env: Any, seed: int = 0, num_steps: int = 50) -> None:
     Raises:
         ConformanceError: naming the first broken rule.
     """
-    agents = list(getattr(env, "possible_agents", []))
+    _require(
+        not (callable(getattr(env, "agent_iter", None)) and callable(getattr(env, "last", None))),
+        f"{type(env).__name__} is a PettingZoo AEC (turn-based) environment, not a parallel "
+        "one; wrap it with pettingzoo.utils.conversions.aec_to_parallel(env)",
+    )
+    agents = list(getattr(env, "possible_agents", None) or [])
     _require(bool(agents), "env.possible_agents must be a non-empty list")
     _require(all(isinstance(a, Hashable) for a in agents), "agent ids must be hashable")
     _require(len(set(agents)) == len(agents), "env.possible_agents has duplicate ids")
     for agent in agents:
         for name in ("observation_space", "action_space"):
-            space = getattr(env, name)(agent)
+            space = _call(f"{name}({agent!r})", getattr(env, name, None), agent)
             _require(
                 isinstance(space, gymnasium.spaces.Space),
                 f"env.{name}({agent!r}) must return a gymnasium space, got {type(space).__name__}",
@@ -51,8 +56,27 @@ def check_env(env: Any, seed: int = 0, num_steps: int = 50) -> None:
     )
 
 
+def _call(what: str, method: Any, *args: Any, **kwargs: Any) -> Any:
+    """``method(*args, **kwargs)``; whatever it raises becomes a ConformanceError naming it."""
+    _require(callable(method), f"env.{what.split('(')[0]} must be a method")
+    try:
+        return method(*args, **kwargs)
+    except ConformanceError:
+        raise
+    except Exception as exc:
+        raise ConformanceError(f"env.{what} raised {type(exc).__name__}: {exc}") from exc
+
+
+def _returned(what: str, result: Any, size: int) -> tuple[Any, ...]:
+    _require(isinstance(result, tuple) and len(result) == size,
+             f"env.{what} must return a tuple of {size}, got {type(result).__name__}"
+             + (f" of {len(result)}" if isinstance(result, tuple) else ""))
+    return tuple(result)
+
+
 def _rollout(env: Any, seed: int, num_steps: int) -> list[Any]:
-    obs, infos = env.reset(seed=seed)
+    what = f"reset(seed={seed})"
+    obs, infos = _returned(what, _call(what, getattr(env, "reset", None), seed=seed), 2)
     _check_dicts(env, "reset", obs=obs, infos=infos)
     action_spaces = {a: copy.deepcopy(env.action_space(a)) for a in env.possible_agents}
     for i, space in enumerate(action_spaces.values()):
@@ -63,7 +87,8 @@ def _rollout(env: Any, seed: int, num_steps: int) -> list[Any]:
             break
         actions = {a: action_spaces[a].sample() for a in env.agents}
         live = list(env.agents)
-        obs, rewards, terms, truncs, infos = env.step(actions)
+        obs, rewards, terms, truncs, infos = _returned(
+            "step(actions)", _call("step(actions)", getattr(env, "step", None), actions), 5)
         for name, value in (("obs", obs), ("rewards", rewards), ("terminations", terms),
                             ("truncations", truncs), ("infos", infos)):
             _require(isinstance(value, dict), f"step() must return a dict of {name}")

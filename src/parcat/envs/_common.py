@@ -130,6 +130,8 @@ class BuiltinEnv(ABC):
     """
 
     metadata: dict[str, Any]
+    render_mode: str | None = None
+    """PettingZoo's render mode: none chosen (:meth:`render` draws text whenever asked)."""
     possible_agents: list[str]
     agents: list[str]
     max_steps: int
@@ -141,6 +143,11 @@ class BuiltinEnv(ABC):
     def __init_subclass__(cls, *, name: str, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.metadata = make_metadata(name)
+
+    @property
+    def unwrapped(self) -> BuiltinEnv:
+        """The environment itself (PettingZoo's wrappers and tests ask for it)."""
+        return self
 
     def observation_space(self, agent: str) -> gymnasium.spaces.Box:
         """The observation space of ``agent`` (the same object for every agent)."""
