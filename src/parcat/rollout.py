@@ -250,14 +250,15 @@ class EpisodeRunner:
     ) -> Any:
         """Step until the episode ends; return the last observations."""
         act = self.stepper.act
+        step: Callable[[Any], Any] = env.step
         if self.tracer is not None:
-            act = self._traced_act(act)
+            act, step = self._traced_act(act), self._traced_step(step)
         on_step = self.on_step
         max_steps = task.mission.max_steps
         steps = 0
         while env.agents and steps < max_steps:
             actions = act(obs, env.agents)
-            obs, rewards, _, _, _ = env.step(actions)
+            obs, rewards, _, _, _ = step(actions)
             for agent_id, reward in rewards.items():
                 totals[agent_id] += reward
             steps += 1
@@ -276,6 +277,19 @@ class EpisodeRunner:
             tracer.span("policies", begin, now_us(), lane=f"{self.lane}/agents",
                         agents=len(actions))
             return actions
+
+        return traced
+
+    def _traced_step(self, step: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """``env.step`` recording an ``env step`` span inside the episode's span."""
+        tracer = self.tracer
+        assert tracer is not None
+
+        def traced(actions: Any) -> Any:
+            begin = now_us()
+            result = step(actions)
+            tracer.span("env step", begin, now_us(), lane=self.lane)
+            return result
 
         return traced
 

@@ -2,7 +2,9 @@
 
 Each process records complete events (``"ph": "X"``) against the system-wide monotonic
 clock, so events from different workers line up; workers ship theirs back with each
-episode's result.
+episode's result. Events are recorded on named lanes (``episode-worker-0``,
+``episode-worker-0/agents``); the file numbers them as integer thread ids and names each
+with a ``thread_name`` metadata event, as the format specifies.
 """
 
 from __future__ import annotations
@@ -47,12 +49,27 @@ class Tracer:
         return events
 
 
+def standard_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``events`` as the trace-event format specifies them: integer ``tid``s, numbered per
+    process in order of first appearance, each named by a ``thread_name`` metadata event
+    (the lane it was recorded on), and every process by a ``process_name`` event."""
+    tids: dict[tuple[int, str], int] = {}
+    meta: list[dict[str, Any]] = []
+    out: list[dict[str, Any]] = []
+    for event in events:
+        pid, lane = event["pid"], str(event["tid"])
+        if (pid, lane) not in tids:
+            if not any(key[0] == pid for key in tids):
+                meta.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+                             "args": {"name": f"parcat {pid}"}})
+            tids[pid, lane] = tid = 1 + sum(1 for key in tids if key[0] == pid)
+            meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
+                         "args": {"name": lane}})
+        out.append({**event, "tid": tids[pid, lane]})
+    return meta + out
+
+
 def write_trace(path: str | Path, events: list[dict[str, Any]]) -> None:
-    """Write ``events`` as a trace-event JSON file, atomically."""
-    names = {e["pid"]: f"parcat {e['pid']}" for e in events}
-    meta = [
-        {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}}
-        for pid, name in names.items()
-    ]
-    write_text_atomically(path, json.dumps({"traceEvents": meta + events,
+    """Write ``events`` as a trace-event JSON file (see :func:`standard_events`), atomically."""
+    write_text_atomically(path, json.dumps({"traceEvents": standard_events(events),
                                             "displayTimeUnit": "ms"}))

@@ -46,8 +46,21 @@ def test_trace_file_shows_workers_episodes_and_agent_steps(tmp_path: Path) -> No
     assert runner.invoke(app, args).exit_code == 0
     events = json.loads(trace.read_text())["traceEvents"]
     spans = [e for e in events if e["ph"] == "X"]
+    # the format's integer thread ids, each named by a thread_name metadata event
+    assert all(isinstance(e["tid"], int) for e in events)
+    lanes = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {(e["pid"], e["tid"]) for e in spans} <= set(lanes)
     assert any(e["name"] == "harvest #0" for e in spans)
-    assert any(e["tid"] == "policy-worker-0" and e["name"].startswith("step agent_") for e in spans)
+    assert any(lanes[e["pid"], e["tid"]] == "policy-worker-0" and
+               e["name"].startswith("step agent_") for e in spans)
+    # env steps nest inside their episode's span, on its lane
+    episode = next(e for e in spans if e["name"] == "harvest #0")
+    steps = [e for e in spans if e["name"] == "env step" and e["pid"] == episode["pid"]
+             and e["tid"] == episode["tid"]]
+    assert len(steps) == 10
+    assert all(episode["ts"] <= e["ts"] and e["ts"] + e["dur"] <= episode["ts"] + episode["dur"]
+               for e in steps)
     assert all(e["dur"] >= 0 for e in spans)
 
 
