@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import gymnasium
@@ -18,11 +18,28 @@ from parcat.policies.base import AgentSpec
 _BLOCK = 256
 
 
+def legal_actions(obs: Any, space: gymnasium.spaces.Space[Any]) -> np.ndarray | None:
+    """Where ``obs`` carries an ``action_mask`` for a Discrete space (PettingZoo's classic
+    games: ``{"observation": ..., "action_mask": ...}``), the legal action indices
+    (``0 .. n - 1``, ascending); otherwise ``None``: every action is legal."""
+    if not isinstance(space, spaces.Discrete) or not isinstance(obs, Mapping):
+        return None
+    mask = obs.get("action_mask")
+    if mask is None:
+        return None
+    mask = np.asarray(mask).reshape(-1)
+    if mask.shape != (int(space.n),):
+        raise PolicyError(f"action_mask has {mask.size} entries; the action space {space} "
+                          f"has {int(space.n)} actions")
+    return np.flatnonzero(mask)
+
+
 class RandomPolicy:
     """Uniformly random actions from the agent's action space, seeded per episode.
 
     Discrete actions are drawn in blocks, so a step costs a list index rather than a
-    call into numpy's generator.
+    call into numpy's generator. An observation with an ``action_mask``
+    (:func:`legal_actions`) gets a uniform draw among the legal actions only.
     """
 
     def __init__(self, spec: AgentSpec) -> None:
@@ -43,6 +60,11 @@ class RandomPolicy:
         """Draw one action."""
         space = self.space
         if isinstance(space, spaces.Discrete):
+            legal = legal_actions(obs, space)
+            if legal is not None:
+                if not len(legal):
+                    return int(space.start)  # nothing is legal: the turn is a formality
+                return int(legal[self._rng.integers(len(legal))]) + int(space.start)
             if not self._block:
                 draws = self._rng.integers(space.n, size=_BLOCK) + int(space.start)
                 self._block = draws.tolist()[::-1]
@@ -60,24 +82,31 @@ class RandomPolicy:
 
 
 class NoopPolicy:
-    """Always the 'do nothing' action: 0, or the zero vector clipped into the space."""
+    """Always the 'do nothing' action: 0, or the zero vector clipped into the space.
+
+    Where the observation's ``action_mask`` (:func:`legal_actions`) forbids it, the lowest
+    legal action instead, so a noop player never forfeits a turn-based game."""
 
     stateless = True
     """Actions depend only on the observation: one instance may act for many agents."""
 
     def __init__(self, spec: AgentSpec) -> None:
+        self.space: Any = spec.action_space
         self.action = noop_action(spec.action_space)
 
     def reset(self, seed: int) -> None:
         """Nothing to reset."""
 
     def step(self, obs: Any) -> Any:
-        """Return the no-op action."""
+        """Return the no-op action (the lowest legal one where it is masked)."""
+        legal = legal_actions(obs, self.space)
+        if legal is not None and len(legal) and self.action - self.space.start not in legal:
+            return int(legal[0]) + int(self.space.start)
         return copy.copy(self.action)
 
     def step_batch(self, obs_batch: Sequence[Any]) -> list[Any]:
         """Return the no-op action for every observation."""
-        return [copy.copy(self.action) for _ in obs_batch]
+        return [self.step(obs) for obs in obs_batch]
 
 
 def noop_action(space: gymnasium.spaces.Space[Any]) -> Any:
@@ -147,6 +176,12 @@ class MLPPolicy:
         out = self.forward(x)
         space = self.action_space
         if isinstance(space, spaces.Discrete):
+            for row, obs in enumerate(obs_batch):
+                legal = legal_actions(obs, space)
+                if legal is not None and len(legal):  # the best legal action
+                    masked = np.full(out.shape[1], -np.inf, dtype=out.dtype)
+                    masked[legal] = out[row, legal]
+                    out[row] = masked
             return [int(a) + int(space.start) for a in out.argmax(axis=1)]
         assert isinstance(space, spaces.Box)
         low, high = space.low, space.high
