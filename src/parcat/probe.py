@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from parcat.envs.turns import is_turn_based, sample_legal
 from parcat.errors import USER_CODE_ERRORS
 from parcat.ipc.process import (
     Worker,
@@ -107,6 +108,8 @@ def _check_main(conn: Connection, parent_pid: int, mission: Mission) -> None:
 
 def _play(env: Any, mission: Mission) -> list[bytes]:
     """The probe episode's observations and rewards, as bytes."""
+    if is_turn_based(env):
+        return _play_turns(env, mission)
     obs, _ = env.reset(seed=PROBE_SEED)
     trace = [_digest(obs)]
     for step in range(min(PROBE_STEPS, mission.max_steps)):
@@ -119,6 +122,18 @@ def _play(env: Any, mission: Mission) -> list[bytes]:
             actions[agent] = space.sample()
         obs, rewards, _, _, _ = env.step(actions)
         trace += [_digest(obs), _digest(rewards)]
+    return trace
+
+
+def _play_turns(env: Any, mission: Mission) -> list[bytes]:
+    """The probe episode of a turn-based env: seeded random legal moves."""
+    env.reset(seed=PROBE_SEED)
+    trace: list[bytes] = []
+    for move, agent in enumerate(env.agent_iter(min(PROBE_STEPS, mission.max_steps))):
+        obs, reward, terminated, truncated, _ = env.last()
+        trace += [_digest(obs), _digest(reward)]
+        done = terminated or truncated
+        env.step(None if done else sample_legal(env.action_space(agent), obs, PROBE_SEED + move))
     return trace
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from parcat import seeding
 from parcat.envs.base import ParallelEnv
+from parcat.envs.turns import is_turn_based, play_turns
 from parcat.errors import USER_CODE_ERRORS
 from parcat.ipc.process import Terminated
 from parcat.missions import Mission, close_env
@@ -177,17 +178,22 @@ class EpisodeRunner:
             progress.names = [seat.spec.name for seat in seats]
             self.stepper.start(mission, seats)
             progress.phase = "reset"
-            obs, _ = env.reset(seed=progress.env_seed)
+            turn_based = is_turn_based(env)
+            reset = env.reset(seed=progress.env_seed)
             progress.totals = dict.fromkeys(progress.agent_ids, 0.0)
             progress.phase = "step"
-            # parcat's own environments are checked by its tests; the check costs ~20% of
-            # a one-step episode
-            trusted = mission.env.startswith("parcat.")
-            if not trusted:
-                progress.warnings += _odd_observations(env, obs, "first")
-            last = self._play(env, task, obs, progress.totals, progress)
-            if not trusted:
-                progress.warnings += _odd_observations(env, last, "last")
+            if turn_based:
+                self._play_turns(env, task, progress)
+            else:
+                obs, _ = reset
+                # parcat's own environments are checked by its tests; the check costs
+                # ~20% of a one-step episode
+                trusted = mission.env.startswith("parcat.")
+                if not trusted:
+                    progress.warnings += _odd_observations(env, obs, "first")
+                last = self._play(env, task, obs, progress.totals, progress)
+                if not trusted:
+                    progress.warnings += _odd_observations(env, last, "last")
         except PolicyStepError as failure:
             error = _policy_error_info(failure)
         except USER_CODE_ERRORS as exc:
@@ -266,6 +272,18 @@ class EpisodeRunner:
             if on_step is not None:
                 on_step(task, steps)
         return obs
+
+    def _play_turns(self, env: Any, task: EpisodeTask, progress: _Progress) -> None:
+        """A turn-based (AEC) episode: one agent acts at a time (:mod:`parcat.envs.turns`)."""
+        act = self.stepper.act if self.tracer is None else self._traced_act(self.stepper.act)
+        on_step = self.on_step
+
+        def moved(moves: int) -> None:
+            progress.steps = moves
+            if on_step is not None:
+                on_step(task, moves)
+
+        play_turns(env, act, progress.totals, task.mission.max_steps, moved)
 
     def _traced_act(self, act: Callable[[Any, Any], dict[Any, Any]]) -> Callable[..., Any]:
         tracer = self.tracer

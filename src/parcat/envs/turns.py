@@ -1,0 +1,69 @@
+"""Turn-based (PettingZoo AEC) environments: one agent acts at a time.
+
+An AEC environment (``agent_iter()``, ``last()``, ``step(action)``; PettingZoo's classic
+games) runs natively: parcat walks ``agent_iter``, asks the acting agent's policy for one
+action on what ``last()`` shows it, and sums each agent's rewards as ``last()`` reports
+them (the reward accumulated since that agent's previous turn, so every reward is
+counted once). Seeds, results and the equality of parallel and sequential runs are the
+same as for parallel environments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+Act = Callable[[dict[Any, Any], list[Any]], dict[Any, Any]]
+"""A stepper's ``act(observations, live_agents) -> actions``."""
+
+
+def is_turn_based(env: Any) -> bool:
+    """Whether ``env`` has PettingZoo's AEC API (``agent_iter`` and ``last``)."""
+    return callable(getattr(env, "agent_iter", None)) and callable(getattr(env, "last", None))
+
+
+def play_turns(env: Any, act: Act, totals: dict[Any, float], max_moves: int,
+               on_move: Callable[[int], None] | None = None) -> int:
+    """Play a reset AEC ``env`` to its end (or ``max_moves`` moves); return the moves made.
+
+    Agents that are done are stepped with ``None``, as the API asks, and their final
+    rewards counted; a move is a live agent's action. At the move limit, each agent is
+    credited what it has accumulated but not yet been shown.
+    """
+    moves = 0
+    for agent in env.agent_iter():
+        obs, reward, terminated, truncated, _ = env.last()
+        totals[agent] = totals.get(agent, 0.0) + float(reward)
+        if terminated or truncated:
+            env.step(None)
+            continue
+        if moves >= max_moves:
+            _credit_unseen(env, totals, skip=agent)
+            break
+        actions = act({agent: obs}, [agent])
+        env.step(actions[agent])
+        moves += 1
+        if on_move is not None:
+            on_move(moves)
+    return moves
+
+
+def _credit_unseen(env: Any, totals: dict[Any, float], skip: Any) -> None:
+    """Rewards other agents earned since their last turn (``last()`` shows them later)."""
+    pending = getattr(getattr(env, "unwrapped", env), "_cumulative_rewards", None)
+    if not isinstance(pending, dict):
+        return
+    for agent, reward in pending.items():
+        if agent != skip:
+            totals[agent] = totals.get(agent, 0.0) + float(reward)
+
+
+def sample_legal(space: Any, obs: Any, seed: int) -> Any:
+    """A seeded random action, among the legal ones where ``obs`` has an ``action_mask``."""
+    space.seed(seed)
+    mask = obs.get("action_mask") if isinstance(obs, dict) else None
+    if mask is not None and np.asarray(mask).any():
+        return space.sample(mask=np.asarray(mask, dtype=np.int8))
+    return space.sample()
