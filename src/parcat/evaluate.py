@@ -16,12 +16,14 @@ from parcat.errors import ConfigError, PolicyError, WriteError
 from parcat.ipc.shm import remove_stale_blocks
 from parcat.limits import MAX_EPISODE_PARAMETERS
 from parcat.missions import Mission, load_mission
-from parcat.outputs import check_output_file
+from parcat.outputs import check_output_file, check_output_folder
 from parcat.parallel.launch import RunOptions, make_executor, plan_run
 from parcat.parallel.planner import Plan
 from parcat.policies.builtin import mlp_parameters
 from parcat.policies.specs import PolicySpec, make_policy, parse_policy_spec
 from parcat.probe import EnvCheck, check_in_a_worker
+from parcat.replay import file_name as replay_file_name
+from parcat.replay import write_index
 from parcat.report import ALL_POLICIES, make_document, summarize
 from parcat.results import EpisodeResult
 from parcat.results_file import ResultsWriter, load_finished
@@ -234,9 +236,25 @@ def check_policies(config: EvalConfig) -> None:
                     raise PolicyError(f"{exc} (mission '{mission.name}')") from exc
 
 
-def make_tasks(config: EvalConfig) -> TaskList:
-    """Missions × episodes, mission-major, made as they are asked for."""
-    return TaskList(config.missions, config.policies, config.seed, config.episodes)
+def make_tasks(config: EvalConfig, replay_dir: Path | None = None) -> TaskList:
+    """Missions × episodes, mission-major, made as they are asked for (each recording its
+    replay into ``replay_dir``, if given)."""
+    return TaskList(config.missions, config.policies, config.seed, config.episodes,
+                    replay_dir=None if replay_dir is None else str(replay_dir))
+
+
+def write_replay_index(folder: Path, episodes: Sequence[EpisodeResult]) -> None:
+    """``folder/index.json``: every episode of the run whose replay file is there."""
+    entries = []
+    for result in episodes:
+        name = replay_file_name(result.mission, result.episode_index)
+        if (folder / name).is_file():
+            entries.append({
+                "file": name, "mission": result.mission, "episode_index": result.episode_index,
+                "seed": result.seed, "steps": result.steps, "status": result.status.value,
+                "returns": {a.agent_id: a.reward for a in result.agents},
+            })
+    write_index(folder, entries)
 
 
 class StopRun(Exception):
@@ -252,6 +270,7 @@ def evaluate(
     resume: bool = False,
     keep: dict[tuple[str, int], EpisodeResult] | None = None,
     on_warning: Callable[[str], None] | None = None,
+    replay_dir: Path | None = None,
 ) -> EvalReport:
     """Run every episode of ``config`` where ``options`` and the planner say.
 
@@ -264,6 +283,8 @@ def evaluate(
         resume: Keep the finished episodes already in ``output`` and run only the rest.
         keep: Episodes already run (by ``(mission, episode_index)``); only the rest run.
         on_warning: Told when a write of ``output`` failed mid-run and will be retried.
+        replay_dir: Record every episode run into this folder (:mod:`parcat.replay`),
+            with an ``index.json`` of them at the end.
 
     Raises:
         OutputError: ``output`` cannot be written (checked before anything runs).
@@ -272,11 +293,13 @@ def evaluate(
     remove_stale_blocks()
     if output is not None:
         check_output_file(output, "--output")  # before anything runs: a bad path costs nothing
+    if replay_dir is not None:
+        check_output_folder(replay_dir, "--replay-dir")
     report = EvalReport(config, options=options)
     # the check plays a few steps of an episode: a hang there is bounded like an episode's
     report.checks = check_environments(config.missions, options.start_method_name,
                                        options.episode_timeout_s)
-    tasks = with_fresh_envs(make_tasks(config), report.checks)
+    tasks = with_fresh_envs(make_tasks(config, replay_dir), report.checks)
     done = load_finished(output, config.to_dict()) if output is not None and resume else {}
     done.update(keep or {})
     for key, result in done.items():
@@ -308,6 +331,8 @@ def evaluate(
     report.update(status)
     if status == "complete" and report.failed:
         report.status = "failed"
+    if replay_dir is not None:
+        write_replay_index(replay_dir, report.episodes)
     if writer is not None:
         try:
             writer.finish(report.status)

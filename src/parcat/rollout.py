@@ -15,6 +15,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, overload
 
 import numpy as np
@@ -27,6 +28,8 @@ from parcat.ipc.process import Terminated
 from parcat.missions import Mission, close_env
 from parcat.policies.assignment import assign_policies
 from parcat.policies.specs import PolicySpec
+from parcat.replay import Recorder
+from parcat.replay import file_name as replay_file
 from parcat.results import AgentResult, EpisodeResult, EpisodeStatus, ErrorInfo
 from parcat.stepping.base import InlineStepper, PolicyStepError, Seat, Stepper
 from parcat.trace import Tracer, now_us
@@ -44,6 +47,8 @@ class EpisodeTask:
     """The run's base seed."""
     episode_index: int
     """The episode's index within its mission."""
+    replay_dir: str | None = None
+    """Write the episode's replay (:mod:`parcat.replay`) into this folder."""
 
     @property
     def key(self) -> tuple[str, int]:
@@ -66,11 +71,13 @@ class TaskList(Sequence[EpisodeTask]):
     """
 
     def __init__(self, missions: Sequence[Mission], policies: tuple[PolicySpec, ...],
-                 seed: int, episodes: int, positions: Sequence[int] | None = None) -> None:
+                 seed: int, episodes: int, positions: Sequence[int] | None = None,
+                 replay_dir: str | None = None) -> None:
         self.missions = tuple(missions)
         self.policies = policies
         self.seed = seed
         self.episodes = episodes
+        self.replay_dir = replay_dir
         self.positions: Sequence[int] = (range(len(self.missions) * episodes)
                                          if positions is None else positions)
 
@@ -87,7 +94,8 @@ class TaskList(Sequence[EpisodeTask]):
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         mission, episode = divmod(int(self.positions[index]), self.episodes)
-        return EpisodeTask(self.missions[mission], self.policies, self.seed, episode)
+        return EpisodeTask(self.missions[mission], self.policies, self.seed, episode,
+                           self.replay_dir)
 
     def position(self, key: tuple[str, int]) -> int | None:
         """Where the task ``(mission name, episode index)`` is among all the run's tasks."""
@@ -99,11 +107,13 @@ class TaskList(Sequence[EpisodeTask]):
 
     def subset(self, positions: Sequence[int]) -> TaskList:
         """The tasks at these positions among all the run's tasks."""
-        return TaskList(self.missions, self.policies, self.seed, self.episodes, positions)
+        return TaskList(self.missions, self.policies, self.seed, self.episodes, positions,
+                        self.replay_dir)
 
     def with_missions(self, missions: Sequence[Mission]) -> TaskList:
         """The same tasks with the missions replaced (e.g. set to fresh environments)."""
-        return TaskList(missions, self.policies, self.seed, self.episodes, self.positions)
+        return TaskList(missions, self.policies, self.seed, self.episodes, self.positions,
+                        self.replay_dir)
 
 
 @dataclass
@@ -118,6 +128,8 @@ class _Progress:
     totals: dict[Any, float] = field(default_factory=dict)
     steps: int = 0
     phase: str = "setup"
+    recorder: Recorder | None = None
+    turn_based: bool = False
     warnings: list[str] = field(default_factory=list)
 
 
@@ -178,7 +190,11 @@ class EpisodeRunner:
             progress.names = [seat.spec.name for seat in seats]
             self.stepper.start(mission, seats)
             progress.phase = "reset"
-            turn_based = is_turn_based(env)
+            progress.turn_based = turn_based = is_turn_based(env)
+            if task.replay_dir is not None:
+                progress.recorder = Recorder(
+                    progress.agent_ids, [s.agent.observation_space for s in seats],
+                    [s.agent.action_space for s in seats])
             reset = env.reset(seed=progress.env_seed)
             progress.totals = dict.fromkeys(progress.agent_ids, 0.0)
             progress.phase = "step"
@@ -216,6 +232,8 @@ class EpisodeRunner:
             # state from the episode before cannot be reused: the next episode gets a new one
             self._discard_env(mission)
         late = self.stepper.late_actions()
+        if progress.recorder is not None and task.replay_dir is not None:
+            self._save_replay(task, progress, error)
         if self.tracer is not None:
             self.tracer.span(f"{mission.name} #{task.episode_index}", progress.started_us, now_us(),
                              lane=self.lane, steps=progress.steps,
@@ -259,6 +277,8 @@ class EpisodeRunner:
         step: Callable[[Any], Any] = env.step
         if self.tracer is not None:
             act, step = self._traced_act(act), self._traced_step(step)
+        if progress.recorder is not None:
+            act, step = progress.recorder.wrap_act(act), progress.recorder.wrap_step(step)
         on_step = self.on_step
         max_steps = task.mission.max_steps
         steps = 0
@@ -273,9 +293,30 @@ class EpisodeRunner:
                 on_step(task, steps)
         return obs
 
+    def _save_replay(self, task: EpisodeTask, progress: _Progress,
+                     error: ErrorInfo | None) -> None:
+        mission, recorder = task.mission, progress.recorder
+        assert recorder is not None and task.replay_dir is not None
+        meta = {
+            "mission": mission.name, "env": mission.env, "params": dict(mission.params),
+            "max_steps": mission.max_steps, "seed": progress.env_seed,
+            "episode_index": task.episode_index, "steps": progress.steps,
+            "status": "ok" if error is None else "failed", "turn_based": progress.turn_based,
+            "policies": list(progress.names),
+            "returns": [float(progress.totals.get(a, 0.0)) for a in progress.agent_ids],
+        }
+        try:
+            recorder.save(Path(task.replay_dir) / replay_file(mission.name, task.episode_index),
+                          meta)
+        except OSError as exc:
+            progress.warnings.append(f"the replay could not be written: {exc}")
+
     def _play_turns(self, env: Any, task: EpisodeTask, progress: _Progress) -> None:
         """A turn-based (AEC) episode: one agent acts at a time (:mod:`parcat.envs.turns`)."""
         act = self.stepper.act if self.tracer is None else self._traced_act(self.stepper.act)
+        recorder = progress.recorder
+        if recorder is not None:
+            act = recorder.wrap_act(act)
         on_step = self.on_step
 
         def moved(moves: int) -> None:
@@ -283,7 +324,8 @@ class EpisodeRunner:
             if on_step is not None:
                 on_step(task, moves)
 
-        play_turns(env, act, progress.totals, task.mission.max_steps, moved)
+        play_turns(env, act, progress.totals, task.mission.max_steps, moved,
+                   recorder.turn if recorder is not None else None)
 
     def _traced_act(self, act: Callable[[Any, Any], dict[Any, Any]]) -> Callable[..., Any]:
         tracer = self.tracer

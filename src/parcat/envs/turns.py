@@ -25,12 +25,14 @@ def is_turn_based(env: Any) -> bool:
 
 
 def play_turns(env: Any, act: Act, totals: dict[Any, float], max_moves: int,
-               on_move: Callable[[int], None] | None = None) -> int:
+               on_move: Callable[[int], None] | None = None,
+               on_turn: Callable[[Any, float], None] | None = None) -> int:
     """Play a reset AEC ``env`` to its end (or ``max_moves`` moves); return the moves made.
 
     Agents that are done are stepped with ``None``, as the API asks, and their final
     rewards counted; a move is a live agent's action. At the move limit, each agent is
-    credited what it has accumulated but not yet been shown.
+    credited what it has accumulated but not yet been shown. ``on_move(moves)`` is called
+    after every move, ``on_turn(agent, reward shown)`` once the agent has moved.
     """
     moves = 0
     for agent in env.agent_iter():
@@ -44,6 +46,8 @@ def play_turns(env: Any, act: Act, totals: dict[Any, float], max_moves: int,
             break
         actions = act({agent: obs}, [agent])
         env.step(actions[agent])
+        if on_turn is not None:
+            on_turn(agent, float(reward))
         moves += 1
         if on_move is not None:
             on_move(moves)

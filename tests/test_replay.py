@@ -1,0 +1,88 @@
+"""Replays: every episode's observations, actions and rewards, written where it ran, read
+back, and played again from the seed and the actions."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from parcat import replay
+from parcat.evaluate import EvalConfig, evaluate, make_config
+from parcat.missions import Mission
+from parcat.parallel.launch import RunOptions
+from parcat.policies.specs import parse_policy_spec
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_every_episode_is_recorded_and_plays_back_to_the_same_rewards(
+        tmp_path: Path, jobs: int) -> None:
+    config = make_config(["harvest", "evade"], ["greedy", "random"], episodes=3, seed=2,
+                         overrides={"max_steps": 15})
+    report = evaluate(config, RunOptions(jobs=jobs), replay_dir=tmp_path)
+    index = json.loads((tmp_path / replay.INDEX).read_text())
+    assert (index["format"], index["version"]) == (replay.FORMAT, replay.VERSION)
+    assert [(e["mission"], e["episode_index"]) for e in index["episodes"]] == \
+        [(r.mission, r.episode_index) for r in report.episodes]
+    for result in report.episodes:
+        recorded = replay.read(tmp_path / replay.file_name(result.mission, result.episode_index))
+        assert recorded.meta["seed"] == result.seed and recorded.meta["steps"] == result.steps
+        for i, agent in enumerate(result.agents):
+            # the per-step rewards add up to the episode's return
+            assert recorded.arrays[f"rew_{i}"].sum() == pytest.approx(agent.reward)
+            assert len(recorded.arrays[f"obs_{i}"]) == len(recorded.arrays[f"act_{i}"])
+        drawn = list(replay.frames(recorded))
+        assert len(drawn) == result.steps + 1
+        assert all(not problems for _, _, problems in drawn)
+        assert all(isinstance(frame, str) and frame for _, frame, _ in drawn)
+
+
+def test_the_same_seed_records_the_same_arrays_at_any_worker_count(tmp_path: Path) -> None:
+    config = make_config(["harvest"], ["random"], episodes=4, seed=5, overrides={"max_steps": 10})
+    for jobs in (1, 2):
+        evaluate(config, RunOptions(jobs=jobs), replay_dir=tmp_path / str(jobs))
+    for k in range(4):
+        one = replay.read(tmp_path / "1" / replay.file_name("harvest", k))
+        two = replay.read(tmp_path / "2" / replay.file_name("harvest", k))
+        assert one.meta == two.meta
+        assert all(np.array_equal(one.arrays[key], two.arrays[key]) for key in one.arrays)
+
+
+def test_a_turn_based_game_records_each_turn(tmp_path: Path) -> None:
+    nim = Mission(name="nim", env="tests.envs.nim:NimEnv", params={"low": 5, "high": 15},
+                  max_steps=100)
+    config = EvalConfig((nim,), (parse_policy_spec("random"),), 2, 0)
+    report = evaluate(config, RunOptions(jobs=1), replay_dir=tmp_path)
+    recorded = replay.read(tmp_path / replay.file_name("nim", 0))
+    assert recorded.meta["turn_based"] is True
+    moves = sum(len(recorded.arrays[f"step_{i}"]) for i in range(2))
+    assert moves == report.episodes[0].steps
+    # observations are flattened: the pile and the 3-entry action mask
+    assert recorded.arrays["obs_0"].shape[1] == 4
+    with pytest.raises(replay.ReplayError, match="turn-based games is not supported"):
+        next(replay.frames(recorded))
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (None, "does not exist or is not a file"),
+    (b"not a zip", "cannot be read"),
+])
+def test_a_bad_replay_file_is_one_clear_error(tmp_path: Path, content: bytes | None,
+                                              message: str) -> None:
+    path = tmp_path / "x.npz"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(replay.ReplayError, match=re.escape(message)):
+        replay.read(path)
+
+
+def test_another_format_version_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "v2.npz"
+    meta = json.dumps({"format": replay.FORMAT, "version": 2})
+    np.savez(path, meta=np.array(meta))
+    with pytest.raises(replay.ReplayError, match=re.escape("is format version 2; this parcat "
+                                                           "reads version 1")):
+        replay.read(path)
