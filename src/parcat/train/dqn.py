@@ -37,8 +37,8 @@ from parcat.train.learner import Transitions, decode_rng, encode_rng
 from parcat.train.mlp import (
     Layers,
     adam_update,
-    clip_grad,
     backward,
+    clip_grad,
     forward_blas,
     forward_einsum,
     init_params,

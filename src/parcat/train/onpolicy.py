@@ -62,7 +62,7 @@ class Rollout:
         Raises:
             CheckpointError: a column is missing or the columns disagree in shape.
         """
-        columns = {}
+        columns: dict[str, np.ndarray] = {}
         for key in FIELDS:
             if prefix + key not in arrays:
                 raise CheckpointError(f"rollout state: array '{prefix}{key}' is missing")

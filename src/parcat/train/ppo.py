@@ -29,6 +29,7 @@ rollout not yet trained on) resumes bit for bit.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -89,7 +90,8 @@ class PPOLearner:
         self.action_space = action_space
         self.obs_dim = int(np.prod(observation_space.shape or (0,)))
         self.discrete = _check_actions(action_space)
-        n_out = int(action_space.n) if self.discrete else int(np.prod(action_space.shape))  # type: ignore[attr-defined]
+        space: Any = action_space
+        n_out = int(space.n) if self.discrete else int(np.prod(space.shape))
         self.action_dim = 1 if self.discrete else n_out
         actor = dense_sizes("ppo", self.obs_dim, config.width, config.depth, n_out, ConfigError)
         critic = dense_sizes("ppo", self.obs_dim, config.width, config.depth, 1, ConfigError)
@@ -275,7 +277,7 @@ class PPOLearner:
         """One minibatch step; returns (loss, policy loss, value loss, entropy, approx KL)."""
         config = self.settings
         size = np.float32(len(batch["rewards"]))
-        actor, critic, log_std = self._layers
+        actor, critic, _ = self._layers
         grad_actor, grad_critic, grad_log_std = self._grads
         acts = forward_blas(actor, batch["obs"])
         crits = forward_blas(critic, batch["obs"])
@@ -358,8 +360,8 @@ def _check_actions(space: gymnasium.spaces.Space[Any]) -> bool:
 
 def _split(flat: np.ndarray, actor: list[int], critic: list[int]) -> Any:
     """(actor layers, critic layers, log-std) views into one flat parameter vector."""
-    n_actor = sum(i * o + o for i, o in zip(actor, actor[1:], strict=False))
-    n_critic = sum(i * o + o for i, o in zip(critic, critic[1:], strict=False))
+    n_actor = sum(i * o + o for i, o in itertools.pairwise(actor))
+    n_critic = sum(i * o + o for i, o in itertools.pairwise(critic))
     return (views(flat[:n_actor], actor), views(flat[n_actor : n_actor + n_critic], critic),
             flat[n_actor + n_critic :])
 

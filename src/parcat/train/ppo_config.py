@@ -65,7 +65,9 @@ class PPOConfig:
         known = [f.name for f in fields(cls)]
         unknown = sorted(str(key) for key in values if key not in known)
         if unknown:
-            raise ConfigError(f"ppo: unknown option '{clip(unknown[0])}'; known: {', '.join(known)}")
+            raise ConfigError(
+                f"ppo: unknown option '{clip(unknown[0])}'; known: {', '.join(known)}"
+            )
         return cls(**values)
 
 
