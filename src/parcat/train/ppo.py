@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,6 +39,7 @@ import numpy as np
 from parcat.errors import CheckpointError, ConfigError
 from parcat.limits import dense_sizes
 from parcat.seeding import derive_seed
+from parcat.train.distributions import categorical, gaussian, softmax
 from parcat.train.learner import Transitions, decode_rng, encode_rng
 from parcat.train.mlp import (
     Layers,
@@ -59,7 +59,6 @@ __all__ = ["PPOConfig", "PPOLearner"]
 
 _ACT_STREAM, _SHUFFLE_STREAM, _CRITIC_STREAM = 1, 2, 3
 _SQUASH_EPS = 1e-6
-_LOG_2PI = math.log(2.0 * math.pi)
 
 
 class PPOLearner:
@@ -157,7 +156,7 @@ class PPOLearner:
         if self.discrete:
             if not explore:
                 return out.argmax(axis=1).astype(np.int64)
-            probs = _softmax(out.astype(np.float64))
+            probs = softmax(out.astype(np.float64))
             draws = self.rng.random(len(x))[:, None]
             chosen = (probs.cumsum(axis=1) < draws).sum(axis=1)
             return np.minimum(chosen, out.shape[1] - 1).astype(np.int64)
@@ -318,8 +317,8 @@ class PPOLearner:
         ``sum(g * logp) + c * sum(entropy)`` as (d/d out, d/d log_std).
         """
         if self.discrete:
-            return _categorical(out, actions[:, 0].astype(np.int64), grads)
-        return _gaussian(out, actions, self._layers[2], grads)
+            return categorical(out, actions[:, 0].astype(np.int64), grads)
+        return gaussian(out, actions, self._layers[2], grads)
 
     def _raw_actions(self, actions: np.ndarray, n: int) -> np.ndarray:
         """Discrete: the index as a float column; Box: the pre-tanh value (squash inverted)."""
@@ -364,46 +363,6 @@ def _split(flat: np.ndarray, actor: list[int], critic: list[int]) -> Any:
     n_critic = sum(i * o + o for i, o in itertools.pairwise(critic))
     return (views(flat[:n_actor], actor), views(flat[n_actor : n_actor + n_critic], critic),
             flat[n_actor + n_critic :])
-
-
-def _softmax(z: np.ndarray) -> np.ndarray:
-    e = np.exp(z - z.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
-
-
-def _categorical(z: np.ndarray, actions: np.ndarray, grads: bool) -> Any:
-    shifted = z - z.max(axis=1, keepdims=True)
-    log_all = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-    probs = np.exp(log_all)
-    rows = np.arange(len(z))
-    logp = log_all[rows, actions]
-    entropy = -(probs * log_all).sum(axis=1)
-    if not grads:
-        return logp, entropy
-
-    def grad(g: np.ndarray, c: np.float32) -> tuple[np.ndarray, np.ndarray]:
-        d_out = -g[:, None] * probs
-        d_out[rows, actions] += g
-        d_out -= c * probs * (log_all + entropy[:, None])  # d entropy / d z = -p (log p + H)
-        return d_out, np.zeros(0, np.float32)
-
-    return logp, entropy, grad
-
-
-def _gaussian(mean: np.ndarray, u: np.ndarray, log_std: np.ndarray, grads: bool) -> Any:
-    std = np.exp(log_std)
-    z = (u - mean) / std
-    logp = (-0.5 * z * z - log_std - np.float32(0.5 * _LOG_2PI)).sum(axis=1)
-    entropy = np.full(len(mean), (log_std + np.float32(0.5 * (1.0 + _LOG_2PI))).sum(),
-                      np.float32)
-    if not grads:
-        return logp, entropy
-
-    def grad(g: np.ndarray, c: np.float32) -> tuple[np.ndarray, np.ndarray]:
-        d_log_std = (g[:, None] * (z * z - 1.0)).sum(axis=0) + c * np.float32(len(mean))
-        return g[:, None] * z / std, d_log_std.astype(np.float32)
-
-    return logp, entropy, grad
 
 
 def _expect(arrays: Mapping[str, np.ndarray], key: str, shape: tuple[int, ...] | None) -> Any:
