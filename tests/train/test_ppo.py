@@ -83,6 +83,21 @@ def test_check_learner_names_every_violation() -> None:
         check_learner(object.__new__(_Missing), spec(spaces.Discrete(3)))
 
 
+class WrongPolicyKwargs(PPOLearner):
+    """Declares a wider network than the one it trains."""
+
+    @property
+    def policy_kwargs(self) -> dict[str, int]:
+        return {"width": 99, "depth": 1}
+
+
+def test_check_learner_loads_the_declared_policy() -> None:
+    message = ("policy_arrays() do not load into parcat.policies.builtin:MLPPolicy: "
+               "PolicyError: mlp: array 'w0' expected shape (3, 99), got (3, 16)")
+    with pytest.raises(ConformanceError, match=re.escape(message)):
+        check_learner(WrongPolicyKwargs, spec(spaces.Discrete(2)), SMALL)
+
+
 class _Missing:
     policy = "x:Y"
     policy_kwargs: dict[str, Any] = {}
