@@ -2,16 +2,19 @@
 
 Use them in your own tests the way PettingZoo's ``parallel_api_test`` is used::
 
-    from parcat.testing import check_env, check_policy
+    from parcat.testing import check_env, check_learner, check_policy
     check_env(MyEnv())
     check_policy(MyPolicy(agent_spec), agent_spec)
+    check_learner(MyLearner, agent_spec, {"lr": 0.01})
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import math
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import gymnasium
@@ -168,3 +171,156 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return np.array_equal(np.asarray(a), np.asarray(b))
     return bool(a == b)
+
+
+LEARNER_METHODS = ("act", "observe", "train_step", "state_dict", "load_state_dict",
+                   "policy_arrays", "load_policy_arrays")
+LEARNER_ATTRIBUTES = ("policy", "policy_kwargs", "config", "num_observed")
+
+
+def check_learner(learner: Any, spec: AgentSpec, options: Mapping[str, Any] | None = None,
+                  seed: int = 0, num_rows: int = 8) -> None:
+    """Check that a learner keeps :class:`parcat.train.learner.Learner`'s contract.
+
+    Args:
+        learner: A learner, or its class (built as ``parcat train`` builds it, from
+            ``spec``'s spaces, ``options`` and ``seed``; then its state is also loaded into
+            a second instance built with another seed).
+        spec: The agent it learns for (its observation and action spaces).
+        options: The class's options (the train YAML's ``learner`` without ``class``).
+        seed: Seed of the build and of the sampled observations.
+        num_rows: Rows per batch of observations.
+
+    Raises:
+        ConformanceError: naming every broken rule found, ``; ``-separated.
+    """
+    from parcat.train.recipes import LearnerRecipe
+
+    recipe = None
+    if isinstance(learner, type):
+        recipe = LearnerRecipe(learner, spec.observation_space,  # type: ignore[arg-type]
+                               spec.action_space, dict(options or {}), seed)
+        learner = recipe.build()
+    problems = _missing_members(learner)
+    if not problems:
+        problems = _LearnerCheck(learner, spec, seed, num_rows).run(recipe)
+    _require(not problems, "; ".join(problems))
+
+
+def _missing_members(learner: Any) -> list[str]:
+    problems = [f"learner has no {name}() method" for name in LEARNER_METHODS
+                if not callable(getattr(learner, name, None))]
+    problems += [f"learner has no '{name}' attribute" for name in LEARNER_ATTRIBUTES
+                 if not hasattr(learner, name)]
+    if problems:
+        return problems
+    if not isinstance(learner.policy, str) or ":" not in learner.policy:
+        problems.append(f"learner.policy must be a 'module:Class' string, got {learner.policy!r}")
+    for name in ("policy_kwargs", "config"):
+        value = getattr(learner, name)
+        try:
+            json.dumps(dict(value))
+        except (TypeError, ValueError) as exc:
+            problems.append(f"learner.{name} must be a JSON-able mapping: {exc}")
+    return problems
+
+
+class _LearnerCheck:
+    """One learner's behaviour checks; each adds what it finds to :attr:`problems`."""
+
+    def __init__(self, learner: Any, spec: AgentSpec, seed: int, num_rows: int) -> None:
+        self.learner, self.spec = learner, spec
+        space = copy.deepcopy(spec.observation_space)
+        space.seed(seed)
+        self.obs = np.stack([np.asarray(space.sample(), np.float32).reshape(-1)
+                             for _ in range(num_rows)])
+        self.problems: list[str] = []
+
+    def run(self, recipe: Any) -> list[str]:
+        actions = self.actions(explore=True)
+        if actions is not None and not self.problems:
+            self.observe_and_train(actions)
+        self.finite("policy_arrays", self.learner.policy_arrays())
+        state = self.learner.state_dict()
+        self.finite("state_dict", state, skip="buffer.")
+        self.round_trip(state, self.learner, "itself")
+        if recipe is not None:
+            other = replace(recipe, seed=recipe.seed + 1).build()
+            self.round_trip(state, other, "a new instance")
+        self.loads_into_policy()
+        return self.problems
+
+    def actions(self, explore: bool) -> np.ndarray | None:
+        acts = np.asarray(self.learner.act(self.obs, explore=explore))
+        space, n = self.spec.action_space, len(self.obs)
+        if isinstance(space, gymnasium.spaces.Discrete):
+            ok = acts.shape == (n,) and np.issubdtype(acts.dtype, np.integer)
+            expected = f"int64 ({n},)"
+        else:
+            ok = acts.shape == (n, *(space.shape or ())) and np.issubdtype(acts.dtype,
+                                                                            np.floating)
+            expected = f"float {(n, *(space.shape or ()))}"
+        if not ok:
+            self.problems.append(f"act(explore={explore}) must return {expected} actions, got "
+                                 f"{acts.dtype} {acts.shape}")
+            return None
+        outside = [a for a in acts if not space.contains(np.asarray(a, dtype=space.dtype))]
+        if outside:
+            self.problems.append(f"act(explore={explore}) returned {outside[0]!r}, "
+                                 f"outside {space}")
+        return acts
+
+    def observe_and_train(self, actions: np.ndarray) -> None:
+        from parcat.train.learner import Transitions
+
+        n = len(self.obs)
+        before = int(self.learner.num_observed)
+        rewards = np.linspace(-1, 1, n, dtype=np.float32)
+        ends = np.arange(n) % 4 == 3
+        for _ in range(4):
+            self.learner.observe(Transitions(self.obs, actions, rewards, self.obs[::-1].copy(),
+                                             ends, np.zeros(n, bool), np.arange(n)))
+        if int(self.learner.num_observed) != before + 4 * n:
+            self.problems.append(f"observe() of {4 * n} transitions moved num_observed from "
+                                 f"{before} to {self.learner.num_observed}")
+        metrics = self.learner.train_step()
+        if not isinstance(metrics, Mapping) or not all(
+                isinstance(v, int | float) and math.isfinite(v) for v in metrics.values()):
+            self.problems.append(f"train_step() must return a mapping of finite numbers, "
+                                 f"got {metrics!r}")
+
+    def finite(self, what: str, arrays: Any, skip: str = "") -> None:
+        for key, value in dict(arrays).items():
+            if not isinstance(value, np.ndarray):
+                self.problems.append(f"{what}()['{key}'] is a {type(value).__name__}, "
+                                     "not a numpy array")
+            elif not key.startswith(skip or "\0") and value.dtype.kind in "fc" and \
+                    not np.all(np.isfinite(value)):
+                self.problems.append(f"{what}()['{key}'] holds non-finite values")
+
+    def round_trip(self, state: dict[str, np.ndarray], target: Any, into: str) -> None:
+        greedy = np.asarray(self.learner.act(self.obs, explore=False))
+        target.load_state_dict(state)
+        again = target.state_dict()
+        if state.keys() != again.keys() or not all(_same(state[k], again[k]) for k in state):
+            self.problems.append(f"state_dict() loaded into {into} does not round-trip")
+        elif not _same(greedy, np.asarray(target.act(self.obs, explore=False))):
+            self.problems.append(f"after load_state_dict() {into} acts differently")
+
+    def loads_into_policy(self) -> None:
+        from parcat.imports import import_reference
+
+        try:
+            policy = import_reference(self.learner.policy)(self.spec,
+                                                           **dict(self.learner.policy_kwargs))
+            policy.load_state_dict(self.learner.policy_arrays())
+        except Exception as exc:  # any failure is what we report
+            self.problems.append(f"policy_arrays() do not load into {self.learner.policy}: "
+                                 f"{type(exc).__name__}: {exc}")
+            return
+        acts = [policy.step(o) for o in self.obs]
+        greedy = self.learner.act(self.obs, explore=False)
+        if not np.allclose(np.asarray(acts, np.float64), np.asarray(greedy, np.float64),
+                           atol=1e-5):
+            self.problems.append(f"{self.learner.policy} loaded with policy_arrays() acts "
+                                 "otherwise than act(explore=False)")

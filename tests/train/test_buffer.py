@@ -151,7 +151,7 @@ def test_loading_a_missing_key_fails() -> None:
 
 
 def test_mismatched_batch_is_rejected() -> None:
-    obs, actions, rewards, next_obs, terminated = _transitions(0, 4)
+    obs, actions, rewards, next_obs, terminated, *_ = _transitions(0, 4)
     message = "replay buffer: 'next_obs' expected shape (4, 3) (from 4 actions), got (3, 3)"
     with pytest.raises(ValueError, match=re.escape(message)):
         ReplayBuffer(8, OBS_DIM).add_batch(

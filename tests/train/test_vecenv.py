@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
+import gymnasium
 import numpy as np
 import pytest
 
@@ -142,12 +143,14 @@ def only_in_the_parent(**params: Any) -> Any:
 
 
 def test_learner_worker_trains_and_reports_its_death() -> None:
-    from parcat.train.dqn import DQNConfig, DQNLearner
+    from parcat.train.dqn import DQNLearner
+    from parcat.train.recipes import LearnerRecipe
 
-    learner = DQNLearner(4, 3, DQNConfig.from_mapping({"width": 8, "depth": 1, "seed": 1,
-                                                       "learning_starts": 8,
-                                                       "batch_size": 8}))
-    worker = LearnerWorker({"a": learner}, train_steps=2)
+    recipe = LearnerRecipe(DQNLearner, gymnasium.spaces.Box(-1, 1, (4,)),
+                           gymnasium.spaces.Discrete(3),
+                           {"width": 8, "depth": 1, "learning_starts": 8, "batch_size": 8}, 1)
+    learner = recipe.build()
+    worker = LearnerWorker({"a": learner}, {"a": recipe}, train_steps=2)
     try:
         rng = np.random.default_rng(0)
         batch = Transitions(rng.normal(size=(16, 4)), rng.integers(0, 3, 16),

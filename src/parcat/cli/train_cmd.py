@@ -41,6 +41,10 @@ ParallelTrainingOpt = Annotated[
 SharedLearnerOpt = Annotated[
     bool | None, typer.Option("--shared-learner/--independent", help="One learner for all agents.")
 ]
+LearnerOpt = Annotated[
+    str | None, typer.Option("--learner", help="Learner: dqn, ppo, or module:Class "
+                             "(the YAML's learner.class).")
+]
 CheckpointEveryOpt = Annotated[int | None, typer.Option(help="Checkpoint every N epochs.")]
 RunDirOpt = Annotated[str | None, typer.Option(help="Run directory (default runs/<mission>).")]
 MetricsFormatOpt = Annotated[
@@ -69,6 +73,7 @@ def train_command(
     train_steps: TrainStepsOpt = None,
     parallel_training: ParallelTrainingOpt = None,
     shared_learner: SharedLearnerOpt = None,
+    learner: LearnerOpt = None,
     seed: opts.Seed = None,
     checkpoint_every: CheckpointEveryOpt = None,
     run_dir: RunDirOpt = None,
@@ -89,6 +94,7 @@ def train_command(
             "env_workers": env_workers, "envs_per_worker": envs_per_worker, "mode": mode,
             "train_interval": train_interval, "train_steps": train_steps,
             "parallel_training": parallel_training, "shared_learner": shared_learner,
+            "learner": {"class": learner} if learner is not None else None,
             "seed": seed, "checkpoint_every": checkpoint_every, "run_dir": run_dir,
             "metrics_format": metrics_format, "init_from": init_from, "render": render,
             "backend": backend, "address": address,

@@ -134,16 +134,23 @@ class MLPPolicy:
         width: Units per hidden layer.
         depth: Number of hidden layers.
         init_seed: Seed of the initial weights.
+        agent_ids: A network shared by these agents (``parcat train --shared-learner``):
+            the one-hot of ``spec.agent_id``'s position among them follows the observation.
     """
 
     stateless = True
-    """Actions depend only on the observation: one instance may act for many agents."""
+    """Actions depend only on the observation: one instance may act for many agents (not
+    with ``agent_ids``: a shared network acts differently per agent)."""
 
-    def __init__(self, spec: AgentSpec, width: int = 64, depth: int = 2, init_seed: int = 0):
+    def __init__(self, spec: AgentSpec, width: int = 64, depth: int = 2, init_seed: int = 0,
+                 agent_ids: Sequence[str] | None = None):
         self.obs_space = spec.observation_space
         self.action_space = spec.action_space
-        sizes = mlp_sizes(spaces.flatdim(self.obs_space), _output_size(self.action_space),
-                          width, depth)
+        self.agent_id = _one_hot(spec, agent_ids)
+        if agent_ids is not None:
+            self.stateless = False
+        n_in = spaces.flatdim(self.obs_space) + len(self.agent_id)
+        sizes = mlp_sizes(n_in, _output_size(self.action_space), width, depth)
         rng = np.random.default_rng(init_seed)
         self.weights: list[np.ndarray] = []
         self.biases: list[np.ndarray] = []
@@ -173,6 +180,8 @@ class MLPPolicy:
     def step_batch(self, obs_batch: Sequence[Any]) -> list[Any]:
         """Act on many observations with one forward pass."""
         x = np.stack([_flat(self.obs_space, o) for o in obs_batch]).astype(np.float32)
+        if len(self.agent_id):
+            x = np.concatenate((x, np.tile(self.agent_id, (len(x), 1))), axis=1)
         out = self.forward(x)
         space = self.action_space
         if isinstance(space, spaces.Discrete):
@@ -229,6 +238,19 @@ def mlp_sizes(n_in: int, n_out: int, width: Any, depth: Any) -> list[int]:
                 f"mlp: '{name}' must be an integer between 1 and {high:,}, got {brief(value)}"
             )
     return dense_sizes("mlp", n_in, width, depth, n_out, PolicyError)
+
+
+def _one_hot(spec: AgentSpec, agent_ids: Sequence[str] | None) -> np.ndarray:
+    """The agent's one-hot id among ``agent_ids`` (empty without them)."""
+    if agent_ids is None:
+        return np.zeros(0, dtype=np.float32)
+    ids = [str(a) for a in agent_ids] if isinstance(agent_ids, list | tuple) else None
+    if not ids or str(spec.agent_id) not in ids:
+        raise PolicyError(f"mlp: 'agent_ids' must be a list naming agent '{spec.agent_id}', "
+                          f"got {brief(agent_ids)}")
+    one_hot = np.zeros(len(ids), dtype=np.float32)
+    one_hot[ids.index(str(spec.agent_id))] = 1.0
+    return one_hot
 
 
 def _flat(space: gymnasium.spaces.Space[Any], obs: Any) -> np.ndarray:

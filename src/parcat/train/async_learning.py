@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from parcat.train.dqn import DQNLearner
-from parcat.train.learner import Transitions
+from parcat.train.learner import Learner, Transitions
 from parcat.train.learner_process import LearnerWorker, Round
+from parcat.train.recipes import LearnerRecipe
 
 
 class AsyncLearning:
@@ -18,17 +19,19 @@ class AsyncLearning:
 
     Args:
         learners: The acting learners by name (one per agent, or ``shared``).
+        recipes: What each was built from (the learner process rebuilds from them).
         train_steps: Gradient updates per learner per round.
         on_event: Called with ``("train_start" | "train_end", epoch)``.
         parallel: Train the learners at once in the learner process.
         threads: Threads for that (0: one per learner).
     """
 
-    def __init__(self, learners: dict[str, DQNLearner], train_steps: int,
-                 on_event: Callable[[str, int], None], parallel: bool = False,
+    def __init__(self, learners: dict[str, Learner], recipes: dict[str, LearnerRecipe],
+                 train_steps: int, on_event: Callable[[str, int], None], parallel: bool = False,
                  threads: int = 0) -> None:
         self.learners = learners
-        self.process = LearnerWorker(learners, train_steps, parallel=parallel, threads=threads)
+        self.process = LearnerWorker(learners, recipes, train_steps, parallel=parallel,
+                                     threads=threads)
         self.on_event = on_event
         self.pending: dict[str, list[Transitions]] = {name: [] for name in learners}
         self.losses: dict[str, float] = {name: math.nan for name in learners}
@@ -87,4 +90,6 @@ class AsyncLearning:
 
 
 def _concat(parts: list[Transitions]) -> Transitions:
-    return Transitions(*(np.concatenate(column) for column in zip(*parts, strict=True)))
+    columns: Any = [None if any(c is None for c in column) else np.concatenate(column)
+                    for column in zip(*parts, strict=True)]
+    return Transitions(*columns)

@@ -71,7 +71,7 @@ class ReplayBuffer:
         Raises:
             ValueError: the arrays disagree on the batch size or an observation's shape.
         """
-        arrays = self._as_batch(*batch)
+        arrays = self._as_batch(*batch[: len(FIELDS)])
         n = len(arrays["actions"])
         if n == 0:
             return

@@ -11,7 +11,7 @@ from typing import Any
 from parcat.errors import ConfigError, brief, clip
 from parcat.limits import MAX_COUNT, MAX_TRAIN_ENVS, MAX_WORKERS
 from parcat.raycluster import Backend
-from parcat.train.dqn import DQNConfig
+from parcat.train.recipes import check_learner_options
 from parcat.yamlfile import read_yaml_mapping
 
 
@@ -66,7 +66,9 @@ class TrainConfig:
     shared_learner: bool = False
     """One learner on the pooled experience of all agents instead of one per agent."""
     learner: Mapping[str, Any] = field(default_factory=dict, hash=False)
-    """DQN hyperparameters (see ``parcat.train.dqn.DQNConfig``)."""
+    """The learner: ``class`` (a built-in name, ``dqn`` or ``ppo``, or ``module:Class``;
+    default ``dqn``; ``--learner``) and its options (``parcat.train.dqn.DQNConfig``,
+    ``parcat.train.ppo_config.PPOConfig``, or the class's own)."""
     seed: int = 0
     """Seeds environments, tasks, exploration and initial weights."""
     checkpoint_every: int = 5
@@ -105,7 +107,7 @@ class TrainConfig:
         for name in ("mission", "run_dir", "init_from", "address"):
             if not isinstance(getattr(self, name), str):
                 raise ConfigError(f"{name} must be a string, got {brief(getattr(self, name))}")
-        DQNConfig.from_mapping(self.learner)  # the learner's own checks, before any run
+        check_learner_options(self.learner)  # the learner's own checks, before any run
         if self.render:  # rendering shows one local env: everything in this process
             object.__setattr__(self, "env_workers", 0)
             object.__setattr__(self, "mode", LearningMode.SYNC)
@@ -179,9 +181,10 @@ def load_train_config(path: str | Path | None, flags: Mapping[str, Any]) -> Trai
         # jobs and env_workers are two ways to lay out the run: flags give it whole
         for key in LAYOUT_KEYS:
             data.pop(key, None)
-    if isinstance(data.get("overrides"), Mapping) and "overrides" in given:
-        # --set adds to (and wins over) the file's mission overrides
-        given["overrides"] = {**data["overrides"], **given["overrides"]}
+    for key in ("overrides", "learner"):
+        if isinstance(data.get(key), Mapping) and key in given:
+            # --set / --learner add to (and win over) the file's mapping, key by key
+            given[key] = {**data[key], **given[key]}
     data.update(given)
     try:
         return replace(TrainConfig(), **data)

@@ -13,167 +13,41 @@ captures everything needed to resume bit for bit.
 
 from __future__ import annotations
 
-import itertools
-import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
+import gymnasium
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
-from parcat.errors import CheckpointError, ConfigError, brief, clip
-from parcat.limits import (
-    MAX_BATCH_SIZE,
-    MAX_BUFFER_BYTES,
-    MAX_COUNT,
-    MAX_NET_DEPTH,
-    MAX_NET_WIDTH,
-    dense_sizes,
-)
+from parcat.errors import CheckpointError, ConfigError
 from parcat.seeding import derive_seed
-from parcat.train.buffer import ReplayBuffer, transition_bytes
+from parcat.train.buffer import ReplayBuffer
+from parcat.train.dqn_config import DQNConfig, _is_int, check_sizes
 from parcat.train.learner import Transitions, decode_rng, encode_rng
+from parcat.train.mlp import (
+    Layers,
+    adam_update,
+    backward,
+    clip_grad,
+    forward_blas,
+    forward_einsum,
+    init_params,
+    single_threaded_blas,
+    views,
+)
 
-_BETA1, _BETA2, _ADAM_EPS = 0.9, 0.999, 1e-8
+__all__ = ["DQNConfig", "DQNLearner", "check_sizes"]
+
 _EXPLORE_STREAM, _REPLAY_STREAM = 1, 2
-
-Layers = list[tuple[np.ndarray, np.ndarray]]
-
-_blas_controller: ThreadpoolController | None = None
-
-
-@dataclass(frozen=True)
-class DQNConfig:
-    """Hyperparameters of :class:`DQNLearner`, validated on construction.
-
-    Raises:
-        ConfigError: a field is out of range; the message names it.
-    """
-
-    width: int = 64
-    """Units per hidden layer of the Q-network (the ``mlp`` policy's ``width``)."""
-    depth: int = 2
-    """Number of hidden layers (the ``mlp`` policy's ``depth``)."""
-    lr: float = 1e-3
-    """Adam learning rate."""
-    gamma: float = 0.99
-    """Discount factor, in [0, 1]."""
-    batch_size: int = 64
-    """Transitions sampled per gradient update."""
-    buffer_size: int = 50_000
-    """Replay buffer capacity, in transitions."""
-    learning_starts: int = 500
-    """Transitions in the buffer before the first update."""
-    train_steps: int = 1
-    """Gradient updates per ``train_step`` call."""
-    target_update_every: int = 250
-    """Gradient updates between copies of the online network into the target network."""
-    eps_start: float = 1.0
-    """Exploration rate (probability of a uniformly random action) at the start."""
-    eps_end: float = 0.05
-    """Exploration rate once the decay is over."""
-    eps_decay_steps: int = 10_000
-    """Environment transitions observed over which epsilon falls linearly to ``eps_end``."""
-    double: bool = True
-    """Double DQN: the online network picks the next action, the target network values it."""
-    huber: bool = True
-    """Huber (smooth L1, delta 1) loss on the TD error instead of half the squared error."""
-    grad_clip: float | None = 10.0
-    """Largest global gradient norm; ``None`` disables clipping."""
-    seed: int = 0
-    """Seed of the initial weights (as ``MLPPolicy``'s ``init_seed``), exploration and replay."""
-
-    def __post_init__(self) -> None:
-        _validate(self)
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> DQNConfig:
-        """Build a config from a mapping (a YAML file, CLI options), naming unknown keys.
-
-        Raises:
-            ConfigError: an unknown key or a value out of range.
-        """
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(str(key) for key in values if key not in known)
-        if unknown:
-            raise ConfigError(
-                f"dqn: unknown option '{clip(unknown[0])}'; known: {', '.join(known)}"
-            )
-        return cls(**values)
-
-
-_INT_RANGES: dict[str, tuple[int, int | None]] = {
-    "width": (1, MAX_NET_WIDTH), "depth": (1, MAX_NET_DEPTH), "batch_size": (1, MAX_BATCH_SIZE),
-    "buffer_size": (1, MAX_COUNT), "train_steps": (1, MAX_COUNT),
-    "target_update_every": (1, MAX_COUNT), "learning_starts": (0, MAX_COUNT),
-    "eps_decay_steps": (0, MAX_COUNT), "seed": (0, None),
-}
-"""The smallest and largest value of each integer field (``None``: no largest)."""
-
-
-def _validate(config: DQNConfig) -> None:
-    for name, (low, high) in _INT_RANGES.items():
-        value = getattr(config, name)
-        if not _is_int(value) or value < low or (high is not None and value > high):
-            bounds = f">= {low}" if high is None else f"between {low} and {high:,}"
-            raise ConfigError(f"dqn: '{name}' must be an integer {bounds}, got {brief(value)}")
-    if not _is_number(config.lr) or config.lr <= 0:
-        raise ConfigError(f"dqn: 'lr' must be a number > 0, got {config.lr!r}")
-    for name in ("gamma", "eps_start", "eps_end"):
-        value = getattr(config, name)
-        if not _is_number(value) or not 0 <= value <= 1:
-            raise ConfigError(f"dqn: '{name}' must be a number in [0, 1], got {brief(value)}")
-    for name in ("double", "huber"):
-        if not isinstance(getattr(config, name), bool):
-            raise ConfigError(f"dqn: '{name}' must be true or false, "
-                              f"got {brief(getattr(config, name))}")
-    clip = config.grad_clip
-    if clip is not None and (not _is_number(clip) or clip <= 0):
-        raise ConfigError(
-            f"dqn: 'grad_clip' must be a number > 0 or None (off), got {brief(clip)}"
-        )
-    for name in ("learning_starts", "batch_size"):
-        if getattr(config, name) > config.buffer_size:
-            raise ConfigError(
-                f"dqn: '{name}' must be <= 'buffer_size' ({config.buffer_size}), "
-                f"got {getattr(config, name)}; training would never start"
-            )
-
-
-def check_sizes(config: DQNConfig, obs_dim: int, num_actions: int) -> list[int]:
-    """The Q-network's layer sizes, once its size and a full buffer's are within the limits.
-
-    Raises:
-        ConfigError: more than :data:`~parcat.limits.MAX_NET_PARAMETERS` parameters, or a
-            full replay buffer larger than :data:`~parcat.limits.MAX_BUFFER_BYTES`.
-    """
-    sizes = dense_sizes("dqn", obs_dim, config.width, config.depth, num_actions, ConfigError)
-    per_transition = transition_bytes(obs_dim)
-    if config.buffer_size * per_transition > MAX_BUFFER_BYTES:
-        most = MAX_BUFFER_BYTES // per_transition
-        raise ConfigError(
-            f"dqn: a full replay buffer of {config.buffer_size:,} transitions of {obs_dim:,} "
-            f"numbers would take {config.buffer_size * per_transition / 2**30:.1f} GiB, more "
-            f"than the limit of {MAX_BUFFER_BYTES // 2**30} GiB; use a buffer_size of at most "
-            f"{most:,}"
-        )
-    return sizes
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 class DQNLearner:
     """(Double) deep Q-learning with a numpy MLP, Adam, a target network and replay.
 
-    Implements :class:`~parcat.train.learner.Learner`. :meth:`act` uses the weights as they
-    were at the end of the last ``train_step`` (or :meth:`load_policy_arrays`).
+    Implements :class:`~parcat.train.learner.Learner` (``--learner dqn``). :meth:`act` uses
+    the weights as they were at the end of the last ``train_step`` (or
+    :meth:`load_policy_arrays`).
 
     Args:
         obs_dim: Length of a flat observation.
@@ -188,21 +62,21 @@ class DQNLearner:
         for name, value in (("obs_dim", obs_dim), ("num_actions", num_actions)):
             if not _is_int(value) or value < 1:
                 raise ConfigError(f"dqn: '{name}' must be an integer >= 1, got {value!r}")
-        self.config = config = config if config is not None else DQNConfig()
+        self.settings = config = config if config is not None else DQNConfig()
         self.obs_dim = obs_dim
         self.num_actions = num_actions
         self._sizes = check_sizes(config, obs_dim, num_actions)
         # flat parameter vectors with per-layer views: Adam, clipping and the target
         # copy are then one numpy call each
-        self._online = _init_params(self._sizes, config.seed)
+        self._online = init_params(self._sizes, config.seed)
         self._target = self._online.copy()
         self._grad = np.zeros_like(self._online)
         self._adam_m = np.zeros_like(self._online)
         self._adam_v = np.zeros_like(self._online)
         self._adam_step = 0
-        self._online_layers = _views(self._online, self._sizes)
-        self._target_layers = _views(self._target, self._sizes)
-        self._grad_layers = _views(self._grad, self._sizes)
+        self._online_layers = views(self._online, self._sizes)
+        self._target_layers = views(self._target, self._sizes)
+        self._grad_layers = views(self._grad, self._sizes)
         self._acting: Layers = []
         self._publish()
         self._gamma = np.float32(config.gamma)
@@ -217,10 +91,44 @@ class DQNLearner:
         )
         """The replay buffer that :meth:`observe` fills."""
 
+    action_spaces = (gymnasium.spaces.Discrete,)
+    """It learns Discrete actions only (``ppo`` learns Box actions too)."""
+    policy = "parcat.policies.builtin:MLPPolicy"
+    """The evaluation policy: the Q-network's argmax is ``MLPPolicy``'s action."""
+
+    @classmethod
+    def from_spaces(cls, observation_space: gymnasium.spaces.Space[Any],
+                    action_space: gymnasium.spaces.Space[Any], options: Mapping[str, Any],
+                    seed: int) -> DQNLearner:
+        """Build for a flat Box observation and Discrete actions (the trainer's way).
+
+        Raises:
+            ConfigError: an unknown option, a value out of range, or other spaces.
+        """
+        if not isinstance(action_space, gymnasium.spaces.Discrete) or action_space.start != 0:
+            raise ConfigError(f"dqn: needs Discrete actions starting at 0, got {action_space}")
+        obs_dim = int(np.prod(observation_space.shape or (0,)))
+        return cls(obs_dim, int(action_space.n), DQNConfig.from_mapping({**options, "seed": seed}))
+
+    @classmethod
+    def check_config(cls, options: Mapping[str, Any]) -> None:
+        """Refuse an unknown option or a bad value (:class:`ConfigError`), before a run."""
+        DQNConfig.from_mapping(options)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The hyperparameters as a JSON-able mapping (the run manifest's ``learner``)."""
+        return dataclasses.asdict(self.settings)
+
+    @property
+    def exploration(self) -> float:
+        """The epsilon of the per-epoch log."""
+        return self.epsilon
+
     @property
     def epsilon(self) -> float:
         """The exploration rate now: linear from ``eps_start`` to ``eps_end``."""
-        config = self.config
+        config = self.settings
         if config.eps_decay_steps == 0:
             return float(config.eps_end)
         done = min(1.0, self.num_observed / config.eps_decay_steps)
@@ -229,7 +137,7 @@ class DQNLearner:
     @property
     def policy_kwargs(self) -> dict[str, int]:
         """Arguments of ``MLPPolicy`` whose ``load_state_dict`` takes :meth:`policy_arrays`."""
-        return {"width": self.config.width, "depth": self.config.depth}
+        return {"width": self.settings.width, "depth": self.settings.depth}
 
     def act(self, obs_batch: np.ndarray, explore: bool = True) -> np.ndarray:
         """One action per row of ``obs_batch`` (shape ``(batch, obs_dim)``), as int64.
@@ -243,7 +151,7 @@ class DQNLearner:
             raise ValueError(
                 f"dqn: obs_batch must have shape (batch, {self.obs_dim}), got {x.shape}"
             )
-        actions = _forward_einsum(self._acting, x).argmax(axis=1).astype(np.int64)
+        actions = forward_einsum(self._acting, x).argmax(axis=1).astype(np.int64)
         if explore:
             uniform = self.rng.integers(self.num_actions, size=len(x), dtype=np.int64)
             explored = self.rng.random(len(x)) < self.epsilon
@@ -273,11 +181,11 @@ class DQNLearner:
             then the mean ``loss``, ``q_mean`` (of Q(s, a)) and ``grad_norm`` (before
             clipping) over the updates, and the current ``epsilon`` and ``num_updates``.
         """
-        config = self.config
+        config = self.settings
         if len(self.buffer) < max(config.learning_starts, config.batch_size):
             return {}
         totals = [0.0, 0.0, 0.0]
-        with _single_threaded_blas():
+        with single_threaded_blas():
             for _ in range(config.train_steps):
                 stats = self._update(self.buffer.sample(config.batch_size))
                 totals = [total + value for total, value in zip(totals, stats, strict=True)]
@@ -298,16 +206,18 @@ class DQNLearner:
         return arrays
 
     def load_policy_arrays(self, arrays: Mapping[str, np.ndarray]) -> None:
-        """Act (and go on learning) with greedy weights in :meth:`policy_arrays` layout.
+        """Act (and go on learning) with greedy weights in :meth:`policy_arrays` layout;
+        the target network starts from them too.
 
         Raises:
             CheckpointError: a weight is missing or has another shape.
         """
         flat = np.empty_like(self._online)
-        for i, (w, b) in enumerate(_views(flat, self._sizes)):
+        for i, (w, b) in enumerate(views(flat, self._sizes)):
             w[...] = _expect(arrays, f"w{i}", w.shape)
             b[...] = _expect(arrays, f"b{i}", b.shape)
         self._online[...] = flat
+        self._target[...] = flat  # a fresh start from these weights (--init-from)
         self._publish()
 
     def state_dict(self) -> dict[str, np.ndarray]:
@@ -319,7 +229,7 @@ class DQNLearner:
         """
         arrays: dict[str, np.ndarray] = {}
         for name, flat in (("online", self._online), ("target", self._target)):
-            for i, (w, b) in enumerate(_views(flat.copy(), self._sizes)):
+            for i, (w, b) in enumerate(views(flat.copy(), self._sizes)):
                 arrays[f"{name}.w{i}"], arrays[f"{name}.b{i}"] = w, b
         arrays["adam.m"] = self._adam_m.copy()
         arrays["adam.v"] = self._adam_v.copy()
@@ -350,14 +260,14 @@ class DQNLearner:
         self._publish()
 
     def _update(self, batch: dict[str, np.ndarray]) -> tuple[float, float, float]:
-        config = self.config
+        config = self.settings
         size = config.batch_size
         rows = np.arange(size)
         # one online pass over obs and next_obs together: double DQN needs both
         x = np.concatenate((batch["obs"], batch["next_obs"])) if config.double else batch["obs"]
-        activations = _forward_blas(self._online_layers, x)
+        activations = forward_blas(self._online_layers, x)
         q_online = activations.pop()
-        q_next = _forward_blas(self._target_layers, batch["next_obs"])[-1]
+        q_next = forward_blas(self._target_layers, batch["next_obs"])[-1]
         if config.double:
             next_value = q_next[rows, q_online[size:].argmax(axis=1)]
         else:
@@ -374,10 +284,8 @@ class DQNLearner:
             grad_td = td
         grad_q = np.zeros((size, self.num_actions), dtype=np.float32)
         grad_q[rows, batch["actions"]] = grad_td / np.float32(size)
-        _backward(self._online_layers, self._grad_layers, [a[:size] for a in activations], grad_q)
-        norm = float(np.sqrt(np.dot(self._grad, self._grad)))
-        if config.grad_clip is not None and norm > config.grad_clip:
-            self._grad *= np.float32(config.grad_clip / (norm + 1e-6))
+        backward(self._online_layers, self._grad_layers, [a[:size] for a in activations], grad_q)
+        norm = clip_grad(self._grad, config.grad_clip)
         self._adam()
         self.num_updates += 1
         if self.num_updates % config.target_update_every == 0:
@@ -386,15 +294,8 @@ class DQNLearner:
 
     def _adam(self) -> None:
         self._adam_step += 1
-        m, v, grad = self._adam_m, self._adam_v, self._grad
-        m *= np.float32(_BETA1)
-        m += np.float32(1.0 - _BETA1) * grad
-        v *= np.float32(_BETA2)
-        v += np.float32(1.0 - _BETA2) * grad * grad
-        # Kingma & Ba's efficient form: bias corrections folded into the step size
-        t = self._adam_step
-        step = self.config.lr * math.sqrt(1.0 - _BETA2**t) / (1.0 - _BETA1**t)
-        self._online -= np.float32(step) * m / (np.sqrt(v) + np.float32(_ADAM_EPS))
+        adam_update(self._online, self._grad, self._adam_m, self._adam_v, self._adam_step,
+                    self.settings.lr)
 
     def _publish(self) -> None:
         # fresh arrays, swapped in whole: a concurrent act() sees the old or the new net
@@ -402,81 +303,10 @@ class DQNLearner:
 
     def _read_params(self, arrays: Mapping[str, np.ndarray], name: str) -> np.ndarray:
         flat = np.empty_like(self._online)
-        for i, (w, b) in enumerate(_views(flat, self._sizes)):
+        for i, (w, b) in enumerate(views(flat, self._sizes)):
             w[...] = _expect(arrays, f"{name}.w{i}", w.shape)
             b[...] = _expect(arrays, f"{name}.b{i}", b.shape)
         return flat
-
-
-def _single_threaded_blas() -> Any:
-    """A context in which BLAS runs on one thread.
-
-    On these small matrices extra threads cost far more than they give (2.6 ms instead of
-    0.12 ms per update on 2 cores), and one thread keeps the sums' order, hence the
-    results, independent of the machine's core count.
-    """
-    global _blas_controller
-    if _blas_controller is None:
-        _blas_controller = ThreadpoolController()
-    return _blas_controller.limit(limits=1, user_api="blas")
-
-
-def _init_params(sizes: Sequence[int], seed: int) -> np.ndarray:
-    """He-initialised weights and zero biases, drawn exactly as ``MLPPolicy`` draws them."""
-    flat = np.zeros(sum(i * o + o for i, o in itertools.pairwise(sizes)), dtype=np.float32)
-    rng = np.random.default_rng(seed)
-    for (fan_in, fan_out), (w, _) in zip(
-        itertools.pairwise(sizes), _views(flat, sizes), strict=True
-    ):
-        scale = np.sqrt(2.0 / fan_in)
-        w[...] = (rng.standard_normal((fan_in, fan_out)) * scale).astype(np.float32)
-    return flat
-
-
-def _views(flat: np.ndarray, sizes: Sequence[int]) -> Layers:
-    """Per-layer (weight, bias) views into a flat parameter vector."""
-    layers: Layers = []
-    offset = 0
-    for fan_in, fan_out in itertools.pairwise(sizes):
-        w = flat[offset : offset + fan_in * fan_out].reshape(fan_in, fan_out)
-        offset += fan_in * fan_out
-        layers.append((w, flat[offset : offset + fan_out]))
-        offset += fan_out
-    return layers
-
-
-def _forward_einsum(layers: Layers, x: np.ndarray) -> np.ndarray:
-    """``MLPPolicy.forward``, op for op: the same actions bit for bit, at any batch size."""
-    last = len(layers) - 1
-    for i, (w, b) in enumerate(layers):
-        x = np.einsum("bi,io->bo", x, w) + b
-        if i < last:
-            np.maximum(x, 0.0, out=x)
-    return x
-
-
-def _forward_blas(layers: Layers, x: np.ndarray) -> list[np.ndarray]:
-    """The forward pass for training: every layer's input, then the outputs."""
-    activations = [x]
-    last = len(layers) - 1
-    for i, (w, b) in enumerate(layers):
-        h = activations[-1] @ w
-        h += b
-        if i < last:
-            np.maximum(h, 0.0, out=h)
-        activations.append(h)
-    return activations
-
-
-def _backward(layers: Layers, grads: Layers, inputs: list[np.ndarray], dout: np.ndarray) -> None:
-    """Backpropagate ``dout`` (d loss / d outputs), writing into ``grads``."""
-    for i in range(len(layers) - 1, -1, -1):
-        grad_w, grad_b = grads[i]
-        np.matmul(inputs[i].T, dout, out=grad_w)
-        np.sum(dout, axis=0, out=grad_b)
-        if i > 0:
-            dout = dout @ layers[i][0].T
-            dout *= inputs[i] > 0  # ReLU: the input is the previous layer's output
 
 
 def _expect(arrays: Mapping[str, np.ndarray], key: str, shape: tuple[int, ...] | None) -> Any:

@@ -27,8 +27,8 @@ from parcat.ipc.process import (
     report_error,
     serve,
 )
-from parcat.train.dqn import DQNLearner
 from parcat.train.learner import Learner, Transitions
+from parcat.train.recipes import LearnerRecipe
 from parcat.train.rounds import train_each
 
 
@@ -49,21 +49,24 @@ class Round:
 class LearnerWorker:
     """Trains copies of ``learners`` (by name) in another process.
 
+    Each copy is rebuilt there from its recipe (the class pickled by reference, so it must
+    be importable), then loaded with the learner's :meth:`~Learner.state_dict`.
+
     Args:
         learners: The learners to mirror, by name; their state is copied once.
+        recipes: What each was built from, by the same names.
         train_steps: Gradient updates per learner per round.
         start_method: ``forkserver`` or ``spawn``.
         parallel: Train the learners on threads at once (``--parallel-training``).
         threads: How many threads (0: one per learner).
     """
 
-    def __init__(self, learners: dict[str, DQNLearner], train_steps: int,
-                 start_method: str | None = None, parallel: bool = False,
+    def __init__(self, learners: dict[str, Learner], recipes: dict[str, LearnerRecipe],
+                 train_steps: int, start_method: str | None = None, parallel: bool = False,
                  threads: int = 0) -> None:
         ctx = get_context(start_method)
         self.counter: Any = ctx.Value("q", 0, lock=False)
-        payload = {name: (lr.obs_dim, lr.num_actions, lr.config, lr.state_dict())
-                   for name, lr in learners.items()}
+        payload = {name: (recipes[name], lr.state_dict()) for name, lr in learners.items()}
         pool_size = (threads or len(payload)) if parallel else 0
         self.worker = Worker(learner_main, (payload, train_steps, self.counter, pool_size),
                              "parcat-learner", ctx=ctx)
@@ -125,9 +128,9 @@ def learner_main(conn: Connection, parent_pid: int, payload: dict[str, Any], tra
     """Serve training rounds until told to close or the parent is gone."""
     become_worker(parent_pid)
     pool = ThreadPoolExecutor(threads) if threads > 1 and len(payload) > 1 else None
-    learners = {}
-    for name, (obs_dim, num_actions, config, state) in payload.items():
-        learner = DQNLearner(obs_dim, num_actions, config)
+    learners: dict[str, Learner] = {}
+    for name, (recipe, state) in payload.items():
+        learner = recipe.build()
         learner.load_state_dict(state)
         learners[name] = learner
 
@@ -152,7 +155,7 @@ def learner_main(conn: Connection, parent_pid: int, payload: dict[str, Any], tra
     serve(conn, loop, cleanup)
 
 
-def _train(learners: dict[str, DQNLearner], epoch: int, batches: dict[str, Transitions],
+def _train(learners: dict[str, Learner], epoch: int, batches: dict[str, Transitions],
            train_steps: int, counter: Any, pool: ThreadPoolExecutor | None = None) -> Round:
     before = int(counter.value)
     start = time.perf_counter()

@@ -19,7 +19,10 @@ def train_each(
     pool: ThreadPoolExecutor | None = None,
     prepare: Callable[[str, Learner], None] | None = None,
 ) -> dict[str, float]:
-    """Train every learner; return each one's last loss (NaN if it reported none).
+    """Train every learner; return each one's last reported loss (NaN if none reported one).
+
+    A learner may have nothing to do on some calls (``{}``: PPO after its one update of
+    the round, DQN before its buffer is warm); the loss of its last update counts.
 
     Args:
         learners: The learners by name.
@@ -33,10 +36,10 @@ def train_each(
         learner = learners[name]
         if prepare is not None:
             prepare(name, learner)
-        metrics: dict[str, float] = {}
+        loss = math.nan
         for _ in range(train_steps):
-            metrics = learner.train_step()
-        return float(metrics.get("loss", math.nan))
+            loss = float(learner.train_step().get("loss", loss))
+        return loss
 
     names = list(learners)
     losses = list(pool.map(one, names)) if pool is not None else [one(n) for n in names]

@@ -20,26 +20,34 @@ if TYPE_CHECKING:
     from parcat.missions import Mission
     from parcat.train.config import TrainConfig
 
-POLICY = "parcat.policies.builtin:MLPPolicy"
 METRICS_FILES = ("metrics.jsonl", "metrics.csv")
 
 
 def save_checkpoint(config: TrainConfig, mission: Mission, learners: dict[Any, Learner],
                     epoch: int) -> Path:
-    """Write the run directory atomically after ``epoch`` epochs."""
+    """Write the run directory atomically after ``epoch`` epochs.
+
+    Each agent's policy is the learner's :attr:`~Learner.policy` with its
+    :attr:`~Learner.policy_kwargs` (plus ``agent_ids`` for a shared learner, whose network
+    also sees the agent's one-hot id) and :meth:`~Learner.policy_arrays`.
+    """
     specs = {s.agent_id: s for s in mission.agents()}
+    shared_ids = [str(s.agent_id) for s in specs.values()] if config.shared_learner else None
     agents = {}
     for agent, learner in learners.items():
-        learner_any: Any = learner
+        kwargs = dict(learner.policy_kwargs)
+        if shared_ids is not None:
+            kwargs["agent_ids"] = shared_ids
         agents[str(agent)] = checkpoint.PolicyCheckpoint(
-            policy=POLICY,
-            kwargs=dict(learner_any.policy_kwargs),
+            policy=learner.policy,
+            kwargs=kwargs,
             arrays=learner.policy_arrays(),
             meta={
                 "mission": mission.name, "agent_id": str(agent), "epoch": epoch,
                 "observation_space": str(specs[agent].observation_space),
                 "action_space": str(specs[agent].action_space),
-                "learner": {k: v for k, v in vars(learner_any.config).items()},
+                "learner": {"class": type(learner).__module__ + ":" + type(learner).__qualname__,
+                            **dict(learner.config)},
             },
             state=learner.state_dict(),
         )
@@ -118,7 +126,7 @@ def restore(path: Path, learners: dict[Any, Learner], config: TrainConfig | None
         state = checkpoint.load_state(agent_dir)
         if not state:
             raise CheckpointError(f"--resume: '{agent_dir}' has no training state")
-        # the replay buffer holds observations, which may be NaN; the rest may not
+        # collected data (buffer.*) holds observations, which may be NaN; the rest may not
         checkpoint.check_finite(agent_dir, str(agent), state, checkpoint.STATE, skip=("buffer.",))
         try:
             learner.load_state_dict(state)
@@ -128,7 +136,14 @@ def restore(path: Path, learners: dict[Any, Learner], config: TrainConfig | None
 
 
 def init_weights(source: str, learners: dict[Any, Learner]) -> None:
-    """Start from trained weights: a run directory (per agent) or one agent's directory."""
+    """Start from trained weights: a run directory (per agent) or one agent's directory.
+
+    Each learner takes the saved policy arrays through
+    :meth:`~parcat.train.learner.Learner.load_policy_arrays`.
+
+    Raises:
+        CheckpointError: the checkpoint lacks an agent, or its weights do not fit a learner.
+    """
     path = Path(source)
     manifest = checkpoint.read_manifest(path)
     for agent, learner in learners.items():
@@ -139,13 +154,8 @@ def init_weights(source: str, learners: dict[Any, Learner]) -> None:
             saved = checkpoint.load_policy(path / dirs[str(agent)], str(agent))
         else:
             saved = checkpoint.load_policy(path)
-        state = learner.state_dict()
-        for key, array in saved.arrays.items():
-            for net in ("online", "target"):
-                name = f"{net}.{key}"
-                if name not in state or state[name].shape != np.shape(array):
-                    raise CheckpointError(
-                        f"--init-from: '{path}' weights do not fit this learner ({name})"
-                    )
-                state[name] = np.asarray(array)
-        learner.load_state_dict(state)
+        try:
+            learner.load_policy_arrays({k: np.asarray(v) for k, v in saved.arrays.items()})
+        except CheckpointError as exc:
+            raise CheckpointError(
+                f"--init-from: '{path}' weights do not fit this learner ({exc})") from None

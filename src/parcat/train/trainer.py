@@ -16,19 +16,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import gymnasium
 import numpy as np
 
 from parcat import raycluster
-from parcat.errors import ConfigError
 from parcat.missions import Mission, load_mission
 from parcat.report import nan_to_none
 from parcat.train.async_learning import AsyncLearning
 from parcat.train.config import LearningMode, TrainConfig
-from parcat.train.dqn import DQNConfig, DQNLearner, check_sizes
 from parcat.train.learner import Learner, Transitions
 from parcat.train.metrics import MetricsLog
 from parcat.train.plan import TrainPlan, plan_training
+from parcat.train.recipes import LearnerRecipe, check_trainable, make_recipes, with_agent_id
 from parcat.train.rounds import train_each
 from parcat.train.runs import has_checkpoint, init_weights, restore, save_checkpoint
 from parcat.train.vecenv import VecEnv
@@ -101,8 +99,10 @@ class Trainer:
                  on_event: EventLog | None = None,
                  on_frame: Callable[[str], None] | None = None) -> None:
         self.mission: Mission = load_mission(config.mission, dict(config.overrides))
-        check_trainable(self.mission)  # before any worker starts
-        check_learner_sizes(self.mission, config)
+        check_trainable(self.mission, config)  # before any worker starts
+        self.recipes: dict[str, LearnerRecipe] = make_recipes(self.mission, config)
+        learners = make_learners(self.mission, self.recipes)  # sizes and options checked
+        self._agent_index = {spec.agent_id: i for i, spec in enumerate(self.mission.agents())}
         self.plan: TrainPlan = plan_training(config, self.mission)
         config = replace(config, env_workers=self.plan.env_workers,
                          train_threads=self.plan.train_workers)
@@ -117,7 +117,7 @@ class Trainer:
         self._ray_connected = config.backend == "ray" and raycluster.connect(config.address)
         try:
             self.vec = make_vecenv(self.mission, config, self.plan)
-            self.learners = make_learners(self.vec, config)
+            self.learners = learners
             self.start_epoch = 0
             if resume:
                 self.start_epoch = restore(config.run_path, self.learners, config)
@@ -145,8 +145,8 @@ class Trainer:
         report = TrainReport(self.config)
         learning = None
         if self.config.mode is LearningMode.ASYNC:
-            dqns: Any = dict(self.unique_learners)
-            learning = AsyncLearning(dqns, self.config.train_steps, self.on_event,
+            learning = AsyncLearning(dict(self.unique_learners), self.recipes,
+                                     self.config.train_steps, self.on_event,
                                      parallel=self.config.parallel_training,
                                      threads=self.config.train_threads)
         self._learning = learning
@@ -180,7 +180,8 @@ class Trainer:
         self._reset_states(np.ones(self.vec.num_envs, dtype=bool))
         for _ in range(self.config.steps_per_epoch):
             self.on_event("collect", epoch)
-            actions = {a: self.learners[a].act(obs[a], explore=True) for a in self.vec.agents}
+            actions = {a: self.learners[a].act(self._learner_obs(a, obs[a]), explore=True)
+                       for a in self.vec.agents}
             self.vec.step(actions)
             self._observe(obs, actions)
             if learning is not None:
@@ -210,7 +211,8 @@ class Trainer:
         return EpochStats(
             epoch=epoch + 1, env_steps=steps, episodes=len(returns),
             reward={str(a): _mean([r[i] for r in returns]) for i, a in enumerate(self.vec.agents)},
-            loss=losses, epsilon=float(getattr(next(iter(self.learners.values())), "epsilon", 0)),
+            loss=losses,
+            epsilon=float(getattr(next(iter(self.learners.values())), "exploration", 0.0)),
             collect_s=collect_s, train_s=train_s, idle_s=idle_s,
             env_steps_per_s=steps / collect_s if collect_s > 0 else 0.0,
             discarded_episodes=self.vec.discarded - discarded_before,
@@ -224,15 +226,26 @@ class Trainer:
             if reset is not None:
                 reset(mask)
 
+    def _learner_obs(self, agent: Any, obs: np.ndarray) -> np.ndarray:
+        """What the agent's learner observes: a shared one also sees the agent's one-hot id."""
+        if not self.config.shared_learner:
+            return obs
+        return with_agent_id(obs, self._agent_index[agent], len(self._agent_index))
+
     def _observe(self, obs: dict[Any, np.ndarray], actions: dict[Any, np.ndarray]) -> None:
         final, rew = self.vec.gather("final"), self.vec.gather("rew")
         term, alive = self.vec.gather("term"), self.vec.gather("alive")
+        trunc = self.vec.gather("trunc")
         for agent in self.vec.agents:
             mask = alive[agent]
             if not mask.any():
                 continue
-            batch = Transitions(obs[agent][mask], actions[agent][mask], rew[agent][mask],
-                                final[agent][mask], term[agent][mask])
+            # each (agent, environment) pair is its own sequence, also for a shared learner
+            env = self._agent_index[agent] * self.vec.num_envs + np.flatnonzero(mask)
+            batch = Transitions(self._learner_obs(agent, obs[agent][mask]),
+                                actions[agent][mask], rew[agent][mask],
+                                self._learner_obs(agent, final[agent][mask]),
+                                term[agent][mask], trunc[agent][mask], env)
             if self._learning is not None:
                 name = "shared" if self.config.shared_learner else str(agent)
                 self._learning.record(name, batch)
@@ -273,59 +286,12 @@ def make_vecenv(mission: Mission, config: TrainConfig, plan: TrainPlan | None = 
                   num_envs=plan.num_envs)
 
 
-def check_trainable(mission: Mission) -> None:
-    """The built-in DQN needs Box observations and Discrete actions for every agent.
-
-    Raises:
-        ConfigError: naming the agent and its space.
-    """
-    for agent in mission.agents():
-        obs, act = agent.observation_space, agent.action_space
-        if not isinstance(act, gymnasium.spaces.Discrete):
-            raise ConfigError(
-                f"mission '{mission.name}': agent '{agent.agent_id}' has action space "
-                f"{act}; the built-in DQN learner needs Discrete actions "
-                "(trainable built-ins: harvest, goal_tasks)"
-            )
-        if not isinstance(obs, gymnasium.spaces.Box):
-            raise ConfigError(
-                f"mission '{mission.name}': agent '{agent.agent_id}' observes {obs}; "
-                "training needs Box observations"
-            )
-
-
-def check_learner_sizes(mission: Mission, config: TrainConfig) -> None:
-    """Refuse a learner network or replay buffer too large for the mission's observations.
-
-    Raises:
-        ConfigError: from :func:`~parcat.train.dqn.check_sizes`, naming the limit.
-    """
-    learner = DQNConfig.from_mapping(config.learner)
-    for agent in mission.agents():
-        obs_dim = int(np.prod(agent.observation_space.shape))  # type: ignore[arg-type]
-        check_sizes(learner, obs_dim, int(agent.action_space.n))  # type: ignore[attr-defined]
-
-
-def make_learners(vec: VecEnv, config: TrainConfig) -> dict[Any, Learner]:
-    """One DQN learner per agent (seeded per agent), or one shared by all.
-
-    The mission must have passed :func:`check_trainable` (Discrete actions).
-    """
-    base = DQNConfig.from_mapping({**dict(config.learner), "seed": config.seed})
-    learners: dict[Any, Learner] = {}
-    shared: Learner | None = None
-    for index, spec in enumerate(vec.mission.agents()):
-        obs_dim = int(np.prod(spec.observation_space.shape))  # type: ignore[arg-type]
-        num_actions = int(spec.action_space.n)  # type: ignore[attr-defined]
-        agent_id = spec.agent_id
-        if config.shared_learner:
-            shared = shared or DQNLearner(obs_dim, num_actions, base)
-            learners[agent_id] = shared
-        else:
-            seeded = DQNConfig.from_mapping({**dict(config.learner),
-                                             "seed": config.seed * 1000 + index})
-            learners[agent_id] = DQNLearner(obs_dim, num_actions, seeded)
-    return learners
+def make_learners(mission: Mission, recipes: dict[str, LearnerRecipe]) -> dict[Any, Learner]:
+    """Every agent's learner, built from :func:`~parcat.train.recipes.make_recipes`' recipes:
+    its own, or the one ``shared`` by all."""
+    shared = recipes["shared"].build() if "shared" in recipes else None
+    return {spec.agent_id: recipes[str(spec.agent_id)].build() if shared is None else shared
+            for spec in mission.agents()}
 
 
 def _mean(values: list[float]) -> float:

@@ -1,0 +1,146 @@
+"""Hyperparameters of :class:`~parcat.train.dqn.DQNLearner`, validated on construction,
+and the size check of its network and replay buffer."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from parcat.errors import ConfigError, brief, clip
+from parcat.limits import (
+    MAX_BATCH_SIZE,
+    MAX_BUFFER_BYTES,
+    MAX_COUNT,
+    MAX_NET_DEPTH,
+    MAX_NET_WIDTH,
+    dense_sizes,
+)
+from parcat.train.buffer import transition_bytes
+
+
+@dataclass(frozen=True)
+class DQNConfig:
+    """Hyperparameters of :class:`DQNLearner`, validated on construction.
+
+    Raises:
+        ConfigError: a field is out of range; the message names it.
+    """
+
+    width: int = 64
+    """Units per hidden layer of the Q-network (the ``mlp`` policy's ``width``)."""
+    depth: int = 2
+    """Number of hidden layers (the ``mlp`` policy's ``depth``)."""
+    lr: float = 1e-3
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """Discount factor, in [0, 1]."""
+    batch_size: int = 64
+    """Transitions sampled per gradient update."""
+    buffer_size: int = 50_000
+    """Replay buffer capacity, in transitions."""
+    learning_starts: int = 500
+    """Transitions in the buffer before the first update."""
+    train_steps: int = 1
+    """Gradient updates per ``train_step`` call."""
+    target_update_every: int = 250
+    """Gradient updates between copies of the online network into the target network."""
+    eps_start: float = 1.0
+    """Exploration rate (probability of a uniformly random action) at the start."""
+    eps_end: float = 0.05
+    """Exploration rate once the decay is over."""
+    eps_decay_steps: int = 10_000
+    """Environment transitions observed over which epsilon falls linearly to ``eps_end``."""
+    double: bool = True
+    """Double DQN: the online network picks the next action, the target network values it."""
+    huber: bool = True
+    """Huber (smooth L1, delta 1) loss on the TD error instead of half the squared error."""
+    grad_clip: float | None = 10.0
+    """Largest global gradient norm; ``None`` disables clipping."""
+    seed: int = 0
+    """Seed of the initial weights (as ``MLPPolicy``'s ``init_seed``), exploration and replay."""
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> DQNConfig:
+        """Build a config from a mapping (a YAML file, CLI options), naming unknown keys.
+
+        Raises:
+            ConfigError: an unknown key or a value out of range.
+        """
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(str(key) for key in values if key not in known)
+        if unknown:
+            raise ConfigError(
+                f"dqn: unknown option '{clip(unknown[0])}'; known: {', '.join(known)}"
+            )
+        return cls(**values)
+
+
+_INT_RANGES: dict[str, tuple[int, int | None]] = {
+    "width": (1, MAX_NET_WIDTH), "depth": (1, MAX_NET_DEPTH), "batch_size": (1, MAX_BATCH_SIZE),
+    "buffer_size": (1, MAX_COUNT), "train_steps": (1, MAX_COUNT),
+    "target_update_every": (1, MAX_COUNT), "learning_starts": (0, MAX_COUNT),
+    "eps_decay_steps": (0, MAX_COUNT), "seed": (0, None),
+}
+"""The smallest and largest value of each integer field (``None``: no largest)."""
+
+
+def _validate(config: DQNConfig) -> None:
+    for name, (low, high) in _INT_RANGES.items():
+        value = getattr(config, name)
+        if not _is_int(value) or value < low or (high is not None and value > high):
+            bounds = f">= {low}" if high is None else f"between {low} and {high:,}"
+            raise ConfigError(f"dqn: '{name}' must be an integer {bounds}, got {brief(value)}")
+    if not _is_number(config.lr) or config.lr <= 0:
+        raise ConfigError(f"dqn: 'lr' must be a number > 0, got {config.lr!r}")
+    for name in ("gamma", "eps_start", "eps_end"):
+        value = getattr(config, name)
+        if not _is_number(value) or not 0 <= value <= 1:
+            raise ConfigError(f"dqn: '{name}' must be a number in [0, 1], got {brief(value)}")
+    for name in ("double", "huber"):
+        if not isinstance(getattr(config, name), bool):
+            raise ConfigError(f"dqn: '{name}' must be true or false, "
+                              f"got {brief(getattr(config, name))}")
+    clip = config.grad_clip
+    if clip is not None and (not _is_number(clip) or clip <= 0):
+        raise ConfigError(
+            f"dqn: 'grad_clip' must be a number > 0 or None (off), got {brief(clip)}"
+        )
+    for name in ("learning_starts", "batch_size"):
+        if getattr(config, name) > config.buffer_size:
+            raise ConfigError(
+                f"dqn: '{name}' must be <= 'buffer_size' ({config.buffer_size}), "
+                f"got {getattr(config, name)}; training would never start"
+            )
+
+
+def check_sizes(config: DQNConfig, obs_dim: int, num_actions: int) -> list[int]:
+    """The Q-network's layer sizes, once its size and a full buffer's are within the limits.
+
+    Raises:
+        ConfigError: more than :data:`~parcat.limits.MAX_NET_PARAMETERS` parameters, or a
+            full replay buffer larger than :data:`~parcat.limits.MAX_BUFFER_BYTES`.
+    """
+    sizes = dense_sizes("dqn", obs_dim, config.width, config.depth, num_actions, ConfigError)
+    per_transition = transition_bytes(obs_dim)
+    if config.buffer_size * per_transition > MAX_BUFFER_BYTES:
+        most = MAX_BUFFER_BYTES // per_transition
+        raise ConfigError(
+            f"dqn: a full replay buffer of {config.buffer_size:,} transitions of {obs_dim:,} "
+            f"numbers would take {config.buffer_size * per_transition / 2**30:.1f} GiB, more "
+            f"than the limit of {MAX_BUFFER_BYTES // 2**30} GiB; use a buffer_size of at most "
+            f"{most:,}"
+        )
+    return sizes
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

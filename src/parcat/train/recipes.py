@@ -1,0 +1,189 @@
+"""Choosing and building learners: ``learner: {class: ..., ...}`` and ``--learner``.
+
+A learner is named by a built-in short name (:data:`BUILTIN_LEARNERS`) or a
+``module:Class`` reference; the rest of the ``learner`` mapping is its options. A
+:class:`LearnerRecipe` is what one learner is built from (class, spaces, options, seed):
+the trainer builds from it, and so does the async learner process, which receives the
+recipe pickled (the class by reference) and so rebuilds any learner the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import gymnasium
+import numpy as np
+
+from parcat.errors import ConfigError, brief, clip
+from parcat.imports import import_reference, is_reference
+from parcat.train.learner import Learner
+
+if TYPE_CHECKING:
+    from parcat.missions import Mission
+    from parcat.train.config import TrainConfig
+
+BUILTIN_LEARNERS = {
+    "dqn": "parcat.train.dqn:DQNLearner",
+    "ppo": "parcat.train.ppo:PPOLearner",
+}
+"""Short names of parcat's learners, as ``--learner`` and ``learner: {class: ...}`` take them."""
+
+DEFAULT_LEARNER = "dqn"
+
+
+def learner_name(options: Mapping[str, Any]) -> str:
+    """The ``class`` of a ``learner`` mapping (``dqn`` when it names none)."""
+    name = options.get("class", DEFAULT_LEARNER)
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"learner: 'class' must be a learner name or 'module:Class', "
+                          f"got {brief(name)}; built-ins: {', '.join(BUILTIN_LEARNERS)}")
+    return name
+
+
+def learner_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``learner`` mapping without its ``class``: the learner's own options."""
+    return {key: value for key, value in options.items() if key != "class"}
+
+
+def learner_class(options: Mapping[str, Any]) -> type:
+    """The class a ``learner`` mapping names.
+
+    Raises:
+        ConfigError: no built-in has that name, or the ``module:Class`` reference does not
+            import; the message lists the built-ins.
+    """
+    name = learner_name(options)
+    reference = BUILTIN_LEARNERS.get(name.lower(), name)
+    builtins = ", ".join(BUILTIN_LEARNERS)
+    if not is_reference(reference):
+        raise ConfigError(f"learner '{clip(name)}' is not a built-in ({builtins}) nor a "
+                          "'module:Class' reference; give one with --learner or learner.class")
+    try:
+        cls = import_reference(reference)
+    except (ImportError, AttributeError, ValueError) as exc:
+        why = clip(f"{type(exc).__name__}: {exc}".splitlines()[0], 200)
+        raise ConfigError(f"learner '{clip(name)}' cannot be imported ({why}); "
+                          f"built-ins: {builtins}") from None
+    if not isinstance(cls, type):
+        raise ConfigError(f"learner '{clip(name)}' is a {type(cls).__name__}, not a class; "
+                          f"built-ins: {builtins}")
+    return cls
+
+
+def check_learner_options(options: Any) -> None:
+    """Resolve the learner class and let it check its options (its ``check_config``).
+
+    Raises:
+        ConfigError: a bad class, an unknown option or a value out of range.
+    """
+    if not isinstance(options, Mapping):
+        raise ConfigError(f"learner must be a mapping of keys to values, got {brief(options)}")
+    check = getattr(learner_class(options), "check_config", None)
+    if callable(check):
+        check(learner_options(options))
+
+
+def supported_actions(cls: type) -> tuple[type, ...]:
+    """The action space classes a learner class declares (``action_spaces``)."""
+    return tuple(getattr(cls, "action_spaces", (gymnasium.spaces.Discrete, gymnasium.spaces.Box)))
+
+
+@dataclass(frozen=True)
+class LearnerRecipe:
+    """Everything one learner is built from, picklable (the class by reference)."""
+
+    cls: type
+    """The learner class."""
+    observation_space: gymnasium.spaces.Box
+    """What it observes (with the one-hot agent id when shared)."""
+    action_space: gymnasium.spaces.Space[Any]
+    """How it acts."""
+    options: Mapping[str, Any]
+    """The ``learner`` mapping without ``class``."""
+    seed: int
+    """Its seed."""
+    agent_ids: tuple[str, ...] = ()
+    """Shared learner: the agents whose one-hot id follows each observation."""
+
+    def build(self) -> Learner:
+        """A fresh learner: ``cls.from_spaces(...)`` if it has one, else ``cls(...)``."""
+        factory = getattr(self.cls, "from_spaces", self.cls)
+        learner: Learner = factory(self.observation_space, self.action_space,
+                                   dict(self.options), self.seed)
+        return learner
+
+    def policy_kwargs(self, learner: Learner) -> dict[str, Any]:
+        """The evaluation policy's arguments, with ``agent_ids`` for a shared learner."""
+        kwargs = dict(learner.policy_kwargs)
+        if self.agent_ids:
+            kwargs["agent_ids"] = list(self.agent_ids)
+        return kwargs
+
+
+def with_agent_id(obs: np.ndarray, index: int, num_agents: int) -> np.ndarray:
+    """Flat observations followed by the one-hot id of agent ``index`` (shared learner)."""
+    flat = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
+    one_hot = np.zeros((len(obs), num_agents), dtype=np.float32)
+    one_hot[:, index] = 1.0
+    return np.concatenate((flat, one_hot), axis=1)
+
+
+def make_recipes(mission: Mission, config: TrainConfig) -> dict[str, LearnerRecipe]:
+    """One recipe per learner, by name: each agent's id, or ``shared``.
+
+    Independent learners are seeded ``seed * 1000 + agent index``; a shared one ``seed``,
+    observing each agent's observation plus its one-hot id.
+    """
+    cls, options = learner_class(config.learner), learner_options(config.learner)
+    specs = mission.agents()
+    if config.shared_learner:
+        first = specs[0]
+        space = first.observation_space
+        low = np.concatenate((np.asarray(space.low, np.float32).reshape(-1),  # type: ignore[attr-defined]
+                              np.zeros(len(specs), np.float32)))
+        high = np.concatenate((np.asarray(space.high, np.float32).reshape(-1),  # type: ignore[attr-defined]
+                               np.ones(len(specs), np.float32)))
+        shared = gymnasium.spaces.Box(low, high, dtype=np.float32)
+        ids = tuple(str(spec.agent_id) for spec in specs)
+        return {"shared": LearnerRecipe(cls, shared, first.action_space, options, config.seed,
+                                        ids)}
+    return {
+        str(spec.agent_id): LearnerRecipe(cls, spec.observation_space,  # type: ignore[arg-type]
+                                          spec.action_space, options,
+                                          config.seed * 1000 + index)
+        for index, spec in enumerate(specs)
+    }
+
+
+def check_trainable(mission: Mission, config: TrainConfig) -> None:
+    """Every agent observes a Box and acts in a space the chosen learner learns.
+
+    Raises:
+        ConfigError: naming the agent, its space, and the built-in learners that can.
+    """
+    cls = learner_class(config.learner)
+    name = learner_name(config.learner)
+    specs = mission.agents()
+    for agent in specs:
+        obs, act = agent.observation_space, agent.action_space
+        if not isinstance(obs, gymnasium.spaces.Box):
+            raise ConfigError(f"mission '{mission.name}': agent '{agent.agent_id}' observes "
+                              f"{obs}; training needs Box observations")
+        if not isinstance(act, supported_actions(cls)):
+            able = [n for n, ref in BUILTIN_LEARNERS.items()
+                    if isinstance(act, supported_actions(import_reference(ref)))]
+            hint = f"use --learner {' or '.join(able)}" if able else "no built-in learner can"
+            kinds = " and ".join(k.__name__ for k in supported_actions(cls))
+            raise ConfigError(
+                f"mission '{mission.name}': agent '{agent.agent_id}' has action space {act}; "
+                f"the {clip(name)} learner learns {kinds} actions; {hint}"
+            )
+        if config.shared_learner and (obs, act) != (specs[0].observation_space,
+                                                    specs[0].action_space):
+            raise ConfigError(
+                f"--shared-learner: agent '{agent.agent_id}' has spaces {obs}, {act}, agent "
+                f"'{specs[0].agent_id}' has {specs[0].observation_space}, "
+                f"{specs[0].action_space}; one learner needs the same spaces (use --independent)"
+            )
