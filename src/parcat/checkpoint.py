@@ -48,7 +48,7 @@ from parcat.errors import CheckpointError
 __all__ = [
     "ARRAYS", "MANIFEST", "POLICY_FORMAT", "RUN_FORMAT", "STATE", "VERSION", "PolicyCheckpoint",
     "check_finite", "load_policy", "load_state", "read_manifest", "recover_swap", "save_policy",
-    "save_run",
+    "save_run", "signals_deferred",
 ]
 
 ARRAYS = "arrays.npz"
@@ -344,7 +344,7 @@ def _write_dir_atomically(path: Path, write: Any) -> None:
         # SIGTERM wait until both renames are done; after a SIGKILL in between,
         # recover_swap() (run by every reader and writer) puts the old one back.
         old = path.with_name(f".{path.name}.old.{os.getpid()}")
-        with _signals_deferred():
+        with signals_deferred():
             path.rename(old)
             tmp.rename(path)
         shutil.rmtree(old, ignore_errors=True)
@@ -363,7 +363,9 @@ def recover_swap(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def _signals_deferred() -> Iterator[None]:
+def signals_deferred() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM back until the block ends (main thread only), so what it
+    does happens whole."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -17,6 +17,7 @@ from parcat.outputs import check_output_folder
 from parcat.settings import parse_overrides, split_learner_settings
 from parcat.train.config import LearningMode, MetricsFormat, load_train_config
 from parcat.train.run_dir import choose_run_dir
+from parcat.train.runs import BEST
 from parcat.train.trainer import EpochStats, Trainer
 
 MissionOpt = Annotated[
@@ -177,10 +178,11 @@ def train_command(
             "idle s",
         ]
         stdout_console().print(list_table(headers, rows[-10:]))
-        sets = "".join(f" --set {k}={v}" for k, v in trainer.mission.params.items())
+        best = Path(report.checkpoint) / BEST
         typer.echo(
             f"checkpoint: {report.checkpoint}\n"
-            f"evaluate it: parcat eval -m {trainer.mission.name}{sets} -p {report.checkpoint}"
+            f"evaluate it: parcat eval -p {report.checkpoint} (its mission and parameters come "
+            "from the run)" + (f"; the best: parcat eval -p {best}" if best.is_dir() else "")
         )
     if report.interrupted:
         raise typer.Exit(EXIT_INTERRUPTED)

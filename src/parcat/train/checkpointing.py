@@ -51,21 +51,22 @@ class Checkpointer:
         return evaluate_greedy(self.mission, self.learners, self.config.seed,
                                self.config.eval_episodes)
 
-    def finished(self, epoch: int) -> None:
-        """Capture the learners after ``epoch`` epochs, for a write on interrupt."""
-        self.pending = capture(self.config, self.mission, self.learners, epoch)
-
-    def save(self, epoch: int, eval_return: dict[str, float]) -> Path:
-        """Write the checkpoint after ``epoch`` epochs; it is also ``best/`` when its total
-        evaluation return beats every earlier one (the first evaluated one always does)."""
+    def finished(self, epoch: int, eval_return: dict[str, float] | None = None) -> None:
+        """Capture the learners after ``epoch`` epochs (with their evaluation, if any), to
+        be written by :meth:`save` or, after an interrupt, :meth:`save_interrupted`."""
         meta: dict[str, Any] = {}
         if eval_return:
             meta = {"eval_return": eval_return, "eval_episodes": self.config.eval_episodes}
-        snapshot = capture(self.config, self.mission, self.learners, epoch, **meta)
-        self.pending = snapshot  # an interrupt during the write writes it again
+        self.pending = capture(self.config, self.mission, self.learners, epoch, **meta)
+
+    def save(self) -> Path:
+        """Write the captured checkpoint; it is also ``best/`` when its total evaluation
+        return beats every earlier one (the first evaluated one always does)."""
+        assert self.pending is not None, "save() follows finished()"
+        eval_return = self.pending.meta.get("eval_return") or {}
         score = eval_return.get(TOTAL, math.nan)
         best = not math.isnan(score) and score > self.best_return
-        path = write_snapshot(self.config.run_path, snapshot, best=best)
+        path = write_snapshot(self.config.run_path, self.pending, best=best)
         if best:
             self.best_return = score
         self.pending = None

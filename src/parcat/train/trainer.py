@@ -20,7 +20,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from parcat import raycluster
+from parcat import checkpoint, raycluster
 from parcat.errors import ConfigError
 from parcat.missions import Mission, load_mission
 from parcat.report import nan_to_none
@@ -174,15 +174,16 @@ class Trainer:
                 stats.eval_return = (checkpoints.evaluate() if due else
                                      nan_returns(self.config.eval_episodes, self.vec.agents))
                 report.epochs.append(stats)
-                self.metrics.write(stats.to_dict())
+                with checkpoint.signals_deferred():  # the log and the capture agree
+                    self.metrics.write(stats.to_dict())
+                    if due or learning is None:
+                        checkpoints.finished(epoch + 1, stats.eval_return if due else None)
+                    finished = epoch + 1
                 if self.on_epoch is not None:
                     self.on_epoch(stats)
                 if due:
-                    report.checkpoint = str(checkpoints.save(epoch + 1, stats.eval_return))
+                    report.checkpoint = str(checkpoints.save())
                     saved = epoch + 1
-                elif learning is None:
-                    checkpoints.finished(epoch + 1)
-                finished = epoch + 1
         except KeyboardInterrupt:
             report.interrupted = True
             written = self._save_interrupted(checkpoints, learning, finished, saved)
