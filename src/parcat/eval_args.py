@@ -68,13 +68,16 @@ class EvalArgs:
             import_ray()
         if self.trace is not None:
             options = replace(options, trace=True)
+        notes: list[str] = []  # told once everything is valid: an error stays one line
         targets = [parse_policy_spec(p).target for p in self.policies]
         missions = load_missions(self.missions, targets, parse_overrides(self.overrides),
-                                 on_note)
-        policies = tuple(self.policies) or default_policies(missions, on_note)
+                                 notes.append)
+        policies = tuple(self.policies) or default_policies(missions, notes.append)
         config = EvalConfig(missions, tuple(parse_policy_spec(p) for p in policies),
                             self.episodes, self.seed)
         check_policies(config)
+        for note in notes if on_note is not None else ():
+            on_note(note)
         return config, options
 
 
