@@ -9,13 +9,14 @@ run was trained on are one error.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from parcat import checkpoint
-from parcat.errors import CheckpointError, ConfigError
+from parcat.errors import CheckpointError, ConfigError, clip
 from parcat.missions import Mission, load_mission
 from parcat.settings import merge_settings
 
@@ -132,6 +133,16 @@ def check_spaces(run: RunCheckpoint, mission: Mission, overrides: Mapping[str, A
             sets = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "none"
             raise ConfigError(
                 f"-p {run.path}: agent '{spec.agent_id}' was trained with {kind} space "
-                f"{saved[index]}, but mission '{mission.name}' now gives {now[index]} "
+                f"{brief_space(saved[index])}, but mission '{mission.name}' now gives "
+                f"{brief_space(now[index])} "
                 f"(--set: {sets}); drop the --set that changes it"
             )
+
+
+_BOX_TAIL = re.compile(r"(\([\d, ]*\)), (\w+)\)$")
+
+
+def brief_space(text: str) -> str:
+    """A space's text without a Box's bounds: ``Box((39,), float32)``."""
+    match = _BOX_TAIL.search(text) if text.startswith("Box(") else None
+    return f"Box({match.group(1)}, {match.group(2)})" if match else clip(text)
