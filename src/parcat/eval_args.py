@@ -76,8 +76,9 @@ class EvalArgs:
         config = EvalConfig(missions, tuple(parse_policy_spec(p) for p in policies),
                             self.episodes, self.seed)
         check_policies(config)
-        for note in notes if on_note is not None else ():
-            on_note(note)
+        if on_note is not None:
+            for note in notes:
+                on_note(note)
         return config, options
 
 
