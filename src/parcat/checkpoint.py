@@ -48,7 +48,7 @@ from parcat.errors import CheckpointError
 __all__ = [
     "ARRAYS", "MANIFEST", "POLICY_FORMAT", "RUN_FORMAT", "STATE", "VERSION", "PolicyCheckpoint",
     "check_finite", "load_policy", "load_state", "read_manifest", "recover_swap", "save_policy",
-    "save_run",
+    "save_run", "signals_deferred",
 ]
 
 ARRAYS = "arrays.npz"
@@ -85,6 +85,7 @@ def save_run(
     agents: Mapping[str, PolicyCheckpoint],
     meta: Mapping[str, Any],
     keep: tuple[str, ...] = (),
+    copy_to: str = "",
 ) -> Path:
     """Write a run checkpoint (one policy directory per agent) atomically.
 
@@ -92,16 +93,23 @@ def save_run(
         path: The run directory; replaced as a whole.
         agents: Each agent's policy (and training state).
         meta: Written into the run's manifest.
-        keep: Files of the old directory carried into the new one (e.g. the metrics log);
-            they go on changing, so the manifest does not record them.
+        keep: Files and folders of the old directory carried into the new one (the
+            metrics log, ``best/``); the manifest does not record them.
+        copy_to: A sub-folder that receives a copy of this checkpoint (a run checkpoint of
+            its own, e.g. ``best``), written in the same atomic replacement.
     """
     path = Path(path)
     names = {agent_id: _dir_name(agent_id) for agent_id in agents}
 
     def write(tmp: Path) -> None:
         for name in keep:
+            if name == copy_to:
+                continue
             if (path / name).is_file():
                 shutil.copy2(path / name, tmp / name)
+            elif (path / name).is_dir():
+                # hard links: checkpoint files are never changed in place, only replaced
+                shutil.copytree(path / name, tmp / name, copy_function=_link_or_copy)
         files: dict[str, Any] = {}
         for agent_id, checkpoint in agents.items():
             (tmp / names[agent_id]).mkdir()
@@ -110,9 +118,24 @@ def save_run(
         manifest = {**dict(meta), "format": RUN_FORMAT, "version": VERSION, "agents": names,
                     "files": files}
         _write_file(tmp / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True).encode())
+        if copy_to:
+            (tmp / copy_to).mkdir()
+            for name in [*names.values(), MANIFEST]:
+                source = tmp / name
+                if source.is_dir():
+                    shutil.copytree(source, tmp / copy_to / name, copy_function=_link_or_copy)
+                else:
+                    _link_or_copy(str(source), str(tmp / copy_to / name))
 
     _write_dir_atomically(path, write)
     return path
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # a file system without hard links
+        shutil.copy2(source, target)
 
 
 def read_manifest(path: str | Path) -> dict[str, Any]:
@@ -321,7 +344,7 @@ def _write_dir_atomically(path: Path, write: Any) -> None:
         # SIGTERM wait until both renames are done; after a SIGKILL in between,
         # recover_swap() (run by every reader and writer) puts the old one back.
         old = path.with_name(f".{path.name}.old.{os.getpid()}")
-        with _signals_deferred():
+        with signals_deferred():
             path.rename(old)
             tmp.rename(path)
         shutil.rmtree(old, ignore_errors=True)
@@ -340,7 +363,9 @@ def recover_swap(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def _signals_deferred() -> Iterator[None]:
+def signals_deferred() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM back until the block ends (main thread only), so what it
+    does happens whole."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

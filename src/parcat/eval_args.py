@@ -8,16 +8,19 @@ built from the command line's words) and the :class:`~parcat.parallel.launch.Run
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from parcat.errors import ConfigError, brief
-from parcat.evaluate import EvalConfig, make_config
+from parcat.evaluate import EvalConfig, check_policies
 from parcat.limits import MAX_COUNT
+from parcat.missions import Mission
 from parcat.parallel.launch import RunOptions
 from parcat.parallel.planner import ExecutorKind
+from parcat.policies.specs import parse_policy_spec
+from parcat.run_mission import load_missions
 from parcat.settings import parse_overrides
 
 
@@ -26,9 +29,11 @@ class EvalArgs:
     """Everything ``parcat eval`` and ``parcat plan`` are told."""
 
     missions: Sequence[str]
-    """Mission names or YAML paths (``-m``)."""
-    policies: Sequence[str] = ("greedy",)
-    """Policy specs ``NAME[,KEY=VALUE...][@WEIGHT]`` (``-p``)."""
+    """Mission names, ``gymnasium:ENV_ID`` or YAML paths (``-m``); empty: the missions of
+    the run directories among ``policies``."""
+    policies: Sequence[str] = ()
+    """Policy specs ``NAME[,KEY=VALUE...][@WEIGHT]`` (``-p``); empty: ``greedy``, or
+    ``random`` when a mission has no heuristic (with a note)."""
     episodes: int = 10
     """Episodes per mission (``-n``)."""
     seed: int = 0
@@ -40,8 +45,16 @@ class EvalArgs:
     trace: Path | None = None
     """Where the caller writes the run's timeline; recorded only when set (``--trace``)."""
 
-    def build(self) -> tuple[EvalConfig, RunOptions]:
+    def build(self, on_note: Callable[[str], None] | None = None
+              ) -> tuple[EvalConfig, RunOptions]:
         """Validate the words and build what runs, before anything runs.
+
+        A run directory given with ``-p`` brings its mission parameters (below ``--set``)
+        and, without ``-m``, its mission (:func:`parcat.run_mission.load_missions`).
+
+        Args:
+            on_note: Told, one line each, which checkpoint a run directory loads and which
+                default policy was chosen.
 
         Raises:
             ConfigError: a bad value, or a Ray executor without Ray installed.
@@ -55,9 +68,30 @@ class EvalArgs:
             import_ray()
         if self.trace is not None:
             options = replace(options, trace=True)
-        config = make_config(self.missions, self.policies, self.episodes, self.seed,
-                             parse_overrides(self.overrides))
+        notes: list[str] = []  # told once everything is valid: an error stays one line
+        targets = [parse_policy_spec(p).target for p in self.policies]
+        missions = load_missions(self.missions, targets, parse_overrides(self.overrides),
+                                 notes.append)
+        policies = tuple(self.policies) or default_policies(missions, notes.append)
+        config = EvalConfig(missions, tuple(parse_policy_spec(p) for p in policies),
+                            self.episodes, self.seed)
+        check_policies(config)
+        if on_note is not None:
+            for note in notes:
+                on_note(note)
         return config, options
+
+
+def default_policies(missions: Sequence[Mission],
+                     on_note: Callable[[str], None] | None = None) -> tuple[str, ...]:
+    """``greedy``, or ``random`` when some mission has no heuristic (said in one note)."""
+    without = [m.name for m in missions if m.heuristic is None]
+    if not without:
+        return ("greedy",)
+    if on_note is not None:
+        on_note(f"mission '{without[0]}' has no heuristic: evaluating policy 'random' "
+                "(give -p to choose)")
+    return ("random",)
 
 
 def require_count(flag: str, value: Any) -> int:

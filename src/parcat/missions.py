@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import gymnasium
+
 from parcat.envs.adapters import make_gymnasium_env
 from parcat.envs.base import AgentSpec, ParallelEnv
 from parcat.errors import MissionError, brief, clip
@@ -23,6 +25,8 @@ from parcat.limits import MAX_EPISODE_STEPS, MAX_NAME_LENGTH, MAX_PATH_LENGTH
 from parcat.yamlfile import read_yaml_mapping
 
 BUILTIN_DIR = Path(__file__).parent / "missions"
+GYMNASIUM_PREFIX = "gymnasium:"
+"""``-m gymnasium:CartPole-v1``: a registered Gymnasium environment as a one-agent mission."""
 DEFAULT_MAX_STEPS = 1000
 _KEYS = {"name", "description", "env", "heuristic", "params", "max_steps", "default_action",
          "fresh_env"}
@@ -188,6 +192,8 @@ def load_mission(name_or_path: str, overrides: Mapping[str, Any] | None = None) 
     Raises:
         MissionError: unknown name, unreadable or malformed file, bad parameters.
     """
+    if isinstance(name_or_path, str) and name_or_path.startswith(GYMNASIUM_PREFIX):
+        return gymnasium_mission(name_or_path, overrides or {})
     path = Path(name_or_path)
     if name_or_path.endswith((".yaml", ".yml")) or _is_file(name_or_path):
         if not _is_file(name_or_path):
@@ -198,6 +204,37 @@ def load_mission(name_or_path: str, overrides: Mapping[str, Any] | None = None) 
             raise MissionError(unknown_mission_message(name_or_path, files))
         path = files[name_or_path]
     return read_mission(path).with_overrides(overrides or {})
+
+
+def gymnasium_mission(name: str, overrides: Mapping[str, Any]) -> Mission:
+    """``gymnasium:ENV_ID`` as a one-agent mission, without a YAML file.
+
+    Every ``--set`` key goes to ``gymnasium.make`` as a keyword argument (``max_steps``
+    excepted: parcat's own step limit); the step limit is the environment's registered
+    ``max_episode_steps`` (or ``max_episode_steps`` given with ``--set``). There is no
+    heuristic.
+
+    Raises:
+        MissionError: the id is not registered, or the environment rejects the arguments.
+    """
+    env_id = name.removeprefix(GYMNASIUM_PREFIX)
+    try:
+        spec = gymnasium.spec(env_id)
+    except gymnasium.error.Error:
+        raise MissionError(
+            f"mission '{clip(name)}': gymnasium has no environment '{clip(env_id)}'; list the "
+            "registered ids with: python -c \"import gymnasium; print(*gymnasium.registry)\""
+        ) from None
+    params = dict(overrides)
+    registered = params.get("max_episode_steps", spec.max_episode_steps)
+    max_steps = params.pop("max_steps", registered or DEFAULT_MAX_STEPS)
+    if not _is_step_limit(max_steps):
+        raise MissionError(f"mission '{clip(name)}': max_steps must be an integer between 1 "
+                           f"and {MAX_EPISODE_STEPS:,}, got {brief(max_steps)}")
+    mission = Mission(name=name, env=name, params=params, max_steps=max_steps,
+                      description=f"gymnasium environment {env_id}", source="gymnasium")
+    validate_env(mission)
+    return mission
 
 
 def _is_file(name_or_path: str) -> bool:

@@ -7,12 +7,12 @@ and text that is not valid YAML stays text.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import yaml
 
-from parcat.errors import MissionError, ParcatError
+from parcat.errors import ConfigError, MissionError, ParcatError
 from parcat.yamlfile import load_yaml
 
 
@@ -57,3 +57,48 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
         items,
         lambda item: MissionError(f"--set expects KEY=VALUE (e.g. --set agents=8), got '{item}'"),
     )
+
+
+def merge_settings(
+    base: Mapping[str, Any], top: Mapping[str, Any], nested: Iterable[str] = ()
+) -> dict[str, Any]:
+    """The one precedence rule: ``top`` wins over ``base``, key by key.
+
+    Every command layers its settings this way: built-in defaults < a YAML config file <
+    flags (``--set`` included), and for ``eval -p RUN`` the run's mission parameters <
+    ``--set``. A key in ``nested`` whose values are mappings on both sides is merged key by
+    key (``--set learner.lr=0.01`` keeps the file's other ``learner`` keys).
+    """
+    merged = dict(base)
+    for key, value in top.items():
+        below = merged.get(key)
+        if key in nested and isinstance(below, Mapping) and isinstance(value, Mapping):
+            merged[key] = merge_settings(below, value)
+        else:
+            merged[key] = value
+    return merged
+
+
+LEARNER_PREFIX = "learner."
+
+
+def split_learner_settings(settings: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``--set`` settings split into (mission parameters, learner settings).
+
+    ``learner.lr=0.01`` is the learner's ``lr``; every other key is a mission parameter.
+
+    Raises:
+        ConfigError: ``learner.`` with no key after it.
+    """
+    mission: dict[str, Any] = {}
+    learner: dict[str, Any] = {}
+    for key, value in settings.items():
+        if key.startswith(LEARNER_PREFIX):
+            name = key.removeprefix(LEARNER_PREFIX)
+            if not name:
+                raise ConfigError("--set learner.KEY=VALUE needs a key after 'learner.' "
+                                  "(e.g. --set learner.lr=0.01)")
+            learner[name] = value
+        else:
+            mission[key] = value
+    return mission, learner

@@ -58,7 +58,7 @@ def eval_command(
         from parcat.trace import write_trace
     with user_errors():
         require_count("--max-episodes", max_episodes)
-        config, options = args.build()
+        config, options = args.build(on_note=_note)
         if resume and output is None:
             raise ConfigError("--resume needs --output FILE (the file to continue)")
         if resume and precision is not None:
@@ -90,6 +90,10 @@ def eval_command(
         print(f"parcat: error: {failure}", file=sys.stderr)
     raise typer.Exit(EXIT_FAILED if write_failures and exit_code(report) == EXIT_OK
                      else exit_code(report))
+
+
+def _note(message: str) -> None:
+    print(message, file=sys.stderr)
 
 
 def _warn(message: str) -> None:

@@ -31,8 +31,9 @@ if TYPE_CHECKING:
     from parcat.eval_args import EvalArgs
 
 Missions = Annotated[
-    list[str],
-    typer.Option("--mission", "-m", help="Mission name or YAML path; repeat for several."),
+    list[str] | None,
+    typer.Option("--mission", "-m", help="Mission name, gymnasium:ENV_ID or YAML path; repeat "
+                 "for several (default: the mission of the -p run directory)."),
 ]
 Policies = Annotated[
     list[str] | None,
@@ -49,7 +50,8 @@ Seed = Annotated[
 Overrides = Annotated[
     list[str] | None,
     typer.Option("--set", help="Override a mission parameter, KEY=VALUE (e.g. max_steps=200); "
-                 "repeat for several."),
+                 "train: learner.KEY=VALUE sets a learner setting; repeat for several. "
+                 "Flags win over a YAML file."),
 ]
 Jobs = Annotated[
     int | None,
@@ -107,7 +109,7 @@ TableOrJson = Annotated[
 
 
 def eval_args(
-    missions: Missions,
+    missions: Missions = None,
     policies: Policies = None,
     episodes: Episodes = 10,
     seed: Seed = 0,
@@ -141,7 +143,7 @@ def eval_args(
         address=address,
     )
     return EvalArgs(
-        missions=tuple(missions), policies=tuple(policies or ("greedy",)), episodes=episodes,
+        missions=tuple(missions or ()), policies=tuple(policies or ()), episodes=episodes,
         seed=0 if seed is None else seed, overrides=tuple(overrides or ()), options=options,
         trace=trace,
     )

@@ -14,8 +14,10 @@ from parcat.cli.common import EXIT_INTERRUPTED, SummaryFormat, print_json, user_
 from parcat.cli.render import list_table, progress_bar, stderr_console, stdout_console
 from parcat.errors import ConfigError
 from parcat.outputs import check_output_folder
-from parcat.settings import parse_overrides
+from parcat.settings import parse_overrides, split_learner_settings
 from parcat.train.config import LearningMode, MetricsFormat, load_train_config
+from parcat.train.run_dir import choose_run_dir
+from parcat.train.runs import BEST
 from parcat.train.trainer import EpochStats, Trainer
 
 MissionOpt = Annotated[
@@ -54,6 +56,13 @@ InitFromOpt = Annotated[str | None, typer.Option(help="Start from this checkpoin
 ResumeOpt = Annotated[
     bool, typer.Option("--resume", help="Continue from the run directory's checkpoint.")
 ]
+ForceOpt = Annotated[
+    bool, typer.Option("--force", help="Replace the run already in --run-dir (deleted first).")
+]
+EvalEpisodesOpt = Annotated[
+    int | None, typer.Option(help="Greedy evaluation episodes at every checkpoint; the best "
+                             "checkpoint goes to RUN/best (0: none).")
+]
 RenderOpt = Annotated[
     bool | None, typer.Option("--render", help="Show one environment; runs in one process.")
 ]
@@ -80,6 +89,8 @@ def train_command(
     metrics_format: MetricsFormatOpt = None,
     init_from: InitFromOpt = None,
     resume: ResumeOpt = False,
+    force: ForceOpt = False,
+    eval_episodes: EvalEpisodesOpt = None,
     render: RenderOpt = None,
     backend: opts.Backend = None,
     address: opts.Address = None,
@@ -88,18 +99,24 @@ def train_command(
     """Train one independent learner per agent; checkpoints load with `parcat eval -p RUN`."""
     err = stderr_console()
     with user_errors():
+        mission_sets, learner_sets = split_learner_settings(parse_overrides(overrides or []))
         flags: dict[str, Any] = {
-            "mission": mission, "overrides": parse_overrides(overrides) if overrides else None,
+            "mission": mission, "overrides": mission_sets or None,
+            "learner": {**learner_sets, **({"class": learner} if learner is not None else {})}
+            or None,
             "epochs": epochs, "steps_per_epoch": steps_per_epoch, "jobs": jobs,
             "env_workers": env_workers, "envs_per_worker": envs_per_worker, "mode": mode,
             "train_interval": train_interval, "train_steps": train_steps,
             "parallel_training": parallel_training, "shared_learner": shared_learner,
-            "learner": {"class": learner} if learner is not None else None,
             "seed": seed, "checkpoint_every": checkpoint_every, "run_dir": run_dir,
             "metrics_format": metrics_format, "init_from": init_from, "render": render,
+            "eval_episodes": eval_episodes,
             "backend": backend, "address": address,
         }
-        cfg = load_train_config(config, flags)
+        choice = choose_run_dir(load_train_config(config, flags), resume=resume, force=force)
+        cfg = choice.config
+        if choice.note:
+            typer.echo(choice.note, err=True)
         check_output_folder(cfg.run_path, "--run-dir")
         if cfg.render:
             err.print("--render: one environment shown; everything runs in this process")
@@ -167,10 +184,11 @@ def train_command(
             "idle s",
         ]
         stdout_console().print(list_table(headers, rows[-10:]))
-        sets = "".join(f" --set {k}={v}" for k, v in trainer.mission.params.items())
+        best = Path(report.checkpoint) / BEST
         typer.echo(
             f"checkpoint: {report.checkpoint}\n"
-            f"evaluate it: parcat eval -m {trainer.mission.name}{sets} -p {report.checkpoint}"
+            f"evaluate it: parcat eval -p {report.checkpoint} (its mission and parameters come "
+            "from the run)" + (f"; the best: parcat eval -p {best}" if best.is_dir() else "")
         )
     if report.interrupted:
         raise typer.Exit(EXIT_INTERRUPTED)

@@ -10,7 +10,9 @@ from typing import Any
 
 from parcat.errors import ConfigError, brief, clip
 from parcat.limits import MAX_COUNT, MAX_TRAIN_ENVS, MAX_WORKERS
+from parcat.missions import GYMNASIUM_PREFIX
 from parcat.raycluster import Backend
+from parcat.settings import merge_settings
 from parcat.train.recipes import check_learner_options
 from parcat.yamlfile import read_yaml_mapping
 
@@ -79,6 +81,10 @@ class TrainConfig:
     """``metrics.jsonl`` or ``metrics.csv`` in the run directory."""
     init_from: str = ""
     """Start from the weights of this checkpoint (a run directory)."""
+    eval_episodes: int = 10
+    """Greedy evaluation episodes at every checkpoint (seeded from ``seed`` on their own
+    stream, the same set every time); the checkpoint with the best mean return is kept in
+    ``RUN/best``. 0: no evaluation, no ``best``."""
     render: bool = False
     """Show one environment in the terminal; runs everything in one process."""
     backend: Backend = Backend.LOCAL
@@ -118,6 +124,7 @@ class TrainConfig:
             _require_int(name, getattr(self, name), 1, MAX_COUNT)
         _require_int("envs_per_worker", self.envs_per_worker, 1, MAX_TRAIN_ENVS)
         _require_int("train_steps", self.train_steps, 0, MAX_COUNT)
+        _require_int("eval_episodes", self.eval_episodes, 0, MAX_COUNT)
         _require_int("seed", self.seed, 0)
         _require_int("train_threads", self.train_threads, 0, MAX_WORKERS)
         _require_int("env_workers", self.env_workers, 0, MAX_WORKERS, optional=True)
@@ -131,8 +138,10 @@ class TrainConfig:
 
     @property
     def run_path(self) -> Path:
-        """The run directory."""
-        return Path(self.run_dir or f"runs/{Path(self.mission).stem}")
+        """The run directory (default ``runs/<mission>``; ``runs/CartPole-v1`` for
+        ``gymnasium:CartPole-v1``)."""
+        name = self.mission.removeprefix(GYMNASIUM_PREFIX)
+        return Path(self.run_dir or f"runs/{Path(name).stem if name else 'run'}")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, for the checkpoint manifest."""
@@ -142,6 +151,10 @@ class TrainConfig:
         data["overrides"] = dict(self.overrides)
         data["learner"] = dict(self.learner)
         return data
+
+
+def _learner_class(options: Mapping[str, Any]) -> Any:
+    return options.get("class")
 
 
 def _require_int(
@@ -156,13 +169,17 @@ def _require_int(
 
 
 LAYOUT_KEYS = frozenset({"jobs", "env_workers"})
+NESTED_KEYS = ("overrides", "learner")
+"""Mappings a flag changes key by key rather than replacing."""
 
 
 def load_train_config(path: str | Path | None, flags: Mapping[str, Any]) -> TrainConfig:
     """Read a train YAML file (optional) and apply flags that were given (not ``None``).
 
-    Flags win over the file (``overrides`` key by key); ``jobs`` or ``env_workers`` given
-    as a flag replaces the file's layout, both keys.
+    The precedence rule of :func:`parcat.settings.merge_settings`: built-in defaults <
+    the file < flags (``overrides`` and ``learner`` key by key, so ``--set
+    learner.lr=0.01`` changes one learner key of the file's); ``jobs`` or
+    ``env_workers`` given as a flag replaces the file's layout, both keys.
 
     Raises:
         ConfigError: unreadable YAML, an unknown key (named, with the valid ones), a bad value.
@@ -181,11 +198,13 @@ def load_train_config(path: str | Path | None, flags: Mapping[str, Any]) -> Trai
         # jobs and env_workers are two ways to lay out the run: flags give it whole
         for key in LAYOUT_KEYS:
             data.pop(key, None)
-    for key in ("overrides", "learner"):
-        if isinstance(data.get(key), Mapping) and key in given:
-            # --set / --learner add to (and win over) the file's mapping, key by key
-            given[key] = {**data[key], **given[key]}
-    data.update(given)
+    learner = given.get("learner")
+    if isinstance(learner, Mapping) and isinstance(data.get("learner"), Mapping) and \
+            _learner_class(learner) not in (None, _learner_class(data["learner"]) or "dqn"):
+        # --learner names another learner: the file's options were written for its own
+        data.pop("learner")
+    # --set / --set learner.KEY / --learner add to (and win over) the file's mappings
+    data = merge_settings(data, given, nested=NESTED_KEYS)
     try:
         return replace(TrainConfig(), **data)
     except TypeError as exc:

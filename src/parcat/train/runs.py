@@ -7,6 +7,8 @@ learner needs to continue bit-identically, and the metrics log, carried along.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,9 +25,40 @@ if TYPE_CHECKING:
 METRICS_FILES = ("metrics.jsonl", "metrics.csv")
 
 
+BEST = "best"
+"""The sub-folder of a run directory holding the checkpoint with the best evaluation return."""
+
+
+@dataclass(frozen=True)
+class RunSnapshot:
+    """A run checkpoint held in memory (arrays copied), ready to be written."""
+
+    agents: Mapping[str, checkpoint.PolicyCheckpoint]
+    meta: Mapping[str, Any]
+
+    @property
+    def epoch(self) -> int:
+        """The epochs it holds."""
+        return int(self.meta["epoch"])
+
+
 def save_checkpoint(config: TrainConfig, mission: Mission, learners: dict[Any, Learner],
                     epoch: int) -> Path:
-    """Write the run directory atomically after ``epoch`` epochs.
+    """Write the run directory atomically after ``epoch`` epochs."""
+    return write_snapshot(config.run_path, capture(config, mission, learners, epoch))
+
+
+def write_snapshot(path: Path, snapshot: RunSnapshot, best: bool = False) -> Path:
+    """Write ``snapshot`` as the run directory atomically, carrying its metrics log and
+    ``best/`` along; with ``best``, ``best/`` becomes a copy of it."""
+    return checkpoint.save_run(path, snapshot.agents, snapshot.meta,
+                               keep=(*METRICS_FILES, BEST), copy_to=BEST if best else "")
+
+
+def capture(config: TrainConfig, mission: Mission, learners: dict[Any, Learner],
+            epoch: int, **meta: Any) -> RunSnapshot:
+    """Copy everything a checkpoint after ``epoch`` epochs holds (``meta``: extra manifest
+    keys), so it can be written later though the learners go on changing.
 
     Each agent's policy is the learner's :attr:`~Learner.policy` with its
     :attr:`~Learner.policy_kwargs` (plus ``agent_ids`` for a shared learner, whose network
@@ -41,7 +74,7 @@ def save_checkpoint(config: TrainConfig, mission: Mission, learners: dict[Any, L
         agents[str(agent)] = checkpoint.PolicyCheckpoint(
             policy=learner.policy,
             kwargs=kwargs,
-            arrays=learner.policy_arrays(),
+            arrays=_copied(learner.policy_arrays()),
             meta={
                 "mission": mission.name, "agent_id": str(agent), "epoch": epoch,
                 "observation_space": str(specs[agent].observation_space),
@@ -49,14 +82,18 @@ def save_checkpoint(config: TrainConfig, mission: Mission, learners: dict[Any, L
                 "learner": {"class": type(learner).__module__ + ":" + type(learner).__qualname__,
                             **dict(learner.config)},
             },
-            state=learner.state_dict(),
+            state=_copied(learner.state_dict()),
         )
-    meta = {
+    run_meta = {
         "mission": mission.name, "mission_params": dict(mission.params), "epoch": epoch,
         "seed": config.seed, "shared_learner": config.shared_learner,
-        "config": config.to_dict(),
+        "config": config.to_dict(), **meta,
     }
-    return checkpoint.save_run(config.run_path, agents, meta, keep=METRICS_FILES)
+    return RunSnapshot(agents, run_meta)
+
+
+def _copied(arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    return {key: np.array(value, copy=True) for key, value in arrays.items()}
 
 
 # settings a resumed run must share with the run it continues (the rest may change)

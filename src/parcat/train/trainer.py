@@ -14,21 +14,24 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from parcat import raycluster
+from parcat import checkpoint, raycluster
 from parcat.missions import Mission, load_mission
 from parcat.report import nan_to_none
 from parcat.train.async_learning import AsyncLearning
+from parcat.train.checkpointing import Checkpointer
 from parcat.train.config import LearningMode, TrainConfig
+from parcat.train.greedy_eval import nan_returns
 from parcat.train.learner import Learner, Transitions
 from parcat.train.metrics import MetricsLog
 from parcat.train.plan import TrainPlan, plan_training
 from parcat.train.recipes import LearnerRecipe, check_trainable, make_recipes, with_agent_id
 from parcat.train.rounds import train_each
-from parcat.train.runs import has_checkpoint, init_weights, restore, save_checkpoint
+from parcat.train.runs import has_checkpoint, init_weights, restore
 from parcat.train.vecenv import VecEnv
 
 EventLog = Callable[[str, int], None]
@@ -51,6 +54,9 @@ class EpochStats:
     discarded_episodes: int = 0
     overlap_steps: list[int] = field(default_factory=list)
     """Async: collection steps taken while each learning round that finished ran."""
+    eval_return: dict[str, float] = field(default_factory=dict)
+    """Mean greedy evaluation return per agent and ``total`` (NaN between checkpoints;
+    empty with ``eval_episodes`` 0)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (NaN becomes null)."""
@@ -62,6 +68,7 @@ class EpochStats:
             "idle_s": self.idle_s, "env_steps_per_s": self.env_steps_per_s,
             "discarded_episodes": self.discarded_episodes,
             "overlap_steps": self.overlap_steps,
+            "eval_return": nan_to_none(self.eval_return),
         }
 
 
@@ -141,7 +148,12 @@ class Trainer:
         return [(str(a), learner) for a, learner in self.learners.items()]
 
     def run(self) -> TrainReport:
-        """Train for the configured epochs; checkpoint as configured and at the end."""
+        """Train for the configured epochs; checkpoint as configured and at the end.
+
+        Ctrl-C (or SIGTERM, which the CLI turns into one) stops the run after writing a
+        checkpoint of the last finished epoch (:class:`~parcat.train.checkpointing.Checkpointer`);
+        :attr:`TrainReport.interrupted` says so.
+        """
         report = TrainReport(self.config)
         learning = None
         if self.config.mode is LearningMode.ASYNC:
@@ -150,27 +162,46 @@ class Trainer:
                                      parallel=self.config.parallel_training,
                                      threads=self.config.train_threads)
         self._learning = learning
+        checkpoints = Checkpointer(self.config, self.mission, self.learners)
+        finished = saved = self.start_epoch
         try:
             for epoch in range(self.start_epoch, self.config.epochs):
                 stats = self._epoch(epoch, learning)
+                due = (epoch + 1) % self.config.checkpoint_every == 0 or \
+                    epoch + 1 == self.config.epochs
+                if due and learning is not None:
+                    learning.sync_states()
+                stats.eval_return = (checkpoints.evaluate() if due else
+                                     nan_returns(self.config.eval_episodes, self.vec.agents))
                 report.epochs.append(stats)
-                self.metrics.write(stats.to_dict())
+                with checkpoint.signals_deferred():  # the log and the capture agree
+                    self.metrics.write(stats.to_dict())
+                    if due or learning is None:
+                        checkpoints.finished(epoch + 1, stats.eval_return if due else None)
+                    finished = epoch + 1
                 if self.on_epoch is not None:
                     self.on_epoch(stats)
-                last = epoch + 1 == self.config.epochs
-                if (epoch + 1) % self.config.checkpoint_every == 0 or last:
-                    if learning is not None:
-                        learning.sync_states()
-                    report.checkpoint = str(save_checkpoint(
-                        self.config, self.mission, self.learners, epoch + 1))
+                if due:
+                    report.checkpoint = str(checkpoints.save())
+                    saved = epoch + 1
         except KeyboardInterrupt:
             report.interrupted = True
+            written = self._save_interrupted(checkpoints, learning, finished, saved)
+            report.checkpoint = str(written) if written else report.checkpoint
         finally:
             if learning is not None:
                 learning.close()
             self._learning = None
             self.close()
         return report
+
+    def _save_interrupted(self, checkpoints: Checkpointer, learning: AsyncLearning | None,
+                          finished: int, saved: int) -> Path | None:
+        """The checkpoint of the last finished epoch, if none has it yet (a second Ctrl-C
+        during the write leaves the previous checkpoint whole)."""
+        if learning is not None and finished > saved:
+            learning.sync_states()
+        return checkpoints.save_interrupted(finished, saved, live=learning is not None)
 
     def _epoch(self, epoch: int, learning: AsyncLearning | None) -> EpochStats:
         start = time.perf_counter()

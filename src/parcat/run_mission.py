@@ -1,0 +1,148 @@
+"""``parcat eval -p RUN``: a run directory knows the mission it was trained on.
+
+A run checkpoint's manifest records the mission and its parameters (``mission_params``).
+Evaluating the run on that mission uses them as the layer below ``--set`` (the precedence
+rule of :func:`parcat.settings.merge_settings`); without ``-m`` the run's own mission is
+evaluated. Parameters that change an agent's observation or action space against what the
+run was trained on are one error.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from parcat import checkpoint
+from parcat.errors import CheckpointError, ConfigError, clip
+from parcat.missions import Mission, load_mission
+from parcat.settings import merge_settings
+
+BEST = "best"
+
+
+@dataclass(frozen=True)
+class RunCheckpoint:
+    """What a run directory's manifest says about what it was trained on."""
+
+    path: Path
+    mission: str
+    """What ``load_mission`` takes: the training config's ``mission`` (a name or path)."""
+    name: str
+    """The mission's name."""
+    params: Mapping[str, Any]
+    spaces: Mapping[str, tuple[str, str]]
+    """Each agent's observation and action space, as text."""
+    epoch: int
+    eval_total: float | None
+
+    def describe(self) -> str:
+        """One line: which checkpoint of the run this is."""
+        score = "" if self.eval_total is None else f", evaluation return {self.eval_total:.3f}"
+        if self.path.name == BEST:
+            return f"-p {self.path}: the best checkpoint (epoch {self.epoch}{score})"
+        best = self.path / BEST
+        other = f"; the best is -p {best}" if (best / checkpoint.MANIFEST).is_file() else ""
+        return f"-p {self.path}: the last checkpoint (epoch {self.epoch}{score}){other}"
+
+
+def read_run(target: str) -> RunCheckpoint | None:
+    """The run checkpoint at ``target``, or ``None`` when it is no readable run directory
+    (the policy loader reports what is wrong with it)."""
+    path = Path(target)
+    try:
+        if not path.is_dir():
+            return None
+        manifest = checkpoint.read_manifest(path)
+        if manifest.get("format") != checkpoint.RUN_FORMAT or "mission" not in manifest:
+            return None
+        spaces = {}
+        for agent, folder in dict(manifest["agents"]).items():
+            meta = checkpoint.read_manifest(path / folder)
+            spaces[str(agent)] = (str(meta.get("observation_space")), str(meta.get("action_space")))
+    except (CheckpointError, OSError, KeyError, TypeError, ValueError):
+        return None
+    config = manifest.get("config")
+    mission = config.get("mission") if isinstance(config, dict) else None
+    total = (manifest.get("eval_return") or {}).get("total")
+    params = manifest.get("mission_params")
+    return RunCheckpoint(
+        path=path, mission=str(mission or manifest["mission"]), name=str(manifest["mission"]),
+        params=dict(params) if isinstance(params, dict) else {}, spaces=spaces,
+        epoch=int(manifest.get("epoch", 0)),
+        eval_total=float(total) if isinstance(total, (int, float)) else None,
+    )
+
+
+def load_missions(missions: Sequence[str], policy_targets: Sequence[str],
+                  overrides: Mapping[str, Any],
+                  on_note: Callable[[str], None] | None = None) -> tuple[Mission, ...]:
+    """The missions to evaluate: ``-m`` (or, without it, the runs' own), each with the
+    parameters of a run among ``policy_targets`` trained on it below ``overrides``.
+
+    Raises:
+        ConfigError: no mission and no run to take one from; two runs of one mission
+            trained with different parameters; spaces that differ from a run's.
+        MissionError: an unknown mission or bad parameters.
+    """
+    runs = [run for run in map(read_run, policy_targets) if run is not None]
+    for run in runs:
+        if on_note is not None:
+            on_note(run.describe())
+    names = list(missions) or list(dict.fromkeys(run.mission for run in runs))
+    if not names:
+        raise ConfigError("give a mission with -m NAME, or a run directory with -p RUN "
+                          "(its manifest names the mission it was trained on)")
+    loaded = []
+    for name in names:
+        mission = load_mission(name, overrides)
+        trained = [run for run in runs if run.name == mission.name]
+        if trained:
+            _same_params(trained)
+            mission = load_mission(name, merge_settings(trained[0].params, overrides))
+            for run in trained:
+                check_spaces(run, mission, overrides)
+        loaded.append(mission)
+    return tuple(loaded)
+
+
+def _same_params(runs: list[RunCheckpoint]) -> None:
+    for run in runs[1:]:
+        if dict(run.params) != dict(runs[0].params):
+            raise ConfigError(
+                f"-p {runs[0].path} and -p {run.path} were trained on mission "
+                f"'{run.name}' with different parameters; evaluate them one at a time"
+            )
+
+
+def check_spaces(run: RunCheckpoint, mission: Mission, overrides: Mapping[str, Any]) -> None:
+    """Every agent of ``run`` sees the spaces it was trained on in ``mission``.
+
+    Raises:
+        ConfigError: naming the agent, both spaces and the ``--set`` keys given.
+    """
+    for spec in mission.agents():
+        saved = run.spaces.get(str(spec.agent_id))
+        if saved is None:
+            continue  # the policy loader names the missing agent
+        now = (str(spec.observation_space), str(spec.action_space))
+        if now != saved:
+            kind, index = ("observation", 0) if now[0] != saved[0] else ("action", 1)
+            sets = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "none"
+            raise ConfigError(
+                f"-p {run.path}: agent '{spec.agent_id}' was trained with {kind} space "
+                f"{brief_space(saved[index])}, but mission '{mission.name}' now gives "
+                f"{brief_space(now[index])} "
+                f"(--set: {sets}); drop the --set that changes it"
+            )
+
+
+_BOX_TAIL = re.compile(r"(\([\d, ]*\)), (\w+)\)$")
+
+
+def brief_space(text: str) -> str:
+    """A space's text without a Box's bounds: ``Box((39,), float32)``."""
+    match = _BOX_TAIL.search(text) if text.startswith("Box(") else None
+    return f"Box({match.group(1)}, {match.group(2)})" if match else clip(text)

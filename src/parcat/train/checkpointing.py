@@ -1,0 +1,102 @@
+"""When a run writes its checkpoints: every N epochs, at the end, on Ctrl-C or SIGTERM, and
+which one is kept as ``RUN/best``.
+
+The checkpoint written on an interrupt holds the *last finished* epoch, so ``--resume``
+continues exactly as if the run had stopped there. In sync mode the learners change during
+an epoch (transitions observed, exploration drawn), so every finished epoch is captured in
+memory (arrays copied) until a later one replaces it. In async mode the acting learners are
+refreshed from the learner process first, as for any async checkpoint.
+
+Every write replaces the run directory in one atomic swap (:func:`parcat.checkpoint.save_run`):
+a second Ctrl-C during the final write leaves the previous checkpoint, never half of one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from parcat import checkpoint
+from parcat.errors import CheckpointError
+from parcat.missions import Mission
+from parcat.train.config import TrainConfig
+from parcat.train.greedy_eval import TOTAL, evaluate_greedy
+from parcat.train.learner import Learner
+from parcat.train.runs import BEST, RunSnapshot, capture, write_snapshot
+
+
+@dataclass
+class Checkpointer:
+    """Writes one run's checkpoints and keeps its best.
+
+    Args:
+        config: The run (``run_path``, ``eval_episodes``, ``seed``).
+        mission: What the evaluation episodes run on.
+        learners: The acting learners, by agent.
+    """
+
+    config: TrainConfig
+    mission: Mission
+    learners: dict[Any, Learner]
+
+    def __post_init__(self) -> None:
+        self.best_return = best_return(self.config.run_path)
+        self.pending: RunSnapshot | None = None
+        """The last finished epoch, captured but not written yet (sync mode)."""
+
+    def evaluate(self) -> dict[str, float]:
+        """The learners' greedy returns on the run's fixed evaluation episodes."""
+        return evaluate_greedy(self.mission, self.learners, self.config.seed,
+                               self.config.eval_episodes)
+
+    def finished(self, epoch: int, eval_return: dict[str, float] | None = None) -> None:
+        """Capture the learners after ``epoch`` epochs (with their evaluation, if any), to
+        be written by :meth:`save` or, after an interrupt, :meth:`save_interrupted`."""
+        meta: dict[str, Any] = {}
+        if eval_return:
+            meta = {"eval_return": eval_return, "eval_episodes": self.config.eval_episodes}
+        self.pending = capture(self.config, self.mission, self.learners, epoch, **meta)
+
+    def save(self) -> Path:
+        """Write the captured checkpoint; it is also ``best/`` when its total evaluation
+        return beats every earlier one (the first evaluated one always does)."""
+        assert self.pending is not None, "save() follows finished()"
+        eval_return = self.pending.meta.get("eval_return") or {}
+        score = eval_return.get(TOTAL, math.nan)
+        best = not math.isnan(score) and score > self.best_return
+        path = write_snapshot(self.config.run_path, self.pending, best=best)
+        if best:
+            self.best_return = score
+        self.pending = None
+        return path
+
+    def save_interrupted(self, finished_epochs: int, saved_epochs: int,
+                         live: bool = False) -> Path | None:
+        """After Ctrl-C or SIGTERM: write the last finished epoch if no checkpoint has it
+        yet. Returns the run directory, or ``None`` when there was nothing new to write.
+
+        Args:
+            finished_epochs: Epochs finished (and logged).
+            saved_epochs: Epochs the last checkpoint written holds.
+            live: The learners as they are now stand for the last finished epoch (async
+                mode, once synced); otherwise only a captured epoch is written.
+        """
+        if self.pending is not None:
+            return write_snapshot(self.config.run_path, self.pending)
+        if live and finished_epochs > saved_epochs:
+            snapshot = capture(self.config, self.mission, self.learners, finished_epochs)
+            return write_snapshot(self.config.run_path, snapshot)
+        return None
+
+
+def best_return(run: Path) -> float:
+    """The total evaluation return of ``run/best`` (``-inf`` when there is none)."""
+    try:
+        manifest = checkpoint.read_manifest(run / BEST)
+    except CheckpointError:
+        return -math.inf
+    value = manifest.get("eval_return", {}).get(TOTAL) if isinstance(
+        manifest.get("eval_return"), dict) else None
+    return float(value) if isinstance(value, (int, float)) else -math.inf

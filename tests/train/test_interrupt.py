@@ -1,0 +1,95 @@
+"""Ctrl-C and SIGTERM end ``parcat train`` with a checkpoint of the last finished epoch, in
+real subprocesses sent real signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from parcat import checkpoint
+from parcat.train.metrics import read_metrics
+
+TIMEOUT_S = 300
+TRAIN = ["-m", "parcat", "train", "-m", "goal_tasks", "--set", "max_steps=10",
+         "--steps-per-epoch", "20", "--envs-per-worker", "2", "--train-steps", "2",
+         "--eval-episodes", "1", "--checkpoint-every", "1000", "--epochs", "100000",
+         "--format", "json"]
+
+
+def start(run: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, *TRAIN, "--run-dir", str(run), *extra],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_epochs(proc: subprocess.Popen[str], run: Path, epochs: int) -> None:
+    """Until the metrics log has ``epochs`` lines (polling; the test asserts no time)."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline and proc.poll() is None:
+        log = run / "metrics.jsonl"
+        if log.is_file() and len(read_metrics(log)) >= epochs:
+            return
+        time.sleep(0.05)
+    proc.kill()
+    pytest.fail(f"training did not log {epochs} epochs: {proc.communicate()[1]}")
+
+
+def stop(proc: subprocess.Popen[str], *signals: signal.Signals) -> tuple[int, str]:
+    for number in signals:
+        os.kill(proc.pid, number)
+    _, err = proc.communicate(timeout=TIMEOUT_S)
+    return proc.returncode, err
+
+
+def load_every_agent(run: Path) -> int:
+    manifest = checkpoint.read_manifest(run)
+    for folder in manifest["agents"].values():
+        checkpoint.load_policy(run / folder)
+        checkpoint.load_state(run / folder)
+    return int(manifest["epoch"])
+
+
+@pytest.mark.parametrize(("signum", "code", "layout"), [
+    (signal.SIGINT, 130, ["--env-workers", "0"]),
+    (signal.SIGTERM, 143, ["--env-workers", "1"]),
+])
+def test_a_signal_writes_the_last_finished_epoch_and_resume_goes_on_from_it(
+    tmp_path: Path, signum: signal.Signals, code: int, layout: list[str]
+) -> None:
+    run = tmp_path / "run"
+    proc = start(run, *layout)
+    wait_for_epochs(proc, run, 3)
+    assert stop(proc, signum)[0] == code
+    logged = [record["epoch"] for record in read_metrics(run / "metrics.jsonl")]
+    assert load_every_agent(run) == logged[-1] >= 3  # checkpoint_every 1000: only the final one
+    resumed = subprocess.run(
+        [sys.executable, *TRAIN[:-4], "--epochs", str(logged[-1] + 1), "--format", "json",
+         "--run-dir", str(run), "--resume", *layout],
+        capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    assert (resumed.returncode, resumed.stderr) == (0, "")
+    assert [r["epoch"] for r in read_metrics(run / "metrics.jsonl")] == [*logged, logged[-1] + 1]
+
+
+def test_async_mode_syncs_the_learners_before_the_final_checkpoint(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    proc = start(run, "--mode", "async", "--env-workers", "1")
+    wait_for_epochs(proc, run, 2)
+    assert stop(proc, signal.SIGTERM)[0] == 143
+    logged = [record["epoch"] for record in read_metrics(run / "metrics.jsonl")]
+    assert load_every_agent(run) == logged[-1]
+
+
+def test_a_second_ctrl_c_never_leaves_half_a_run(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    proc = start(run, "--env-workers", "0", "--checkpoint-every", "1")
+    wait_for_epochs(proc, run, 2)  # so epoch 1's checkpoint is written
+    code, _ = stop(proc, signal.SIGINT, signal.SIGINT)
+    assert code == 130
+    # whichever write the second Ctrl-C cut, the run directory is a whole checkpoint
+    assert load_every_agent(run) >= 1
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".run.")]

@@ -1,0 +1,125 @@
+"""Runs are safe: a run directory holding another run is never replaced unasked."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from parcat import checkpoint
+from parcat.cli.main import main
+from parcat.errors import ConfigError
+from parcat.settings import merge_settings, split_learner_settings
+from parcat.train.config import load_train_config
+
+MISSION = ["-m", "goal_tasks", "--set", "max_steps=10", "--set", "agents=2"]
+TRAIN = ["train", "--steps-per-epoch", "8", "--env-workers", "0", "--envs-per-worker", "2",
+         "--train-steps", "2", "--eval-episodes", "2", "--format", "json"]
+
+
+def train(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    code = main([*TRAIN, *args])
+    return code, capsys.readouterr().err
+
+
+def agents_of(run: Path) -> list[str]:
+    return sorted(checkpoint.read_manifest(run)["agents"])
+
+
+def test_a_rerun_with_the_default_name_goes_to_the_next_numbered_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert train(capsys, *MISSION, "--epochs", "1") == (0, "")
+    first = checkpoint.read_manifest("runs/goal_tasks")
+    assert train(capsys, "-m", "goal_tasks", "--epochs", "1") == (
+        0, "'runs/goal_tasks' holds another run; this one goes to 'runs/goal_tasks-2' "
+        "(--resume continues 'runs/goal_tasks', --force replaces it)\n")
+    assert checkpoint.read_manifest("runs/goal_tasks") == first  # untouched: 2 agents
+    assert agents_of(Path("runs/goal_tasks")) == ["agent_0", "agent_1"]
+    assert agents_of(Path("runs/goal_tasks-2")) == ["agent_0"]
+    assert train(capsys, "-m", "goal_tasks", "--epochs", "1")[1].endswith(
+        "this one goes to 'runs/goal_tasks-3' (--resume continues 'runs/goal_tasks', "
+        "--force replaces it)\n")
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_explicit_run_dir_holding_a_run_is_refused_without_resume_or_force(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], mode: str
+) -> None:
+    run = tmp_path / "run"
+    assert train(capsys, *MISSION, "--epochs", "1", "--run-dir", str(run))[0] == 0
+    before = checkpoint.read_manifest(run)
+    assert train(capsys, *MISSION, "--epochs", "2", "--run-dir", str(run), "--mode", mode) == (
+        2, f"parcat: error: run directory '{run}' holds another run; give --resume to continue "
+        "it, --force to replace it, or another --run-dir\n")
+    assert checkpoint.read_manifest(run) == before
+
+
+def test_a_metrics_log_alone_is_a_run_too(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"epoch": 1}\n')
+    assert train(capsys, *MISSION, "--epochs", "1", "--run-dir", str(run))[0] == 2
+    assert (run / "metrics.jsonl").read_text() == '{"epoch": 1}\n'
+
+
+def test_force_replaces_the_run_and_its_best(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    assert train(capsys, *MISSION, "--epochs", "2", "--run-dir", str(run))[0] == 0
+    assert (run / "best").is_dir()
+    code, err = train(capsys, "-m", "goal_tasks", "--set", "max_steps=10", "--epochs", "1",
+                      "--run-dir", str(run), "--force", "--eval-episodes", "0")
+    assert (code, err) == (0, f"--force: removed the run in '{run}'; starting afresh\n")
+    assert agents_of(run) == ["agent_0"]
+    assert not (run / "best").exists()
+    assert (run / "metrics.jsonl").read_text().count("\n") == 1
+
+
+def test_resume_and_force_together_are_refused(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    assert train(capsys, *MISSION, "--run-dir", str(tmp_path / "r"), "--resume", "--force") == (
+        2, "parcat: error: --resume and --force contradict each other: --resume continues the "
+        "run, --force replaces it; give one\n")
+
+
+# ---- --set learner.KEY=VALUE and the precedence rule
+
+def test_set_learner_keys_go_to_the_learner_and_win_over_the_file(tmp_path: Path) -> None:
+    file = tmp_path / "train.yaml"
+    file.write_text("learner: {lr: 0.5, gamma: 0.9}\noverrides: {agents: 2}\nepochs: 3\n")
+    overrides, learner = split_learner_settings({"learner.lr": 0.01, "max_steps": 10})
+    cfg = load_train_config(file, {"overrides": overrides, "learner": learner, "epochs": None})
+    assert dict(cfg.learner) == {"lr": 0.01, "gamma": 0.9}  # file < flag, key by key
+    assert dict(cfg.overrides) == {"agents": 2, "max_steps": 10}
+    assert cfg.epochs == 3 and cfg.steps_per_epoch == 100  # the file, the built-in default
+
+
+def test_merge_settings_is_one_rule() -> None:
+    assert merge_settings({"a": 1, "m": {"x": 1, "y": 2}}, {"m": {"y": 3}, "b": 2},
+                          nested=("m",)) == {"a": 1, "b": 2, "m": {"x": 1, "y": 3}}
+    assert merge_settings({"m": {"x": 1}}, {"m": {"y": 3}}) == {"m": {"y": 3}}
+
+
+def test_an_unknown_learner_key_is_one_line_naming_the_valid_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, err = train(capsys, *MISSION, "--set", "learner.lrx=0.1", "--run-dir",
+                      str(tmp_path / "r"))
+    assert (code, err) == (2, "parcat: error: dqn: unknown option 'lrx'; known: width, depth, "
+                           "lr, gamma, batch_size, buffer_size, learning_starts, train_steps, "
+                           "target_update_every, eps_start, eps_end, eps_decay_steps, double, "
+                           "huber, grad_clip, seed\n")
+
+
+def test_a_learner_set_reaches_the_checkpoint(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "r"
+    assert train(capsys, *MISSION, "--set", "learner.lr=0.01", "--epochs", "1",
+                 "--run-dir", str(run))[0] == 0
+    assert checkpoint.read_manifest(run)["config"]["learner"] == {"lr": 0.01}
+    with pytest.raises(ConfigError, match=re.escape("--set learner.KEY=VALUE needs a key")):
+        split_learner_settings({"learner.": 1})
