@@ -123,12 +123,16 @@ def test_the_yaml_names_the_learner_and_the_flag_wins(tmp_path: Path) -> None:
     path.write_text("learner: {class: ppo, width: 16, gamma: 0.9}\n")
     assert dict(load_train_config(path, {}).learner) == {"class": "ppo", "width": 16,
                                                          "gamma": 0.9}
-    flagged = load_train_config(path, {"learner": {"class": "dqn"}})
-    assert dict(flagged.learner) == {"class": "dqn", "width": 16, "gamma": 0.9}
-    # the file's options stay: they must suit the learner the flag names
-    with pytest.raises(ConfigError, match=re.escape(
-            "one-step reinforce: unknown option 'gamma'")):
-        load_train_config(path, {"learner": {"class": EXTERNAL_CLASS}})
+    # --learner naming another learner: the file's options were written for its own
+    flagged = load_train_config(path, {"learner": {"class": "dqn", "width": 8}})
+    assert dict(flagged.learner) == {"class": "dqn", "width": 8}
+    assert dict(load_train_config(path, {"learner": {"class": EXTERNAL_CLASS}}).learner) == \
+        {"class": EXTERNAL_CLASS}
+    # the same learner (or --set learner.KEY alone) keeps the file's other options
+    assert dict(load_train_config(path, {"learner": {"class": "ppo", "width": 8}}).learner) \
+        == {"class": "ppo", "width": 8, "gamma": 0.9}
+    assert dict(load_train_config(path, {"learner": {"gamma": 0.5}}).learner) == \
+        {"class": "ppo", "width": 16, "gamma": 0.5}
     with pytest.raises(ConfigError, match=re.escape("ppo: unknown option 'eps_start'; known: ")):
         load_train_config(None, {"learner": {"class": "ppo", "eps_start": 1.0}})
 

@@ -22,7 +22,7 @@ from parcat import checkpoint
 from parcat.errors import CheckpointError
 from parcat.missions import Mission
 from parcat.train.config import TrainConfig
-from parcat.train.greedy_eval import TOTAL, evaluate_greedy
+from parcat.train.greedy_eval import TOTAL, LearnerObs, evaluate_greedy
 from parcat.train.learner import Learner
 from parcat.train.runs import BEST, RunSnapshot, capture, write_snapshot
 
@@ -35,11 +35,14 @@ class Checkpointer:
         config: The run (``run_path``, ``eval_episodes``, ``seed``).
         mission: What the evaluation episodes run on.
         learners: The acting learners, by agent.
+        learner_obs: What an agent's learner observes of the agent's observation
+            (a shared learner also sees the agent's one-hot id).
     """
 
     config: TrainConfig
     mission: Mission
     learners: dict[Any, Learner]
+    learner_obs: LearnerObs | None = None
 
     def __post_init__(self) -> None:
         self.best_return = best_return(self.config.run_path)
@@ -49,7 +52,7 @@ class Checkpointer:
     def evaluate(self) -> dict[str, float]:
         """The learners' greedy returns on the run's fixed evaluation episodes."""
         return evaluate_greedy(self.mission, self.learners, self.config.seed,
-                               self.config.eval_episodes)
+                               self.config.eval_episodes, self.learner_obs)
 
     def finished(self, epoch: int, eval_return: dict[str, float] | None = None) -> None:
         """Capture the learners after ``epoch`` epochs (with their evaluation, if any), to

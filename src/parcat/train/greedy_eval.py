@@ -9,7 +9,7 @@ on every worker layout and in both learning modes, and evaluating never changes 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -24,9 +24,16 @@ TOTAL = "total"
 """The key of the mean summed return over all agents in :func:`evaluate_greedy`'s result."""
 
 
+LearnerObs = Callable[[Any, np.ndarray], np.ndarray]
+"""``(agent, observation) -> what the agent's learner observes``."""
+
+
 def evaluate_greedy(mission: Mission, learners: Mapping[Any, Learner], seed: int,
-                    episodes: int) -> dict[str, float]:
+                    episodes: int, learner_obs: LearnerObs | None = None) -> dict[str, float]:
     """Mean greedy return per agent (by ``str(agent_id)``) and in total over ``episodes``.
+
+    ``learner_obs`` turns an agent's observation into its learner's input (a shared
+    learner's one-hot agent id); by default the learner sees the observation itself.
 
     Episode ``i`` resets with ``derive_seed(seed, EVAL_STREAM, i)`` (and, for a meta-RL
     environment, a task drawn from ``derive_seed(seed, EVAL_TASK_STREAM, i)``). With
@@ -38,7 +45,8 @@ def evaluate_greedy(mission: Mission, learners: Mapping[Any, Learner], seed: int
     sums = np.zeros(len(agents))
     for index in range(episodes):
         with mission.open_env() as env:
-            returns = _episode(env, mission, learners, seed, index)
+            returns = _episode(env, mission, learners, seed, index,
+                               learner_obs or (lambda agent, obs: obs))
         sums += [returns.get(agent, 0.0) for agent in agents]
     means = {str(agent): float(total / episodes) for agent, total in zip(agents, sums, strict=True)}
     means[TOTAL] = float(sums.sum() / episodes)
@@ -46,7 +54,7 @@ def evaluate_greedy(mission: Mission, learners: Mapping[Any, Learner], seed: int
 
 
 def _episode(env: Any, mission: Mission, learners: Mapping[Any, Learner], seed: int,
-             index: int) -> dict[Any, float]:
+             index: int, learner_obs: LearnerObs) -> dict[Any, float]:
     options = None
     sample_task = getattr(env, "sample_task", None)
     if sample_task is not None:
@@ -57,15 +65,17 @@ def _episode(env: Any, mission: Mission, learners: Mapping[Any, Learner], seed: 
     for _ in range(mission.max_steps):
         if not env.agents:
             break
-        actions = {agent: _greedy(learners[agent], obs[agent]) for agent in env.agents}
+        actions = {agent: _greedy(learners[agent], learner_obs(
+            agent, np.asarray(obs[agent], dtype=np.float32).reshape(1, -1)))
+            for agent in env.agents}
         obs, rewards, *_ = env.step(actions)
         for agent, reward in rewards.items():
             returns[agent] = returns.get(agent, 0.0) + float(reward)
     return returns
 
 
-def _greedy(learner: Learner, obs: Any) -> Any:
-    action = learner.act(np.asarray(obs, dtype=np.float32).reshape(1, -1), explore=False)[0]
+def _greedy(learner: Learner, obs: np.ndarray) -> Any:
+    action = learner.act(obs, explore=False)[0]
     return action.item() if np.ndim(action) == 0 else np.asarray(action)
 
 

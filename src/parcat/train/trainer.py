@@ -162,7 +162,7 @@ class Trainer:
                                      parallel=self.config.parallel_training,
                                      threads=self.config.train_threads)
         self._learning = learning
-        checkpoints = Checkpointer(self.config, self.mission, self.learners)
+        checkpoints = Checkpointer(self.config, self.mission, self.learners, self._learner_obs)
         finished = saved = self.start_epoch
         try:
             for epoch in range(self.start_epoch, self.config.epochs):
