@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
+from xml.etree import ElementTree
 
 import numpy as np
 import pytest
@@ -86,3 +89,40 @@ def test_another_format_version_is_refused(tmp_path: Path) -> None:
     with pytest.raises(replay.ReplayError, match=re.escape("is format version 2; this parcat "
                                                            "reads version 1")):
         replay.read(path)
+
+
+def parcat(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "parcat", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_eval_replay_dir_then_parcat_replay_shows_the_episode(tmp_path: Path) -> None:
+    run = parcat("eval", "-m", "harvest", "-n", "2", "--set", "max_steps=6", "--replay-dir",
+                 "replays", "--format", "json", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    index = json.loads((tmp_path / "replays" / replay.INDEX).read_text())
+    assert [e["file"] for e in index["episodes"]] == ["harvest-000000.npz", "harvest-000001.npz"]
+    shown = parcat("replay", "replays/harvest-000001.npz", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("harvest episode 1 (seed ")
+    assert [f"step {k}/6" in shown.stdout for k in range(7)] == [True] * 7
+    assert "################" in shown.stdout and not shown.stderr
+    drawn = parcat("replay", "replays/harvest-000000.npz", "-o", "ep.svg", cwd=tmp_path)
+    assert drawn.returncode == 0, drawn.stderr
+    svg = ElementTree.parse(tmp_path / "ep.svg").getroot()
+    frames = svg.findall("{http://www.w3.org/2000/svg}g")
+    assert len(frames) == 7 and all(g.find("{http://www.w3.org/2000/svg}animate") is not None
+                                    for g in frames)
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["replay", "missing.npz"], "parcat: error: replay 'missing.npz' does not exist or is not a "
+     "file; replays are the *.npz files in a --replay-dir folder (listed in its index.json)"),
+    (["replay", "missing.npz", "-o", "x.gif"], "parcat: error: --output 'x.gif' must end in "
+     ".svg: replays are written as animated SVG"),
+    (["eval", "-m", "harvest", "--replay-dir", "/dev/null"], "parcat: error: --replay-dir "
+     "'/dev/null' is a character device, not a folder; give the path of a folder"),
+])
+def test_bad_replay_input_is_one_line_exit_2(tmp_path: Path, args: list[str], line: str) -> None:
+    result = parcat(*args, cwd=tmp_path)
+    assert (result.returncode, result.stderr) == (2, line + "\n")

@@ -369,6 +369,7 @@ def evaluate_to_precision(
     on_result: ResultCallback | None = None,
     output: Path | None = None,
     on_warning: Callable[[str], None] | None = None,
+    replay_dir: Path | None = None,
 ) -> EvalReport:
     """Add episodes in batches until every mission's 95% CI half-width is below ``precision``.
 
@@ -388,7 +389,7 @@ def evaluate_to_precision(
     while True:
         current = replace(config, episodes=episodes)
         report = evaluate(current, options, on_result, output=output, keep=kept,
-                          on_warning=on_warning)
+                          on_warning=on_warning, replay_dir=replay_dir)
         kept = {(e.mission, e.episode_index): e for e in report.episodes}
         wide = [s.mission for s in summarize(report.episodes) if s.policy == ALL_POLICIES
                 and not (s.episodes > 1 and (s.ci95_high - s.ci95_low) / 2 < precision)]

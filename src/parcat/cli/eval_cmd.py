@@ -18,7 +18,7 @@ from parcat.cli.common import (
 )
 from parcat.cli.lazy import held_imports
 from parcat.errors import ConfigError
-from parcat.outputs import check_output_file
+from parcat.outputs import check_output_file, check_output_folder
 
 if TYPE_CHECKING:
     from parcat.eval_args import EvalArgs
@@ -45,6 +45,12 @@ def eval_command(
         bool, typer.Option("--resume", help="Keep the finished episodes in --output; run the rest.")
     ] = False,
     progress: Annotated[bool, typer.Option(help="Progress bar on stderr.")] = True,
+    replay_dir: Annotated[
+        Path | None,
+        typer.Option("--replay-dir", metavar="DIR",
+                     help="Record every episode into DIR (one .npz each, and index.json); "
+                     "play one back with `parcat replay DIR/FILE`."),
+    ] = None,
 ) -> None:
     """Evaluate policies on missions and print per-mission, per-policy statistics.
 
@@ -69,15 +75,17 @@ def eval_command(
             check_output_file(output, "--output")
         if args.trace is not None:
             check_output_file(args.trace, "--trace")
+        if replay_dir is not None:
+            check_output_folder(replay_dir, "--replay-dir")
     total = len(config.missions) * config.episodes
     with user_errors(), progress_bar(total, "episodes", enabled=progress) as advance:
         if precision is not None:
             report = evaluate_to_precision(config, precision, options, max_episodes=max_episodes,
                                            on_result=lambda _: advance(), output=output,
-                                           on_warning=_warn)
+                                           on_warning=_warn, replay_dir=replay_dir)
         else:
             report = evaluate(config, options, on_result=lambda _: advance(), output=output,
-                              resume=resume, on_warning=_warn)
+                              resume=resume, on_warning=_warn, replay_dir=replay_dir)
     write_failures = [] if report.write_error is None else [report.write_error]
     if args.trace is not None:
         try:

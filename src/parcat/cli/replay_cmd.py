@@ -1,0 +1,98 @@
+"""``parcat replay``: play back an episode recorded by ``parcat eval --replay-dir``."""
+
+from __future__ import annotations
+
+import html
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from parcat.cli.common import user_errors
+from parcat.errors import OutputError
+from parcat.outputs import check_output_file
+
+SVG_SUFFIX = ".svg"
+
+
+def replay_command(
+    file: Annotated[Path, typer.Argument(metavar="FILE", help="A replay: DIR/MISSION-NNNNNN.npz "
+                                         "from `parcat eval --replay-dir DIR`.")],
+    fps: Annotated[float, typer.Option("--fps", min=0.1, max=1000.0,
+                                       help="Frames a second in the terminal.")] = 10.0,
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", metavar="FILE.svg",
+        help="Write an animated SVG of the episode instead of playing it here.")] = None,
+) -> None:
+    """Play back an episode recorded with `parcat eval --replay-dir`: in the terminal, or
+    as an animated SVG."""
+    from parcat import replay
+
+    with user_errors():
+        if output is not None:
+            if output.suffix.lower() != SVG_SUFFIX:
+                raise OutputError(f"--output '{output}' must end in {SVG_SUFFIX}: replays are "
+                                  "written as animated SVG")
+            check_output_file(output, "--output")
+        recorded = replay.read(file)
+        drawn = list(replay.frames(recorded))
+    meta = recorded.meta
+    problems = [p for _, _, found in drawn for p in found]
+    title = (f"{meta['mission']} episode {meta['episode_index']} (seed {meta['seed']}): "
+             f"{meta['steps']} steps, returns "
+             + ", ".join(f"{a}={r:.3f}" for a, r in zip(recorded.agents, meta["returns"],
+                                                          strict=True)))
+    if output is not None:
+        with user_errors():
+            write_svg(output, title, [frame for _, frame, _ in drawn], fps)
+        typer.echo(f"wrote {output} ({len(drawn)} frames)", err=True)
+    else:
+        _play(title, drawn, fps)
+    if problems:
+        typer.echo(f"parcat: warning: the environment did not replay as recorded "
+                   f"({len(problems)} step(s); first: {problems[0]}): it is not deterministic",
+                   err=True)
+
+
+def _play(title: str, drawn: list[tuple[int, str, list[str]]], fps: float) -> None:
+    """Draw every frame; in a terminal each replaces the last, otherwise one after another."""
+    terminal = sys.stdout.isatty()
+    for step, frame, _ in drawn:
+        header = f"{title}\nstep {step}/{len(drawn) - 1}\n"
+        if terminal:
+            sys.stdout.write("\x1b[H\x1b[J" + header + frame + "\n")
+            sys.stdout.flush()
+            time.sleep(1.0 / fps)
+        else:
+            sys.stdout.write(header + frame + "\n\n")
+    sys.stdout.flush()
+
+
+def write_svg(path: Path, title: str, frames: list[str], fps: float) -> None:
+    """An animated SVG: one text block per frame, each shown for ``1 / fps`` seconds, looping."""
+    from parcat.atomic import write_text_atomically
+
+    rows = max(len(f.splitlines()) for f in frames) + 2
+    cols = max(max((len(line) for line in f.splitlines()), default=0) for f in frames)
+    cols = max(cols, min(len(title), 120))
+    width, height, line = cols * 8.4 + 20, rows * 16 + 20, 16
+    period = len(frames) / fps
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" '
+             f'height="{height:.0f}" font-family="monospace" font-size="14">',
+             '<rect width="100%" height="100%" fill="#111"/>',
+             f'<text x="10" y="20" fill="#ccc">{html.escape(title[:120])}</text>']
+    for index, frame in enumerate(frames):
+        begin, end = index / len(frames), (index + 1) / len(frames)
+        keys = "0;" + (f"{begin:.6f};" if index else "") + f"{end:.6f};1"
+        values = ("hidden;" if index else "") + "visible;hidden;hidden"
+        parts.append(f'<g visibility="hidden"><animate attributeName="visibility" '
+                     f'dur="{period:.3f}s" repeatCount="indefinite" calcMode="discrete" '
+                     f'keyTimes="{keys}" values="{values}"/>')
+        for row, text in enumerate(frame.splitlines()):
+            parts.append(f'<text x="10" y="{40 + row * line}" fill="#eee" '
+                         f'xml:space="preserve">{html.escape(text)}</text>')
+        parts.append("</g>")
+    parts.append("</svg>\n")
+    write_text_atomically(path, "\n".join(parts))
