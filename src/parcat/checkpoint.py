@@ -47,8 +47,8 @@ from parcat.errors import CheckpointError
 
 __all__ = [
     "ARRAYS", "MANIFEST", "POLICY_FORMAT", "RUN_FORMAT", "STATE", "VERSION", "PolicyCheckpoint",
-    "check_finite", "load_policy", "load_state", "read_manifest", "recover_swap", "save_policy",
-    "save_run",
+    "check_finite", "load_policy", "load_run_arrays", "load_state", "read_manifest",
+    "recover_swap", "save_policy", "save_run",
 ]
 
 ARRAYS = "arrays.npz"
@@ -85,6 +85,7 @@ def save_run(
     agents: Mapping[str, PolicyCheckpoint],
     meta: Mapping[str, Any],
     keep: tuple[str, ...] = (),
+    arrays: Mapping[str, Mapping[str, np.ndarray]] | None = None,
 ) -> Path:
     """Write a run checkpoint (one policy directory per agent) atomically.
 
@@ -92,8 +93,11 @@ def save_run(
         path: The run directory; replaced as a whole.
         agents: Each agent's policy (and training state).
         meta: Written into the run's manifest.
-        keep: Files of the old directory carried into the new one (e.g. the metrics log);
-            they go on changing, so the manifest does not record them.
+        keep: Files (or folders) of the old directory carried into the new one (e.g. the
+            metrics log); they go on changing, so the manifest does not record them.
+        arrays: More ``.npz`` files by name (e.g. the episodes in flight), written beside
+            the agents' directories and recorded in the manifest (read them with
+            :func:`load_run_arrays`).
     """
     path = Path(path)
     names = {agent_id: _dir_name(agent_id) for agent_id in agents}
@@ -102,7 +106,10 @@ def save_run(
         for name in keep:
             if (path / name).is_file():
                 shutil.copy2(path / name, tmp / name)
-        files: dict[str, Any] = {}
+            elif (path / name).is_dir():
+                shutil.copytree(path / name, tmp / name)
+        files: dict[str, Any] = {name: _write_npz(tmp / name, data)
+                                 for name, data in (arrays or {}).items()}
         for agent_id, checkpoint in agents.items():
             (tmp / names[agent_id]).mkdir()
             written = _write_policy(tmp / names[agent_id], checkpoint)
@@ -163,6 +170,20 @@ def load_policy(path: str | Path, agent_id: str | None = None) -> PolicyCheckpoi
     check_finite(path, str(manifest.get("agent_id", path.name)), arrays, ARRAYS)
     meta = {k: v for k, v in manifest.items() if k not in ("policy", "kwargs", "files")}
     return PolicyCheckpoint(manifest["policy"], manifest.get("kwargs", {}), arrays, meta)
+
+
+def load_run_arrays(path: str | Path, name: str) -> dict[str, np.ndarray] | None:
+    """The arrays :func:`save_run` wrote as ``name`` (``None`` if the run has no such file).
+
+    Raises:
+        CheckpointError: the manifest is damaged, or the file is missing, of another size
+            or hash, or no numpy archive.
+    """
+    path = Path(path)
+    manifest = read_manifest(path)
+    if name not in manifest.get("files", {}):
+        return None
+    return _read_npz(path, name, manifest)
 
 
 def load_state(path: str | Path) -> dict[str, np.ndarray]:

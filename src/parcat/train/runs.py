@@ -22,11 +22,14 @@ if TYPE_CHECKING:
 
 POLICY = "parcat.policies.builtin:MLPPolicy"
 METRICS_FILES = ("metrics.jsonl", "metrics.csv")
+CARRIED = (*METRICS_FILES, "tensorboard")
+"""What the run's loggers keep writing to, carried into every new checkpoint."""
 
 
 def save_checkpoint(config: TrainConfig, mission: Mission, learners: dict[Any, Learner],
-                    epoch: int) -> Path:
-    """Write the run directory atomically after ``epoch`` epochs."""
+                    epoch: int, arrays: dict[str, dict[str, np.ndarray]] | None = None) -> Path:
+    """Write the run directory atomically after ``epoch`` epochs (with more ``arrays``
+    files, e.g. the episodes in flight: :func:`parcat.checkpoint.save_run`)."""
     specs = {s.agent_id: s for s in mission.agents()}
     agents = {}
     for agent, learner in learners.items():
@@ -48,7 +51,7 @@ def save_checkpoint(config: TrainConfig, mission: Mission, learners: dict[Any, L
         "seed": config.seed, "shared_learner": config.shared_learner,
         "config": config.to_dict(),
     }
-    return checkpoint.save_run(config.run_path, agents, meta, keep=METRICS_FILES)
+    return checkpoint.save_run(config.run_path, agents, meta, keep=CARRIED, arrays=arrays)
 
 
 # settings a resumed run must share with the run it continues (the rest may change)
@@ -83,7 +86,7 @@ def has_checkpoint(path: Path) -> bool:
 
 def _is_metrics_file(name: str) -> bool:
     # a metrics log, or what a rewrite of one killed halfway left (parcat.atomic)
-    return name in METRICS_FILES or (name.startswith(".metrics.") and name.endswith(".tmp"))
+    return name in CARRIED or (name.startswith(".metrics.") and name.endswith(".tmp"))
 
 
 def restore(path: Path, learners: dict[Any, Learner], config: TrainConfig | None = None) -> int:

@@ -1,7 +1,9 @@
 """The training loop: collect from environment workers, train one learner per agent.
 
 ``sync`` mode collects an epoch, then trains every agent: the reference, bit-identical for
-every environment-worker layout. ``async`` mode hands each round's transitions to a
+every environment-worker layout. Environments run on across epochs (reset once, then when
+an episode ends); a checkpoint keeps the episodes in flight (:mod:`parcat.train.inflight`)
+so a resumed run continues them exactly. ``async`` mode hands each round's transitions to a
 learner process (:mod:`parcat.train.learner_process`), which trains its own copies while
 collection goes on; new weights come back whole and are swapped into the acting learners
 between two steps.
@@ -9,62 +11,33 @@ between two steps.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from typing import Any
 
 import gymnasium
 import numpy as np
 
-from parcat import raycluster
+from parcat import checkpoint, raycluster
 from parcat.errors import ConfigError
 from parcat.missions import Mission, load_mission
-from parcat.report import nan_to_none
+from parcat.train import inflight
 from parcat.train.async_learning import AsyncLearning
 from parcat.train.config import LearningMode, TrainConfig
 from parcat.train.dqn import DQNConfig, DQNLearner, check_sizes
+from parcat.train.epoch_stats import EpisodeTally, EpochStats
 from parcat.train.learner import Learner, Transitions
-from parcat.train.metrics import MetricsLog
+from parcat.train.loggers import RunLoggers
 from parcat.train.plan import TrainPlan, plan_training
 from parcat.train.rounds import train_each
 from parcat.train.runs import has_checkpoint, init_weights, restore, save_checkpoint
 from parcat.train.vecenv import VecEnv
 
 EventLog = Callable[[str, int], None]
-
-
-@dataclass
-class EpochStats:
-    """What one epoch did; one line of the metrics log."""
-
-    epoch: int
-    env_steps: int
-    episodes: int
-    reward: dict[str, float]
-    loss: dict[str, float]
-    epsilon: float
-    collect_s: float
-    train_s: float
-    idle_s: float
-    env_steps_per_s: float
-    discarded_episodes: int = 0
-    overlap_steps: list[int] = field(default_factory=list)
-    """Async: collection steps taken while each learning round that finished ran."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready (NaN becomes null)."""
-        return {
-            "epoch": self.epoch, "env_steps": self.env_steps, "episodes": self.episodes,
-            "reward": nan_to_none(self.reward),
-            "loss": nan_to_none(self.loss),
-            "epsilon": self.epsilon, "collect_s": self.collect_s, "train_s": self.train_s,
-            "idle_s": self.idle_s, "env_steps_per_s": self.env_steps_per_s,
-            "discarded_episodes": self.discarded_episodes,
-            "overlap_steps": self.overlap_steps,
-        }
+__all__ = ["EpochStats", "TrainReport", "Trainer"]
 
 
 @dataclass
@@ -119,14 +92,15 @@ class Trainer:
             self.vec = make_vecenv(self.mission, config, self.plan)
             self.learners = make_learners(self.vec, config)
             self.start_epoch = 0
+            self.in_flight: inflight.InFlight | None = None
+            """The episodes a resumed run continues (``None``: start new ones)."""
             if resume:
                 self.start_epoch = restore(config.run_path, self.learners, config)
+                self.in_flight = load_in_flight(config.run_path, self.vec)
             elif config.init_from:
                 init_weights(config.init_from, self.learners)
-            self.metrics = MetricsLog(config.run_path, config.metrics_format.value,
-                                     fresh=not resume)
-            if resume:
-                self.metrics.truncate(self.start_epoch)
+            self.metrics = RunLoggers(config, self.start_epoch if resume else None,
+                                      self.vec.num_envs)
         except BaseException:
             self.close()  # no worker or shared memory outlives a failed start
             raise
@@ -150,7 +124,13 @@ class Trainer:
                                      parallel=self.config.parallel_training,
                                      threads=self.config.train_threads)
         self._learning = learning
+        self._began = time.perf_counter() - self.metrics.time_offset
         try:
+            if self.in_flight is not None:
+                self._obs = self.vec.restore(self.in_flight)
+            else:
+                self._obs = self.vec.reset()
+            self._reset_states(np.ones(self.vec.num_envs, dtype=bool))
             for epoch in range(self.start_epoch, self.config.epochs):
                 stats = self._epoch(epoch, learning)
                 report.epochs.append(stats)
@@ -161,23 +141,24 @@ class Trainer:
                 if (epoch + 1) % self.config.checkpoint_every == 0 or last:
                     if learning is not None:
                         learning.sync_states()
+                    envs = {inflight.FILE: self.vec.in_flight().to_arrays()}
                     report.checkpoint = str(save_checkpoint(
-                        self.config, self.mission, self.learners, epoch + 1))
+                        self.config, self.mission, self.learners, epoch + 1, arrays=envs))
         except KeyboardInterrupt:
             report.interrupted = True
         finally:
             if learning is not None:
                 learning.close()
             self._learning = None
+            self.metrics.close()
             self.close()
         return report
 
     def _epoch(self, epoch: int, learning: AsyncLearning | None) -> EpochStats:
         start = time.perf_counter()
-        obs = self.vec.reset(epoch)
+        obs = self._obs
         discarded_before = self.vec.discarded
-        returns: list[list[float]] = []
-        self._reset_states(np.ones(self.vec.num_envs, dtype=bool))
+        tally = EpisodeTally(self.vec.agents)
         for _ in range(self.config.steps_per_epoch):
             self.on_event("collect", epoch)
             actions = {a: self.learners[a].act(obs[a], explore=True) for a in self.vec.agents}
@@ -186,14 +167,15 @@ class Trainer:
             if learning is not None:
                 learning.step_done()
             obs = self.vec.gather("obs")
-            finished = self.vec.finished_episodes()
-            if finished:
-                returns += [r for _, r in finished]
-                self._reset_states(self.vec.reset_mask())
+            tally.add(self.vec.finished_episodes())
+            began = self.vec.reset_mask()
+            if began.any():
+                self._reset_states(began)
             if self.config.render and self.on_frame is not None:
                 frame = self.vec.render()
                 if frame is not None:
                     self.on_frame(frame)
+        self._obs = obs
         collect_s = time.perf_counter() - start
         idle_s, train_s, losses = 0.0, 0.0, {}
         overlap: list[int] = []
@@ -208,13 +190,14 @@ class Trainer:
             overlap = learning.take_overlaps()
         steps = self.config.steps_per_epoch * self.vec.num_envs
         return EpochStats(
-            epoch=epoch + 1, env_steps=steps, episodes=len(returns),
-            reward={str(a): _mean([r[i] for r in returns]) for i, a in enumerate(self.vec.agents)},
+            epoch=epoch + 1, env_steps=steps, **tally.summary(),
             loss=losses, epsilon=float(getattr(next(iter(self.learners.values())), "epsilon", 0)),
             collect_s=collect_s, train_s=train_s, idle_s=idle_s,
             env_steps_per_s=steps / collect_s if collect_s > 0 else 0.0,
             discarded_episodes=self.vec.discarded - discarded_before,
-            overlap_steps=overlap,
+            overlap_steps=overlap, total_env_steps=(epoch + 1) * steps,
+            time_s=time.perf_counter() - self._began,
+            timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         )
 
     def _reset_states(self, mask: np.ndarray) -> None:
@@ -328,5 +311,17 @@ def make_learners(vec: VecEnv, config: TrainConfig) -> dict[Any, Learner]:
     return learners
 
 
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else math.nan
+def load_in_flight(run_path: Any, vec: VecEnv) -> inflight.InFlight | None:
+    """The episodes a checkpoint was running, if it kept them for ``vec``'s environments.
+
+    A checkpoint without them (an older parcat) or for another number of environments
+    starts new episodes.
+
+    Raises:
+        CheckpointError: the file is damaged or holds other agents' arrays.
+    """
+    arrays = checkpoint.load_run_arrays(run_path, inflight.FILE)
+    if arrays is None:
+        return None
+    state = inflight.InFlight.from_arrays(arrays, vec.layouts, f"{run_path}/{inflight.FILE}")
+    return state if state.num_envs == vec.num_envs else None
