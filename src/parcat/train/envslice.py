@@ -73,6 +73,7 @@ def array_specs(layouts: list[AgentLayout], num_envs: int) -> ArraySpecs:
     specs["ep_done"] = ((num_envs,), np.bool_)
     specs["ep_len"] = ((num_envs,), np.int64)
     specs["ep_ret"] = ((num_envs, len(layouts)), np.float64)
+    specs["run_ret"] = ((num_envs, len(layouts)), np.float64)
     return specs
 
 
@@ -100,7 +101,7 @@ class EnvSlice:
         self.agents = list(self.envs[0].possible_agents)
         self.episode = [0] * count
         self.steps = [0] * count
-        self.returns = np.zeros((count, len(self.agents)))
+        self.returns = arrays["run_ret"]  # each episode's return so far
         # per agent: (id, act, obs, final, rew, term, trunc, alive) arrays, looked up once
         self.columns = [
             (

@@ -36,6 +36,8 @@ class InFlight:
     obs: list[np.ndarray]
     """Per agent ``(num_envs, *observation_shape)``: the last observations, to tell a replay
     that took another course."""
+    returns: np.ndarray
+    """``(num_envs, num_agents)``: each agent's return so far, for the same check."""
 
     @property
     def num_envs(self) -> int:
@@ -56,7 +58,7 @@ class InFlight:
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """For :func:`parcat.checkpoint.save_run`."""
-        arrays = {"episodes": self.episodes, "lengths": self.lengths}
+        arrays = {"episodes": self.episodes, "lengths": self.lengths, "returns": self.returns}
         for i, (actions, obs) in enumerate(zip(self.actions, self.obs, strict=True)):
             arrays[f"act{i}"], arrays[f"obs{i}"] = actions, obs
         return arrays
@@ -91,6 +93,7 @@ class InFlight:
                      for i, lay in enumerate(layouts)],
             obs=[get(f"obs{i}", (num_envs, *lay.obs_shape), "iufb")
                  for i, lay in enumerate(layouts)],
+            returns=get("returns", (num_envs, len(layouts)), "f"),
         )
 
 
@@ -129,7 +132,8 @@ class EpisodeHistory:
             del self.steps[: oldest - self.first]
             self.first = oldest
 
-    def snapshot(self, episodes: np.ndarray, obs: list[np.ndarray]) -> InFlight:
+    def snapshot(self, episodes: np.ndarray, obs: list[np.ndarray],
+                 returns: np.ndarray) -> InFlight:
         """What a checkpoint keeps now."""
         lengths = self.now - self.start
         actions = []
@@ -141,7 +145,7 @@ class EpisodeHistory:
             actions.append(np.concatenate(
                 [stacked[s - self.first :, e] for e, s in enumerate(self.start)]))
         return InFlight(episodes.astype(np.int64), lengths.astype(np.int64), actions,
-                        [o.copy() for o in obs])
+                        [o.copy() for o in obs], returns.astype(np.float64))
 
     def load(self, state: InFlight, lost: np.ndarray) -> None:
         """Continue from a replayed ``state``; ``lost`` marks environments whose replay

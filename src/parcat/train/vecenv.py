@@ -181,7 +181,8 @@ class VecEnv:
     def in_flight(self) -> InFlight:
         """The episodes running now, as a checkpoint keeps them."""
         episodes = np.concatenate([lane.arrays["episode"] for lane in self._lanes])
-        return self.history.snapshot(episodes, list(self.gather("obs").values()))
+        returns = np.concatenate([lane.arrays["run_ret"] for lane in self._lanes])
+        return self.history.snapshot(episodes, list(self.gather("obs").values()), returns)
 
     def restore(self, state: InFlight) -> dict[Any, np.ndarray]:
         """Continue ``state``'s episodes: reset to them and replay their actions.
@@ -200,7 +201,8 @@ class VecEnv:
             lost |= self.reset_mask()
         self._write("hold", np.zeros(self.num_envs, dtype=bool))
         obs = self.gather("obs")
-        other = lost.copy()
+        returns = np.concatenate([lane.arrays["run_ret"] for lane in self._lanes])
+        other = lost | _rows_differ(state.returns, returns)
         for saved, now in zip(state.obs, obs.values(), strict=True):
             other |= _rows_differ(saved, now)
         if other.any():
