@@ -7,6 +7,7 @@ one that is missing stops before it starts, naming the ``pip`` command.
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 import socket
@@ -98,6 +99,26 @@ def scalars(record: dict[str, Any]) -> dict[str, float]:
                 continue
             out[key if name is None else f"{key}/{name}"] = float(number)
     return out
+
+
+OPTIONAL = {LoggerKind.TENSORBOARD: "tensorboard", LoggerKind.WANDB: "wandb"}
+"""The package each optional logger needs (and the name of its ``parcat[...]`` extra)."""
+
+
+def check_installed(kinds: tuple[LoggerKind, ...]) -> None:
+    """Refuse, before a run starts, a logger whose package is not installed.
+
+    Raises:
+        ConfigError: one line naming the ``pip`` command.
+    """
+    for kind in kinds:
+        package = OPTIONAL.get(kind)
+        if package is None:
+            continue
+        try:
+            importlib.import_module(package)
+        except ImportError as exc:
+            raise missing_package(kind.value, package, package) from exc
 
 
 def missing_package(logger: str, package: str, extra: str) -> ConfigError:

@@ -30,7 +30,7 @@ from parcat.train.config import LearningMode, TrainConfig
 from parcat.train.dqn import DQNConfig, DQNLearner, check_sizes
 from parcat.train.epoch_stats import EpisodeTally, EpochStats
 from parcat.train.learner import Learner, Transitions
-from parcat.train.loggers import RunLoggers
+from parcat.train.loggers import RunLoggers, check_installed
 from parcat.train.plan import TrainPlan, plan_training
 from parcat.train.rounds import train_each
 from parcat.train.runs import has_checkpoint, init_weights, restore, save_checkpoint
@@ -76,6 +76,7 @@ class Trainer:
         self.mission: Mission = load_mission(config.mission, dict(config.overrides))
         check_trainable(self.mission)  # before any worker starts
         check_learner_sizes(self.mission, config)
+        check_installed(config.loggers)
         self.plan: TrainPlan = plan_training(config, self.mission)
         config = replace(config, env_workers=self.plan.env_workers,
                          train_threads=self.plan.train_workers)
