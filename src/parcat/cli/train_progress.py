@@ -63,7 +63,7 @@ def epoch_table(stats: EpochStats, epochs: int) -> Table:
     table.add_column("value")
     table.add_row("episodes finished", str(stats.episodes))
     for agent, text in _per_agent(stats):
-        table.add_row(f"return {agent}", f"{text}  (mean [min, max])")
+        table.add_row(f"return {agent}", Text(f"{text}  (mean [min, max])"))
     table.add_row("episode length", _fmt(stats.episode_length, 1))
     table.add_row("env steps", f"{stats.total_env_steps:,} ({stats.env_steps_per_s:,.0f}/s)")
     table.add_row("epsilon", _fmt(stats.epsilon))
