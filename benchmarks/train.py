@@ -220,7 +220,7 @@ class ParcatVec:
     def __init__(self, build: Callable[[], Any]) -> None:
         self.vec = build()
         self.label = "parcat " + describe(self.vec)
-        self.vec.reset(0)
+        self.vec.reset()
         rng = np.random.default_rng(0)
         self.actions = [
             {a: rng.integers(0, 2, self.vec.num_envs) for a in self.vec.agents}

@@ -66,7 +66,7 @@ def step_us(vec: Any, steps: int) -> float:
     """Microseconds of one ``vec.step`` + ``vec.gather("obs")``, zero actions."""
     import numpy as np
 
-    vec.reset(0)
+    vec.reset()
     actions = {a: np.zeros(vec.num_envs, np.int64) for a in vec.agents}
     start = time.perf_counter()
     for _ in range(steps):

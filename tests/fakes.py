@@ -277,9 +277,11 @@ class DyingEnv(ScriptedEnv):
             return False  # never kill the test runner itself
         if not self.marker:
             return True
-        if os.path.exists(self.marker):
+        try:  # created exclusively: of processes reaching the step together, one dies
+            fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
             return False
-        with open(self.marker, "w") as handle:
+        with os.fdopen(fd, "w") as handle:
             handle.write(str(os.getpid()))
         return True
 

@@ -425,7 +425,7 @@ def _train_collection(settings: Settings, work: Work) -> Iterator[Measure]:
 
     mission = load_mission("goal_tasks", {"agents": 2, "max_steps": 50})
     with VecEnv(mission, 2, 8, seed=0) as vec:
-        vec.reset(0)
+        vec.reset()
         rng = np.random.default_rng(0)
         steps = 400 * settings.scale
         actions = [{a: rng.integers(5, size=vec.num_envs) for a in vec.agents}

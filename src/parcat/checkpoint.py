@@ -47,8 +47,8 @@ from parcat.errors import CheckpointError
 
 __all__ = [
     "ARRAYS", "MANIFEST", "POLICY_FORMAT", "RUN_FORMAT", "STATE", "VERSION", "PolicyCheckpoint",
-    "check_finite", "load_policy", "load_state", "read_manifest", "recover_swap", "save_policy",
-    "save_run", "signals_deferred",
+    "check_finite", "load_policy", "load_run_arrays", "load_state", "read_manifest",
+    "recover_swap", "save_policy", "save_run", "signals_deferred",
 ]
 
 ARRAYS = "arrays.npz"
@@ -86,6 +86,7 @@ def save_run(
     meta: Mapping[str, Any],
     keep: tuple[str, ...] = (),
     copy_to: str = "",
+    arrays: Mapping[str, Mapping[str, np.ndarray]] | None = None,
 ) -> Path:
     """Write a run checkpoint (one policy directory per agent) atomically.
 
@@ -94,9 +95,13 @@ def save_run(
         agents: Each agent's policy (and training state).
         meta: Written into the run's manifest.
         keep: Files and folders of the old directory carried into the new one (the
-            metrics log, ``best/``); the manifest does not record them.
+            metrics log, the TensorBoard folder, ``best/``); they go on changing, so the
+            manifest does not record them.
         copy_to: A sub-folder that receives a copy of this checkpoint (a run checkpoint of
             its own, e.g. ``best``), written in the same atomic replacement.
+        arrays: More ``.npz`` files by name (e.g. the episodes in flight), written beside
+            the agents' directories and recorded in the manifest (read them with
+            :func:`load_run_arrays`).
     """
     path = Path(path)
     names = {agent_id: _dir_name(agent_id) for agent_id in agents}
@@ -108,9 +113,11 @@ def save_run(
             if (path / name).is_file():
                 shutil.copy2(path / name, tmp / name)
             elif (path / name).is_dir():
-                # hard links: checkpoint files are never changed in place, only replaced
+                # hard links: checkpoint files are only ever replaced, and files that
+                # grow (TensorBoard's) go on growing in the new directory
                 shutil.copytree(path / name, tmp / name, copy_function=_link_or_copy)
-        files: dict[str, Any] = {}
+        files: dict[str, Any] = {name: _write_npz(tmp / name, data)
+                                 for name, data in (arrays or {}).items()}
         for agent_id, checkpoint in agents.items():
             (tmp / names[agent_id]).mkdir()
             written = _write_policy(tmp / names[agent_id], checkpoint)
@@ -120,7 +127,7 @@ def save_run(
         _write_file(tmp / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True).encode())
         if copy_to:
             (tmp / copy_to).mkdir()
-            for name in [*names.values(), MANIFEST]:
+            for name in [*names.values(), *(arrays or {}), MANIFEST]:
                 source = tmp / name
                 if source.is_dir():
                     shutil.copytree(source, tmp / copy_to / name, copy_function=_link_or_copy)
@@ -186,6 +193,20 @@ def load_policy(path: str | Path, agent_id: str | None = None) -> PolicyCheckpoi
     check_finite(path, str(manifest.get("agent_id", path.name)), arrays, ARRAYS)
     meta = {k: v for k, v in manifest.items() if k not in ("policy", "kwargs", "files")}
     return PolicyCheckpoint(manifest["policy"], manifest.get("kwargs", {}), arrays, meta)
+
+
+def load_run_arrays(path: str | Path, name: str) -> dict[str, np.ndarray] | None:
+    """The arrays :func:`save_run` wrote as ``name`` (``None`` if the run has no such file).
+
+    Raises:
+        CheckpointError: the manifest is damaged, or the file is missing, of another size
+            or hash, or no numpy archive.
+    """
+    path = Path(path)
+    manifest = read_manifest(path)
+    if name not in manifest.get("files", {}):
+        return None
+    return _read_npz(path, name, manifest)
 
 
 def load_state(path: str | Path) -> dict[str, np.ndarray]:

@@ -118,7 +118,7 @@ def test_a_frozen_environment_worker_is_replaced_and_training_goes_on() -> None:
     mission = load_mission("goal_tasks", {"agents": 2, "task_kind": "direction",
                                           "max_steps": 7})
     with VecEnv(mission, 2, 2, seed=1, on_event=events.append) as vec:
-        vec.reset(epoch=0)
+        vec.reset()
         victim = vec.worker_pids()[0]
         os.kill(victim, signal.SIGSTOP)
         vec.step({a: np.zeros(vec.num_envs, dtype=np.int64) for a in vec.agents})

@@ -256,7 +256,8 @@ def test_version_1_checkpoints_load_and_their_damage_is_one_line(
     if name == "arrays.npz":  # eval reads no training state
         assert run_cli(eval_args(run), capsys) == (2, line + SUFFIX + "\n")
     assert run_cli(eval_args(undamaged), capsys)[0] == 0
-    assert run_cli(resume_args(undamaged), capsys) == (0, "")
+    code, err = run_cli(resume_args(undamaged), capsys)
+    assert (code, err.split(" episodes")[0]) == (0, "epoch 2/2")  # --format json: on stderr
 
 
 def test_a_pickled_array_is_refused(run: Path) -> None:
@@ -285,15 +286,27 @@ def test_the_manifest_records_every_file_with_its_size_and_hash(pristine: Path) 
     import hashlib
 
     files = checkpoint.read_manifest(pristine)["files"]
-    on_disk = sorted(str(p.relative_to(pristine)) for p in pristine.rglob("*")
-                     if p.is_file() and p.name not in METRICS_FILES and p.parent != pristine
-                     and p.relative_to(pristine).parts[0] != "best")  # best/: a run of its own
+    on_disk = sorted(name for name in (str(p.relative_to(pristine)) for p in pristine.rglob("*")
+                                       if p.is_file())
+                     if name not in (*METRICS_FILES, checkpoint.MANIFEST)
+                     and not name.startswith("best/"))  # best/: a run of its own
     assert sorted(files) == on_disk
     for name, record in files.items():
         data = (pristine / name).read_bytes()
         assert record == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     agent = checkpoint.read_manifest(pristine / "agent_0")
     assert agent["version"] == 2 and sorted(agent["files"]) == ["arrays.npz", "state.npz"]
+
+
+def test_a_damaged_episodes_in_flight_file_is_one_line_on_resume(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    envs = run / "envs.npz"
+    envs.write_bytes(envs.read_bytes()[:-7])
+    size = envs.stat().st_size
+    line = (f"parcat: error: checkpoint '{run}' is truncated or corrupted: 'envs.npz' has "
+            f"{size} bytes, its manifest records {size + 7}; {FIX}\n")
+    assert run_cli(resume_args(run), capsys) == (2, line)
 
 
 # ---- fuzz: a random flip or cut of any file gives the same arrays or a CheckpointError

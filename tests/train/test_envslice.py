@@ -1,4 +1,4 @@
-"""EnvSlice: seeds and tasks depend on (seed, epoch, environment, episode), never on layout."""
+"""EnvSlice: seeds and tasks depend on (seed, environment, episode), never on layout or epoch."""
 
 from __future__ import annotations
 
@@ -67,12 +67,12 @@ def step_all(parts: list[EnvSlice], actions: np.ndarray) -> None:
         envs.step()
 
 
-def record(mission: Mission, layout: list[tuple[int, int]], epoch: int, actions: np.ndarray,
+def record(mission: Mission, layout: list[tuple[int, int]], actions: np.ndarray,
            shared: bool = False) -> list[dict[str, np.ndarray]]:
     """All arrays after the reset and after every step."""
     with slices(mission, layout, shared) as parts:
         for envs in parts:
-            envs.reset_all(epoch)
+            envs.reset_all()
         history = [gather(parts)]
         for step in actions:
             step_all(parts, step)
@@ -85,8 +85,8 @@ def record(mission: Mission, layout: list[tuple[int, int]], epoch: int, actions:
 def test_every_layout_produces_the_same_arrays(goals: Mission,
                                                layout: list[tuple[int, int]]) -> None:
     actions = random_actions(12, 2)  # two autoresets at max_steps 5
-    whole = record(goals, LAYOUTS[0], 3, actions)
-    split = record(goals, layout, 3, actions, shared=True)
+    whole = record(goals, LAYOUTS[0], actions)
+    split = record(goals, layout, actions, shared=True)
     assert len(whole) == len(split) == 13
     for t, (one, other) in enumerate(zip(whole, split, strict=True)):
         assert one.keys() == other.keys()
@@ -94,22 +94,25 @@ def test_every_layout_produces_the_same_arrays(goals: Mission,
             assert np.array_equal(one[key], other[key]), (t, key)
 
 
-def test_tasks_depend_on_epoch_environment_and_episode(goals: Mission) -> None:
+def test_tasks_depend_on_environment_and_episode(goals: Mission) -> None:
     with slices(goals, LAYOUTS[0]) as (envs,):
         obs = envs.arrays["obs0"]
-        envs.reset_all(0)
+        envs.reset_all()
         first = obs.copy()
-        envs.reset_all(1)
-        other_epoch = obs.copy()
-        envs.reset_all(0)
-        again = obs.copy()
         for _ in range(GOALS["max_steps"]):
             envs.step()  # action 0 (stand still) everywhere
         next_episode = obs.copy()
+        assert envs.arrays["episode"].tolist() == [1] * NUM_ENVS
+        envs.arrays["episode"][:] = 0
+        envs.reset_all()  # the same episode again: the same task
+        again = obs.copy()
+        envs.arrays["episode"][:] = 1
+        envs.reset_all()  # episode 1 reset directly, as a resumed run does
+        resumed = obs.copy()
     goal = slice(3, 5)
     assert np.array_equal(first, again)
+    assert np.array_equal(next_episode, resumed)
     assert len({tuple(row) for row in first[:, goal]}) == NUM_ENVS  # one task per environment
-    assert not np.isclose(first[:, goal], other_epoch[:, goal]).any()
     assert not np.isclose(first[:, goal], next_episode[:, goal]).any()
     assert not first[:, :3].any() and not next_episode[:, :3].any()  # at the origin, no reward
 
@@ -118,7 +121,7 @@ def test_the_run_seed_changes_every_task(goals: Mission) -> None:
     observed = []
     for seed in (SEED, SEED + 1):
         with slices(goals, LAYOUTS[0], seed=seed) as (envs,):
-            envs.reset_all(0)
+            envs.reset_all()
             observed.append(envs.arrays["obs1"].copy())
     assert not np.isclose(observed[0][:, 3:5], observed[1][:, 3:5]).any()
 
@@ -127,7 +130,7 @@ def test_autoreset_reports_the_finished_episode_and_starts_the_next(goals: Missi
     actions = random_actions(2 * GOALS["max_steps"] + 1, 2, seed=4)
     with slices(goals, LAYOUTS[0]) as (envs,):
         arrays = envs.arrays
-        envs.reset_all(0)
+        envs.reset_all()
         returns = np.zeros((NUM_ENVS, 2))
         for t, step in enumerate(actions, start=1):
             step_all([envs], step)
@@ -164,7 +167,7 @@ def test_an_episode_the_environment_ends_itself_is_reset_too() -> None:
                       max_steps=100)
     with slices(mission, [(0, 2)]) as (envs,):
         arrays = envs.arrays
-        envs.reset_all(0)
+        envs.reset_all()
         total = np.zeros((2, 2))
         for t in range(1, 4):
             arrays["act0"][:] = [1, 2]
@@ -184,7 +187,7 @@ def test_an_episode_the_environment_ends_itself_is_reset_too() -> None:
 def test_the_mission_step_limit_truncates_a_longer_episode(goals: Mission) -> None:
     short = dataclasses.replace(goals, max_steps=3)  # the environment itself would run 5
     with slices(short, [(0, 2)]) as (envs,):
-        envs.reset_all(0)
+        envs.reset_all()
         done: list[Any] = []
         for _ in range(3):
             envs.step()

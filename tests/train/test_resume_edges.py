@@ -21,7 +21,8 @@ TRAIN = ["train", *MISSION, "--steps-per-epoch", "8", "--env-workers", "0",
 def train(run: Path, epochs: int, capsys: pytest.CaptureFixture[str],
           *extra: str) -> tuple[int, str]:
     code = main([*TRAIN, "--epochs", str(epochs), "--run-dir", str(run), *extra])
-    return code, capsys.readouterr().err
+    err = capsys.readouterr().err.splitlines(keepends=True)
+    return code, "".join(line for line in err if not line.startswith("epoch "))  # progress
 
 
 def epochs_logged(run: Path) -> list[int]:

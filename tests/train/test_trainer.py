@@ -177,7 +177,7 @@ def test_stateful_learners_are_reset_at_episode_boundaries(tmp_path: Path) -> No
         learner.reset_states = lambda mask: calls.append(mask.copy())  # type: ignore[attr-defined]
     trainer.run()
     per_learner = len(calls) // 2
-    assert per_learner == 2 * 3  # each epoch: its start, then episode ends at steps 10 and 20
+    assert per_learner == 1 + 5  # the run's start, then episodes end at steps 10, 20, .., 50
     assert all(mask.shape == (4,) and mask.all() for mask in calls)
 
 

@@ -53,7 +53,7 @@ def ray_cluster() -> Iterator[None]:
 def rollout(vec: VecEnv) -> list[dict[str, np.ndarray]]:
     """Reset, then STEPS steps with actions from a fixed generator; every array each time."""
     rng = np.random.default_rng(3)
-    frames = [_frame(vec, vec.reset(epoch=0))]
+    frames = [_frame(vec, vec.reset())]
     for _ in range(STEPS):
         actions = {a: rng.integers(0, 5, size=vec.num_envs) for a in vec.agents}
         vec.step(actions)
@@ -108,7 +108,7 @@ def test_a_killed_worker_is_replaced_and_its_episodes_discarded() -> None:
     events: list[str] = []
     mission = load_mission("goal_tasks", GOALS)
     with VecEnv(mission, 2, 2, seed=11, on_event=events.append) as vec:
-        vec.reset(epoch=0)
+        vec.reset()
         victim = vec.worker_pids()[0]
         os.kill(victim, signal.SIGKILL)
         assert wait_until(lambda: not _alive(victim), 10)

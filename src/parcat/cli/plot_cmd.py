@@ -16,9 +16,9 @@ from parcat.outputs import check_output_file
 
 def plot_command(
     metrics: Annotated[Path, typer.Argument(help="metrics.jsonl, or a run directory.")],
-    field: Annotated[str, typer.Option(help="reward, loss, epsilon or env_steps_per_s.")] = (
-        "reward"
-    ),
+    field: Annotated[str, typer.Option(help="reward, reward_min, reward_max, episodes, "
+                                       "episode_length, loss, epsilon, total_env_steps or "
+                                       "env_steps_per_s.")] = "reward",
     output: Annotated[Path | None, typer.Option("--output", "-o", help="SVG/PNG file "
                                                 "(needs matplotlib).")] = None,
 ) -> None:

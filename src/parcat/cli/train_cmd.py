@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -11,14 +10,15 @@ import typer
 
 from parcat.cli import options as opts
 from parcat.cli.common import EXIT_INTERRUPTED, SummaryFormat, print_json, user_errors
-from parcat.cli.render import list_table, progress_bar, stderr_console, stdout_console
+from parcat.cli.render import stderr_console
+from parcat.cli.train_progress import epoch_progress
 from parcat.errors import ConfigError
 from parcat.outputs import check_output_folder
 from parcat.settings import parse_overrides, split_learner_settings
-from parcat.train.config import LearningMode, MetricsFormat, load_train_config
+from parcat.train.config import LearningMode, LoggerKind, MetricsFormat, load_train_config
 from parcat.train.run_dir import choose_run_dir
 from parcat.train.runs import BEST
-from parcat.train.trainer import EpochStats, Trainer
+from parcat.train.trainer import Trainer
 
 MissionOpt = Annotated[
     str | None, typer.Option("--mission", "-m", help="Mission name or YAML path.")
@@ -51,6 +51,12 @@ CheckpointEveryOpt = Annotated[int | None, typer.Option(help="Checkpoint every N
 RunDirOpt = Annotated[str | None, typer.Option(help="Run directory (default runs/<mission>).")]
 MetricsFormatOpt = Annotated[
     MetricsFormat | None, typer.Option(help="The per-epoch metrics file's format.")
+]
+LoggerOpt = Annotated[
+    list[LoggerKind] | None,
+    typer.Option("--logger", help="Where epoch metrics go (repeatable): jsonl, csv, "
+                 "tensorboard (RUN/tensorboard; pip install 'parcat[tensorboard]'), wandb. "
+                 "A metrics file is always written."),
 ]
 InitFromOpt = Annotated[str | None, typer.Option(help="Start from this checkpoint's weights.")]
 ResumeOpt = Annotated[
@@ -87,6 +93,7 @@ def train_command(
     checkpoint_every: CheckpointEveryOpt = None,
     run_dir: RunDirOpt = None,
     metrics_format: MetricsFormatOpt = None,
+    logger: LoggerOpt = None,
     init_from: InitFromOpt = None,
     resume: ResumeOpt = False,
     force: ForceOpt = False,
@@ -109,8 +116,8 @@ def train_command(
             "train_interval": train_interval, "train_steps": train_steps,
             "parallel_training": parallel_training, "shared_learner": shared_learner,
             "seed": seed, "checkpoint_every": checkpoint_every, "run_dir": run_dir,
-            "metrics_format": metrics_format, "init_from": init_from, "render": render,
-            "eval_episodes": eval_episodes,
+            "metrics_format": metrics_format, "loggers": tuple(logger) if logger else None,
+            "init_from": init_from, "render": render, "eval_episodes": eval_episodes,
             "backend": backend, "address": address,
         }
         choice = choose_run_dir(load_train_config(config, flags), resume=resume, force=force)
@@ -132,34 +139,10 @@ def train_command(
     if cfg.jobs is not None:
         for reason in trainer.plan.reasons:
             err.print(f"plan: {reason}", soft_wrap=True)
-    with progress_bar(cfg.epochs - trainer.start_epoch, "epochs") as advance:
-
-        def on_epoch(stats: EpochStats) -> None:
-            advance()
-            if not err.is_terminal:
-                return
-            rewards = " ".join(f"{a}={_fmt(r)}" for a, r in stats.reward.items())
-            err.print(
-                f"epoch {stats.epoch}: reward {rewards} eps={stats.epsilon:.2f} "
-                f"{stats.env_steps_per_s:,.0f} steps/s",
-                highlight=False,
-            )
-
-        trainer.on_epoch = on_epoch
+    with epoch_progress(cfg.epochs, trainer.start_epoch,
+                        to_stderr=fmt is SummaryFormat.JSON) as show:
+        trainer.on_epoch = show
         report = trainer.run()
-    rows = [
-        [
-            s.epoch,
-            s.episodes,
-            *(_fmt(r) for r in s.reward.values()),
-            _fmt(s.epsilon),
-            f"{s.env_steps_per_s:,.0f}",
-            f"{s.collect_s:.2f}",
-            f"{s.train_s:.2f}",
-            f"{s.idle_s:.2f}",
-        ]
-        for s in report.epochs
-    ]
     if fmt is SummaryFormat.JSON:
         print_json(
             {
@@ -172,18 +155,6 @@ def train_command(
             }
         )
     else:
-        agents = list(report.epochs[-1].reward) if report.epochs else []
-        headers = [
-            "epoch",
-            "episodes",
-            *(f"reward {a}" for a in agents),
-            "epsilon",
-            "steps/s",
-            "collect s",
-            "train s",
-            "idle s",
-        ]
-        stdout_console().print(list_table(headers, rows[-10:]))
         best = Path(report.checkpoint) / BEST
         typer.echo(
             f"checkpoint: {report.checkpoint}\n"
@@ -217,9 +188,3 @@ def trainer_done(cfg: Any) -> bool:
         return int(checkpoint.read_manifest(cfg.run_path).get("epoch", 0)) >= cfg.epochs
     except Exception:
         return False  # no checkpoint: Trainer says so
-
-
-def _fmt(value: float) -> str:
-    return (
-        "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
-    )

@@ -33,8 +33,6 @@ class EnvCommandSlots:
 
     CMD = 5
     """:data:`STEP` or :data:`RESET`."""
-    EPOCH = 6
-    """The epoch a reset is for."""
     STEP = 1
     RESET = 2
 
@@ -55,7 +53,7 @@ def _slots(layout: type) -> set[int]:
 
 
 def _check() -> None:
-    command = {EnvCommandSlots.CMD, EnvCommandSlots.EPOCH}
+    command = {EnvCommandSlots.CMD}
     assert not command & _slots(HandoffSlots), "env command slots overlap the handoff's"
     for layout in (HandoffSlots, SimSlots):
         assert max(_slots(layout)) < HEADER_SLOTS, f"{layout.__name__} exceeds the header"

@@ -14,9 +14,12 @@ a second Ctrl-C during the final write leaves the previous checkpoint, never hal
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from parcat import checkpoint
 from parcat.errors import CheckpointError
@@ -43,6 +46,8 @@ class Checkpointer:
     mission: Mission
     learners: dict[Any, Learner]
     learner_obs: LearnerObs | None = None
+    extra_arrays: Callable[[], dict[str, dict[str, np.ndarray]]] | None = None
+    """More files each checkpoint holds, as they are now (the episodes in flight)."""
 
     def __post_init__(self) -> None:
         self.best_return = best_return(self.config.run_path)
@@ -60,7 +65,11 @@ class Checkpointer:
         meta: dict[str, Any] = {}
         if eval_return:
             meta = {"eval_return": eval_return, "eval_episodes": self.config.eval_episodes}
-        self.pending = capture(self.config, self.mission, self.learners, epoch, **meta)
+        self.pending = capture(self.config, self.mission, self.learners, epoch,
+                               arrays=self._arrays(), **meta)
+
+    def _arrays(self) -> dict[str, dict[str, np.ndarray]]:
+        return self.extra_arrays() if self.extra_arrays is not None else {}
 
     def save(self) -> Path:
         """Write the captured checkpoint; it is also ``best/`` when its total evaluation
@@ -89,7 +98,8 @@ class Checkpointer:
         if self.pending is not None:
             return write_snapshot(self.config.run_path, self.pending)
         if live and finished_epochs > saved_epochs:
-            snapshot = capture(self.config, self.mission, self.learners, finished_epochs)
+            snapshot = capture(self.config, self.mission, self.learners, finished_epochs,
+                               arrays=self._arrays())
             return write_snapshot(self.config.run_path, snapshot)
         return None
 

@@ -31,6 +31,15 @@ class MetricsFormat(str, enum.Enum):
     CSV = "csv"
 
 
+class LoggerKind(str, enum.Enum):
+    """Where the per-epoch metrics go (``--logger``, repeatable)."""
+
+    JSONL = "jsonl"
+    CSV = "csv"
+    TENSORBOARD = "tensorboard"
+    WANDB = "wandb"
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Everything a training run needs; every field is a YAML key and a flag."""
@@ -79,6 +88,10 @@ class TrainConfig:
     """Where checkpoints and metrics go (default ``runs/<mission>``)."""
     metrics_format: MetricsFormat = MetricsFormat.JSONL
     """``metrics.jsonl`` or ``metrics.csv`` in the run directory."""
+    loggers: tuple[LoggerKind, ...] = ()
+    """Where epoch metrics go: ``jsonl``/``csv`` files (default: ``metrics_format``'s; one
+    is always written, ``parcat plot`` and ``--resume`` read it), ``tensorboard`` event
+    files in ``RUN/tensorboard``, ``wandb`` (when installed)."""
     init_from: str = ""
     """Start from the weights of this checkpoint (a run directory)."""
     eval_episodes: int = 10
@@ -103,6 +116,7 @@ class TrainConfig:
                 valid = " or ".join(k.value for k in kind)
                 raise ConfigError(f"{name} must be {valid}, got {value!r}") from None
         self._check_numbers()
+        object.__setattr__(self, "loggers", _logger_kinds(self.loggers))
         for name in ("overrides", "learner"):
             if not isinstance(getattr(self, name), Mapping):
                 raise ConfigError(f"{name} must be a mapping of keys to values, "
@@ -148,6 +162,7 @@ class TrainConfig:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         for name in ("mode", "backend", "metrics_format"):
             data[name] = getattr(self, name).value
+        data["loggers"] = [kind.value for kind in self.loggers]
         data["overrides"] = dict(self.overrides)
         data["learner"] = dict(self.learner)
         return data
@@ -155,6 +170,23 @@ class TrainConfig:
 
 def _learner_class(options: Mapping[str, Any]) -> Any:
     return options.get("class")
+
+
+def _logger_kinds(value: Any) -> tuple[LoggerKind, ...]:
+    """``loggers`` as a tuple of kinds, each once, in the order given."""
+    if isinstance(value, str | bytes) or not isinstance(value, list | tuple):
+        raise ConfigError(f"loggers must be a list of jsonl, csv, tensorboard or wandb, "
+                          f"got {brief(value)}")
+    kinds: list[LoggerKind] = []
+    for item in value:
+        try:
+            kind = LoggerKind(item)
+        except ValueError:
+            raise ConfigError(f"loggers: expected jsonl, csv, tensorboard or wandb, got "
+                              f"{brief(item)}") from None
+        if kind not in kinds:
+            kinds.append(kind)
+    return tuple(kinds)
 
 
 def _require_int(

@@ -4,8 +4,9 @@ The same :class:`EnvSlice` steps environments in the trainer's own process (``--
 0``) and inside every environment worker, so there is one code path for collection.
 Outputs go into preallocated arrays (plain numpy in-process, shared memory in a worker).
 
-Seeds and tasks depend only on (run seed, epoch, global environment index, episode number),
-never on which worker hosts an environment, so every worker layout collects the same data.
+Seeds and tasks depend only on (run seed, global environment index, episode number of that
+environment), never on the epoch or on which worker hosts an environment, so every worker
+layout collects the same data and episodes run on across epochs.
 """
 
 from __future__ import annotations
@@ -67,9 +68,12 @@ def array_specs(layouts: list[AgentLayout], num_envs: int) -> ArraySpecs:
         specs[f"term{i}"] = ((num_envs,), np.bool_)
         specs[f"trunc{i}"] = ((num_envs,), np.bool_)
         specs[f"alive{i}"] = ((num_envs,), np.bool_)
+    specs["episode"] = ((num_envs,), np.int64)
+    specs["hold"] = ((num_envs,), np.bool_)
     specs["ep_done"] = ((num_envs,), np.bool_)
     specs["ep_len"] = ((num_envs,), np.int64)
     specs["ep_ret"] = ((num_envs, len(layouts)), np.float64)
+    specs["run_ret"] = ((num_envs, len(layouts)), np.float64)
     return specs
 
 
@@ -81,7 +85,9 @@ class EnvSlice:
         first: Global index of the first environment.
         count: How many environments.
         seed: The run's seed.
-        arrays: The output arrays (see :func:`array_specs`), ``count`` rows each.
+        arrays: The arrays (see :func:`array_specs`), ``count`` rows each. Inputs: the
+            actions (``act*``), ``episode`` (the episode :meth:`reset_all` starts; it then
+            holds the episode running) and ``hold`` (environments :meth:`step` leaves alone).
     """
 
     def __init__(
@@ -93,10 +99,9 @@ class EnvSlice:
         self.arrays = arrays
         self.envs = [mission.make_env() for _ in range(count)]
         self.agents = list(self.envs[0].possible_agents)
-        self.epoch = 0
         self.episode = [0] * count
         self.steps = [0] * count
-        self.returns = np.zeros((count, len(self.agents)))
+        self.returns = arrays["run_ret"]  # each episode's return so far
         # per agent: (id, act, obs, final, rew, term, trunc, alive) arrays, looked up once
         self.columns = [
             (
@@ -109,17 +114,16 @@ class EnvSlice:
             for i, agent in enumerate(self.agents)
         ]
 
-    def reset_all(self, epoch: int) -> None:
-        """Start every environment afresh for ``epoch``."""
-        self.epoch = epoch
+    def reset_all(self) -> None:
+        """Start every environment's episode numbered in the ``episode`` array."""
         for e in range(len(self.envs)):
-            self.episode[e] = 0
+            self.episode[e] = int(self.arrays["episode"][e])
             self._reset(e)
         self.arrays["ep_done"][:] = False
 
     def _reset(self, e: int) -> None:
         env, g = self.envs[e], self.first + e
-        key = (self.epoch, g, self.episode[e])
+        key = (g, self.episode[e])
         options = None
         sample_task = getattr(env, "sample_task", None)
         if sample_task is not None:
@@ -133,13 +137,21 @@ class EnvSlice:
                 obs_array[e] = obs[agent]
 
     def step(self) -> None:
-        """Step every environment with the actions in the arrays; autoreset finished ones."""
+        """Step every environment with the actions in the arrays; autoreset finished ones.
+
+        Environments marked in ``hold`` are not stepped (replaying a resumed run's
+        episodes of different lengths).
+        """
         self.arrays["ep_done"][:] = False
+        hold = self.arrays["hold"]
+        held = hold.tolist() if hold.any() else None
         max_steps = self.mission.max_steps
         returns = self.returns
         # one conversion per agent per step, not one numpy scalar per environment
         chosen = [act.tolist() if act.ndim == 1 else act for _, act, *_ in self.columns]
         for e, env in enumerate(self.envs):
+            if held is not None and held[e]:
+                continue
             live = set(env.agents)
             actions = {}
             for column, (agent, act, _, _, _, _, _, alive) in zip(chosen, self.columns,
@@ -169,6 +181,7 @@ class EnvSlice:
         arrays["ep_len"][e] = self.steps[e]
         arrays["ep_ret"][e] = self.returns[e]
         self.episode[e] += 1
+        arrays["episode"][e] = self.episode[e]
         self._reset(e)
 
     def close(self) -> None:

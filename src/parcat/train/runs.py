@@ -8,7 +8,7 @@ learner needs to continue bit-identically, and the metrics log, carried along.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from parcat.train.config import TrainConfig
 
 METRICS_FILES = ("metrics.jsonl", "metrics.csv")
+CARRIED = (*METRICS_FILES, "tensorboard")
+"""What the run's loggers keep writing to, carried into every new checkpoint."""
 
 
 BEST = "best"
@@ -35,6 +37,8 @@ class RunSnapshot:
 
     agents: Mapping[str, checkpoint.PolicyCheckpoint]
     meta: Mapping[str, Any]
+    arrays: Mapping[str, Mapping[str, np.ndarray]] = field(default_factory=dict)
+    """More ``.npz`` files of the checkpoint (the episodes in flight)."""
 
     @property
     def epoch(self) -> int:
@@ -43,22 +47,26 @@ class RunSnapshot:
 
 
 def save_checkpoint(config: TrainConfig, mission: Mission, learners: dict[Any, Learner],
-                    epoch: int) -> Path:
-    """Write the run directory atomically after ``epoch`` epochs."""
-    return write_snapshot(config.run_path, capture(config, mission, learners, epoch))
+                    epoch: int, arrays: dict[str, dict[str, np.ndarray]] | None = None) -> Path:
+    """Write the run directory atomically after ``epoch`` epochs (with more ``arrays``
+    files, e.g. the episodes in flight: :func:`parcat.checkpoint.save_run`)."""
+    return write_snapshot(config.run_path, capture(config, mission, learners, epoch,
+                                                   arrays=arrays))
 
 
 def write_snapshot(path: Path, snapshot: RunSnapshot, best: bool = False) -> Path:
     """Write ``snapshot`` as the run directory atomically, carrying its metrics log and
     ``best/`` along; with ``best``, ``best/`` becomes a copy of it."""
-    return checkpoint.save_run(path, snapshot.agents, snapshot.meta,
-                               keep=(*METRICS_FILES, BEST), copy_to=BEST if best else "")
+    return checkpoint.save_run(path, snapshot.agents, snapshot.meta, keep=(*CARRIED, BEST),
+                               copy_to=BEST if best else "", arrays=snapshot.arrays)
 
 
 def capture(config: TrainConfig, mission: Mission, learners: dict[Any, Learner],
-            epoch: int, **meta: Any) -> RunSnapshot:
-    """Copy everything a checkpoint after ``epoch`` epochs holds (``meta``: extra manifest
-    keys), so it can be written later though the learners go on changing.
+            epoch: int, arrays: dict[str, dict[str, np.ndarray]] | None = None,
+            **meta: Any) -> RunSnapshot:
+    """Copy everything a checkpoint after ``epoch`` epochs holds (``arrays``: more files,
+    e.g. the episodes in flight; ``meta``: extra manifest keys), so it can be written
+    later though the learners go on changing.
 
     Each agent's policy is the learner's :attr:`~Learner.policy` with its
     :attr:`~Learner.policy_kwargs` (plus ``agent_ids`` for a shared learner, whose network
@@ -89,7 +97,8 @@ def capture(config: TrainConfig, mission: Mission, learners: dict[Any, Learner],
         "seed": config.seed, "shared_learner": config.shared_learner,
         "config": config.to_dict(), **meta,
     }
-    return RunSnapshot(agents, run_meta)
+    return RunSnapshot(agents, run_meta, {name: _copied(data)
+                                          for name, data in (arrays or {}).items()})
 
 
 def _copied(arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -128,7 +137,7 @@ def has_checkpoint(path: Path) -> bool:
 
 def _is_metrics_file(name: str) -> bool:
     # a metrics log, or what a rewrite of one killed halfway left (parcat.atomic)
-    return name in METRICS_FILES or (name.startswith(".metrics.") and name.endswith(".tmp"))
+    return name in CARRIED or (name.startswith(".metrics.") and name.endswith(".tmp"))
 
 
 def restore(path: Path, learners: dict[Any, Learner], config: TrainConfig | None = None) -> int:

@@ -47,7 +47,7 @@ def time_env_step(mission: Mission, seed: int = 0, budget_s: float = BUDGET_S,
         spaces = [spec.action_space for spec in mission.agents()]
         for index, space in enumerate(spaces):
             space.seed(seed + index)
-        envs.reset_all(0)
+        envs.reset_all()
         times: list[float] = []
         end = time.perf_counter() + budget_s
         while len(times) < max_steps + 1:

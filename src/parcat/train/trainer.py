@@ -1,7 +1,9 @@
 """The training loop: collect from environment workers, train one learner per agent.
 
 ``sync`` mode collects an epoch, then trains every agent: the reference, bit-identical for
-every environment-worker layout. ``async`` mode hands each round's transitions to a
+every environment-worker layout. Environments run on across epochs (reset once, then when
+an episode ends); a checkpoint keeps the episodes in flight (:mod:`parcat.train.inflight`)
+so a resumed run continues them exactly. ``async`` mode hands each round's transitions to a
 learner process (:mod:`parcat.train.learner_process`), which trains its own copies while
 collection goes on; new weights come back whole and are swapped into the acting learners
 between two steps.
@@ -9,11 +11,11 @@ between two steps.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +23,14 @@ import numpy as np
 
 from parcat import checkpoint, raycluster
 from parcat.missions import Mission, load_mission
-from parcat.report import nan_to_none
+from parcat.train import inflight
 from parcat.train.async_learning import AsyncLearning
 from parcat.train.checkpointing import Checkpointer
 from parcat.train.config import LearningMode, TrainConfig
+from parcat.train.epoch_stats import EpisodeTally, EpochStats
 from parcat.train.greedy_eval import nan_returns
 from parcat.train.learner import Learner, Transitions
-from parcat.train.metrics import MetricsLog
+from parcat.train.loggers import RunLoggers, check_installed
 from parcat.train.plan import TrainPlan, plan_training
 from parcat.train.recipes import LearnerRecipe, check_trainable, make_recipes, with_agent_id
 from parcat.train.rounds import train_each
@@ -35,41 +38,7 @@ from parcat.train.runs import has_checkpoint, init_weights, restore
 from parcat.train.vecenv import VecEnv
 
 EventLog = Callable[[str, int], None]
-
-
-@dataclass
-class EpochStats:
-    """What one epoch did; one line of the metrics log."""
-
-    epoch: int
-    env_steps: int
-    episodes: int
-    reward: dict[str, float]
-    loss: dict[str, float]
-    epsilon: float
-    collect_s: float
-    train_s: float
-    idle_s: float
-    env_steps_per_s: float
-    discarded_episodes: int = 0
-    overlap_steps: list[int] = field(default_factory=list)
-    """Async: collection steps taken while each learning round that finished ran."""
-    eval_return: dict[str, float] = field(default_factory=dict)
-    """Mean greedy evaluation return per agent and ``total`` (NaN between checkpoints;
-    empty with ``eval_episodes`` 0)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready (NaN becomes null)."""
-        return {
-            "epoch": self.epoch, "env_steps": self.env_steps, "episodes": self.episodes,
-            "reward": nan_to_none(self.reward),
-            "loss": nan_to_none(self.loss),
-            "epsilon": self.epsilon, "collect_s": self.collect_s, "train_s": self.train_s,
-            "idle_s": self.idle_s, "env_steps_per_s": self.env_steps_per_s,
-            "discarded_episodes": self.discarded_episodes,
-            "overlap_steps": self.overlap_steps,
-            "eval_return": nan_to_none(self.eval_return),
-        }
+__all__ = ["EpochStats", "TrainReport", "Trainer"]
 
 
 @dataclass
@@ -107,6 +76,7 @@ class Trainer:
                  on_frame: Callable[[str], None] | None = None) -> None:
         self.mission: Mission = load_mission(config.mission, dict(config.overrides))
         check_trainable(self.mission, config)  # before any worker starts
+        check_installed(config.loggers)
         self.recipes: dict[str, LearnerRecipe] = make_recipes(self.mission, config)
         learners = make_learners(self.mission, self.recipes)  # sizes and options checked
         self._agent_index = {spec.agent_id: i for i, spec in enumerate(self.mission.agents())}
@@ -126,14 +96,15 @@ class Trainer:
             self.vec = make_vecenv(self.mission, config, self.plan)
             self.learners = learners
             self.start_epoch = 0
+            self.in_flight: inflight.InFlight | None = None
+            """The episodes a resumed run continues (``None``: start new ones)."""
             if resume:
                 self.start_epoch = restore(config.run_path, self.learners, config)
+                self.in_flight = load_in_flight(config.run_path, self.vec)
             elif config.init_from:
                 init_weights(config.init_from, self.learners)
-            self.metrics = MetricsLog(config.run_path, config.metrics_format.value,
-                                     fresh=not resume)
-            if resume:
-                self.metrics.truncate(self.start_epoch)
+            self.metrics = RunLoggers(config, self.start_epoch if resume else None,
+                                      self.vec.num_envs)
         except BaseException:
             self.close()  # no worker or shared memory outlives a failed start
             raise
@@ -162,9 +133,17 @@ class Trainer:
                                      parallel=self.config.parallel_training,
                                      threads=self.config.train_threads)
         self._learning = learning
-        checkpoints = Checkpointer(self.config, self.mission, self.learners, self._learner_obs)
+        checkpoints = Checkpointer(
+            self.config, self.mission, self.learners, self._learner_obs,
+            lambda: {inflight.FILE: self.vec.in_flight().to_arrays()})
         finished = saved = self.start_epoch
+        self._began = time.perf_counter() - self.metrics.time_offset
         try:
+            if self.in_flight is not None:
+                self._obs = self.vec.restore(self.in_flight)
+            else:
+                self._obs = self.vec.reset()
+            self._reset_states(np.ones(self.vec.num_envs, dtype=bool))
             for epoch in range(self.start_epoch, self.config.epochs):
                 stats = self._epoch(epoch, learning)
                 due = (epoch + 1) % self.config.checkpoint_every == 0 or \
@@ -192,6 +171,7 @@ class Trainer:
             if learning is not None:
                 learning.close()
             self._learning = None
+            self.metrics.close()
             self.close()
         return report
 
@@ -205,10 +185,9 @@ class Trainer:
 
     def _epoch(self, epoch: int, learning: AsyncLearning | None) -> EpochStats:
         start = time.perf_counter()
-        obs = self.vec.reset(epoch)
+        obs = self._obs
         discarded_before = self.vec.discarded
-        returns: list[list[float]] = []
-        self._reset_states(np.ones(self.vec.num_envs, dtype=bool))
+        tally = EpisodeTally(self.vec.agents)
         for _ in range(self.config.steps_per_epoch):
             self.on_event("collect", epoch)
             actions = {a: self.learners[a].act(self._learner_obs(a, obs[a]), explore=True)
@@ -218,14 +197,15 @@ class Trainer:
             if learning is not None:
                 learning.step_done()
             obs = self.vec.gather("obs")
-            finished = self.vec.finished_episodes()
-            if finished:
-                returns += [r for _, r in finished]
-                self._reset_states(self.vec.reset_mask())
+            tally.add(self.vec.finished_episodes())
+            began = self.vec.reset_mask()
+            if began.any():
+                self._reset_states(began)
             if self.config.render and self.on_frame is not None:
                 frame = self.vec.render()
                 if frame is not None:
                     self.on_frame(frame)
+        self._obs = obs
         collect_s = time.perf_counter() - start
         idle_s, train_s, losses = 0.0, 0.0, {}
         overlap: list[int] = []
@@ -240,14 +220,15 @@ class Trainer:
             overlap = learning.take_overlaps()
         steps = self.config.steps_per_epoch * self.vec.num_envs
         return EpochStats(
-            epoch=epoch + 1, env_steps=steps, episodes=len(returns),
-            reward={str(a): _mean([r[i] for r in returns]) for i, a in enumerate(self.vec.agents)},
+            epoch=epoch + 1, env_steps=steps, **tally.summary(),
             loss=losses,
             epsilon=float(getattr(next(iter(self.learners.values())), "exploration", 0.0)),
             collect_s=collect_s, train_s=train_s, idle_s=idle_s,
             env_steps_per_s=steps / collect_s if collect_s > 0 else 0.0,
             discarded_episodes=self.vec.discarded - discarded_before,
-            overlap_steps=overlap,
+            overlap_steps=overlap, total_env_steps=(epoch + 1) * steps,
+            time_s=time.perf_counter() - self._began,
+            timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         )
 
     def _reset_states(self, mask: np.ndarray) -> None:
@@ -325,5 +306,17 @@ def make_learners(mission: Mission, recipes: dict[str, LearnerRecipe]) -> dict[A
             for spec in mission.agents()}
 
 
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else math.nan
+def load_in_flight(run_path: Any, vec: VecEnv) -> inflight.InFlight | None:
+    """The episodes a checkpoint was running, if it kept them for ``vec``'s environments.
+
+    A checkpoint without them (an older parcat) or for another number of environments
+    starts new episodes.
+
+    Raises:
+        CheckpointError: the file is damaged or holds other agents' arrays.
+    """
+    arrays = checkpoint.load_run_arrays(run_path, inflight.FILE)
+    if arrays is None:
+        return None
+    state = inflight.InFlight.from_arrays(arrays, vec.layouts, f"{run_path}/{inflight.FILE}")
+    return state if state.num_envs == vec.num_envs else None

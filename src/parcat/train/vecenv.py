@@ -5,7 +5,13 @@ Every step the trainer writes each lane's actions into its arrays and starts the
 straight from the lanes' arrays (shared memory for worker processes). Where a lane runs —
 this process, a worker process, a Ray actor — is :mod:`parcat.train.lanes`' business;
 ``num_workers=0`` is one local lane. A lane that raises or dies is replaced; the episodes
-it was running are discarded (logged) and training goes on.
+it was running are discarded (logged), its environments start their next episodes and
+training goes on.
+
+Environments are reset once (:meth:`VecEnv.reset`, or :meth:`VecEnv.restore` to continue
+a checkpoint's episodes) and then only when an episode ends (autoreset), so episodes run
+across epochs. The actions of the episodes running are recorded
+(:class:`~parcat.train.inflight.EpisodeHistory`) for :meth:`VecEnv.in_flight`.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from parcat.errors import WorkerError
 from parcat.ipc.process import get_context
 from parcat.missions import Mission
 from parcat.train.envslice import AgentLayout, agent_layouts, array_specs
+from parcat.train.inflight import EpisodeHistory, InFlight
 from parcat.train.lanes.base import Command, EnvLane, LaneLostError, LocalLane
 
 log = logging.getLogger("parcat.train")
@@ -73,7 +80,8 @@ class VecEnv:
         self.discarded = 0
         self.backend = backend
         self.start_method = start_method
-        self.epoch = 0
+        self.history = EpisodeHistory(self.num_envs, self.layouts)
+        self._restarted = np.zeros(self.num_envs, dtype=bool)
         num_lanes = max(1, num_workers) + (1 if local_share and num_workers else 0)
         num_lanes = min(num_lanes, self.num_envs)
         # the local lane (if any) is last, so every worker is dispatched before it steps
@@ -115,10 +123,17 @@ class VecEnv:
             lane.first, lane.first + lane.count - 1, why, lane.count,
         )
         self.discarded += lane.count
+        # the discarded episodes keep their numbers: the environments start the next ones
+        following = lane.arrays["episode"] + 1
         lane.close()
         lane = self._lanes[index] = self._open(lane.first, lane.count, lane.local)
-        lane.submit(Command.RESET, self.epoch)
+        lane.arrays["episode"][:] = following
+        lane.submit(Command.RESET)
         lane.finish()
+        rows = np.zeros(self.num_envs, dtype=bool)
+        rows[lane.first : lane.first + lane.count] = True
+        self._restarted |= rows
+        self.history.restart(rows)
         for key in ("rew", "term", "trunc", "alive"):
             for i in range(len(self.layouts)):
                 lane.arrays[f"{key}{i}"][:] = 0
@@ -132,7 +147,7 @@ class VecEnv:
         failed: dict[int, str] = {}
         for index, lane in enumerate(self._lanes):  # all started before any is awaited
             try:
-                lane.submit(command, self.epoch)
+                lane.submit(command)
             except LaneLostError as exc:
                 failed[index] = str(exc)
         for index, lane in enumerate(self._lanes):
@@ -145,19 +160,65 @@ class VecEnv:
         for index, why in failed.items():
             self._recover(index, why)
 
-    def reset(self, epoch: int) -> dict[Any, np.ndarray]:
-        """Reset every environment for ``epoch``; return each agent's observations."""
-        self.epoch = epoch
+    def reset(self, episodes: np.ndarray | None = None) -> dict[Any, np.ndarray]:
+        """Start every environment's first episode (or the numbered ``episodes``); return
+        each agent's observations."""
+        self._write("episode", np.zeros(self.num_envs, np.int64) if episodes is None
+                    else episodes)
         self._run(Command.RESET)
+        self.history = EpisodeHistory(self.num_envs, self.layouts)
         return self.gather("obs")
 
     def step(self, actions: dict[Any, np.ndarray]) -> None:
         """Step every environment with one action per agent per environment."""
-        for i, agent in enumerate(self.agents):
-            column = actions[agent]
-            for lane in self._lanes:
-                lane.arrays[_key("act", i)][:] = column[lane.first : lane.first + lane.count]
+        self._restarted[:] = False
+        columns = [np.array(actions[agent]) for agent in self.agents]
+        for i, column in enumerate(columns):
+            self._write(_key("act", i), column)
         self._run(Command.STEP)
+        self.history.record(columns, self.reset_mask())
+
+    def in_flight(self) -> InFlight:
+        """The episodes running now, as a checkpoint keeps them."""
+        episodes = np.concatenate([lane.arrays["episode"] for lane in self._lanes])
+        returns = np.concatenate([lane.arrays["run_ret"] for lane in self._lanes])
+        return self.history.snapshot(episodes, list(self.gather("obs").values()), returns)
+
+    def restore(self, state: InFlight) -> dict[Any, np.ndarray]:
+        """Continue ``state``'s episodes: reset to them and replay their actions.
+
+        An environment whose replay ends its episode early or arrives at other
+        observations (a non-deterministic environment) is logged, once, and runs on.
+        Returns each agent's observations.
+        """
+        self.reset(state.episodes)
+        lost = np.zeros(self.num_envs, dtype=bool)
+        for t in range(int(state.lengths.max(initial=0))):
+            self._write("hold", (state.lengths <= t) | lost)
+            for i, column in enumerate(state.actions_at(t)):
+                self._write(_key("act", i), column)
+            self._run(Command.STEP)
+            lost |= self.reset_mask()
+        self._write("hold", np.zeros(self.num_envs, dtype=bool))
+        obs = self.gather("obs")
+        returns = np.concatenate([lane.arrays["run_ret"] for lane in self._lanes])
+        other = lost | _rows_differ(state.returns, returns)
+        for saved, now in zip(state.obs, obs.values(), strict=True):
+            other |= _rows_differ(saved, now)
+        if other.any():
+            log.warning(
+                "%d of %d environment(s) took another course when their episodes were "
+                "replayed (is the environment deterministic?); resuming is not exact for "
+                "them; training goes on", int(other.sum()), self.num_envs,
+            )
+        self.history.load(state, lost)
+        self._restarted[:] = False
+        return obs
+
+    def _write(self, key: str, values: np.ndarray) -> None:
+        """Write one array's rows into every lane's share."""
+        for lane in self._lanes:
+            lane.arrays[key][:] = values[lane.first : lane.first + lane.count]
 
     def gather(self, kind: str) -> dict[Any, np.ndarray]:
         """One ``(num_envs, ...)`` array per agent of ``kind`` (obs, final, rew, ...)."""
@@ -188,8 +249,9 @@ class VecEnv:
         return None
 
     def reset_mask(self) -> np.ndarray:
-        """Which environments started a new episode with the last step (autoreset)."""
-        return np.concatenate([lane.arrays["ep_done"] for lane in self._lanes])
+        """Which environments started a new episode with the last step (autoreset, or a
+        lane restarted)."""
+        return np.concatenate([lane.arrays["ep_done"] for lane in self._lanes]) | self._restarted
 
     @property
     def layout(self) -> list[tuple[str, int]]:
@@ -211,6 +273,14 @@ class VecEnv:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _rows_differ(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per row, whether the two arrays differ in any bit (NaN equals the same NaN)."""
+    rows = len(a)
+    bits_a = np.ascontiguousarray(a).reshape(rows, -1).view(np.uint8)
+    bits_b = np.ascontiguousarray(b, dtype=a.dtype).reshape(rows, -1).view(np.uint8)
+    return np.asarray((bits_a != bits_b).any(axis=1))
 
 
 def _shares(total: int, parts: int) -> list[int]:

@@ -18,7 +18,7 @@ class Command(enum.IntEnum):
     STEP = 1
     """Step every environment with the actions in the ``act*`` arrays (autoreset)."""
     RESET = 2
-    """Reset every environment for an epoch."""
+    """Start in every environment the episode its ``episode`` array entry numbers."""
 
 
 class LaneLostError(Exception):
@@ -41,8 +41,8 @@ class EnvLane(ABC):
         self.arrays: dict[str, np.ndarray] = {}
 
     @abstractmethod
-    def submit(self, command: Command, epoch: int) -> None:
-        """Start ``command`` (the actions are in :attr:`arrays` already).
+    def submit(self, command: Command) -> None:
+        """Start ``command`` (its inputs are in :attr:`arrays` already).
 
         Raises:
             LaneLostError: the lane failed.
@@ -86,11 +86,11 @@ class LocalLane(EnvLane):
         self.arrays = zero_arrays(specs)
         self.envs = EnvSlice(mission, first, count, seed, self.arrays)
 
-    def submit(self, command: Command, epoch: int) -> None:
+    def submit(self, command: Command) -> None:
         """Run the command now."""
         try:
             if command is Command.RESET:
-                self.envs.reset_all(epoch)
+                self.envs.reset_all()
             else:
                 self.envs.step()
         except USER_CODE_ERRORS as exc:

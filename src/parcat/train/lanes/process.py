@@ -29,7 +29,7 @@ from parcat.train.envslice import ArraySpecs, EnvSlice
 from parcat.train.lanes.base import Command, EnvLane, LaneLostError
 
 SETUP_TIMEOUT_S = 120.0
-CMD, EPOCH = EnvCommandSlots.CMD, EnvCommandSlots.EPOCH
+CMD = EnvCommandSlots.CMD
 
 
 class ProcessLane(EnvLane):
@@ -62,10 +62,9 @@ class ProcessLane(EnvLane):
             self.close()
             raise LaneLostError(f"environment worker failed to start: {exc}") from exc
 
-    def submit(self, command: Command, epoch: int) -> None:
+    def submit(self, command: Command) -> None:
         """Write the command into the header and request it."""
         self.block.header[CMD] = command.value
-        self.block.header[EPOCH] = epoch
         try:
             self.handoff.request()
         except WorkerLostError as exc:
@@ -126,7 +125,7 @@ def env_worker_main(
             request = serving.take()
             try:
                 if int(block.header[CMD]) == reset:
-                    envs.reset_all(int(block.header[EPOCH]))
+                    envs.reset_all()
                 else:
                     envs.step()
             except USER_CODE_ERRORS as exc:

@@ -26,20 +26,20 @@ class EnvActor:
         self.arrays = zero_arrays(specs)
         self.envs = EnvSlice(mission, first, count, seed, self.arrays)
 
-    def reset(self, epoch: int) -> dict[str, np.ndarray]:
-        """Reset every environment for ``epoch``; return the arrays."""
-        self.envs.reset_all(epoch)
-        return self._outputs()
-
-    def step(self, actions: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Write the actions, step, return the arrays."""
-        for key, value in actions.items():
+    def run(self, command: Command, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Write the inputs (actions, episodes, hold), run ``command``, return the arrays."""
+        for key, value in inputs.items():
             self.arrays[key][:] = value
-        self.envs.step()
-        return self._outputs()
+        if command is Command.RESET:
+            self.envs.reset_all()
+        else:
+            self.envs.step()
+        return {k: v for k, v in self.arrays.items() if not _is_input(k)}
 
-    def _outputs(self) -> dict[str, np.ndarray]:
-        return {k: v for k, v in self.arrays.items() if not k.startswith("act")}
+
+def _is_input(key: str) -> bool:
+    """Arrays the trainer writes (``episode`` is also read back: the episodes running)."""
+    return key.startswith("act") or key == "hold"
 
 
 class RayLane(EnvLane):
@@ -54,13 +54,11 @@ class RayLane(EnvLane):
         self.actor = actor_class.remote(mission, first, count, seed, specs)
         self.pending: Any = None
 
-    def submit(self, command: Command, epoch: int) -> None:
-        """Send a reset or step (with the lane's actions); do not wait."""
-        if command is Command.RESET:
-            self.pending = self.actor.reset.remote(epoch)
-        else:
-            actions = {k: v.copy() for k, v in self.arrays.items() if k.startswith("act")}
-            self.pending = self.actor.step.remote(actions)
+    def submit(self, command: Command) -> None:
+        """Send a reset or step with the lane's inputs; do not wait."""
+        inputs = {k: v.copy() for k, v in self.arrays.items()
+                  if _is_input(k) or k == "episode"}
+        self.pending = self.actor.run.remote(command, inputs)
 
     def finish(self) -> None:
         """Wait for the last command and copy its results into the arrays."""

@@ -1,0 +1,105 @@
+"""``parcat train``'s progress: one live display in a terminal, one plain line per epoch otherwise.
+
+In a terminal, a progress line and the latest epoch's metrics are redrawn in place (one
+:class:`rich.live.Live`, so nothing is glued together and no bar stacks on another). Sent
+to a pipe or a file (nohup, SLURM, ``| cat``), every epoch is one plain line, flushed as
+the epoch ends, so a log shows the run as it goes.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from parcat.train.epoch_stats import EpochStats
+
+ShowEpoch = Callable[[EpochStats], None]
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def _per_agent(stats: EpochStats) -> list[tuple[str, str]]:
+    """(agent, ``mean [min, max]``) for every agent."""
+    return [(agent, f"{_fmt(mean)} [{_fmt(stats.reward_min.get(agent))}, "
+                    f"{_fmt(stats.reward_max.get(agent))}]")
+            for agent, mean in stats.reward.items()]
+
+
+def epoch_line(stats: EpochStats, epochs: int) -> str:
+    """One epoch as one line of plain text."""
+    rewards = " ".join(f"{agent}={text}" for agent, text in _per_agent(stats))
+    losses = " ".join(f"{name}={_fmt(loss, 4)}" for name, loss in stats.loss.items()) or "-"
+    return (f"epoch {stats.epoch}/{epochs} episodes {stats.episodes} reward {rewards} "
+            f"length {_fmt(stats.episode_length, 1)} steps {stats.total_env_steps} "
+            f"epsilon {_fmt(stats.epsilon)} loss {losses} "
+            f"{stats.env_steps_per_s:.0f} steps/s time {stats.time_s:.1f}s")
+
+
+def epoch_table(stats: EpochStats, epochs: int) -> Table:
+    """The latest epoch's metrics, for the live display."""
+    table = Table(title=f"epoch {stats.epoch}/{epochs}", title_justify="left",
+                  show_header=False, box=None, padding=(0, 2))
+    table.add_column("key", style="bold")
+    table.add_column("value")
+    table.add_row("episodes finished", str(stats.episodes))
+    for agent, text in _per_agent(stats):
+        table.add_row(f"return {agent}", Text(f"{text}  (mean [min, max])"))
+    table.add_row("episode length", _fmt(stats.episode_length, 1))
+    table.add_row("env steps", f"{stats.total_env_steps:,} ({stats.env_steps_per_s:,.0f}/s)")
+    table.add_row("epsilon", _fmt(stats.epsilon))
+    for name, loss in stats.loss.items():
+        table.add_row(f"loss {name}", _fmt(loss, 4))
+    return table
+
+
+@contextmanager
+def epoch_progress(epochs: int, done: int, to_stderr: bool) -> Iterator[ShowEpoch]:
+    """Show each epoch as it ends; yields the function the trainer calls with it.
+
+    Args:
+        epochs: The run's last epoch.
+        done: Epochs done before (a resumed run).
+        to_stderr: Draw on stderr (stdout holds ``--format json``'s document).
+    """
+    console = Console(stderr=to_stderr, highlight=False)
+    if not console.is_terminal:
+        stream = sys.stderr if to_stderr else sys.stdout
+
+        def write(stats: EpochStats) -> None:
+            stream.write(epoch_line(stats, epochs) + "\n")
+            stream.flush()
+
+        yield write
+        return
+    progress = Progress(TextColumn("[bold]epochs"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), TimeRemainingColumn(), console=console)
+    task = progress.add_task("epochs", total=epochs, completed=done)
+    latest: list[Any] = [Text("the first epoch is collecting…")]
+    with Live(console=console, get_renderable=lambda: Group(progress, latest[0]),
+              refresh_per_second=4):
+
+        def show(stats: EpochStats) -> None:
+            latest[0] = epoch_table(stats, epochs)
+            progress.advance(task)
+
+        yield show
