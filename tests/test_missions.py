@@ -82,3 +82,32 @@ def test_local_missions_dir_comes_first(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.chdir(tmp_path)
     assert load_mission("mine").name == "mine"
     assert (BUILTIN_DIR / "harvest.yaml").is_file()
+
+
+def test_a_module_callable_is_a_mission_without_yaml() -> None:
+    mission = load_mission("tests.envs.nim:NimEnv", {"low": 3, "high": 4, "max_steps": 9})
+    assert (mission.name, mission.env, dict(mission.params), mission.max_steps) == \
+        ("tests.envs.nim:NimEnv", "tests.envs.nim:NimEnv", {"low": 3, "high": 4}, 9)
+    assert mission.make_env().possible_agents == ["player_0", "player_1"]
+
+
+def test_a_pettingzoo_module_path_is_a_mission_without_yaml() -> None:
+    pytest.importorskip("pygame")  # PettingZoo's classic games import it
+    # turn-based only: its env(); with a parallel version too: parallel_env() is preferred
+    assert load_mission("pettingzoo.classic.connect_four_v3").env == \
+        "pettingzoo.classic.connect_four_v3:env"
+    mission = load_mission("pettingzoo.classic.rps_v2", {"max_steps": 5})
+    assert mission.env == "pettingzoo.classic.rps_v2:parallel_env" and mission.max_steps == 5
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("no_such_pkg.envs", "mission 'no_such_pkg.envs' is no mission file or name, and no module "
+     "to import (No module named 'no_such_pkg')"),
+    ("json.decoder", "module 'json.decoder' has neither parallel_env() nor env(); name the "
+     "factory as 'module:callable'"),
+    ("tests.envs.nim:Nope", "mission 'tests.envs.nim:Nope': cannot load env "
+     "'tests.envs.nim:Nope': module 'tests.envs.nim' has no attribute 'Nope'"),
+])
+def test_a_factory_that_cannot_be_found_is_one_clear_error(name: str, message: str) -> None:
+    with pytest.raises(MissionError, match=re.escape(message)):
+        load_mission(name)

@@ -9,6 +9,9 @@ from __future__ import annotations
 import contextlib
 import difflib
 import functools
+import importlib
+import re
+import sys
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -201,9 +204,55 @@ def load_mission(name_or_path: str, overrides: Mapping[str, Any] | None = None) 
     else:
         files = mission_files()
         if name_or_path not in files:
+            if _FACTORY.fullmatch(name_or_path):
+                return factory_mission(name_or_path, overrides or {})
             raise MissionError(unknown_mission_message(name_or_path, files))
         path = files[name_or_path]
     return read_mission(path).with_overrides(overrides or {})
+
+
+_FACTORY = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*(:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*"
+                      r"|\.[A-Za-z_][\w]*)")
+"""``module:callable``, or a dotted module path (``pettingzoo.classic.connect_four_v3``)."""
+MODULE_FACTORIES = ("parallel_env", "env")
+"""What a module named as a mission provides, in order of preference (PettingZoo's names:
+a parallel environment where there is one, else the turn-based ``env``)."""
+
+
+def factory_mission(name: str, overrides: Mapping[str, Any]) -> Mission:
+    """``module:callable`` or a module path as a mission, without a YAML file.
+
+    A module path uses the module's ``parallel_env`` (else its ``env``), as PettingZoo's
+    environment modules provide them. Every ``--set`` key goes to the factory as a keyword
+    argument (``max_steps`` excepted: parcat's own step limit, default
+    :data:`DEFAULT_MAX_STEPS`). There is no heuristic.
+
+    Raises:
+        MissionError: the module or callable cannot be found, or the factory fails.
+    """
+    reference = name
+    if ":" not in name:
+        try:
+            if str(Path.cwd()) not in sys.path and "" not in sys.path:
+                sys.path.append(str(Path.cwd()))  # ./my_env.py, as import_reference finds it
+            module = importlib.import_module(name)
+        except ImportError as exc:
+            raise MissionError(f"mission '{clip(name)}' is no mission file or name, and no "
+                               f"module to import ({clip(str(exc), 200)})") from exc
+        found = [f for f in MODULE_FACTORIES if callable(getattr(module, f, None))]
+        if not found:
+            raise MissionError(f"module '{clip(name)}' has neither parallel_env() nor env(); "
+                               "name the factory as 'module:callable'")
+        reference = f"{name}:{found[0]}"
+    params = dict(overrides)
+    max_steps = params.pop("max_steps", DEFAULT_MAX_STEPS)
+    if not _is_step_limit(max_steps):
+        raise MissionError(f"mission '{clip(name)}': max_steps must be an integer between 1 "
+                           f"and {MAX_EPISODE_STEPS:,}, got {brief(max_steps)}")
+    mission = Mission(name=name, env=reference, params=params, max_steps=max_steps,
+                      description=f"environment {reference}", source=reference)
+    validate_env(mission)
+    return mission
 
 
 def gymnasium_mission(name: str, overrides: Mapping[str, Any]) -> Mission:
@@ -282,7 +331,8 @@ def unknown_mission_message(name: str, files: Iterable[str]) -> str:
     close = difflib.get_close_matches(name, known, n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
     where = ", ".join(str(d) for d in mission_dirs())
-    return f"mission '{clip(name)}' not found in {where}{hint}; known: {', '.join(known)}"
+    return (f"mission '{clip(name)}' not found in {where}{hint}; known: {', '.join(known)}; "
+            "or give a YAML path, gymnasium:ENV_ID, module:callable or a module path")
 
 
 def read_mission(path: Path) -> Mission:
