@@ -27,6 +27,7 @@ from parcat.stats import (
     aggregate_mean,
     average_improvement_probability,
     mean_difference,
+    normalised,
     paired_bootstrap,
     stratified_bootstrap,
 )
@@ -87,8 +88,13 @@ def load_scores(path: str | Path, policy: str = "*") -> dict[str, np.ndarray]:
 
 
 def compare(a: dict[str, np.ndarray], b: dict[str, np.ndarray], seed: int = 0,
-            reps: int = 2000) -> list[Comparison]:
+            reps: int = 2000, normalise: bool = True) -> list[Comparison]:
     """Rows for every mission both sides evaluated, then ``overall``.
+
+    The ``overall`` row aggregates per-mission normalised scores (:func:`~parcat.stats.
+    normalised`: 0 the lowest episode of either side on that mission, 1 the highest), so
+    missions on different scales weigh alike; ``normalise=False`` when the scores are
+    normalised already.
 
     Raises:
         ConfigError: the two files share no mission.
@@ -98,8 +104,10 @@ def compare(a: dict[str, np.ndarray], b: dict[str, np.ndarray], seed: int = 0,
         raise ConfigError(f"the results share no mission (A: {sorted(a)}, B: {sorted(b)})")
     rows = [_row(m, {m: a[m]}, {m: b[m]}, seed, reps) for m in common]
     if len(common) > 1:
-        rows.append(_row(OVERALL, {m: a[m] for m in common}, {m: b[m] for m in common},
-                         seed, reps))
+        pair = [{m: a[m] for m in common}, {m: b[m] for m in common}]
+        if normalise:
+            pair = normalised(pair)
+        rows.append(_row(OVERALL, pair[0], pair[1], seed, reps))
     return rows
 
 

@@ -236,11 +236,13 @@ def check_policies(config: EvalConfig) -> None:
                     raise PolicyError(f"{exc} (mission '{mission.name}')") from exc
 
 
-def make_tasks(config: EvalConfig, replay_dir: Path | None = None) -> TaskList:
+def make_tasks(config: EvalConfig, replay_dir: Path | None = None,
+               seating: tuple[int, ...] | None = None) -> TaskList:
     """Missions × episodes, mission-major, made as they are asked for (each recording its
-    replay into ``replay_dir``, if given)."""
+    replay into ``replay_dir``, if given; with ``seating``, each agent plays the policy
+    it names)."""
     return TaskList(config.missions, config.policies, config.seed, config.episodes,
-                    replay_dir=None if replay_dir is None else str(replay_dir))
+                    replay_dir=None if replay_dir is None else str(replay_dir), seating=seating)
 
 
 def write_replay_index(folder: Path, episodes: Sequence[EpisodeResult]) -> None:
@@ -271,6 +273,7 @@ def evaluate(
     keep: dict[tuple[str, int], EpisodeResult] | None = None,
     on_warning: Callable[[str], None] | None = None,
     replay_dir: Path | None = None,
+    seating: tuple[int, ...] | None = None,
 ) -> EvalReport:
     """Run every episode of ``config`` where ``options`` and the planner say.
 
@@ -285,6 +288,8 @@ def evaluate(
         on_warning: Told when a write of ``output`` failed mid-run and will be retried.
         replay_dir: Record every episode run into this folder (:mod:`parcat.replay`),
             with an ``index.json`` of them at the end.
+        seating: The policy index of each agent (every mission must have that many
+            agents); default: policies drawn by weight per episode.
 
     Raises:
         OutputError: ``output`` cannot be written (checked before anything runs).
@@ -299,7 +304,7 @@ def evaluate(
     # the check plays a few steps of an episode: a hang there is bounded like an episode's
     report.checks = check_environments(config.missions, options.start_method_name,
                                        options.episode_timeout_s)
-    tasks = with_fresh_envs(make_tasks(config, replay_dir), report.checks)
+    tasks = with_fresh_envs(make_tasks(config, replay_dir, seating), report.checks)
     done = load_finished(output, config.to_dict()) if output is not None and resume else {}
     done.update(keep or {})
     for key, result in done.items():

@@ -49,6 +49,9 @@ class EpisodeTask:
     """The episode's index within its mission."""
     replay_dir: str | None = None
     """Write the episode's replay (:mod:`parcat.replay`) into this folder."""
+    seating: tuple[int, ...] | None = None
+    """The policy (index into ``policies``) of each agent, in ``possible_agents`` order;
+    ``None``: drawn by weight from the seed (cross-play seats policies itself)."""
 
     @property
     def key(self) -> tuple[str, int]:
@@ -72,12 +75,13 @@ class TaskList(Sequence[EpisodeTask]):
 
     def __init__(self, missions: Sequence[Mission], policies: tuple[PolicySpec, ...],
                  seed: int, episodes: int, positions: Sequence[int] | None = None,
-                 replay_dir: str | None = None) -> None:
+                 replay_dir: str | None = None, seating: tuple[int, ...] | None = None) -> None:
         self.missions = tuple(missions)
         self.policies = policies
         self.seed = seed
         self.episodes = episodes
         self.replay_dir = replay_dir
+        self.seating = seating
         self.positions: Sequence[int] = (range(len(self.missions) * episodes)
                                          if positions is None else positions)
 
@@ -95,7 +99,7 @@ class TaskList(Sequence[EpisodeTask]):
             return [self[i] for i in range(*index.indices(len(self)))]
         mission, episode = divmod(int(self.positions[index]), self.episodes)
         return EpisodeTask(self.missions[mission], self.policies, self.seed, episode,
-                           self.replay_dir)
+                           self.replay_dir, self.seating)
 
     def position(self, key: tuple[str, int]) -> int | None:
         """Where the task ``(mission name, episode index)`` is among all the run's tasks."""
@@ -108,12 +112,12 @@ class TaskList(Sequence[EpisodeTask]):
     def subset(self, positions: Sequence[int]) -> TaskList:
         """The tasks at these positions among all the run's tasks."""
         return TaskList(self.missions, self.policies, self.seed, self.episodes, positions,
-                        self.replay_dir)
+                        self.replay_dir, self.seating)
 
     def with_missions(self, missions: Sequence[Mission]) -> TaskList:
         """The same tasks with the missions replaced (e.g. set to fresh environments)."""
         return TaskList(missions, self.policies, self.seed, self.episodes, self.positions,
-                        self.replay_dir)
+                        self.replay_dir, self.seating)
 
 
 @dataclass
@@ -356,11 +360,17 @@ class EpisodeRunner:
     def _seats(self, env: ParallelEnv, task: EpisodeTask) -> list[Seat]:
         mission = task.mission
         agent_ids = list(env.possible_agents)
-        assignment = assign_policies(
-            [p.weight for p in task.policies],
-            len(agent_ids),
-            seeding.assignment_seed(task.seed, mission.key, task.episode_index),
-        )
+        if task.seating is not None:
+            if len(task.seating) != len(agent_ids):
+                raise ValueError(f"the seating names {len(task.seating)} policies for the "
+                                 f"{len(agent_ids)} agents of mission '{mission.name}'")
+            assignment = list(task.seating)
+        else:
+            assignment = assign_policies(
+                [p.weight for p in task.policies],
+                len(agent_ids),
+                seeding.assignment_seed(task.seed, mission.key, task.episode_index),
+            )
         return [
             Seat(agent, task.policies[policy_index],
                  seeding.agent_seed(task.seed, mission.key, task.episode_index, agent.agent_index))

@@ -107,3 +107,25 @@ def average_improvement_probability(x: Scores, y: Scores) -> float:
     """P(X > Y) averaged over common missions."""
     common = sorted(set(x) & set(y))
     return float(np.mean([probability_of_improvement(x[k], y[k]) for k in common]))
+
+
+def normalised(all_scores: Sequence[Scores]) -> list[dict[str, np.ndarray]]:
+    """Each mission's scores mapped to [0, 1] by the lowest and highest episode score any
+    of ``all_scores`` had on it (rliable's per-task normalisation, with the observed range
+    as the reference; a mission where every score is equal maps to 0.5), so missions on
+    different scales weigh alike in an aggregate."""
+    bounds = {}
+    for mission in set().union(*all_scores):
+        values = np.concatenate([np.asarray(s[mission], dtype=float)
+                                 for s in all_scores if mission in s])
+        bounds[mission] = (float(values.min()), float(values.max()))
+    out: list[dict[str, np.ndarray]] = []
+    for scores in all_scores:
+        mapped: dict[str, np.ndarray] = {}
+        for mission, values in scores.items():
+            low, high = bounds[mission]
+            array = np.asarray(values, dtype=float)
+            mapped[mission] = (np.full(array.shape, 0.5) if high == low
+                               else (array - low) / (high - low))
+        out.append(mapped)
+    return out

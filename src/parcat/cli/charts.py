@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -74,6 +75,56 @@ def save_chart(path: Path, series: Mapping[str, tuple[Sequence[float], Sequence[
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def matrix_text(labels: Sequence[str], values: Sequence[Sequence[float]],
+                shades: str = " .:-=+*#%@") -> str:
+    """A matrix as text: each cell's value and a shade from lowest to highest."""
+    flat = [v for row in values for v in row if not math.isnan(v)]
+    low, high = (min(flat), max(flat)) if flat else (0.0, 1.0)
+    span = (high - low) or 1.0
+    width = max(9, *(len(label) for label in labels))
+    lines = [" " * width + " | " + " ".join(label[:width].rjust(width) for label in labels)]
+    for label, row in zip(labels, values, strict=True):
+        cells = []
+        for v in row:
+            shade = "?" if math.isnan(v) else shades[round((v - low) / span * (len(shades) - 1))]
+            cells.append(f"{shade * 2}{v:>{width - 2}.3f}" if not math.isnan(v)
+                         else "-".rjust(width))
+        lines.append(label[:width].rjust(width) + " | " + " ".join(cells))
+    return "\n".join(lines)
+
+
+def save_matrix(path: Path, labels: Sequence[str], values: Sequence[Sequence[float]],
+                title: str, xlabel: str, ylabel: str) -> None:
+    """Write a heat map of ``values`` with matplotlib (SVG, PNG or PDF by suffix).
+
+    Raises:
+        ConfigError: matplotlib is not installed.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ConfigError(f"writing '{path}' needs matplotlib (pip install matplotlib); "
+                          "the terminal matrix has the same data") from exc
+    size = 1.2 + 0.9 * len(labels)
+    fig, ax = plt.subplots(figsize=(size + 1.5, size))
+    image = ax.imshow(values, cmap="viridis")
+    ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
+    ax.set_yticks(range(len(labels)), labels)
+    for i, row in enumerate(values):
+        for j, v in enumerate(row):
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="w", fontsize=9)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title("\n".join(textwrap.wrap(title, 48)), fontsize=10)
+    fig.colorbar(image, ax=ax)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

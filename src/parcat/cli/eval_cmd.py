@@ -45,6 +45,14 @@ def eval_command(
         bool, typer.Option("--resume", help="Keep the finished episodes in --output; run the rest.")
     ] = False,
     progress: Annotated[bool, typer.Option(help="Progress bar on stderr.")] = True,
+    each: Annotated[
+        bool, typer.Option("--each", help="Evaluate every -p on its own (all agents play it) "
+                           "on the same episodes; one row per policy, compared with the first.")
+    ] = False,
+    cross: Annotated[
+        bool, typer.Option("--cross", help="Play every pair of -p policies against each other "
+                           "across the mission's two sides; print the matrix.")
+    ] = False,
     replay_dir: Annotated[
         Path | None,
         typer.Option("--replay-dir", metavar="DIR",
@@ -77,6 +85,16 @@ def eval_command(
             check_output_file(args.trace, "--trace")
         if replay_dir is not None:
             check_output_folder(replay_dir, "--replay-dir")
+        tournament = _tournament(each, cross, resume, precision, replay_dir, args, output)
+    if tournament is not None:
+        from parcat.cli.tournament_view import run_tournament
+
+        total = len(config.missions) * config.episodes * (
+            len(config.policies) ** (2 if tournament == "cross" else 1))
+        with user_errors(), progress_bar(total, "episodes", enabled=progress) as advance:
+            code = run_tournament(tournament, config, options, fmt, output,
+                                  lambda _: advance())
+        raise typer.Exit(code)
     total = len(config.missions) * config.episodes
     with user_errors(), progress_bar(total, "episodes", enabled=progress) as advance:
         if precision is not None:
@@ -98,6 +116,24 @@ def eval_command(
         print(f"parcat: error: {failure}", file=sys.stderr)
     raise typer.Exit(EXIT_FAILED if write_failures and exit_code(report) == EXIT_OK
                      else exit_code(report))
+
+
+def _tournament(each: bool, cross: bool, resume: bool, precision: float | None,
+                replay_dir: Path | None, args: EvalArgs, output: Path | None) -> str | None:
+    """``each``, ``cross`` or ``None``; refuses what they cannot be combined with."""
+    if not (each or cross):
+        return None
+    if each and cross:
+        raise ConfigError("--each and --cross are two ways to compare: give one")
+    flag = "--each" if each else "--cross"
+    for given, name in ((resume, "--resume"), (precision is not None, "--precision"),
+                        (replay_dir is not None, "--replay-dir"),
+                        (args.trace is not None, "--trace")):
+        if given:
+            raise ConfigError(f"{flag} cannot be combined with {name} yet")
+    if output is not None and output.suffix.lower() != ".json":
+        raise ConfigError(f"{flag} writes its results as JSON: give -o FILE.json")
+    return "each" if each else "cross"
 
 
 def _note(message: str) -> None:

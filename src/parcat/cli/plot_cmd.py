@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from parcat.cli.charts import line_chart, save_chart
+from parcat.cli.charts import line_chart, matrix_text, save_chart, save_matrix
 from parcat.cli.common import user_errors
 from parcat.cli.lazy import held_imports
 from parcat.errors import ConfigError
@@ -15,7 +16,8 @@ from parcat.outputs import check_output_file
 
 
 def plot_command(
-    metrics: Annotated[Path, typer.Argument(help="metrics.jsonl, or a run directory.")],
+    metrics: Annotated[Path, typer.Argument(
+        help="metrics.jsonl, a run directory, or a `parcat eval --cross -o FILE.json` file.")],
     field: Annotated[str, typer.Option(help="reward, reward_min, reward_max, episodes, "
                                        "episode_length, loss, epsilon, total_env_steps or "
                                        "env_steps_per_s.")] = "reward",
@@ -26,6 +28,14 @@ def plot_command(
     with held_imports():  # here, not at the top: `parcat plot --help` needs none of them
         from parcat.train.metrics import read_metrics
     with user_errors():
+        if output is not None and output.suffix.lower() not in (".svg", ".png", ".pdf"):
+            raise ConfigError(f"--output must end in .svg, .png or .pdf, got '{output.name}'")
+        cross = _cross_document(metrics)
+        if cross is not None:
+            if output is not None:
+                check_output_file(output, "--output")
+            _plot_cross(cross, output)
+            return
         path = metrics
         if metrics.is_dir():
             found = [metrics / n for n in ("metrics.jsonl", "metrics.csv")
@@ -33,8 +43,6 @@ def plot_command(
             path = found[0] if found else metrics / "metrics.jsonl"
         if not path.is_file():
             raise ConfigError(f"no metrics log at '{path}' (parcat train writes metrics.jsonl)")
-        if output is not None and output.suffix.lower() not in (".svg", ".png", ".pdf"):
-            raise ConfigError(f"--output must end in .svg, .png or .pdf, got '{output.name}'")
         if output is not None:
             check_output_file(output, "--output")
         records = read_metrics(path)
@@ -56,3 +64,34 @@ def plot_command(
             return
     typer.echo(f"{field} per epoch ({len(records)} epochs)")
     typer.echo(line_chart(series))
+
+
+def _cross_document(path: Path) -> dict[str, Any] | None:
+    """The ``parcat eval --cross`` document in ``path``, if that is what it holds."""
+    if not path.is_file() or path.suffix.lower() != ".json":
+        return None
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read '{path}' ({type(exc).__name__}); give a metrics log, "
+                          "a run directory or a `parcat eval --cross -o` file") from exc
+    if not isinstance(document, dict) or document.get("schema") != "parcat.cross/1":
+        raise ConfigError(f"'{path}' is no metrics log nor a `parcat eval --cross` file")
+    return document
+
+
+def _plot_cross(document: dict[str, Any], output: Path | None) -> None:
+    """One matrix per mission: the row side's mean return for each pair of policies."""
+    for n, table in enumerate(document["cross"]):
+        labels = table["policies"]
+        values = [[float("nan") if c["row"]["value"] is None else c["row"]["value"]
+                   for c in row] for row in table["cells"]]
+        title = (f"{table['mission']}: mean return of {', '.join(table['row_agents'])} "
+                 f"(rows) against {', '.join(table['col_agents'])} (columns)")
+        if output is None:
+            typer.echo(title)
+            typer.echo(matrix_text(labels, values))
+            continue
+        target = output if n == 0 else output.with_stem(f"{output.stem}-{n}")
+        save_matrix(target, labels, values, title, "column policy", "row policy")
+        typer.echo(f"wrote {target}")
