@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import pickle
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -18,7 +20,7 @@ from parcat.limits import MAX_EPISODE_PARAMETERS
 from parcat.missions import Mission, load_mission
 from parcat.outputs import check_output_file, check_output_folder
 from parcat.parallel.launch import RunOptions, make_executor, plan_run
-from parcat.parallel.planner import Plan
+from parcat.parallel.planner import ExecutorKind, Plan
 from parcat.policies.builtin import mlp_parameters
 from parcat.policies.specs import PolicySpec, make_policy, parse_policy_spec
 from parcat.probe import EnvCheck, check_in_a_worker
@@ -259,6 +261,36 @@ def write_replay_index(folder: Path, episodes: Sequence[EpisodeResult]) -> None:
     write_index(folder, entries)
 
 
+def unpicklable(config: EvalConfig) -> str | None:
+    """The first mission or policy of ``config`` that cannot be sent to another process
+    (named, with why), or ``None``."""
+    named: list[tuple[str, Any]] = [(f"mission '{m.name}'", m) for m in config.missions]
+    named += [(f"policy '{p.name}'", p) for p in config.policies]
+    for name, value in named:
+        try:
+            pickle.dumps(value)
+        except Exception as exc:  # whatever pickling user objects raises
+            return f"{name} cannot be sent to worker processes ({type(exc).__name__}: {exc})"
+    return None
+
+
+def inline_if_unpicklable(config: EvalConfig, options: RunOptions,
+                          on_warning: Callable[[str], None] | None = None) -> RunOptions:
+    """``options``, or, when a mission or policy built in Python cannot be pickled, options
+    that run everything in this process, with one warning naming it (as cogames does)."""
+    if options.executor is ExecutorKind.INLINE and not options.parallel_policy:
+        return options
+    why = unpicklable(config)
+    if why is None:
+        return options
+    message = f"{why}: running every episode inline in this process"
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+    if on_warning is not None:
+        on_warning(message)
+    return replace(options, jobs=1, executor=ExecutorKind.INLINE, parallel_policy=False,
+                   action_timeout_ms=None, address=None)
+
+
 class StopRun(Exception):
     """Raised from a result callback to end a run early (``--fail-fast``)."""
 
@@ -294,7 +326,7 @@ def evaluate(
     Raises:
         OutputError: ``output`` cannot be written (checked before anything runs).
     """
-    options = options or RunOptions()
+    options = inline_if_unpicklable(config, options or RunOptions(), on_warning)
     remove_stale_blocks()
     if output is not None:
         check_output_file(output, "--output")  # before anything runs: a bad path costs nothing
