@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -124,6 +125,7 @@ def train_command(
         cfg = choice.config
         if choice.note:
             typer.echo(choice.note, err=True)
+        made = not cfg.run_path.exists()
         check_output_folder(cfg.run_path, "--run-dir")
         if cfg.render:
             err.print("--render: one environment shown; everything runs in this process")
@@ -132,7 +134,14 @@ def train_command(
                 f"--resume: '{cfg.run_path}' already reached --epochs {cfg.epochs}; "
                 "raise --epochs to train on"
             )
-        trainer = Trainer(cfg, resume=resume, on_frame=_frame_printer(err) if cfg.render else None)
+        try:
+            trainer = Trainer(cfg, resume=resume,
+                              on_frame=_frame_printer(err) if cfg.render else None)
+        except BaseException:
+            if made:  # the check above made it: a run that never started leaves nothing
+                with contextlib.suppress(OSError):
+                    cfg.run_path.rmdir()
+            raise
     if resume and not trainer.resumed:
         typer.echo(f"--resume: no checkpoint in '{cfg.run_path}' yet; starting from epoch 0",
                    err=True)
