@@ -158,7 +158,7 @@ def test_learner_worker_trains_and_reports_its_death() -> None:
         worker.submit(epoch=0, batches={"a": batch})
         done = worker.result()
         assert done.epoch == 0 and set(done.weights) == {"a"}
-        assert np.isfinite(done.losses["a"])
+        assert np.isfinite(done.metrics["a"]["loss"])
         assert set(worker.states()["a"]) == set(learner.state_dict())
         pid = worker.worker.pid
         assert pid is not None

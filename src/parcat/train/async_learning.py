@@ -34,7 +34,8 @@ class AsyncLearning:
                                      threads=threads)
         self.on_event = on_event
         self.pending: dict[str, list[Transitions]] = {name: [] for name in learners}
-        self.losses: dict[str, float] = {name: math.nan for name in learners}
+        self.metrics: dict[str, dict[str, float]] = {name: {"loss": math.nan}
+                                                     for name in learners}
         self.train_s = 0.0
         self.overlap_steps: list[int] = []
 
@@ -80,7 +81,7 @@ class AsyncLearning:
     def _apply(self, result: Round) -> None:
         for name, weights in result.weights.items():
             self.learners[name].load_policy_arrays(weights)
-        self.losses, self.train_s = result.losses, result.train_s
+        self.metrics, self.train_s = result.metrics, result.train_s
         self.overlap_steps.append(result.collected_after - result.collected_before)
         self.on_event("train_end", result.epoch)
 

@@ -53,6 +53,9 @@ class EpochStats:
     """Wall-clock seconds since the run began (across resumes)."""
     timestamp: str = ""
     """When the epoch ended: ISO 8601, UTC."""
+    learner_metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per learner: the other metrics its last training step reported (PPO's
+    ``policy_loss``, ``value_loss``, ``entropy``, ``approx_kl``; DQN's ``q_mean``, ...)."""
     eval_return: dict[str, float] = field(default_factory=dict)
     """Mean greedy evaluation return per agent and ``total`` (NaN between checkpoints;
     empty with ``eval_episodes`` 0)."""
@@ -72,6 +75,7 @@ class EpochStats:
             "discarded_episodes": self.discarded_episodes,
             "overlap_steps": self.overlap_steps,
             "time_s": self.time_s, "timestamp": self.timestamp,
+            "learner_metrics": {name: nan_to_none(m) for name, m in self.learner_metrics.items()},
             "eval_return": nan_to_none(self.eval_return),
         }
 

@@ -38,7 +38,8 @@ class Round:
 
     epoch: int
     weights: dict[str, dict[str, np.ndarray]]
-    losses: dict[str, float]
+    metrics: dict[str, dict[str, float]]
+    """Each learner's metrics as last reported (``loss`` among them)."""
     train_s: float
     collected_before: int
     """Collection steps taken when the round started."""
@@ -165,6 +166,6 @@ def _train(learners: dict[str, Learner], epoch: int, batches: dict[str, Transiti
         if batch is not None and len(batch[0]):
             learner.observe(batch)
 
-    losses = train_each(learners, train_steps, pool, add_new)
-    return Round(epoch, {n: lr.policy_arrays() for n, lr in learners.items()}, losses,
+    metrics = train_each(learners, train_steps, pool, add_new)
+    return Round(epoch, {n: lr.policy_arrays() for n, lr in learners.items()}, metrics,
                  time.perf_counter() - start, before, int(counter.value))

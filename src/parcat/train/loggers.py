@@ -89,15 +89,16 @@ def _last_time(files: list[MetricsLog]) -> float:
     return 0.0
 
 
-def scalars(record: dict[str, Any]) -> dict[str, float]:
-    """The record's numbers as ``name`` or ``group/agent`` tags (no nulls, no lists)."""
+def scalars(record: dict[str, Any], prefix: str = "") -> dict[str, float]:
+    """The record's numbers as ``name``, ``group/agent`` or ``group/learner/metric`` tags
+    (no nulls, no lists)."""
     out: dict[str, float] = {}
     for key, value in record.items():
-        items = value.items() if isinstance(value, dict) else [(None, value)]
-        for name, number in items:
-            if isinstance(number, bool) or not isinstance(number, int | float):
-                continue
-            out[key if name is None else f"{key}/{name}"] = float(number)
+        tag = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(scalars(value, f"{tag}/"))
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            out[tag] = float(value)
     return out
 
 

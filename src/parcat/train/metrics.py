@@ -149,7 +149,10 @@ def _unflatten(row: dict[str, str]) -> dict[str, Any]:
     for key, value in row.items():
         number: Any = _number(value)
         head, dot, tail = key.partition(".")
-        if dot:
+        if dot and head in NESTED_TWICE:  # learner_metrics.<learner>.<metric>
+            name, _, metric = tail.rpartition(".")
+            record.setdefault(head, {}).setdefault(name, {})[metric] = number
+        elif dot:
             record.setdefault(head, {})[tail] = number
         else:
             record[key] = number
@@ -168,11 +171,15 @@ def _number(text: str) -> float | int | None:
             return None
 
 
-def _flatten(record: dict[str, Any]) -> dict[str, Any]:
+NESTED_TWICE = ("learner_metrics",)
+"""Record keys whose values are mappings of mappings (CSV columns ``key.name.metric``)."""
+
+
+def _flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in record.items():
         if isinstance(value, dict):
-            flat.update({f"{key}.{k}": v for k, v in value.items()})
+            flat.update(_flatten(value, f"{prefix}{key}."))
         else:
-            flat[key] = value
+            flat[f"{prefix}{key}"] = value
     return flat

@@ -18,11 +18,13 @@ def train_each(
     train_steps: int,
     pool: ThreadPoolExecutor | None = None,
     prepare: Callable[[str, Learner], None] | None = None,
-) -> dict[str, float]:
-    """Train every learner; return each one's last reported loss (NaN if none reported one).
+) -> dict[str, dict[str, float]]:
+    """Train every learner; return each one's metrics as last reported (``loss`` NaN if it
+    reported none).
 
     A learner may have nothing to do on some calls (``{}``: PPO after its one update of
-    the round, DQN before its buffer is warm); the loss of its last update counts.
+    the round, DQN before its buffer is warm); each metric keeps the value of the last
+    update that reported it.
 
     Args:
         learners: The learners by name.
@@ -32,15 +34,20 @@ def train_each(
             on the same thread.
     """
 
-    def one(name: str) -> float:
+    def one(name: str) -> dict[str, float]:
         learner = learners[name]
         if prepare is not None:
             prepare(name, learner)
-        loss = math.nan
+        metrics: dict[str, float] = {"loss": math.nan}
         for _ in range(train_steps):
-            loss = float(learner.train_step().get("loss", loss))
-        return loss
+            metrics.update({k: float(v) for k, v in learner.train_step().items()})
+        return metrics
 
     names = list(learners)
-    losses = list(pool.map(one, names)) if pool is not None else [one(n) for n in names]
-    return dict(zip(names, losses, strict=True))
+    results = list(pool.map(one, names)) if pool is not None else [one(n) for n in names]
+    return dict(zip(names, results, strict=True))
+
+
+def losses_of(metrics: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """Each learner's ``loss`` from :func:`train_each`'s metrics."""
+    return {name: float(m.get("loss", math.nan)) for name, m in metrics.items()}

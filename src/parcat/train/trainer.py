@@ -33,7 +33,7 @@ from parcat.train.learner import Learner, Transitions
 from parcat.train.loggers import RunLoggers, check_installed
 from parcat.train.plan import TrainPlan, plan_training
 from parcat.train.recipes import LearnerRecipe, check_trainable, make_recipes, with_agent_id
-from parcat.train.rounds import train_each
+from parcat.train.rounds import losses_of, train_each
 from parcat.train.runs import has_checkpoint, init_weights, restore
 from parcat.train.vecenv import VecEnv
 
@@ -207,21 +207,24 @@ class Trainer:
                     self.on_frame(frame)
         self._obs = obs
         collect_s = time.perf_counter() - start
-        idle_s, train_s, losses = 0.0, 0.0, {}
+        idle_s, train_s = 0.0, 0.0
+        metrics: dict[str, dict[str, float]] = {}
         overlap: list[int] = []
         if learning is None:
             begin = time.perf_counter()
-            losses = self.train_all(epoch)
+            metrics = self.train_all(epoch)
             train_s = time.perf_counter() - begin
         else:
             if (epoch + 1) % self.config.train_interval == 0:
                 idle_s = learning.submit(epoch)
-            losses, train_s = learning.losses, learning.train_s
+            metrics, train_s = learning.metrics, learning.train_s
             overlap = learning.take_overlaps()
         steps = self.config.steps_per_epoch * self.vec.num_envs
         return EpochStats(
             epoch=epoch + 1, env_steps=steps, **tally.summary(),
-            loss=losses,
+            loss=losses_of(metrics),
+            learner_metrics={name: {k: v for k, v in m.items() if k != "loss"}
+                             for name, m in metrics.items()},
             epsilon=float(getattr(next(iter(self.learners.values())), "exploration", 0.0)),
             collect_s=collect_s, train_s=train_s, idle_s=idle_s,
             env_steps_per_s=steps / collect_s if collect_s > 0 else 0.0,
@@ -264,12 +267,12 @@ class Trainer:
             else:
                 self.learners[agent].observe(batch)
 
-    def train_all(self, epoch: int) -> dict[str, float]:
-        """Train every learner ``train_steps`` times; return each one's last loss."""
+    def train_all(self, epoch: int) -> dict[str, dict[str, float]]:
+        """Train every learner ``train_steps`` times; return each one's last metrics."""
         self.on_event("train_start", epoch)
-        losses = train_each(dict(self.unique_learners), self.config.train_steps, self._pool)
+        metrics = train_each(dict(self.unique_learners), self.config.train_steps, self._pool)
         self.on_event("train_end", epoch)
-        return losses
+        return metrics
 
     def close(self) -> None:
         """Stop the environment workers and training threads (and a Ray cluster we started)."""
