@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import gymnasium
 import numpy as np
@@ -23,7 +23,6 @@ from parcat.train.learner import Learner
 
 if TYPE_CHECKING:
     from parcat.missions import Mission
-    from parcat.train.config import TrainConfig
 
 BUILTIN_LEARNERS = {
     "dqn": "parcat.train.dqn:DQNLearner",
@@ -32,6 +31,20 @@ BUILTIN_LEARNERS = {
 """Short names of parcat's learners, as ``--learner`` and ``learner: {class: ...}`` take them."""
 
 DEFAULT_LEARNER = "dqn"
+
+
+class LearnerSettings(Protocol):
+    """What choosing and building learners reads of a run's settings (``TrainConfig`` has
+    it; typed here so the config module can import this one)."""
+
+    @property
+    def learner(self) -> Mapping[str, Any]: ...
+
+    @property
+    def shared_learner(self) -> bool: ...
+
+    @property
+    def seed(self) -> int: ...
 
 
 def learner_name(options: Mapping[str, Any]) -> str:
@@ -131,7 +144,7 @@ def with_agent_id(obs: np.ndarray, index: int, num_agents: int) -> np.ndarray:
     return np.concatenate((flat, one_hot), axis=1)
 
 
-def make_recipes(mission: Mission, config: TrainConfig) -> dict[str, LearnerRecipe]:
+def make_recipes(mission: Mission, config: LearnerSettings) -> dict[str, LearnerRecipe]:
     """One recipe per learner, by name: each agent's id, or ``shared``.
 
     Independent learners are seeded ``seed * 1000 + agent index``; a shared one ``seed``,
@@ -158,7 +171,7 @@ def make_recipes(mission: Mission, config: TrainConfig) -> dict[str, LearnerReci
     }
 
 
-def check_trainable(mission: Mission, config: TrainConfig) -> None:
+def check_trainable(mission: Mission, config: LearnerSettings) -> None:
     """Every agent observes a Box and acts in a space the chosen learner learns.
 
     Raises:
