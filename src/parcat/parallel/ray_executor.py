@@ -21,20 +21,30 @@ from parcat.raycluster import import_ray
 from parcat.results import EpisodeResult, EpisodeStatus, ErrorInfo
 from parcat.rollout import EpisodeRunner, EpisodeTask
 from parcat.stepping.config import StepperConfig
+from parcat.trace import Tracer
 
 __all__ = ["RayExecutor", "import_ray"]
 _RUNNER: EpisodeRunner | None = None
+NODE_LANE = "ray-node-"
+"""The trace names an episode's lane after the Ray node that ran it: this and its node id."""
 
 
-def _run_task(stepper: StepperConfig, task: EpisodeTask, index: int,
-              clock: Any) -> EpisodeResult:
-    """Body of the Ray task: the inline episode path, with a runner kept per worker."""
+def _run_task(stepper: StepperConfig, task: EpisodeTask, index: int, clock: Any,
+              trace: bool) -> tuple[EpisodeResult, list[dict[str, Any]]]:
+    """Body of the Ray task: the inline episode path, with a runner kept per worker.
+
+    Returns the result and, when tracing, the episode's events on the node's lane.
+    """
     global _RUNNER
     if clock is not None:
         clock.started.remote(index)  # the timeout counts from here, not from submission
-    if _RUNNER is None:
-        _RUNNER = EpisodeRunner(stepper.make_stepper(), retries=stepper.retries)
-    return _RUNNER.run(task)
+    if _RUNNER is None or (_RUNNER.tracer is not None) != trace:
+        lane = NODE_LANE + import_ray().get_runtime_context().get_node_id()
+        tracer = Tracer(lane) if trace else None
+        _RUNNER = EpisodeRunner(stepper.make_stepper(tracer), tracer=tracer, lane=lane,
+                                retries=stepper.retries)
+    result = _RUNNER.run(task)
+    return result, _RUNNER.tracer.take() if _RUNNER.tracer is not None else []
 
 
 class EpisodeClock:
@@ -65,6 +75,7 @@ class RayExecutor(Executor):
         gpus_per_task: GPUs Ray reserves per task.
         retries: Times Ray re-runs a task whose worker died.
         episode_timeout_s: Cancel an episode running longer.
+        trace: Record a timeline; each episode's lane names the node that ran it.
     """
 
     name = "ray"
@@ -72,8 +83,10 @@ class RayExecutor(Executor):
     def __init__(self, workers: int, stepper: StepperConfig | None = None,
                  address: str | None = None, cpus_per_task: float = 1.0,
                  gpus_per_task: float = 0.0, retries: int = 1,
-                 episode_timeout_s: float | None = None) -> None:
+                 episode_timeout_s: float | None = None, trace: bool = False) -> None:
         self.ray = import_ray()
+        self.trace = trace
+        self._events: list[dict[str, Any]] = []
         self.workers = max(1, workers)
         self.stepper = stepper or StepperConfig()
         self.timeout = episode_timeout_s
@@ -100,7 +113,8 @@ class RayExecutor(Executor):
             while left and len(inflight) < self.workers:
                 index = next(pending)
                 left -= 1
-                ref = self._remote.remote(stepper_ref, tasks[index], index, self._clock)
+                ref = self._remote.remote(stepper_ref, tasks[index], index, self._clock,
+                                          self.trace)
                 inflight[ref] = (index, time.monotonic())
             ready, _ = ray.wait(list(inflight), num_returns=1, timeout=0.5)
             for ref in ready:
@@ -111,8 +125,9 @@ class RayExecutor(Executor):
 
     def _result(self, ref: Any, task: EpisodeTask) -> EpisodeResult:
         try:
-            result: EpisodeResult = self.ray.get(ref)
-            return result
+            outcome: tuple[EpisodeResult, list[dict[str, Any]]] = self.ray.get(ref)
+            self._events.extend(outcome[1])
+            return outcome[0]
         except self.ray.exceptions.TaskCancelledError:
             return _failed(task, "EpisodeTimeout", f"episode exceeded {self.timeout} s; "
                            "cancelled", EpisodeStatus.TIMEOUT)
@@ -145,6 +160,11 @@ class RayExecutor(Executor):
         results[index] = result
         if on_result is not None:
             on_result(index, result)
+
+    def trace_events(self) -> list[dict[str, Any]]:
+        """Events shipped back with the results, on each node's lane."""
+        events, self._events = self._events, []
+        return events
 
     def close(self, force: bool = False) -> None:
         """Shut down the local cluster this executor started."""
