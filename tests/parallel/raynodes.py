@@ -10,6 +10,7 @@ grace period. Killing a node SIGKILLs the whole tree at once, as when a machine 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -143,10 +144,8 @@ def _cmdline(proc: psutil.Process) -> list[str]:
 def _signal(proc: psutil.Process | None, sig: int) -> None:
     if proc is None:
         return
-    try:
+    with contextlib.suppress(psutil.NoSuchProcess):
         proc.send_signal(sig)
-    except psutil.NoSuchProcess:
-        pass
 
 
 class NappingEnv(ScriptedEnv):
