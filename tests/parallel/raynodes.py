@@ -43,9 +43,11 @@ def free_port() -> int:
 def cluster_env() -> dict[str, str]:
     """The environment of every process of one test cluster (nodes and drivers).
 
-    The token is the cluster's own (Ray ≥ 2.5x authenticates with a token by default; it
-    is not taken from ``~/.ray``); ``PYTHONPATH`` gives the workers this checkout's parcat,
-    as ``pip install parcat`` does on a real node.
+    The token is the cluster's own, not ``~/.ray/auth_token`` (Ray with token
+    authentication, 2.60 here, turns it on for a head when that file exists, but a second
+    node and a driver given ``--address`` send it only with ``RAY_AUTH_MODE=token``).
+    ``PYTHONPATH`` gives the workers this checkout's parcat, as ``pip install parcat``
+    does on a real node.
     """
     return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": uuid.uuid4().hex,
             "PYTHONPATH": SRC, "RAY_USAGE_STATS_ENABLED": "0"}
