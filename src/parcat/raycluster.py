@@ -60,6 +60,7 @@ def connect(address: str | None, num_cpus: int | None = None) -> bool:
     ray = import_ray()
     if ray.is_initialized():
         return False
+    _cluster_errors_to_stderr(ray)
     if address:
         check_reachable(address)
         ray.init(address=address, log_to_driver=False, configure_logging=False,
@@ -69,6 +70,24 @@ def connect(address: str | None, num_cpus: int | None = None) -> bool:
         ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
                  configure_logging=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
     return True
+
+
+def _cluster_errors_to_stderr(ray: Any) -> None:
+    """Send the cluster's error messages Ray prints on the driver to stderr.
+
+    Ray prints them (``(raylet) Task ... failed. There are 1 retries remaining``, when a
+    node or worker dies) to stdout, where they would corrupt ``--format json``.
+    """
+    module = getattr(getattr(ray, "_private", None), "worker", None)
+    original = getattr(module, "print_to_stdstream", None)
+    if original is None or getattr(original, "to_stderr", False):
+        return
+
+    def print_to_stderr(data: dict[str, Any], ignore_prefix: bool) -> None:
+        original({**data, "is_err": True}, ignore_prefix)
+
+    print_to_stderr.to_stderr = True  # type: ignore[attr-defined]
+    module.print_to_stdstream = print_to_stderr  # type: ignore[union-attr]
 
 
 CONNECT_TIMEOUT_S = 5.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -22,6 +23,9 @@ from tests.fakes import dying_mission, scripted_mission
 ray = pytest.importorskip("ray")
 RAY = RunOptions(jobs=2, executor=ExecutorKind.RAY, retries=1)
 RANDOM = (parse_policy_spec("random"),)
+ROOT = Path(__file__).parents[2]
+CHECKOUT = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
+"""The workers' import path: this checkout's parcat and tests, not an installed parcat."""
 
 
 def ray_processes() -> list[psutil.Process]:
@@ -38,7 +42,7 @@ def cluster() -> Iterator[None]:
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp,
              configure_logging=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).parents[2])}})
+             runtime_env={"env_vars": {"PYTHONPATH": CHECKOUT}})
     yield
     ray.shutdown()
     shutil.rmtree(temp, ignore_errors=True)

@@ -239,7 +239,7 @@ def make_executor(plan: Plan, options: RunOptions) -> Executor:
             plan.episode_workers, stepper, options.address,
             cpus_per_task=max(1, plan.busy_processes // plan.episode_workers),
             gpus_per_task=1.0 if plan.gpus else 0.0, retries=options.retries,
-            episode_timeout_s=options.episode_timeout_s,
+            episode_timeout_s=options.episode_timeout_s, trace=options.trace,
         )
     return InlineExecutor(stepper, options.trace, options.episode_timeout_s)
 

@@ -2,14 +2,17 @@
 
 Each task runs the inline episode path in a Ray worker (one cached runner per worker
 process). At most ``workers`` tasks are in flight, sized by the planner's CPUs (and GPUs)
-per task. Ray retries a task whose worker died (``max_retries``); because an episode is a
-pure function of its seeds a retry reproduces it, and results are de-duplicated by task
-index. An episode past ``episode_timeout_s`` is cancelled with ``ray.cancel(force=True)``
-and recorded as a timeout. Connecting to the cluster: :mod:`parcat.raycluster`.
+per task. Ray retries a task whose worker died (``max_retries``), and the executor submits
+again an episode whose node died; because an episode is a pure function of its seeds a
+retry reproduces it, and results are de-duplicated by task index. An episode past
+``episode_timeout_s`` is cancelled with ``ray.cancel(force=True)`` and recorded as a
+timeout. With ``trace``, each episode's events are on the lane of the node that ran it.
+Connecting to the cluster: :mod:`parcat.raycluster`.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import time
 from collections.abc import Sequence
@@ -21,20 +24,33 @@ from parcat.raycluster import import_ray
 from parcat.results import EpisodeResult, EpisodeStatus, ErrorInfo
 from parcat.rollout import EpisodeRunner, EpisodeTask
 from parcat.stepping.config import StepperConfig
+from parcat.trace import Tracer
 
 __all__ = ["RayExecutor", "import_ray"]
 _RUNNER: EpisodeRunner | None = None
+NODE_LOSSES = 3
+"""Times an episode is submitted again because the node running it died. A lost node is
+not the episode's failure, so these do not count against ``retries``."""
+NODE_LANE = "ray-node-"
+"""The trace names an episode's lane after the Ray node that ran it: this and its node id."""
 
 
-def _run_task(stepper: StepperConfig, task: EpisodeTask, index: int,
-              clock: Any) -> EpisodeResult:
-    """Body of the Ray task: the inline episode path, with a runner kept per worker."""
+def _run_task(stepper: StepperConfig, task: EpisodeTask, index: int, clock: Any,
+              trace: bool) -> tuple[EpisodeResult, list[dict[str, Any]]]:
+    """Body of the Ray task: the inline episode path, with a runner kept per worker.
+
+    Returns the result and, when tracing, the episode's events on the node's lane.
+    """
     global _RUNNER
     if clock is not None:
         clock.started.remote(index)  # the timeout counts from here, not from submission
-    if _RUNNER is None:
-        _RUNNER = EpisodeRunner(stepper.make_stepper(), retries=stepper.retries)
-    return _RUNNER.run(task)
+    if _RUNNER is None or (_RUNNER.tracer is not None) != trace:
+        lane = NODE_LANE + import_ray().get_runtime_context().get_node_id()
+        tracer = Tracer(lane) if trace else None
+        _RUNNER = EpisodeRunner(stepper.make_stepper(tracer), tracer=tracer, lane=lane,
+                                retries=stepper.retries)
+    result = _RUNNER.run(task)
+    return result, _RUNNER.tracer.take() if _RUNNER.tracer is not None else []
 
 
 class EpisodeClock:
@@ -65,6 +81,7 @@ class RayExecutor(Executor):
         gpus_per_task: GPUs Ray reserves per task.
         retries: Times Ray re-runs a task whose worker died.
         episode_timeout_s: Cancel an episode running longer.
+        trace: Record a timeline; each episode's lane names the node that ran it.
     """
 
     name = "ray"
@@ -72,15 +89,21 @@ class RayExecutor(Executor):
     def __init__(self, workers: int, stepper: StepperConfig | None = None,
                  address: str | None = None, cpus_per_task: float = 1.0,
                  gpus_per_task: float = 0.0, retries: int = 1,
-                 episode_timeout_s: float | None = None) -> None:
+                 episode_timeout_s: float | None = None, trace: bool = False) -> None:
         self.ray = import_ray()
+        self.trace = trace
+        self._events: list[dict[str, Any]] = []
         self.workers = max(1, workers)
         self.stepper = stepper or StepperConfig()
         self.timeout = episode_timeout_s
         self._owns_cluster = raycluster.connect(address, num_cpus=self.workers)
         self._clock: Any = None
         if episode_timeout_s is not None:
-            self._clock = self.ray.remote(num_cpus=0)(EpisodeClock).remote()
+            # on the driver's node: the clock must outlive any other node
+            here = self.ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
+                self.ray.get_runtime_context().get_node_id(), soft=False)
+            self._clock = self.ray.remote(num_cpus=0, scheduling_strategy=here)(
+                EpisodeClock).remote()
         self._remote = self.ray.remote(
             num_cpus=cpus_per_task, num_gpus=gpus_per_task, max_retries=retries,
             retry_exceptions=False,
@@ -89,37 +112,54 @@ class RayExecutor(Executor):
     def run(
         self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None = None
     ) -> list[EpisodeResult]:
-        """Submit tasks with at most ``workers`` in flight; gather results by index."""
+        """Submit tasks with at most ``workers`` in flight; gather results by index.
+
+        An episode whose node died is submitted again (up to :data:`NODE_LOSSES` times):
+        Ray reports the death once the node is marked dead, so the new task goes to a
+        live node.
+        """
         ray = self.ray
         results: dict[int, EpisodeResult] = {}
-        pending = iter(range(len(tasks)))
-        left = len(tasks)
+        todo = collections.deque(range(len(tasks)))
+        losses = collections.Counter[int]()
         inflight: dict[Any, tuple[int, float]] = {}
         stepper_ref = ray.put(self.stepper)
-        while left or inflight:
-            while left and len(inflight) < self.workers:
-                index = next(pending)
-                left -= 1
-                ref = self._remote.remote(stepper_ref, tasks[index], index, self._clock)
+        while todo or inflight:
+            while todo and len(inflight) < self.workers:
+                index = todo.popleft()
+                ref = self._remote.remote(stepper_ref, tasks[index], index, self._clock,
+                                          self.trace)
                 inflight[ref] = (index, time.monotonic())
             ready, _ = ray.wait(list(inflight), num_returns=1, timeout=0.5)
             for ref in ready:
                 index, _ = inflight.pop(ref)
-                self._finish(results, index, self._result(ref, tasks[index]), on_result)
+                result = self._result(ref, tasks[index], losses[index] < NODE_LOSSES)
+                if result is None:
+                    losses[index] += 1
+                    todo.appendleft(index)
+                else:
+                    self._finish(results, index, result, on_result)
             self._cancel_late(inflight, tasks, results, on_result)
         return [results[i] for i in sorted(results)]
 
-    def _result(self, ref: Any, task: EpisodeTask) -> EpisodeResult:
+    def _result(self, ref: Any, task: EpisodeTask, resubmit: bool) -> EpisodeResult | None:
+        """The task's result; ``None`` when its node died and ``resubmit`` allows a rerun."""
         try:
-            result: EpisodeResult = self.ray.get(ref)
-            return result
+            outcome: tuple[EpisodeResult, list[dict[str, Any]]] = self.ray.get(ref)
+            self._events.extend(outcome[1])
+            return outcome[0]
         except self.ray.exceptions.TaskCancelledError:
             return _failed(task, "EpisodeTimeout", f"episode exceeded {self.timeout} s; "
                            "cancelled", EpisodeStatus.TIMEOUT)
+        except self.ray.exceptions.NodeDiedError as exc:
+            if resubmit:
+                return None
+            return _failed(task, "WorkerError", f"the Ray node running the episode died "
+                           f"{NODE_LOSSES + 1} times: {_first_line(exc)}")
         except self.ray.exceptions.RayError as exc:
             kind = type(exc).__name__
-            return _failed(task, "WorkerError", f"Ray task failed after retries ({kind}): "
-                           f"{str(exc).splitlines()[0] if str(exc) else ''}")
+            return _failed(task, "WorkerError",
+                           f"Ray task failed after retries ({kind}): {_first_line(exc)}")
 
     def _cancel_late(self, inflight: dict[Any, tuple[int, float]], tasks: Sequence[EpisodeTask],
                      results: dict[int, EpisodeResult],
@@ -146,6 +186,11 @@ class RayExecutor(Executor):
         if on_result is not None:
             on_result(index, result)
 
+    def trace_events(self) -> list[dict[str, Any]]:
+        """Events shipped back with the results, on each node's lane."""
+        events, self._events = self._events, []
+        return events
+
     def close(self, force: bool = False) -> None:
         """Shut down the local cluster this executor started."""
         if self._clock is not None and self.ray.is_initialized():
@@ -155,6 +200,10 @@ class RayExecutor(Executor):
         if self._owns_cluster:
             raycluster.disconnect()
             self._owns_cluster = False
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else ""
 
 
 def _failed(task: EpisodeTask, kind: str, message: str,
