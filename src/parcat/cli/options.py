@@ -27,6 +27,7 @@ import typer
 
 from parcat.cli.common import OutputFormat, SummaryFormat, user_errors
 from parcat.cli.lazy import held_imports
+from parcat.errors import ConfigError, clip
 from parcat.ipc.process import StartMethod as StartMethodKind
 from parcat.parallel.planner import ExecutorKind, PolicyStrategy
 from parcat.raycluster import Backend as BackendKind
@@ -46,13 +47,18 @@ class Flag:
     metavars: tuple[str, ...] = ()
     """What ``--help`` shows for the value: one of these (none: a choice or on/off flag)."""
 
-    def option(self, metavar: str | None = None, **extra: Any) -> Any:
-        """This flag as a ``typer.Option`` (``metavar``: one of :attr:`metavars`)."""
+    def option(self, metavar: str | None = None, aliases: tuple[str, ...] = ()) -> Any:
+        """This flag as a ``typer.Option``.
+
+        Args:
+            metavar: One of :attr:`metavars` (default: the first).
+            aliases: Older long forms the command still accepts (train's ``--run-dir``).
+        """
         if metavar is None and self.metavars:
             metavar = self.metavars[0]
         if metavar is not None and metavar not in self.metavars:
             raise ValueError(f"metavar {metavar!r} of {self.decls[0]} not in {self.metavars}")
-        return typer.Option(*self.decls, metavar=metavar, help=self.help, **extra)
+        return typer.Option(*self.decls, *aliases, metavar=metavar, help=self.help)
 
 
 SHARED: dict[str, Flag] = {
@@ -71,8 +77,8 @@ SHARED: dict[str, Flag] = {
         ("SPEC",)),
     "config": Flag(
         ("--config", "-c"),
-        "YAML file whose keys are the command's flags; flags given on the command line win "
-        "over it, and it wins over the defaults.",
+        "YAML file of the command's settings (its help says which keys); flags given on the "
+        "command line win over it, and it wins over the defaults.",
         ("FILE",)),
     "set": Flag(
         ("--set",),
@@ -163,6 +169,23 @@ EpisodeTimeout = Annotated[
                  help="Stop an episode after this many seconds."),
 ]
 FailFast = Annotated[bool, typer.Option("--fail-fast", help="Stop at the first failed episode.")]
+
+
+def one_mission(missions: list[str] | None, command: str) -> str | None:
+    """The one ``-m`` of a command that takes one.
+
+    Raises:
+        ConfigError: more than one ``-m``, naming them.
+    """
+    if not missions:
+        return None
+    if len(missions) > 1:
+        named = ", ".join(clip(m, 40) for m in missions[:3]) + (", ..." if len(missions) > 3
+                                                                 else "")
+        raise ConfigError(f"parcat {command} takes one -m/--mission, got {len(missions)} "
+                          f"({named}); run it once per mission")
+    return missions[0]
+
 
 
 def eval_args(
