@@ -28,8 +28,9 @@ def bench_command(
                            "--threshold and beyond the range of both sides' repeats (judged "
                            "from 3 earlier records on).")
     ] = False,
-    threshold: Annotated[float, typer.Option("--threshold", metavar="FRACTION", help="How much worse counts as a regression "
-                                             "(0.2: 1.2 times the time or cost).")] = 0.2,
+    threshold: Annotated[float, typer.Option(
+        "--threshold", metavar="FRACTION",
+        help="How much worse counts as a regression (0.2: 1.2 times the time or cost).")] = 0.2,
     quick: Annotated[bool, typer.Option("--quick", help="Fewer, shorter repeats (smoke "
                                         "runs).")] = False,
     max_jobs: Annotated[int | None, typer.Option("--max-jobs", metavar="N",

@@ -171,21 +171,20 @@ EpisodeTimeout = Annotated[
 FailFast = Annotated[bool, typer.Option("--fail-fast", help="Stop at the first failed episode.")]
 
 
-def one_mission(missions: list[str] | None, command: str) -> str | None:
-    """The one ``-m`` of a command that takes one.
+def one_value(values: list[str] | None, flag: str, command: str) -> str | None:
+    """The one value of a shared flag a command takes once (``train -m``, ``compare -p``).
 
     Raises:
-        ConfigError: more than one ``-m``, naming them.
+        ConfigError: the flag was given more than once, naming what arrived.
     """
-    if not missions:
+    if not values:
         return None
-    if len(missions) > 1:
-        named = ", ".join(clip(m, 40) for m in missions[:3]) + (", ..." if len(missions) > 3
-                                                                 else "")
-        raise ConfigError(f"parcat {command} takes one -m/--mission, got {len(missions)} "
-                          f"({named}); run it once per mission")
-    return missions[0]
-
+    if len(values) > 1:
+        named = ", ".join(clip(v, 40) for v in values[:3]) + (", ..." if len(values) > 3
+                                                               else "")
+        raise ConfigError(f"parcat {command} takes one {flag}, got {len(values)} ({named}); "
+                          f"give one")
+    return values[0]
 
 
 def eval_args(

@@ -19,9 +19,9 @@ from parcat.outputs import check_output_file, check_output_suffix
 def plot_command(
     metrics: Annotated[Path, typer.Argument(metavar="FILE",
         help="metrics.jsonl, a run directory, or a `parcat eval --cross -o FILE.json` file.")],
-    field: Annotated[str, typer.Option("--field", metavar="NAME", help="reward, reward_min, reward_max, episodes, "
-                                       "episode_length, loss, epsilon, total_env_steps or "
-                                       "env_steps_per_s.")] = "reward",
+    field: Annotated[str, typer.Option(
+        "--field", metavar="NAME", help="reward, reward_min, reward_max, episodes, "
+        "episode_length, loss, epsilon, total_env_steps or env_steps_per_s.")] = "reward",
     output: opts.OutputFile = None,
 ) -> None:
     """Draw a training curve per agent: in the terminal, or to a file with matplotlib.

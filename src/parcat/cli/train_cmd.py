@@ -62,8 +62,8 @@ MetricsFormatOpt = Annotated[
 ]
 LoggerOpt = Annotated[
     list[LoggerKind] | None,
-    typer.Option("--logger", metavar="KIND", help="Where epoch metrics go (repeatable): jsonl, csv, "
-                 "tensorboard (RUN/tensorboard; pip install 'parcat\\[tensorboard]'), wandb. "
+    typer.Option("--logger", metavar="KIND", help="Where epoch metrics go (repeatable): jsonl, "
+                 "csv, tensorboard (RUN/tensorboard; pip install 'parcat\\[tensorboard]'), wandb. "
                  "A metrics file is always written."),
 ]
 InitFromOpt = Annotated[
@@ -123,7 +123,7 @@ def train_command(
     """
     err = stderr_console()
     with user_errors():
-        mission = opts.one_mission(missions, "train")
+        mission = opts.one_value(missions, "-m/--mission", "train")
         mission_sets, learner_sets = split_learner_settings(parse_overrides(overrides or []))
         flags: dict[str, Any] = {
             "mission": mission, "overrides": mission_sets or None,
