@@ -93,7 +93,8 @@ def test_root_help_offers_shell_completion(capsys: pytest.CaptureFixture[str],
     assert "--install-completion " in out and "--show-completion " in out
     assert "<bool>" not in out
     shown = runner.invoke(app, ["--show-completion", "bash"])
-    assert shown.exit_code == 0 and "complete -o default -F _parcat_completion parcat" in shown.stdout
+    assert shown.exit_code == 0
+    assert "complete -o default -F _parcat_completion parcat" in shown.stdout
 
 
 def test_policy_help_shows_the_whole_spec_syntax(capsys: pytest.CaptureFixture[str],
