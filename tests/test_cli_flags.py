@@ -240,3 +240,16 @@ def test_a_bad_eval_config_file_is_one_line_naming_the_key(
     config = write(tmp_path / "eval.yaml", text)
     assert one_line(["eval", "-c", str(config)], capsys) == (
         2, "", f"parcat: error: --config '{config}': {expected}\n")
+
+
+def test_train_output_is_the_run_directory_and_no_progress_keeps_stderr_quiet(
+        tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    result = runner.invoke(app, [
+        "train", "-m", "goal_tasks", "--set", "agents=2", "--set", "max_steps=30",
+        "--steps-per-epoch", "20", "--env-workers", "0", "--envs-per-worker", "2",
+        "--train-steps", "2", "--epochs", "2", "-o", str(run), "-f", "json", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["checkpoint"] == str(run) and len(document["epochs"]) == 2
+    assert result.stderr == ""
