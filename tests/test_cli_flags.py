@@ -10,6 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from parcat.cli.main import COMMANDS, app, main
@@ -253,3 +256,30 @@ def test_train_output_is_the_run_directory_and_no_progress_keeps_stderr_quiet(
     document = json.loads(result.stdout)
     assert document["checkpoint"] == str(run) and len(document["epochs"]) == 2
     assert result.stderr == ""
+
+
+config_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.floats(allow_nan=True),
+              st.text(max_size=8), st.sampled_from(["goal_tasks", "greedy", "inline", "json"])),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
+                                                                max_size=3),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.dictionaries(st.sampled_from(
+    ["missions", "policies", "episodes", "seed", "jobs", "set", "executor", "retries",
+     "episode_timeout", "parallel_policy", "output", "format", "bogus"]),
+    config_values, max_size=5))
+def test_a_fuzzed_config_file_plans_or_is_one_line(
+        tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str],
+        data: dict[str, object]) -> None:
+    config = tmp_path_factory.mktemp("c") / "eval.yaml"
+    config.write_text(yaml.safe_dump(data))
+    code, out, err = one_line(["plan", "-c", str(config), "-m", "goal_tasks", "-f", "json"],
+                              capsys)
+    assert code in (0, 2) and (code == 0 or data), err  # an empty file changes nothing
+    if code == 2:
+        assert out == "" and err.startswith("parcat: error: ") and err.count("\n") == 1, err

@@ -34,7 +34,7 @@ from parcat.settings import merge_settings, parse_overrides, parse_settings
 KEYS = {"missions": "missions", "policies": "policies", "set": "overrides", "format": "fmt"}
 """YAML key → parameter name where the two differ (or where the key is fixed by design)."""
 EVAL_ONLY = ("output", "format", "precision", "max_episodes", "resume", "progress", "each",
-             "cross", "replay_dir")
+             "cross", "replay_dir", "trace")
 """Keys of ``eval``'s file that ``plan`` skips."""
 _FROM_COMMAND_LINE = ("COMMANDLINE", "ENVIRONMENT")
 
@@ -121,7 +121,9 @@ def _convert(label: str, key: str, value: Any, annotation: Any) -> Any:
                               f"{brief(value)}")
         return kind(value)
     expected = {bool: "true or false", int: "an integer", float: "a number",
-                str: "text", Path: "a path"}[kind]
+                str: "text", Path: "a path"}.get(kind)
+    if expected is None:
+        return value  # a type no flag of eval or plan has: the command checks it
     ok = (isinstance(value, bool) if kind is bool
           else isinstance(value, int) and not isinstance(value, bool) if kind is int
           else isinstance(value, int | float) and not isinstance(value, bool) if kind is float
