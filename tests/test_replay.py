@@ -118,8 +118,8 @@ def test_eval_replay_dir_then_parcat_replay_shows_the_episode(tmp_path: Path) ->
 @pytest.mark.parametrize(("args", "line"), [
     (["replay", "missing.npz"], "parcat: error: replay 'missing.npz' does not exist or is not a "
      "file; replays are the *.npz files in a --replay-dir folder (listed in its index.json)"),
-    (["replay", "missing.npz", "-o", "x.gif"], "parcat: error: --output 'x.gif' must end in "
-     ".svg: replays are written as animated SVG"),
+    (["replay", "missing.npz", "-o", "x.gif"], "parcat: error: --output 'x.gif': unknown "
+     "extension '.gif'; expected .svg (an animated SVG)"),
     (["eval", "-m", "harvest", "--replay-dir", "/dev/null"], "parcat: error: --replay-dir "
      "'/dev/null' is a character device, not a folder; give the path of a folder"),
 ])

@@ -194,7 +194,8 @@ def read_slowdown(environ: dict[str, str] | None = None) -> float:
 
 
 def run_suite(quick: bool = False, max_jobs: int | None = None, repeats: int | None = None,
-              measurements: Sequence[Measurement] | None = None) -> dict[str, Any]:
+              measurements: Sequence[Measurement] | None = None,
+              on_measured: Callable[[], None] | None = None) -> dict[str, Any]:
     """Measure every figure of the suite; return a history record.
 
     Args:
@@ -202,6 +203,7 @@ def run_suite(quick: bool = False, max_jobs: int | None = None, repeats: int | N
         max_jobs: Episode scaling runs ``--jobs 1..max_jobs`` (default: the CPUs).
         repeats: Repeats of each measurement (default 5).
         measurements: Part of the suite instead of :data:`MEASUREMENTS` (tests).
+        on_measured: Called after each measurement (a progress bar).
 
     Raises:
         ConfigError: ``PARCAT_BENCH_SLOWDOWN`` or ``repeats`` is invalid.
@@ -221,6 +223,8 @@ def run_suite(quick: bool = False, max_jobs: int | None = None, repeats: int | N
         measured, extra = _measure(measurement, settings, give_up)
         figures.update(measured)
         retried += extra
+        if on_measured is not None:
+            on_measured()
     speeds = [f["speed"] for f in figures.values()]
     load = {"before": before, "after": load_snapshot(), "other_cpus": run_meter.other_cpus(),
             "retried_repeats": retried,

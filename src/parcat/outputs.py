@@ -21,6 +21,7 @@ import errno
 import os
 import stat
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from parcat.errors import OutputError
@@ -51,6 +52,28 @@ def check_output_file(path: Path, flag: str, free_bytes: int = MIN_FREE_BYTES) -
                           "its output files, so give the path of a file")
     _check_folder(path.parent, flag, path, free_bytes)
     return path
+
+
+def check_output_suffix(path: Path, flag: str, formats: Mapping[str, str]) -> str:
+    """The extension of ``path`` (lower case), one of those in ``formats``.
+
+    Every ``-o/--output`` file takes its format from its extension, so an extension the
+    command does not write is refused before anything runs, never written as another format.
+
+    Args:
+        path: The output file.
+        flag: How the message names the flag (``--output``).
+        formats: Every extension the command writes (``.json``) and what it holds there.
+
+    Raises:
+        OutputError: naming the extension that arrived and every one expected.
+    """
+    suffix = path.suffix.lower()
+    if suffix not in formats:
+        got = f"'{suffix}'" if suffix else "(none)"
+        expected = ", ".join(f"{ext} ({what})" for ext, what in formats.items())
+        raise OutputError(f"{flag} '{path}': unknown extension {got}; expected {expected}")
+    return suffix
 
 
 def check_output_folder(path: Path, flag: str, free_bytes: int = MIN_FREE_BYTES) -> Path:

@@ -7,17 +7,19 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from parcat.cli.charts import bar_chart, save_chart
-from parcat.cli.common import EXIT_FAILED, OutputFormat, print_json, user_errors
+from parcat.cli import options as opts
+from parcat.cli.charts import CHART_FORMATS, bar_chart, save_chart
+from parcat.cli.common import EXIT_FAILED, SummaryFormat, print_json, user_errors
 from parcat.cli.lazy import held_imports
-from parcat.outputs import check_output_file
+from parcat.outputs import check_output_file, check_output_suffix
 
 if TYPE_CHECKING:
     from parcat.compare import BenchComparison
 
 
 def bench_command(
-    history: Annotated[Path, typer.Option(help="History file (JSON lines).")] = Path(
+    history: Annotated[Path, typer.Option("--history", metavar="FILE",
+                                          help="History file (JSON lines).")] = Path(
         "bench/history.jsonl"
     ),
     compare: Annotated[
@@ -26,29 +28,39 @@ def bench_command(
                            "--threshold and beyond the range of both sides' repeats (judged "
                            "from 3 earlier records on).")
     ] = False,
-    threshold: Annotated[float, typer.Option(help="How much worse counts as a regression "
-                                             "(0.2: 1.2 times the time or cost).")] = 0.2,
+    threshold: Annotated[float, typer.Option(
+        "--threshold", metavar="FRACTION",
+        help="How much worse counts as a regression (0.2: 1.2 times the time or cost).")] = 0.2,
     quick: Annotated[bool, typer.Option("--quick", help="Fewer, shorter repeats (smoke "
                                         "runs).")] = False,
-    max_jobs: Annotated[int | None, typer.Option(help="Scale episodes over --jobs 1..N.")] = None,
-    chart: Annotated[Path | None, typer.Option(help="Write the scaling chart (SVG/PNG, needs "
-                                               "matplotlib).")] = None,
-    fmt: Annotated[OutputFormat, typer.Option("--format", "-f")] = OutputFormat.TABLE,
+    max_jobs: Annotated[int | None, typer.Option("--max-jobs", metavar="N",
+                                                 help="Scale episodes over --jobs 1..N.")] = None,
+    chart: Annotated[Path | None,
+                     opts.SHARED["output"].option("FILE", aliases=("--chart",))] = None,
+    fmt: opts.TableOrJson = SummaryFormat.TABLE,
+    progress: opts.Progress = True,
 ) -> None:
-    """Measure the fixed suite and append one record to the history."""
+    """Measure the fixed suite and append one record to the history.
+
+    -o FILE (also --chart): the scaling chart, .svg, .png or .pdf (needs matplotlib); the
+    record itself is appended to --history.
+    """
     with held_imports():  # here, not at the top: `parcat bench --help` needs none of them
-        from parcat.bench import append_record, read_history, run_suite
+        from parcat.bench import MEASUREMENTS, append_record, read_history, run_suite
+        from parcat.cli.render import progress_bar
         from parcat.compare import check_threshold, compare_bench
     with user_errors():
         check_threshold(threshold)
         check_output_file(history, "--history")
         if chart is not None:
-            check_output_file(chart, "--chart")
+            check_output_suffix(chart, "--output", CHART_FORMATS)
+            check_output_file(chart, "--output")
         previous = read_history(history)
-        record = run_suite(quick=quick, max_jobs=max_jobs)
+    with user_errors(), progress_bar(len(MEASUREMENTS), "bench", enabled=progress) as advance:
+        record = run_suite(quick=quick, max_jobs=max_jobs, on_measured=advance)
     append_record(history, record)
     comparison = compare_bench(previous, record, threshold) if compare else None
-    if fmt is OutputFormat.JSON:
+    if fmt is SummaryFormat.JSON:
         print_json({"record": record,
                     "comparison": comparison.to_dict() if comparison else None,
                     "changes": [c.to_dict() for c in comparison.changes] if comparison else []})

@@ -10,6 +10,8 @@ from pathlib import Path
 from parcat.errors import ConfigError
 
 WIDTH = 40
+CHART_FORMATS = {".svg": "an SVG image", ".png": "a PNG image", ".pdf": "a PDF"}
+"""What a chart written with ``-o`` can be, by extension (matplotlib writes each)."""
 
 
 def bar_chart(values: Mapping[str, float], width: int = WIDTH) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import enum
 import json
 import sys
@@ -63,3 +64,10 @@ def user_errors() -> Iterator[None]:
 def print_json(data: Any) -> None:
     """Pretty JSON on stdout."""
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def write_csv(header: list[str], rows: list[tuple[Any, ...]]) -> None:
+    """Rows as CSV on stdout, quoted where a field needs it."""
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)

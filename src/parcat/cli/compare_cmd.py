@@ -7,23 +7,29 @@ from typing import Annotated
 
 import typer
 
+from parcat.cli import options as opts
 from parcat.cli.common import OutputFormat, print_json, user_errors
 from parcat.cli.lazy import held_imports
 
 
 def compare_command(
-    a: Annotated[Path, typer.Argument(help="Baseline results JSON (A).")],
-    b: Annotated[Path, typer.Argument(help="Candidate results JSON (B).")],
-    policy: Annotated[str, typer.Option(help="Compare this policy's agents (default: all).")] = "*",
-    seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
-    fmt: Annotated[OutputFormat, typer.Option("--format", "-f")] = OutputFormat.TABLE,
+    a: Annotated[Path, typer.Argument(metavar="A", help="Baseline results JSON (A).")],
+    b: Annotated[Path, typer.Argument(metavar="B", help="Candidate results JSON (B).")],
+    policies: opts.Policies = None,
+    seed: opts.Seed = 0,
+    fmt: opts.Format = OutputFormat.TABLE,
 ) -> None:
-    """Difference B − A and P(B > A) per mission and overall, with bootstrap 95% intervals."""
+    """Difference B − A and P(B > A) per mission and overall, with bootstrap 95% intervals.
+
+    -p SPEC: compare the agents that policy played in both files (one -p; default *: all
+    agents). --seed: the bootstrap's.
+    """
     with held_imports():  # here, not at the top: `parcat compare --help` needs none of them
         from parcat.cli.render import list_table, stdout_console
         from parcat.compare import compare, load_scores
     with user_errors():
-        rows = compare(load_scores(a, policy), load_scores(b, policy), seed=seed)
+        policy = opts.one_value(policies, "-p/--policy", "compare") or "*"
+        rows = compare(load_scores(a, policy), load_scores(b, policy), seed=seed or 0)
     if fmt is OutputFormat.JSON:
         print_json([r.to_dict() for r in rows])
         return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -18,33 +19,34 @@ from parcat.cli.common import (
 )
 from parcat.cli.lazy import held_imports
 from parcat.errors import ConfigError
-from parcat.outputs import check_output_file, check_output_folder
+from parcat.outputs import check_output_file, check_output_folder, check_output_suffix
 
 if TYPE_CHECKING:
     from parcat.eval_args import EvalArgs
     from parcat.evaluate import EvalReport
+
+OUTPUT_FORMATS = {".json": "the full results", ".csv": "the summary"}
+"""What ``-o`` writes, by extension."""
 
 
 @opts.with_eval_args
 def eval_command(
     args: EvalArgs,
     fmt: opts.Format = OutputFormat.TABLE,
-    output: Annotated[
-        Path | None,
-        typer.Option("--output", "-o", help="Write results here: .json (full) or .csv (summary)."),
-    ] = None,
+    output: opts.OutputFile = None,
+    trace: opts.Trace = None,
+    progress: opts.Progress = True,
     precision: Annotated[
         float | None,
-        typer.Option("--precision", help="Add episodes until each mission's 95% CI half-width "
-                     "is below this."),
+        typer.Option("--precision", metavar="HALF_WIDTH", help="Add episodes until each "
+                     "mission's 95% CI half-width is below this."),
     ] = None,
     max_episodes: Annotated[
-        int, typer.Option("--max-episodes", help="Cap for --precision.")
+        int, typer.Option("--max-episodes", metavar="N", help="Cap for --precision.")
     ] = 10_000,
     resume: Annotated[
         bool, typer.Option("--resume", help="Keep the finished episodes in --output; run the rest.")
     ] = False,
-    progress: Annotated[bool, typer.Option(help="Progress bar on stderr.")] = True,
     each: Annotated[
         bool, typer.Option("--each", help="Evaluate every -p on its own (all agents play it) "
                            "on the same episodes; one row per policy, compared with the first.")
@@ -62,6 +64,9 @@ def eval_command(
 ) -> None:
     """Evaluate policies on missions and print per-mission, per-policy statistics.
 
+    -o FILE: .json (the full results) or .csv (the summary). -c FILE: a YAML file with
+    the flags' names as keys (missions, policies, episodes, seed, jobs, set, output, ...).
+
     Exit codes: 0 all episodes finished, 1 some episode failed or had a non-finite
     return, 2 bad input, 130 interrupted.
     """
@@ -70,8 +75,11 @@ def eval_command(
         from parcat.eval_args import require_count
         from parcat.evaluate import evaluate, evaluate_to_precision
         from parcat.trace import write_trace
+    args = replace(args, trace=trace)
     with user_errors():
         require_count("--max-episodes", max_episodes)
+        if output is not None:
+            check_output_suffix(output, "--output", OUTPUT_FORMATS)
         config, options = args.build(on_note=_note)
         if resume and output is None:
             raise ConfigError("--resume needs --output FILE (the file to continue)")

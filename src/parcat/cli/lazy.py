@@ -64,11 +64,27 @@ class LazyCommand:
                 holder.add_typer(target, name=self.name)
             else:
                 holder.command(self.name)(target)
-            return typer.main.get_group(holder).commands[self.name]
+            return plain_flags(typer.main.get_group(holder).commands[self.name])
 
     def summary_only(self) -> TyperCommand:
         """A stand-in that shows the summary in a list of commands and does nothing else."""
         return TyperCommand(name=self.name, help=self.summary)
+
+
+def plain_flags(command: Any, sub_commands: bool = True) -> Any:
+    """``command`` (and its sub-commands) with no value shown for on/off flags.
+
+    Typer's help shows ``<bool>`` beside every flag, ``--help`` included, as though it
+    took a value; a flag takes none, so its metavar is left empty.
+    """
+    help_option = command.get_help_option(command.context_class(command))
+    for param in [*getattr(command, "params", ()), *([help_option] if help_option else [])]:
+        boolean = getattr(getattr(param, "type_descriptor", None), "annotation", None) is bool
+        if (boolean or getattr(param, "is_flag", False)) and param.metavar is None:
+            param.metavar = ""
+    for sub in getattr(command, "commands", {}).values() if sub_commands else ():
+        plain_flags(sub)
+    return command
 
 
 class LazyCommands(MutableMapping[str, Any]):
@@ -133,6 +149,7 @@ class LazyGroup(TyperGroup):
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         """This group's help: the commands' summaries, none of them imported."""
+        plain_flags(self, sub_commands=False)  # here: Typer adds some options after __init__
         self._commands.summaries_only = True
         try:
             super().format_help(ctx, formatter)

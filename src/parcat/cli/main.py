@@ -70,7 +70,7 @@ app = typer.Typer(
     cls=ParcatGroup,
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
-    add_completion=False,
+    add_completion=True,
 )
 
 

@@ -6,7 +6,8 @@ from typing import Annotated, Any
 
 import typer
 
-from parcat.cli.common import OutputFormat, print_json, user_errors
+from parcat.cli import options as opts
+from parcat.cli.common import OutputFormat, SummaryFormat, print_json, user_errors, write_csv
 from parcat.cli.lazy import held_imports
 
 # the library, gymnasium, numpy and rich are imported in the commands, not here:
@@ -28,11 +29,7 @@ app = typer.Typer(help="List and inspect missions.", no_args_is_help=True)
 
 
 @app.command("list")
-def list_command(
-    fmt: Annotated[OutputFormat, typer.Option("--format", help="Output format.")] = (
-        OutputFormat.TABLE
-    ),
-) -> None:
+def list_command(fmt: opts.Format = OutputFormat.TABLE) -> None:
     """List the missions reachable by name (./missions/ first, then the built-in ones)."""
     with held_imports():
         from parcat.cli.render import list_table, stdout_console
@@ -44,9 +41,8 @@ def list_command(
                     for m in missions])
         return
     if fmt is OutputFormat.CSV:
-        typer.echo("name,description")
-        for m in missions:
-            typer.echo(f'{m.name},"{m.description}"')
+        write_csv(["name", "description", "source"],
+                  [(m.name, m.description, m.source) for m in missions])
         return
     stdout_console().print(
         list_table(["mission", "description"], [(m.name, m.description) for m in missions])
@@ -55,10 +51,8 @@ def list_command(
 
 @app.command("show")
 def show_command(
-    mission: Annotated[str, typer.Argument(help="Mission name or YAML path.")],
-    fmt: Annotated[OutputFormat, typer.Option("--format", help="Output format.")] = (
-        OutputFormat.TABLE
-    ),
+    mission: Annotated[str, typer.Argument(metavar="MISSION", help="Mission name or YAML path.")],
+    fmt: opts.TableOrJson = SummaryFormat.TABLE,
 ) -> None:
     """Show a mission: its environment, parameters, agents and spaces."""
     with held_imports():
@@ -81,7 +75,7 @@ def show_command(
         "agents": [str(a) for a in agents],
         "spaces": {a: {"observation": o, "action": s} for a, (o, s) in spaces.items()},
     }
-    if fmt is not OutputFormat.TABLE:
+    if fmt is SummaryFormat.JSON:
         print_json(info)
         return
     rows = [(k, info[k]) for k in ("name", "description", "env", "heuristic", "max_steps",

@@ -17,7 +17,11 @@ if TYPE_CHECKING:
 
 @opts.with_eval_args
 def plan_command(args: EvalArgs, fmt: opts.TableOrJson = SummaryFormat.TABLE) -> None:
-    """Show how `parcat eval` with the same flags would use the machine, and why."""
+    """Show how `parcat eval` with the same flags would use the machine, and why.
+
+    -c FILE: the YAML file eval reads (the flags' names as keys); keys only eval has
+    (output, precision, ...) are skipped.
+    """
     with held_imports():  # here, not at the top: `parcat plan --help` needs none of them
         from parcat.cli.render import key_value_table, stdout_console
         from parcat.evaluate import make_tasks, plan_to_dict

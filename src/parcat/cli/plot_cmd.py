@@ -8,28 +8,31 @@ from typing import Annotated, Any
 
 import typer
 
-from parcat.cli.charts import line_chart, matrix_text, save_chart, save_matrix
+from parcat.cli import options as opts
+from parcat.cli.charts import CHART_FORMATS, line_chart, matrix_text, save_chart, save_matrix
 from parcat.cli.common import user_errors
 from parcat.cli.lazy import held_imports
 from parcat.errors import ConfigError
-from parcat.outputs import check_output_file
+from parcat.outputs import check_output_file, check_output_suffix
 
 
 def plot_command(
-    metrics: Annotated[Path, typer.Argument(
+    metrics: Annotated[Path, typer.Argument(metavar="FILE",
         help="metrics.jsonl, a run directory, or a `parcat eval --cross -o FILE.json` file.")],
-    field: Annotated[str, typer.Option(help="reward, reward_min, reward_max, episodes, "
-                                       "episode_length, loss, epsilon, total_env_steps or "
-                                       "env_steps_per_s.")] = "reward",
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="SVG/PNG file "
-                                                "(needs matplotlib).")] = None,
+    field: Annotated[str, typer.Option(
+        "--field", metavar="NAME", help="reward, reward_min, reward_max, episodes, "
+        "episode_length, loss, epsilon, total_env_steps or env_steps_per_s.")] = "reward",
+    output: opts.OutputFile = None,
 ) -> None:
-    """Draw a training curve per agent: in the terminal, or to a file with matplotlib."""
+    """Draw a training curve per agent: in the terminal, or to a file with matplotlib.
+
+    -o FILE: the image, .svg, .png or .pdf (needs matplotlib).
+    """
     with held_imports():  # here, not at the top: `parcat plot --help` needs none of them
         from parcat.train.metrics import read_metrics
     with user_errors():
-        if output is not None and output.suffix.lower() not in (".svg", ".png", ".pdf"):
-            raise ConfigError(f"--output must end in .svg, .png or .pdf, got '{output.name}'")
+        if output is not None:
+            check_output_suffix(output, "--output", CHART_FORMATS)
         cross = _cross_document(metrics)
         if cross is not None:
             if output is not None:

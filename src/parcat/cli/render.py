@@ -56,7 +56,7 @@ def summary_table(summaries: Sequence[Summary], title: str | None = None) -> Tab
         style = "bold" if s.policy == "*" else None
         table.add_row(
             s.mission,
-            "all" if s.policy == "*" else s.policy,
+            s.policy,  # "*": all agents, as in the JSON and CSV
             str(s.episodes),
             str(s.failed),
             *((str(s.non_finite),) if odd else ()),

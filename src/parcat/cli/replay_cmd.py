@@ -10,31 +10,31 @@ from typing import Annotated
 
 import typer
 
+from parcat.cli import options as opts
 from parcat.cli.common import user_errors
-from parcat.errors import OutputError
-from parcat.outputs import check_output_file
+from parcat.outputs import check_output_file, check_output_suffix
 
-SVG_SUFFIX = ".svg"
+OUTPUT_FORMATS = {".svg": "an animated SVG"}
+"""What ``-o`` writes, by extension."""
 
 
 def replay_command(
     file: Annotated[Path, typer.Argument(metavar="FILE", help="A replay: DIR/MISSION-NNNNNN.npz "
                                          "from `parcat eval --replay-dir DIR`.")],
-    fps: Annotated[float, typer.Option("--fps", min=0.1, max=1000.0,
+    fps: Annotated[float, typer.Option("--fps", min=0.1, max=1000.0, metavar="N",
                                        help="Frames a second in the terminal.")] = 10.0,
-    output: Annotated[Path | None, typer.Option(
-        "--output", "-o", metavar="FILE.svg",
-        help="Write an animated SVG of the episode instead of playing it here.")] = None,
+    output: opts.OutputFile = None,
 ) -> None:
     """Play back an episode recorded with `parcat eval --replay-dir`: in the terminal, or
-    as an animated SVG."""
+    as an animated SVG.
+
+    -o FILE: an animated SVG of the episode (.svg), instead of playing it here.
+    """
     from parcat import replay
 
     with user_errors():
         if output is not None:
-            if output.suffix.lower() != SVG_SUFFIX:
-                raise OutputError(f"--output '{output}' must end in {SVG_SUFFIX}: replays are "
-                                  "written as animated SVG")
+            check_output_suffix(output, "--output", OUTPUT_FORMATS)
             check_output_file(output, "--output")
         recorded = replay.read(file)
         drawn = list(replay.frames(recorded))

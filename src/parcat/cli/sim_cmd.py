@@ -19,12 +19,12 @@ from parcat.cli.render import (
     stderr_console,
     stdout_console,
 )
+from parcat.errors import ConfigError
 from parcat.outputs import check_output_folder
 from parcat.settings import parse_overrides
 from parcat.sim import SimMode, SimProgress, load_sim_config, run_sim, summarize
 from parcat.sim.config import SimConfig
 
-ConfigOpt = Annotated[Path, typer.Option("--config", "-c", help="Sim YAML file.")]
 ModeOpt = Annotated[
     SimMode, typer.Option("--mode", help="parallel: a process each, real time; "
                           "sequential: one process, simulated time.")
@@ -32,18 +32,17 @@ ModeOpt = Annotated[
 FastOpt = Annotated[
     bool, typer.Option("--fast", help="Parallel: step the environment as fast as it goes.")
 ]
-ItersOpt = Annotated[int | None, typer.Option("--iters", help="Environment steps.")]
-OutputOpt = Annotated[
-    str | None, typer.Option("--output", "-o", help="Folder for record.npz and summary.json "
-                             "('' writes nothing).")
+ItersOpt = Annotated[
+    int | None, typer.Option("--iters", metavar="N", help="Environment steps.")
 ]
+OutputOpt = Annotated[str | None, opts.SHARED["output"].option("DIR")]
 RenderOpt = Annotated[
     bool | None, typer.Option("--render/--no-render", help="Live line and trajectories.svg.")
 ]
 
 
 def sim_command(
-    config: ConfigOpt = Path("configs/sim.yaml"),
+    config: opts.Config = Path("configs/sim.yaml"),
     mode: ModeOpt = SimMode.PARALLEL,
     fast: FastOpt = False,
     iters: ItersOpt = None,
@@ -52,18 +51,24 @@ def sim_command(
     render: RenderOpt = None,
     fmt: opts.TableOrJson = SummaryFormat.TABLE,
     overrides: opts.Overrides = None,
+    progress: opts.Progress = True,
 ) -> None:
     """Simulate a mission in real time, each agent at its own cycle_time, and evaluate it.
+
+    -c FILE: the sim YAML (default configs/sim.yaml). -o DIR: the folder for record.npz and
+    summary.json ('' writes nothing; default: the YAML's output).
 
     Exit codes: 0 done, 1 an agent or the environment failed, 2 bad input, 130 interrupted.
     """
     with user_errors():
+        if config is None:
+            raise ConfigError("parcat sim needs -c FILE, a sim YAML (e.g. configs/sim.yaml)")
         cfg = load_sim_config(config, parse_overrides(overrides or [])).with_options(
             iters, seed, output, render
         )
         if cfg.output is not None:
             check_output_folder(Path(cfg.output), "--output")
-    with user_errors(), _progress(cfg, mode) as on_progress:
+    with user_errors(), _progress(cfg, mode, progress) as on_progress:
         record = run_sim(cfg, mode, fast=fast, on_progress=on_progress)
     summary = summarize(record)
     if fmt is SummaryFormat.JSON:
@@ -76,8 +81,10 @@ def sim_command(
 
 
 @contextmanager
-def _progress(cfg: SimConfig, mode: SimMode) -> Iterator[Callable[[SimProgress], None]]:
-    """A live line per second with ``render``, else a progress bar (on a terminal)."""
+def _progress(cfg: SimConfig, mode: SimMode,
+              enabled: bool) -> Iterator[Callable[[SimProgress], None]]:
+    """A live line per second with ``render``, else a progress bar (on a terminal, unless
+    ``--no-progress``)."""
     if cfg.render:
         err = stderr_console()
         requested = 1.0 / cfg.period
@@ -88,7 +95,7 @@ def _progress(cfg: SimConfig, mode: SimMode) -> Iterator[Callable[[SimProgress],
 
         yield line
         return
-    with progress_bar(cfg.iters, f"sim {mode.value}") as advance:
+    with progress_bar(cfg.iters, f"sim {mode.value}", enabled=enabled) as advance:
         done = [0]
 
         def bar(p: SimProgress) -> None:

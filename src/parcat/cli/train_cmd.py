@@ -21,22 +21,28 @@ from parcat.train.run_dir import choose_run_dir
 from parcat.train.runs import BEST
 from parcat.train.trainer import Trainer
 
-MissionOpt = Annotated[
-    str | None, typer.Option("--mission", "-m", help="Mission name or YAML path.")
+EpochsOpt = Annotated[
+    int | None, typer.Option("--epochs", metavar="N", help="Collect-then-learn rounds.")
 ]
-ConfigOpt = Annotated[
-    Path | None, typer.Option("--config", "-c", help="Train YAML (configs/train.yaml).")
+StepsPerEpochOpt = Annotated[
+    int | None, typer.Option("--steps-per-epoch", metavar="N", help="Vector steps per epoch.")
 ]
-EpochsOpt = Annotated[int | None, typer.Option(help="Collect-then-learn rounds.")]
-StepsPerEpochOpt = Annotated[int | None, typer.Option(help="Vector steps per epoch.")]
 EnvWorkersOpt = Annotated[
-    int | None, typer.Option(help="Environment worker processes (0: in-process; default: "
-                             "planned from the measured env step and free CPUs).")
+    int | None, typer.Option("--env-workers", metavar="N", help="Environment worker processes "
+                             "(0: in-process; default: planned from the measured env step and "
+                             "free CPUs).")
 ]
-EnvsPerWorkerOpt = Annotated[int | None, typer.Option(help="Environments per worker.")]
+EnvsPerWorkerOpt = Annotated[
+    int | None, typer.Option("--envs-per-worker", metavar="N", help="Environments per worker.")
+]
 ModeOpt = Annotated[LearningMode | None, typer.Option(help="sync (reference) or async.")]
-TrainIntervalOpt = Annotated[int | None, typer.Option(help="Async: train every N epochs.")]
-TrainStepsOpt = Annotated[int | None, typer.Option(help="Gradient updates per agent per round.")]
+TrainIntervalOpt = Annotated[
+    int | None, typer.Option("--train-interval", metavar="N", help="Async: train every N epochs.")
+]
+TrainStepsOpt = Annotated[
+    int | None, typer.Option("--train-steps", metavar="N",
+                             help="Gradient updates per agent per round.")
+]
 ParallelTrainingOpt = Annotated[
     bool | None,
     typer.Option("--parallel-training/--no-parallel-training", help="Train agents concurrently."),
@@ -45,30 +51,36 @@ SharedLearnerOpt = Annotated[
     bool | None, typer.Option("--shared-learner/--independent", help="One learner for all agents.")
 ]
 LearnerOpt = Annotated[
-    str | None, typer.Option("--learner", help="Learner: dqn, ppo, or module:Class "
+    str | None, typer.Option("--learner", metavar="NAME", help="Learner: dqn, ppo, or module:Class "
                              "(the YAML's learner.class).")
 ]
-CheckpointEveryOpt = Annotated[int | None, typer.Option(help="Checkpoint every N epochs.")]
-RunDirOpt = Annotated[str | None, typer.Option(help="Run directory (default runs/<mission>).")]
+CheckpointEveryOpt = Annotated[
+    int | None, typer.Option("--checkpoint-every", metavar="N", help="Checkpoint every N epochs.")
+]
+RunDirOpt = Annotated[str | None, opts.SHARED["output"].option("DIR", aliases=("--run-dir",))]
 MetricsFormatOpt = Annotated[
     MetricsFormat | None, typer.Option(help="The per-epoch metrics file's format.")
 ]
 LoggerOpt = Annotated[
     list[LoggerKind] | None,
-    typer.Option("--logger", help="Where epoch metrics go (repeatable): jsonl, csv, "
-                 "tensorboard (RUN/tensorboard; pip install 'parcat[tensorboard]'), wandb. "
+    typer.Option("--logger", metavar="KIND", help="Where epoch metrics go (repeatable): jsonl, "
+                 "csv, tensorboard (RUN/tensorboard; pip install 'parcat\\[tensorboard]'), wandb. "
                  "A metrics file is always written."),
 ]
-InitFromOpt = Annotated[str | None, typer.Option(help="Start from this checkpoint's weights.")]
+InitFromOpt = Annotated[
+    str | None, typer.Option("--init-from", metavar="DIR",
+                             help="Start from this checkpoint's weights.")
+]
 ResumeOpt = Annotated[
     bool, typer.Option("--resume", help="Continue from the run directory's checkpoint.")
 ]
 ForceOpt = Annotated[
-    bool, typer.Option("--force", help="Replace the run already in --run-dir (deleted first).")
+    bool, typer.Option("--force", help="Replace the run already in -o DIR (deleted first).")
 ]
 EvalEpisodesOpt = Annotated[
-    int | None, typer.Option(help="Greedy evaluation episodes at every checkpoint; the best "
-                             "checkpoint goes to RUN/best (0: none).")
+    int | None, typer.Option("--eval-episodes", metavar="N", help="Greedy evaluation episodes "
+                             "at every checkpoint; the best checkpoint goes to RUN/best (0: "
+                             "none).")
 ]
 RenderOpt = Annotated[
     bool | None, typer.Option("--render", help="Show one environment; runs in one process.")
@@ -76,8 +88,8 @@ RenderOpt = Annotated[
 
 
 def train_command(
-    mission: MissionOpt = None,
-    config: ConfigOpt = None,
+    missions: opts.Missions = None,
+    config: opts.Config = None,
     overrides: opts.Overrides = None,
     epochs: EpochsOpt = None,
     steps_per_epoch: StepsPerEpochOpt = None,
@@ -103,10 +115,16 @@ def train_command(
     backend: opts.Backend = None,
     address: opts.Address = None,
     fmt: opts.TableOrJson = SummaryFormat.TABLE,
+    progress: opts.Progress = True,
 ) -> None:
-    """Train one independent learner per agent; checkpoints load with `parcat eval -p RUN`."""
+    """Train one independent learner per agent; checkpoints load with `parcat eval -p RUN`.
+
+    -o DIR (also --run-dir): the run directory, default runs/<mission>. -c FILE: a train
+    YAML (configs/train.yaml), the keys of parcat.train.config.TrainConfig. -m: one mission.
+    """
     err = stderr_console()
     with user_errors():
+        mission = opts.one_value(missions, "-m/--mission", "train")
         mission_sets, learner_sets = split_learner_settings(parse_overrides(overrides or []))
         flags: dict[str, Any] = {
             "mission": mission, "overrides": mission_sets or None,
@@ -149,7 +167,7 @@ def train_command(
         for reason in trainer.plan.reasons:
             err.print(f"plan: {reason}", soft_wrap=True)
     with epoch_progress(cfg.epochs, trainer.start_epoch,
-                        to_stderr=fmt is SummaryFormat.JSON) as show:
+                        to_stderr=fmt is SummaryFormat.JSON, live=progress) as show:
         trainer.on_epoch = show
         report = trainer.run()
     if fmt is SummaryFormat.JSON:

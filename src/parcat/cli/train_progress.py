@@ -73,16 +73,22 @@ def epoch_table(stats: EpochStats, epochs: int) -> Table:
 
 
 @contextmanager
-def epoch_progress(epochs: int, done: int, to_stderr: bool) -> Iterator[ShowEpoch]:
+def epoch_progress(epochs: int, done: int, to_stderr: bool,
+                   live: bool = True) -> Iterator[ShowEpoch]:
     """Show each epoch as it ends; yields the function the trainer calls with it.
 
     Args:
         epochs: The run's last epoch.
         done: Epochs done before (a resumed run).
         to_stderr: Draw on stderr (stdout holds ``--format json``'s document).
+        live: The live display in a terminal (``--progress``); without it, the epochs
+            are plain lines on stdout, and nothing with ``to_stderr`` (``--no-progress``).
     """
+    if not live and to_stderr:
+        yield lambda stats: None
+        return
     console = Console(stderr=to_stderr, highlight=False)
-    if not console.is_terminal:
+    if not live or not console.is_terminal:
         stream = sys.stderr if to_stderr else sys.stdout
 
         def write(stats: EpochStats) -> None:
