@@ -84,11 +84,25 @@ def test_hung_episode_times_out_and_the_run_goes_on() -> None:
         [EpisodeStatus.OK] * 2
 
 
-def test_unpicklable_mission_is_refused_before_workers_start() -> None:
+def test_unpicklable_mission_runs_inline_and_executors_refuse_it_before_workers_start(
+) -> None:
     mission = scripted_mission()
     weird = Mission(**{**mission.__dict__, "params": {**mission.params, "busy_us": 0},
                        "description": "x"})
     object.__setattr__(weird, "params", {**weird.params, "tag": lambda: None})
     message = "mission 'scripted' cannot be sent to worker processes"
-    with pytest.raises(ConfigError, match=re.escape(message)):
-        evaluate(EvalConfig((weird,), RANDOM, episodes=2), PROCESS)
+    # evaluate() falls back to this process (tests/test_unpicklable.py has the details)
+    with pytest.warns(RuntimeWarning, match=re.escape(message)):
+        report = evaluate(EvalConfig((weird,), RANDOM, episodes=2), PROCESS)
+    assert report.status == "complete"
+    # an executor handed such tasks directly refuses them before any worker starts
+    from parcat.evaluate import make_tasks
+    from parcat.parallel.process_executor import ProcessExecutor
+
+    executor = ProcessExecutor(2)
+    try:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            executor.run(make_tasks(EvalConfig((weird,), RANDOM, episodes=2)))
+        assert not executor._workers
+    finally:
+        executor.close()
