@@ -136,6 +136,23 @@ def test_a_new_learner_has_mlp_policy_initial_weights() -> None:
         np.testing.assert_array_equal(arrays[key], value)
 
 
+def test_uniform_init_draws_weights_and_biases_within_one_over_sqrt_fan_in() -> None:
+    # PyTorch's nn.Linear default; CartPole's DQN learns far better from it (BENCHMARKS.md)
+    learner = DQNLearner(6, 4, DQNConfig(width=16, depth=2, seed=5, init="uniform"))
+    arrays = learner.policy_arrays()
+    for i, fan_in in enumerate((6, 16, 16)):
+        bound = 1 / np.sqrt(fan_in)
+        for key in (f"w{i}", f"b{i}"):
+            assert np.abs(arrays[key]).max() <= bound
+            assert np.abs(arrays[key]).max() > 0.5 * bound  # spread out, biases too
+    again = DQNLearner(6, 4, DQNConfig(width=16, depth=2, seed=5, init="uniform"))
+    for key, value in again.policy_arrays().items():
+        np.testing.assert_array_equal(arrays[key], value)
+    he = DQNLearner(6, 4, DQNConfig(width=16, depth=2, seed=5)).policy_arrays()
+    assert not np.array_equal(he["w0"], arrays["w0"])
+    assert not he["b0"].any()
+
+
 def test_policy_arrays_act_like_the_learner_in_mlp_policy() -> None:
     learner = DQNLearner(6, 4, FAST)
     _stream(learner, 150, seed=0, obs_dim=6)
@@ -245,6 +262,7 @@ def test_loading_a_mismatched_state_fails_and_changes_nothing() -> None:
         ({"gamma": 1.5}, "dqn: 'gamma' must be a number in [0, 1], got 1.5"),
         ({"eps_end": "0.1"}, "dqn: 'eps_end' must be a number in [0, 1], got '0.1'"),
         ({"double": 1}, "dqn: 'double' must be true or false, got 1"),
+        ({"init": "xavier"}, "dqn: 'init' must be he or uniform, got 'xavier'"),
         ({"grad_clip": -1}, "dqn: 'grad_clip' must be a number > 0 or None (off), got -1"),
         (
             {"buffer_size": 100},

@@ -1,7 +1,8 @@
 """Deep Q-learning in numpy: parcat's built-in learner, one per agent.
 
 The Q-network is the ``mlp`` policy's network (:class:`~parcat.policies.builtin.MLPPolicy`:
-same layers, same He initialisation from the seed, same ``einsum`` forward), so
+same layers, by default the same He initialisation from the seed (``init: uniform``
+draws PyTorch's ``nn.Linear`` default instead), same ``einsum`` forward), so
 :meth:`DQNLearner.policy_arrays` loads straight into ``MLPPolicy(spec, width, depth)`` and
 acts greedily exactly like the learner. Training uses BLAS (``@``) for speed; on the same
 shapes it is deterministic from run to run.
@@ -68,7 +69,7 @@ class DQNLearner:
         self._sizes = check_sizes(config, obs_dim, num_actions)
         # flat parameter vectors with per-layer views: Adam, clipping and the target
         # copy are then one numpy call each
-        self._online = init_params(self._sizes, config.seed)
+        self._online = init_params(self._sizes, config.seed, config.init)
         self._target = self._online.copy()
         self._grad = np.zeros_like(self._online)
         self._adam_m = np.zeros_like(self._online)

@@ -18,6 +18,7 @@ from parcat.limits import (
     dense_sizes,
 )
 from parcat.train.buffer import transition_bytes
+from parcat.train.mlp import INIT_SCHEMES
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,9 @@ class DQNConfig:
     """Huber (smooth L1, delta 1) loss on the TD error instead of half the squared error."""
     grad_clip: float | None = 10.0
     """Largest global gradient norm; ``None`` disables clipping."""
+    init: str = "he"
+    """Initial weights: ``he`` (He-normal, zero biases: ``MLPPolicy``'s own draw) or
+    ``uniform`` (PyTorch's ``nn.Linear`` default, weights and biases in ``±1/sqrt(fan_in)``)."""
     seed: int = 0
     """Seed of the initial weights (as ``MLPPolicy``'s ``init_seed``), exploration and replay."""
 
@@ -105,6 +109,9 @@ def _validate(config: DQNConfig) -> None:
         if not isinstance(getattr(config, name), bool):
             raise ConfigError(f"dqn: '{name}' must be true or false, "
                               f"got {brief(getattr(config, name))}")
+    if config.init not in INIT_SCHEMES:
+        raise ConfigError(f"dqn: 'init' must be {' or '.join(INIT_SCHEMES)}, "
+                          f"got {brief(config.init)}")
     clip = config.grad_clip
     if clip is not None and (not _is_number(clip) or clip <= 0):
         raise ConfigError(
