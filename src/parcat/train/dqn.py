@@ -21,22 +21,24 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from parcat.errors import CheckpointError, ConfigError
+from parcat.errors import ConfigError
 from parcat.seeding import derive_seed
 from parcat.train.buffer import ReplayBuffer
-from parcat.train.dqn_config import DQNConfig, _is_int, check_sizes
+from parcat.train.dqn_config import DQNConfig, check_sizes
 from parcat.train.learner import Transitions, decode_rng, encode_rng
 from parcat.train.mlp import (
     Layers,
     adam_update,
     backward,
     clip_grad,
+    expect_array,
     forward_blas,
     forward_einsum,
     init_params,
     single_threaded_blas,
     views,
 )
+from parcat.train.options import is_int
 
 __all__ = ["DQNConfig", "DQNLearner", "check_sizes"]
 
@@ -61,7 +63,7 @@ class DQNLearner:
 
     def __init__(self, obs_dim: int, num_actions: int, config: DQNConfig | None = None) -> None:
         for name, value in (("obs_dim", obs_dim), ("num_actions", num_actions)):
-            if not _is_int(value) or value < 1:
+            if not is_int(value) or value < 1:
                 raise ConfigError(f"dqn: '{name}' must be an integer >= 1, got {value!r}")
         self.settings = config = config if config is not None else DQNConfig()
         self.obs_dim = obs_dim
@@ -311,14 +313,5 @@ class DQNLearner:
 
 
 def _expect(arrays: Mapping[str, np.ndarray], key: str, shape: tuple[int, ...] | None) -> Any:
-    if key not in arrays:
-        raise CheckpointError(
-            f"dqn state: array '{key}' is missing; pass what DQNLearner.state_dict() returned"
-        )
-    value = np.asarray(arrays[key])
-    if shape is not None and value.shape != shape:
-        raise CheckpointError(
-            f"dqn state: array '{key}' expected shape {shape}, got {value.shape}; build the "
-            "learner with the obs_dim, num_actions, width and depth it was saved with"
-        )
-    return value
+    return expect_array(arrays, key, shape, "dqn",
+                        "the obs_dim, num_actions, width and depth it was saved with")

@@ -3,12 +3,11 @@ and the size check of its network and replay buffer."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
-from parcat.errors import ConfigError, brief, clip
+from parcat.errors import ConfigError, brief
 from parcat.limits import (
     MAX_BATCH_SIZE,
     MAX_BUFFER_BYTES,
@@ -19,6 +18,7 @@ from parcat.limits import (
 )
 from parcat.train.buffer import transition_bytes
 from parcat.train.mlp import INIT_SCHEMES
+from parcat.train.options import check_int_ranges, from_mapping, is_number
 
 
 @dataclass(frozen=True)
@@ -75,13 +75,7 @@ class DQNConfig:
         Raises:
             ConfigError: an unknown key or a value out of range.
         """
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(str(key) for key in values if key not in known)
-        if unknown:
-            raise ConfigError(
-                f"dqn: unknown option '{clip(unknown[0])}'; known: {', '.join(known)}"
-            )
-        return cls(**values)
+        return from_mapping(cls, values, "dqn")
 
 
 _INT_RANGES: dict[str, tuple[int, int | None]] = {
@@ -94,16 +88,12 @@ _INT_RANGES: dict[str, tuple[int, int | None]] = {
 
 
 def _validate(config: DQNConfig) -> None:
-    for name, (low, high) in _INT_RANGES.items():
-        value = getattr(config, name)
-        if not _is_int(value) or value < low or (high is not None and value > high):
-            bounds = f">= {low}" if high is None else f"between {low} and {high:,}"
-            raise ConfigError(f"dqn: '{name}' must be an integer {bounds}, got {brief(value)}")
-    if not _is_number(config.lr) or config.lr <= 0:
+    check_int_ranges(config, _INT_RANGES, "dqn")
+    if not is_number(config.lr) or config.lr <= 0:
         raise ConfigError(f"dqn: 'lr' must be a number > 0, got {config.lr!r}")
     for name in ("gamma", "eps_start", "eps_end"):
         value = getattr(config, name)
-        if not _is_number(value) or not 0 <= value <= 1:
+        if not is_number(value) or not 0 <= value <= 1:
             raise ConfigError(f"dqn: '{name}' must be a number in [0, 1], got {brief(value)}")
     for name in ("double", "huber"):
         if not isinstance(getattr(config, name), bool):
@@ -113,7 +103,7 @@ def _validate(config: DQNConfig) -> None:
         raise ConfigError(f"dqn: 'init' must be {' or '.join(INIT_SCHEMES)}, "
                           f"got {brief(config.init)}")
     clip = config.grad_clip
-    if clip is not None and (not _is_number(clip) or clip <= 0):
+    if clip is not None and (not is_number(clip) or clip <= 0):
         raise ConfigError(
             f"dqn: 'grad_clip' must be a number > 0 or None (off), got {brief(clip)}"
         )
@@ -143,11 +133,3 @@ def check_sizes(config: DQNConfig, obs_dim: int, num_actions: int) -> list[int]:
             f"{most:,}"
         )
     return sizes
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

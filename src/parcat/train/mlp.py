@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
+
+from parcat.errors import CheckpointError
 
 BETA1, BETA2, ADAM_EPS = 0.9, 0.999, 1e-8
 
@@ -127,3 +129,21 @@ def clip_grad(grad: np.ndarray, max_norm: float | None) -> float:
     if max_norm is not None and norm > max_norm:
         grad *= np.float32(max_norm / (norm + 1e-6))
     return norm
+
+
+def expect_array(arrays: Mapping[str, np.ndarray], key: str, shape: tuple[int, ...] | None,
+                 learner: str, rebuild: str) -> Any:
+    """``arrays[key]`` as an array of ``shape``, for a learner's ``load_state_dict``.
+
+    Raises:
+        CheckpointError: the array is missing or has another shape; the message names the
+            ``learner`` and how to ``rebuild`` it to fit.
+    """
+    if key not in arrays:
+        raise CheckpointError(f"{learner} state: array '{key}' is missing; pass what "
+                              f"{learner.upper()}Learner.state_dict() returned")
+    value = np.asarray(arrays[key])
+    if shape is not None and value.shape != shape:
+        raise CheckpointError(f"{learner} state: array '{key}' expected shape {shape}, got "
+                              f"{value.shape}; build the learner with {rebuild}")
+    return value

@@ -36,7 +36,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from parcat.errors import CheckpointError, ConfigError
+from parcat.errors import ConfigError
 from parcat.limits import dense_sizes
 from parcat.seeding import derive_seed
 from parcat.train.distributions import categorical, gaussian, softmax
@@ -46,6 +46,7 @@ from parcat.train.mlp import (
     adam_update,
     backward,
     clip_grad,
+    expect_array,
     forward_blas,
     forward_einsum,
     init_params,
@@ -366,14 +367,4 @@ def _split(flat: np.ndarray, actor: list[int], critic: list[int]) -> Any:
 
 
 def _expect(arrays: Mapping[str, np.ndarray], key: str, shape: tuple[int, ...] | None) -> Any:
-    if key not in arrays:
-        raise CheckpointError(
-            f"ppo state: array '{key}' is missing; pass what PPOLearner.state_dict() returned"
-        )
-    value = np.asarray(arrays[key])
-    if shape is not None and value.shape != shape:
-        raise CheckpointError(
-            f"ppo state: array '{key}' expected shape {shape}, got {value.shape}; build the "
-            "learner with the spaces, width and depth it was saved with"
-        )
-    return value
+    return expect_array(arrays, key, shape, "ppo", "the spaces, width and depth it was saved with")

@@ -5,13 +5,13 @@ Defaults follow CleanRL's ``ppo.py`` (classic control) where parcat's loop allow
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
-from parcat.errors import ConfigError, brief, clip
+from parcat.errors import ConfigError, brief
 from parcat.limits import MAX_BATCH_SIZE, MAX_COUNT, MAX_NET_DEPTH, MAX_NET_WIDTH
+from parcat.train.options import check_int_ranges, from_mapping, is_number
 
 
 @dataclass(frozen=True)
@@ -62,13 +62,7 @@ class PPOConfig:
         Raises:
             ConfigError: an unknown key or a value out of range.
         """
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(str(key) for key in values if key not in known)
-        if unknown:
-            raise ConfigError(
-                f"ppo: unknown option '{clip(unknown[0])}'; known: {', '.join(known)}"
-            )
-        return cls(**values)
+        return from_mapping(cls, values, "ppo")
 
 
 _INT_RANGES: dict[str, tuple[int, int | None]] = {
@@ -80,35 +74,23 @@ _NON_NEGATIVE = ("clip_coef", "ent_coef", "vf_coef")
 
 
 def _validate(config: PPOConfig) -> None:
-    for name, (low, high) in _INT_RANGES.items():
-        value = getattr(config, name)
-        if not _is_int(value) or value < low or (high is not None and value > high):
-            bounds = f">= {low}" if high is None else f"between {low} and {high:,}"
-            raise ConfigError(f"ppo: '{name}' must be an integer {bounds}, got {brief(value)}")
-    if not _is_number(config.lr) or config.lr <= 0:
+    check_int_ranges(config, _INT_RANGES, "ppo")
+    if not is_number(config.lr) or config.lr <= 0:
         raise ConfigError(f"ppo: 'lr' must be a number > 0, got {brief(config.lr)}")
     for name in _UNIT:
         value = getattr(config, name)
-        if not _is_number(value) or not 0 <= value <= 1:
+        if not is_number(value) or not 0 <= value <= 1:
             raise ConfigError(f"ppo: '{name}' must be a number in [0, 1], got {brief(value)}")
     for name in _NON_NEGATIVE:
         value = getattr(config, name)
-        if not _is_number(value) or value < 0:
+        if not is_number(value) or value < 0:
             raise ConfigError(f"ppo: '{name}' must be a number >= 0, got {brief(value)}")
-    if not _is_number(config.init_log_std) or abs(config.init_log_std) > 20:
+    if not is_number(config.init_log_std) or abs(config.init_log_std) > 20:
         raise ConfigError(f"ppo: 'init_log_std' must be a number in [-20, 20], "
                           f"got {brief(config.init_log_std)}")
     if not isinstance(config.norm_adv, bool):
         raise ConfigError(f"ppo: 'norm_adv' must be true or false, got {brief(config.norm_adv)}")
     norm = config.max_grad_norm
-    if norm is not None and (not _is_number(norm) or norm <= 0):
+    if norm is not None and (not is_number(norm) or norm <= 0):
         raise ConfigError(
             f"ppo: 'max_grad_norm' must be a number > 0 or None (off), got {brief(norm)}")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
