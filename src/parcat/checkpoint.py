@@ -365,10 +365,18 @@ def _write_dir_atomically(path: Path, write: Any) -> None:
         # SIGTERM wait until both renames are done; after a SIGKILL in between,
         # recover_swap() (run by every reader and writer) puts the old one back.
         old = path.with_name(f".{path.name}.old.{os.getpid()}")
-        with signals_deferred():
-            path.rename(old)
-            tmp.rename(path)
-        shutil.rmtree(old, ignore_errors=True)
+        try:
+            with signals_deferred():
+                path.rename(old)
+                tmp.rename(path)
+        finally:
+            # a Ctrl-C held back above arrives as the block ends: the old directory goes
+            # first (deleting files is quick), or comes back if the swap did not happen
+            with signals_deferred():
+                if path.exists():
+                    shutil.rmtree(old, ignore_errors=True)
+                else:
+                    recover_swap(path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
