@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -95,9 +97,11 @@ def test_root_help_offers_shell_completion(capsys: pytest.CaptureFixture[str],
     out = capsys.readouterr().out
     assert "--install-completion " in out and "--show-completion " in out
     assert "<bool>" not in out
-    shown = runner.invoke(app, ["--show-completion", "bash"])
-    assert shown.exit_code == 0
-    assert "complete -o default -F _parcat_completion parcat" in shown.stdout
+    # a real process: completion reads the program's name and environment, not the runner's
+    shown = subprocess.run([sys.executable, "-m", "parcat", "--show-completion", "bash"],
+                           capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "_parcat_completion" in shown.stdout and "complete " in shown.stdout
 
 
 def test_policy_help_shows_the_whole_spec_syntax(capsys: pytest.CaptureFixture[str],

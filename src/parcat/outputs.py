@@ -46,12 +46,16 @@ def check_output_file(path: Path, flag: str, free_bytes: int = MIN_FREE_BYTES) -
         OutputError: ``path`` is something else than a regular file (or is a symlink),
             or its folder cannot be created or written, or its file system is full.
     """
+    _refuse_non_file(path, flag)
+    _check_folder(path.parent, flag, path, free_bytes)
+    return path
+
+
+def _refuse_non_file(path: Path, flag: str) -> None:
     kind = _kind(path)
     if kind is not None:
         raise OutputError(f"{flag} '{path}' is {kind}, not a regular file; parcat replaces "
                           "its output files, so give the path of a file")
-    _check_folder(path.parent, flag, path, free_bytes)
-    return path
 
 
 def check_output_suffix(path: Path, flag: str, formats: Mapping[str, str]) -> str:
@@ -68,6 +72,7 @@ def check_output_suffix(path: Path, flag: str, formats: Mapping[str, str]) -> st
     Raises:
         OutputError: naming the extension that arrived and every one expected.
     """
+    _refuse_non_file(path, flag)  # what the path is tells more than its name: /dev/full
     suffix = path.suffix.lower()
     if suffix not in formats:
         got = f"'{suffix}'" if suffix else "(none)"

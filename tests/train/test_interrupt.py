@@ -81,7 +81,8 @@ def test_async_mode_syncs_the_learners_before_the_final_checkpoint(tmp_path: Pat
     run = tmp_path / "run"
     proc = start(run, "--mode", "async", "--env-workers", "1")
     wait_for_epochs(proc, run, 2)
-    assert stop(proc, signal.SIGTERM)[0] == 143
+    code, err = stop(proc, signal.SIGTERM)
+    assert code == 143, err
     logged = [record["epoch"] for record in read_metrics(run / "metrics.jsonl")]
     assert load_every_agent(run) == logged[-1]
 
