@@ -25,6 +25,7 @@ from parcat.train.config import load_train_config
 from parcat.train.recipes import with_agent_id
 from parcat.train.trainer import Trainer
 from tests.train.test_trainer import GOALS, SMALL, assert_same, config, saved_arrays
+from tests.train.test_vecenv import ray_cluster  # noqa: F401  (a fixture)
 
 EXTERNAL_CLASS = "tests.train.external_learner:OneStepReinforce"
 LEARNERS = {
@@ -49,6 +50,14 @@ def test_sync_checkpoints_are_bit_identical_for_every_layout(
     other = run_of(tmp_path, "other", learner, shared_learner=shared, env_workers=2,
                    envs_per_worker=2)
     assert_same(saved_arrays(ref), saved_arrays(other))
+
+
+@pytest.mark.usefixtures("ray_cluster")
+@pytest.mark.parametrize("learner", ["ppo", "external"])
+def test_sync_checkpoints_on_ray_actors_equal_the_local_run(tmp_path: Path, learner: str) -> None:
+    ref = run_of(tmp_path, "ref", learner)
+    on_ray = run_of(tmp_path, "ray", learner, backend="ray", env_workers=2, envs_per_worker=2)
+    assert_same(saved_arrays(ref), saved_arrays(on_ray))
 
 
 @pytest.mark.parametrize("learner", ["ppo", "external"])
