@@ -28,7 +28,8 @@ class EpochStats:
     loss: dict[str, float]
     """Per learner: the last training loss (NaN: none yet)."""
     epsilon: float
-    """The exploration rate at the epoch's end."""
+    """The exploration rate at the epoch's end (NaN, null in the log: the learner explores
+    otherwise, as PPO does by sampling its policy)."""
     collect_s: float
     """Seconds collecting."""
     train_s: float
@@ -70,7 +71,8 @@ class EpochStats:
             "reward_max": nan_to_none(self.reward_max),
             "episode_length": None if math.isnan(self.episode_length) else self.episode_length,
             "loss": nan_to_none(self.loss),
-            "epsilon": self.epsilon, "collect_s": self.collect_s, "train_s": self.train_s,
+            "epsilon": None if math.isnan(self.epsilon) else self.epsilon,
+            "collect_s": self.collect_s, "train_s": self.train_s,
             "idle_s": self.idle_s, "env_steps_per_s": self.env_steps_per_s,
             "discarded_episodes": self.discarded_episodes,
             "overlap_steps": self.overlap_steps,

@@ -11,6 +11,7 @@ between two steps.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -225,7 +226,8 @@ class Trainer:
             loss=losses_of(metrics),
             learner_metrics={name: {k: v for k, v in m.items() if k != "loss"}
                              for name, m in metrics.items()},
-            epsilon=float(getattr(next(iter(self.learners.values())), "exploration", 0.0)),
+            # a learner that does not explore by a rate (PPO samples its policy): none
+            epsilon=float(getattr(next(iter(self.learners.values())), "exploration", math.nan)),
             collect_s=collect_s, train_s=train_s, idle_s=idle_s,
             env_steps_per_s=steps / collect_s if collect_s > 0 else 0.0,
             discarded_episodes=self.vec.discarded - discarded_before,
