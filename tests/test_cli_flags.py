@@ -5,6 +5,7 @@ command (:data:`parcat.cli.options.SHARED`), ``-o`` takes its format from the ex
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -98,8 +99,11 @@ def test_root_help_offers_shell_completion(capsys: pytest.CaptureFixture[str],
     assert "--install-completion " in out and "--show-completion " in out
     assert "<bool>" not in out
     # a real process: completion reads the program's name and environment, not the runner's
+    # Typer detects the shell from the process tree; this variable makes it take the shell
+    # as the option's value instead (a test run may have no shell among its ancestors)
     shown = subprocess.run([sys.executable, "-m", "parcat", "--show-completion", "bash"],
-                           capture_output=True, text=True, timeout=60)
+                           capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"})
     assert shown.returncode == 0, shown.stderr
     assert "_parcat_completion" in shown.stdout and "complete " in shown.stdout
 
