@@ -65,6 +65,7 @@ from harness import med, paired, timed  # noqa: E402
 from tests.fakes import scripted_mission  # noqa: E402
 
 from parcat.evaluate import EvalConfig, evaluate, make_config, make_tasks  # noqa: E402
+from parcat.limits import MAX_NET_DEPTH  # noqa: E402
 from parcat.missions import Mission, load_mission  # noqa: E402
 from parcat.parallel.launch import RunOptions, make_executor, plan_run  # noqa: E402
 from parcat.parallel.planner import ExecutorKind  # noqa: E402
@@ -195,17 +196,23 @@ def mlp_step_s(width: int, depth: int) -> float:
     return med(samples)
 
 
-def mlp_depth(width: int, target_s: float) -> tuple[int, float]:
-    """The depth whose step takes about ``target_s`` here and now, and that step's time.
+def mlp_depth(width: int, target_s: float) -> tuple[int, int, float]:
+    """A (width, depth) whose step takes about ``target_s`` here and now, and that step's time.
 
     Narrow layers (64x64 float32 = 16 KB) keep every agent's weights in cache whether the
     agents share a process or not, so the step is CPU-bound and no variant pays for memory
-    bandwidth alone.
+    bandwidth alone. Where that would take more layers than an ``mlp`` may have
+    (``MAX_NET_DEPTH``: a 2 ms step here), the layers are made wider instead, and the
+    weights of a step may then outgrow the cache.
     """
-    depth = 50
+    depth = 32
     for _ in range(2):  # the second pass corrects a noisy first one
-        depth = max(2, round(depth * target_s / mlp_step_s(width, depth)))
-    return depth, mlp_step_s(width, depth)
+        depth = max(2, round(target_s * depth / mlp_step_s(width, depth)))
+        while depth > MAX_NET_DEPTH:  # more layers than an mlp may have: wider ones
+            width *= 2
+            half = MAX_NET_DEPTH // 2
+            depth = max(2, round(target_s * half / mlp_step_s(width, half)))
+    return width, depth, mlp_step_s(width, depth)
 
 
 # -- 1. episode level -----------------------------------------------------------------------
@@ -216,7 +223,7 @@ def episode_level(table: Table, repeats: int, quick: bool, settle_s: float) -> N
     # parallel even if the two workers shared one core
     steps, episodes, width = (100 if quick else 200), 8, 64
     monitor = harness.settle(settle_s, say_if_loaded=True)
-    depth, step_s = mlp_depth(width, 0.1e-3)
+    width, depth, step_s = mlp_depth(width, 0.1e-3)
     mission = load_mission("harvest", {"max_steps": steps})
     spec = parse_policy_spec(f"mlp,width={width},depth={depth}")
     config = EvalConfig((mission,), (spec,), episodes=episodes)
@@ -350,7 +357,7 @@ def handoff_overhead(table: Table, repeats: int, quick: bool, settle_s: float) -
 def agent_level_speedup(table: Table, repeats: int, quick: bool, settle_s: float) -> None:
     width = 64
     monitor = harness.settle(settle_s, say_if_loaded=True)
-    depth, step_s = mlp_depth(width, 2e-3)
+    width, depth, step_s = mlp_depth(width, 2e-3)
     steps = 60 if quick else 150
     mission = scripted_mission(agents=2, max_steps=steps)
     spec = (parse_policy_spec(f"mlp,width={width},depth={depth}"),)
