@@ -423,14 +423,18 @@ def evaluate_to_precision(
     step = batch or config.episodes
     kept: dict[tuple[str, int], EpisodeResult] = {}
     episodes = config.episodes
+    began, started = time.perf_counter(), ""
     while True:
         current = replace(config, episodes=episodes)
         report = evaluate(current, options, on_result, output=output, keep=kept,
                           on_warning=on_warning, replay_dir=replay_dir)
+        started = started or report.started
         kept = {(e.mission, e.episode_index): e for e in report.episodes}
         wide = [s.mission for s in summarize(report.episodes) if s.policy == ALL_POLICIES
                 and not (s.episodes > 1 and (s.ci95_high - s.ci95_low) / 2 < precision)]
         if not wide or episodes >= max_episodes or report.status != "complete":
+            # the whole run, every batch, not the last one
+            report.started, report.elapsed_s = started, time.perf_counter() - began
             return report
         episodes = min(max_episodes, episodes + step)
 
