@@ -121,3 +121,23 @@ def test_head_c_10_reads_the_start_then_parcat_stops_silently_with_141() -> None
         proc.wait()
     assert head == b'{\n  "schem'
     assert (proc.returncode, err) == (141, "")
+
+
+def test_a_warning_during_a_command_is_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    import warnings
+
+    from parcat.cli import main as cli
+
+    def warns(argv: object) -> int:
+        warnings.warn("the agents step in the episode's process from now on", RuntimeWarning,
+                      stacklevel=1)
+        return 0
+
+    monkeypatch.setattr(cli, "_invoke", warns)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert cli.main([]) == 0
+    assert capsys.readouterr().err == \
+        "parcat: warning: the agents step in the episode's process from now on\n"
+    assert warnings.showwarning is not cli._one_line_warning  # put back afterwards

@@ -68,8 +68,8 @@ def save_chart(path: Path, series: Mapping[str, tuple[Sequence[float], Sequence[
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise ConfigError(
-            f"writing '{path}' needs matplotlib (pip install matplotlib); "
-            "the terminal chart above has the same data"
+            f"writing '{path}' needs matplotlib: pip install 'parcat[plot]' (or pip install "
+            "matplotlib); without -o the chart is drawn in the terminal"
         ) from exc
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, (xs, ys) in series.items():
@@ -113,8 +113,9 @@ def save_matrix(path: Path, labels: Sequence[str], values: Sequence[Sequence[flo
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise ConfigError(f"writing '{path}' needs matplotlib (pip install matplotlib); "
-                          "the terminal matrix has the same data") from exc
+        raise ConfigError(f"writing '{path}' needs matplotlib: pip install 'parcat[plot]' (or "
+                          "pip install matplotlib); without -o the matrix is drawn in the "
+                          "terminal") from exc
     size = 1.2 + 0.9 * len(labels)
     fig, ax = plt.subplots(figsize=(size + 1.5, size))
     image = ax.imshow(values, cmap="viridis")

@@ -11,7 +11,9 @@ import os
 import signal
 import sys
 import traceback
+import warnings
 from collections.abc import Sequence
+from typing import Any
 
 import typer
 
@@ -113,6 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     141 stdout closed by its reader, 143 SIGTERM; every error is one line on stderr."""
     common.TERMINATED.clear()
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    shown, warnings.showwarning = warnings.showwarning, _one_line_warning
     try:
         with guarded_stdout():
             code = _invoke(argv)
@@ -120,9 +123,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = _exit_code(exc)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        warnings.showwarning = shown
     if code == EXIT_INTERRUPTED and common.TERMINATED.is_set():
         return EXIT_TERMINATED
     return code
+
+
+def _one_line_warning(message: Warning | str, category: type[Warning], filename: str,
+                      lineno: int, file: Any = None, line: str | None = None) -> None:
+    """A warning shown by the CLI: one line, ``parcat: warning: ...`` (Python's default
+    adds the file, the line number and the source line, which mean nothing to a user)."""
+    print(f"parcat: warning: {message}", file=file or sys.stderr)
 
 
 def _invoke(argv: Sequence[str] | None) -> int:
