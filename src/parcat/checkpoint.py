@@ -158,6 +158,9 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     recover_swap(path)
     file = path / MANIFEST
+    if not path.exists():
+        raise CheckpointError(f"checkpoint '{path}' does not exist; give a run directory "
+                              "(runs/NAME) or one agent's folder in it")
     if not file.is_file():
         raise CheckpointError(f"'{path}' is not a parcat checkpoint: no {MANIFEST} in it")
     manifest = parse_manifest(path)

@@ -126,3 +126,15 @@ def test_a_learner_set_reaches_the_checkpoint(tmp_path: Path,
     assert checkpoint.read_manifest(run)["config"]["learner"] == {"lr": 0.01}
     with pytest.raises(ConfigError, match=re.escape("--set learner.KEY=VALUE needs a key")):
         split_learner_settings({"learner.": 1})
+
+
+def test_a_refused_rerun_names_no_folder_and_a_missing_init_is_said_to_be_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert train(capsys, *MISSION, "--epochs", "1")[0] == 0
+    # the rerun would go to runs/goal_tasks-2, but it is refused: only its error is shown
+    assert train(capsys, *MISSION, "--epochs", "1", "--init-from", "runs/old") == (
+        2, "parcat: error: --init-from: checkpoint 'runs/old' does not exist; give a run "
+        "directory (runs/NAME) or one agent's folder in it\n")
+    assert not Path("runs/goal_tasks-2").exists()

@@ -141,8 +141,6 @@ def train_command(
         }
         choice = choose_run_dir(load_train_config(config, flags), resume=resume, force=force)
         cfg = choice.config
-        if choice.note:
-            typer.echo(choice.note, err=True)
         made = not cfg.run_path.exists()
         check_output_folder(cfg.run_path, "--run-dir")
         if cfg.render:
@@ -155,6 +153,8 @@ def train_command(
         try:
             trainer = Trainer(cfg, resume=resume,
                               on_frame=_frame_printer(err) if cfg.render else None)
+            if choice.note:  # once the run has started: a refused one names no folder
+                typer.echo(choice.note, err=True)
         except BaseException:
             if made:  # the check above made it: a run that never started leaves nothing
                 with contextlib.suppress(OSError):

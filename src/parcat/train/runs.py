@@ -191,7 +191,10 @@ def init_weights(source: str, learners: dict[Any, Learner]) -> None:
         CheckpointError: the checkpoint lacks an agent, or its weights do not fit a learner.
     """
     path = Path(source)
-    manifest = checkpoint.read_manifest(path)
+    try:
+        manifest = checkpoint.read_manifest(path)
+    except CheckpointError as exc:
+        raise CheckpointError(f"--init-from: {exc}") from exc
     for agent, learner in learners.items():
         if manifest["format"] == checkpoint.RUN_FORMAT:
             dirs = manifest["agents"]
