@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +37,15 @@ class RunCheckpoint:
     """Each agent's observation and action space, as text."""
     epoch: int
     eval_total: float | None
+    agent_dir: bool = False
+    """``path`` is one agent's folder in the run (its policy, played by every agent)."""
 
     def describe(self) -> str:
         """One line: which checkpoint of the run this is."""
         score = "" if self.eval_total is None else f", evaluation return {self.eval_total:.3f}"
+        if self.agent_dir:
+            return (f"-p {self.path}: one agent's policy of run {self.path.parent} "
+                    f"(epoch {self.epoch}{score}), on the run's mission parameters")
         if self.path.name == BEST:
             return f"-p {self.path}: the best checkpoint (epoch {self.epoch}{score})"
         best = self.path / BEST
@@ -56,6 +61,12 @@ def read_run(target: str) -> RunCheckpoint | None:
         if not path.is_dir():
             return None
         manifest = checkpoint.read_manifest(path)
+        if manifest.get("format") != checkpoint.RUN_FORMAT and \
+                (path.parent / checkpoint.MANIFEST).is_file():
+            # one agent's folder in a run: the run's mission and parameters; its policy
+            # plays every agent, so there are no per-agent spaces to hold it to
+            run = read_run(str(path.parent))
+            return None if run is None else replace(run, path=path, spaces={}, agent_dir=True)
         if manifest.get("format") != checkpoint.RUN_FORMAT or "mission" not in manifest:
             return None
         spaces = {}

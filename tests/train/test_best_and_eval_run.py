@@ -87,6 +87,20 @@ def test_eval_of_a_run_takes_its_mission_and_parameters(
                    f"{score:.3f}); the best is -p {trained / 'best'}\n")
 
 
+def test_eval_of_one_agents_folder_takes_the_runs_mission_and_parameters_too(
+    trained: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    agent = trained / "agent_0"
+    sets = [word for k, v in SETS.items() for word in ("--set", f"{k}={v}")]
+    typed = eval_run(capsys, "-m", "goal_tasks", *sets, "-p", str(agent))
+    code, out, err = eval_run(capsys, "-m", "goal_tasks", "-p", str(agent))
+    # without retyping the training --sets, the same task (it used the defaults' before)
+    assert (code, out) == (typed[0], typed[1]) and code == 0
+    score = checkpoint.read_manifest(trained)["eval_return"]["total"]
+    assert err == (f"-p {agent}: one agent's policy of run {trained} (epoch 2, evaluation "
+                   f"return {score:.3f}), on the run's mission parameters\n")
+
+
 def test_eval_of_best_says_so(trained: Path, capsys: pytest.CaptureFixture[str]) -> None:
     best = checkpoint.read_manifest(trained / "best")
     code, _, err = eval_run(capsys, "-p", str(trained / "best"))
