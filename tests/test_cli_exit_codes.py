@@ -141,3 +141,17 @@ def test_a_warning_during_a_command_is_one_line(monkeypatch: pytest.MonkeyPatch,
     assert capsys.readouterr().err == \
         "parcat: warning: the agents step in the episode's process from now on\n"
     assert warnings.showwarning is not cli._one_line_warning  # put back afterwards
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["eval", "-m", "harvest", "-n", "abc"], "parcat: error: parcat eval: Invalid value for "
+     "'--episodes' / '-n': expected a whole number\n"),
+    (["eval", "-m", "harvest", "--episode-timeout", "x"], "parcat: error: parcat eval: Invalid "
+     "value for '--episode-timeout': expected a number\n"),
+])
+def test_a_value_of_the_wrong_type_is_said_plainly(args: list[str], line: str,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from parcat.cli.main import main
+
+    assert main(args) == 2
+    assert capsys.readouterr().err == line

@@ -159,7 +159,7 @@ def test_format_csv_is_refused_where_the_command_writes_none(
     code, out, err = one_line([*command.split(), *args, "-f", "csv"], capsys)
     assert (code, out) == (2, "")
     assert err == (f"parcat: error: parcat {command}: Invalid value for '--format' / '-f': "
-                   "Value error, 'csv' is not one of 'table', 'json'.\n")
+                   "'csv' is not one of 'table', 'json'.\n")
 
 
 def test_policies_and_missions_list_write_real_csv(capsys: pytest.CaptureFixture[str]) -> None:

@@ -71,10 +71,10 @@ def test_trace_file_shows_workers_episodes_and_agent_steps(tmp_path: Path) -> No
         (["--policy-strategy", "magic"], "parcat: error: parcat eval: Invalid value for "
                                          "'--policy-strategy'"),
         (["--start-method", "fork"],
-         "parcat: error: parcat eval: Invalid value for '--start-method': Value error, 'fork' "
+         "parcat: error: parcat eval: Invalid value for '--start-method': 'fork' "
          "is not one of 'forkserver', 'spawn'.\n"),
         (["--backend", "dask"],
-         "parcat: error: parcat eval: Invalid value for '--backend': Value error, 'dask' "
+         "parcat: error: parcat eval: Invalid value for '--backend': 'dask' "
          "is not one of 'local', 'ray'.\n"),
         (["--address", "10.0.0.1:6379"], "parcat: error: --address needs --backend ray\n"),
         (["--action-timeout-ms", "-1"], "parcat: error: --action-timeout-ms must be > 0"),

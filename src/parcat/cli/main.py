@@ -176,10 +176,27 @@ def _exit_code(exc: BaseException) -> int:
             return EXIT_OK  # Typer has already printed the help
         ctx = getattr(exc, "ctx", None)
         where = f"{ctx.command_path}: " if ctx is not None else ""
-        _say(f"parcat: error: {where}{exc.format_message()}")  # type: ignore[attr-defined]
+        message = plain_validation(exc.format_message())  # type: ignore[attr-defined]
+        _say(f"parcat: error: {where}{message}")
         return EXIT_USAGE
     _say(f"parcat: error: {exc.format_message()}")  # type: ignore[attr-defined]
     return int(getattr(exc, "exit_code", EXIT_FAILED))  # another of click's errors
+
+
+_VALIDATION_WORDING = (
+    ("Input should be a valid integer, unable to parse string as an integer",
+     "expected a whole number"),
+    ("Input should be a valid number, unable to parse string as a number", "expected a number"),
+    ("Value error, ", ""),
+)
+"""Typer's validation library's phrasings, and what parcat says instead."""
+
+
+def plain_validation(message: str) -> str:
+    """``message`` without the validation library's own wording."""
+    for theirs, ours in _VALIDATION_WORDING:
+        message = message.replace(theirs, ours)
+    return message
 
 
 def unexpected_eof(exc: EOFError) -> str:
