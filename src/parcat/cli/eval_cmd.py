@@ -170,7 +170,8 @@ def show_report(report: EvalReport, fmt: OutputFormat) -> None:
             f" on {plan.episode_workers} {plan.executor.value} worker(s), agents "
             f"{plan.strategy.value}" + (f" x{plan.policy_workers}" if plan.policy_workers else "")
         )
-        title = f"{len(report.episodes)} episodes in {report.elapsed_s:.2f} s{where}"
+        count = len(report.episodes)
+        title = f"{count} episode{'' if count == 1 else 's'} in {report.elapsed_s:.2f} s{where}"
         stdout_console().print(summary_table(summarize(report.episodes), title=title))
     err = stderr_console()
     for episode in report.failed:
