@@ -37,6 +37,23 @@ GONE_WITHIN_S = 10.0
 # -- worker bodies (module level: the fork server imports them by name) ----------------------
 
 
+def say_excepthook(conn: Connection, parent_pid: int) -> None:
+    become_worker(parent_pid)
+    hook = sys.excepthook
+    try:
+        raise EOFError  # what a worker's start raises when its parent left meanwhile
+    except EOFError:
+        kind, value, traceback = sys.exc_info()
+    import contextlib
+    import io
+
+    printed = io.StringIO()
+    with contextlib.redirect_stderr(printed):
+        hook(kind, value, traceback)  # type: ignore[arg-type]
+        hook(ValueError, ValueError("kept"), None)
+    conn.send(("ready", hook.__module__, printed.getvalue()))
+
+
 def obey_close(conn: Connection, parent_pid: int) -> None:
     """Exit 0 on the polite ``close`` message."""
     become_worker(parent_pid)
@@ -264,3 +281,16 @@ def test_a_worker_whose_parent_is_killed_cleans_up_and_exits(tmp_path: Path,
     assert describe_exit(middle.process) == "signal SIGKILL"
     assert wait_until(lambda: gone(grandchild), GONE_WITHIN_S), "the orphan kept running"
     assert marker.read_text() == str(grandchild), "the orphan's finally block did not run"
+
+
+def test_a_worker_start_cut_off_by_its_parent_leaving_prints_no_traceback() -> None:
+    """The fork server's children report an error of their start through sys.excepthook;
+    an EOFError there means the parent is gone (a run stopped on purpose): silent."""
+    worker = Worker(say_excepthook, (), "hook", ctx=get_context("forkserver"))
+    try:
+        module, printed = worker.wait_ready(TIMEOUT_S)
+    finally:
+        worker.stop()
+    assert module == "parcat.ipc.quiet_start"
+    assert "EOFError" not in printed and "ValueError: kept" in printed
+    assert sys.excepthook is sys.__excepthook__  # this process's own hook is untouched

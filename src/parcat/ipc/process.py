@@ -63,6 +63,7 @@ PRELOAD = [
     "parcat.envs.evade",
     "parcat.envs.goal_tasks",
     "threadpoolctl",
+    "parcat.ipc.quiet_start",  # last: its hook is the fork server's, no one else's
 ]
 STOP_GRACE_S = 2.0
 """How long each step of stopping a worker (close, SIGTERM, SIGKILL) waits."""
