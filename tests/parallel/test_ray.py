@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
 from parcat.evaluate import EvalConfig, evaluate, make_config
@@ -19,6 +17,7 @@ from parcat.policies.specs import parse_policy_spec
 from parcat.report import strip_timings
 from parcat.results import EpisodeStatus
 from tests.fakes import dying_mission, scripted_mission
+from tests.raytemp import shutdown_and_clean
 
 ray = pytest.importorskip("ray")
 RAY = RunOptions(jobs=2, executor=ExecutorKind.RAY, retries=1)
@@ -28,13 +27,6 @@ CHECKOUT = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
 """The workers' import path: this checkout's parcat and tests, not an installed parcat."""
 
 
-def ray_processes() -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["name", "cmdline"]):
-        cmd = " ".join(proc.info.get("cmdline") or [])
-        if any(k in cmd for k in ("raylet", "gcs_server", "ray::", "default_worker.py")):
-            found.append(proc)
-    return found
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -44,15 +36,9 @@ def cluster() -> Iterator[None]:
              configure_logging=False,
              runtime_env={"env_vars": {"PYTHONPATH": CHECKOUT}})
     yield
-    ray.shutdown()
-    shutil.rmtree(temp, ignore_errors=True)
-    assert not Path(temp).exists()
-    leftover = [p for p in ray_processes() if p.is_running()]
-    for proc in leftover:
-        try:
-            proc.wait(10)
-        except psutil.TimeoutExpired:
-            pytest.fail(f"Ray process left behind: {proc.info}")
+    stuck = shutdown_and_clean(ray, temp)
+    if stuck:
+        pytest.fail(f"Ray process left behind: {stuck[0]}")
 
 
 def test_ray_results_equal_local() -> None:

@@ -23,6 +23,7 @@ from parcat.missions import load_mission
 from parcat.train.learner import Transitions
 from parcat.train.learner_process import LearnerWorker
 from parcat.train.vecenv import VecEnv
+from tests.raytemp import shutdown_and_clean
 from tests.reliability.helpers import shm_blocks, wait_until
 
 GOALS = {"agents": 2, "task_kind": "direction", "max_steps": 7}
@@ -47,7 +48,7 @@ def ray_cluster() -> Iterator[None]:
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp,
              configure_logging=False)
     yield
-    ray.shutdown()
+    shutdown_and_clean(ray, temp)
 
 
 def rollout(vec: VecEnv) -> list[dict[str, np.ndarray]]:
