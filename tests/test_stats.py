@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import json
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from parcat import evaluate as evaluate_module
 from parcat.cli.main import app
 from parcat.evaluate import evaluate_to_precision, make_config
 from parcat.report import strip_timings
@@ -44,15 +45,31 @@ def test_probability_of_improvement() -> None:
     assert probability_of_improvement([0], [1]) == 0.0
 
 
-def test_precision_stops_below_the_target_and_is_deterministic() -> None:
+class TickingClock:
+    """``time`` for parcat.evaluate whose ``perf_counter`` ticks by one each reading: which
+    readings a figure spans, with no real time in the test."""
+
+    def __init__(self) -> None:
+        self.readings = itertools.count(1000)
+
+    def perf_counter(self) -> float:
+        return float(next(self.readings))
+
+
+def test_precision_stops_below_the_target_and_is_deterministic(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     config = make_config(["harvest"], ["random"], episodes=4, seed=2,
                          overrides={"max_steps": 30})
-    began = time.perf_counter()
+    clock = TickingClock()
+    monkeypatch.setattr(evaluate_module, "time", clock)
+    before = clock.perf_counter()
     first = evaluate_to_precision(config, precision=0.08)
-    wall = time.perf_counter() - began
+    after = clock.perf_counter()
+    monkeypatch.undo()
     second = evaluate_to_precision(config, precision=0.08)
-    # the run's time covers every batch, not only the last (a bug quoted 0.07 s of 2.96)
-    assert wall / 2 < first.elapsed_s <= wall
+    # the run's time spans every batch, from its first reading to its last, not only the
+    # last batch's (a bug quoted 0.07 s of 2.96)
+    assert first.elapsed_s == (after - 1) - (before + 1)
     summary = first.to_document()["summary"][0]
     assert (summary["ci95_high"] - summary["ci95_low"]) / 2 < 0.08
     assert len(first.episodes) > 4 and len(first.episodes) % 4 == 0
