@@ -14,7 +14,6 @@ captures everything needed to resume bit for bit.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,14 +37,14 @@ from parcat.train.mlp import (
     single_threaded_blas,
     views,
 )
-from parcat.train.options import is_int
+from parcat.train.options import MLPLearner, is_int
 
 __all__ = ["DQNConfig", "DQNLearner", "check_sizes"]
 
 _EXPLORE_STREAM, _REPLAY_STREAM = 1, 2
 
 
-class DQNLearner:
+class DQNLearner(MLPLearner):
     """(Double) deep Q-learning with a numpy MLP, Adam, a target network and replay.
 
     Implements :class:`~parcat.train.learner.Learner` (``--learner dqn``). :meth:`act` uses
@@ -96,8 +95,7 @@ class DQNLearner:
 
     action_spaces = (gymnasium.spaces.Discrete,)
     """It learns Discrete actions only (``ppo`` learns Box actions too)."""
-    policy = "parcat.policies.builtin:MLPPolicy"
-    """The evaluation policy: the Q-network's argmax is ``MLPPolicy``'s action."""
+    options_class = DQNConfig
 
     @classmethod
     def from_spaces(cls, observation_space: gymnasium.spaces.Space[Any],
@@ -113,16 +111,6 @@ class DQNLearner:
         obs_dim = int(np.prod(observation_space.shape or (0,)))
         return cls(obs_dim, int(action_space.n), DQNConfig.from_mapping({**options, "seed": seed}))
 
-    @classmethod
-    def check_config(cls, options: Mapping[str, Any]) -> None:
-        """Refuse an unknown option or a bad value (:class:`ConfigError`), before a run."""
-        DQNConfig.from_mapping(options)
-
-    @property
-    def config(self) -> dict[str, Any]:
-        """The hyperparameters as a JSON-able mapping (the run manifest's ``learner``)."""
-        return dataclasses.asdict(self.settings)
-
     @property
     def exploration(self) -> float:
         """The epsilon of the per-epoch log."""
@@ -136,11 +124,6 @@ class DQNLearner:
             return float(config.eps_end)
         done = min(1.0, self.num_observed / config.eps_decay_steps)
         return float(config.eps_start + done * (config.eps_end - config.eps_start))
-
-    @property
-    def policy_kwargs(self) -> dict[str, int]:
-        """Arguments of ``MLPPolicy`` whose ``load_state_dict`` takes :meth:`policy_arrays`."""
-        return {"width": self.settings.width, "depth": self.settings.depth}
 
     def act(self, obs_batch: np.ndarray, explore: bool = True) -> np.ndarray:
         """One action per row of ``obs_batch`` (shape ``(batch, obs_dim)``), as int64.

@@ -1,12 +1,14 @@
-"""What the built-in learners' option classes share: building from a mapping that names
-unknown keys, and the range checks of their integer and number fields."""
+"""What the built-in learners share: building their options from a mapping that names
+unknown keys, the range checks of integer and number fields, and the protocol members that
+come from those options (:class:`MLPLearner`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import fields
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from parcat.errors import ConfigError, brief, clip
 
@@ -50,3 +52,31 @@ def is_int(value: Any) -> bool:
 def is_number(value: Any) -> bool:
     """A finite ``int`` or ``float`` and not a ``bool``."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+class MLPLearner:
+    """The ``Learner`` protocol members parcat's numpy learners share: their options are a
+    dataclass (``options_class``, held as ``settings``) and their greedy network is the
+    ``mlp`` policy's."""
+
+    options_class: ClassVar[Any]
+    """The options dataclass (with a ``from_mapping`` that names unknown keys)."""
+    settings: Any
+    """The learner's options, an ``options_class``."""
+    policy = "parcat.policies.builtin:MLPPolicy"
+    """The evaluation policy its :meth:`policy_arrays` load into."""
+
+    @classmethod
+    def check_config(cls, options: Mapping[str, Any]) -> None:
+        """Refuse an unknown option or a bad value (:class:`ConfigError`), before a run."""
+        cls.options_class.from_mapping(options)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The hyperparameters as a JSON-able mapping (the run manifest's ``learner``)."""
+        return dataclasses.asdict(self.settings)
+
+    @property
+    def policy_kwargs(self) -> dict[str, int]:
+        """Arguments of ``MLPPolicy`` whose ``load_state_dict`` takes the policy arrays."""
+        return {"width": self.settings.width, "depth": self.settings.depth}

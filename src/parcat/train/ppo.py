@@ -28,7 +28,6 @@ rollout not yet trained on) resumes bit for bit.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections.abc import Mapping
 from typing import Any
@@ -54,6 +53,7 @@ from parcat.train.mlp import (
     views,
 )
 from parcat.train.onpolicy import Rollout, gae
+from parcat.train.options import MLPLearner
 from parcat.train.ppo_config import PPOConfig
 
 __all__ = ["PPOConfig", "PPOLearner"]
@@ -62,7 +62,7 @@ _ACT_STREAM, _SHUFFLE_STREAM, _CRITIC_STREAM = 1, 2, 3
 _SQUASH_EPS = 1e-6
 
 
-class PPOLearner:
+class PPOLearner(MLPLearner):
     """Proximal policy optimisation (clipped surrogate) with GAE, Adam and a numpy MLP.
 
     Implements :class:`~parcat.train.learner.Learner`. Observed transitions are kept as a
@@ -81,7 +81,7 @@ class PPOLearner:
     """
 
     action_spaces = (gymnasium.spaces.Discrete, gymnasium.spaces.Box)
-    policy = "parcat.policies.builtin:MLPPolicy"
+    options_class = PPOConfig
 
     def __init__(self, observation_space: gymnasium.spaces.Space[Any],
                  action_space: gymnasium.spaces.Space[Any],
@@ -131,21 +131,6 @@ class PPOLearner:
         """Build from the ``learner`` options (the trainer's way); ``seed`` wins over theirs."""
         return cls(observation_space, action_space, PPOConfig.from_mapping({**options,
                                                                             "seed": seed}))
-
-    @classmethod
-    def check_config(cls, options: Mapping[str, Any]) -> None:
-        """Refuse an unknown option or a bad value (:class:`ConfigError`), before a run."""
-        PPOConfig.from_mapping(options)
-
-    @property
-    def config(self) -> dict[str, Any]:
-        """The hyperparameters as a JSON-able mapping (the run manifest's ``learner``)."""
-        return dataclasses.asdict(self.settings)
-
-    @property
-    def policy_kwargs(self) -> dict[str, int]:
-        """Arguments of ``MLPPolicy`` whose ``load_state_dict`` takes :meth:`policy_arrays`."""
-        return {"width": self.settings.width, "depth": self.settings.depth}
 
     def act(self, obs_batch: np.ndarray, explore: bool = True) -> np.ndarray:
         """Sample an action per row (``explore``), or act as ``MLPPolicy`` does (greedy)."""
