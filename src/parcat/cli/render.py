@@ -37,8 +37,17 @@ def stderr_console() -> Console:
     return Console(stderr=True, highlight=False)
 
 
-def _fmt(value: float) -> str:
-    return "-" if value is None or math.isnan(value) else f"{value:.3f}"
+def number(value: Any, digits: int = 3) -> str:
+    """A figure for a table or a progress line; ``-`` for none (None or NaN)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def bar_columns() -> tuple[Any, ...]:
+    """The columns of every progress bar: what, bar, done/total, elapsed, remaining."""
+    return (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), TimeRemainingColumn())
 
 
 def summary_table(summaries: Sequence[Summary], title: str | None = None) -> Table:
@@ -52,7 +61,7 @@ def summary_table(summaries: Sequence[Summary], title: str | None = None) -> Tab
                  "mean", "std", "min", "max", "95% CI"):
         table.add_column(name, justify="right")
     for s in summaries:
-        ci = "-" if s.episodes == 0 else f"[{_fmt(s.ci95_low)}, {_fmt(s.ci95_high)}]"
+        ci = "-" if s.episodes == 0 else f"[{number(s.ci95_low)}, {number(s.ci95_high)}]"
         style = "bold" if s.policy == "*" else None
         table.add_row(
             s.mission,
@@ -60,10 +69,10 @@ def summary_table(summaries: Sequence[Summary], title: str | None = None) -> Tab
             str(s.episodes),
             str(s.failed),
             *((str(s.non_finite),) if odd else ()),
-            _fmt(s.mean),
-            _fmt(s.std),
-            _fmt(s.min),
-            _fmt(s.max),
+            number(s.mean),
+            number(s.std),
+            number(s.min),
+            number(s.max),
             ci,
             style=style,
         )
@@ -102,15 +111,7 @@ def progress_bar(total: int, description: str, enabled: bool = True) -> Iterator
     if not enabled or not console.is_terminal:
         yield lambda n=1: None
         return
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        transient=False,
-    )
+    progress = Progress(*bar_columns(), console=console, transient=False)
     with progress:
         task_id = progress.add_task(description, total=total)
         yield lambda n=1: progress.advance(task_id, n)

@@ -8,7 +8,6 @@ the epoch ends, so a log shows the run as it goes.
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,41 +16,31 @@ from typing import Any
 from rich.console import Console, Group
 from rich.live import Live
 from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
     Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
 )
 from rich.table import Table
 from rich.text import Text
 
+from parcat.cli.render import bar_columns, number
 from parcat.train.epoch_stats import EpochStats
 
 ShowEpoch = Callable[[EpochStats], None]
 
 
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{value:.{digits}f}"
-
-
 def _per_agent(stats: EpochStats) -> list[tuple[str, str]]:
     """(agent, ``mean [min, max]``) for every agent."""
-    return [(agent, f"{_fmt(mean)} [{_fmt(stats.reward_min.get(agent))}, "
-                    f"{_fmt(stats.reward_max.get(agent))}]")
+    return [(agent, f"{number(mean)} [{number(stats.reward_min.get(agent))}, "
+                    f"{number(stats.reward_max.get(agent))}]")
             for agent, mean in stats.reward.items()]
 
 
 def epoch_line(stats: EpochStats, epochs: int) -> str:
     """One epoch as one line of plain text."""
     rewards = " ".join(f"{agent}={text}" for agent, text in _per_agent(stats))
-    losses = " ".join(f"{name}={_fmt(loss, 4)}" for name, loss in stats.loss.items()) or "-"
+    losses = " ".join(f"{name}={number(loss, 4)}" for name, loss in stats.loss.items()) or "-"
     return (f"epoch {stats.epoch}/{epochs} episodes {stats.episodes} reward {rewards} "
-            f"length {_fmt(stats.episode_length, 1)} steps {stats.total_env_steps} "
-            f"epsilon {_fmt(stats.epsilon)} loss {losses} "
+            f"length {number(stats.episode_length, 1)} steps {stats.total_env_steps} "
+            f"epsilon {number(stats.epsilon)} loss {losses} "
             f"{stats.env_steps_per_s:.0f} steps/s time {stats.time_s:.1f}s")
 
 
@@ -64,11 +53,11 @@ def epoch_table(stats: EpochStats, epochs: int) -> Table:
     table.add_row("episodes finished", str(stats.episodes))
     for agent, text in _per_agent(stats):
         table.add_row(f"return {agent}", Text(f"{text}  (mean [min, max])"))
-    table.add_row("episode length", _fmt(stats.episode_length, 1))
+    table.add_row("episode length", number(stats.episode_length, 1))
     table.add_row("env steps", f"{stats.total_env_steps:,} ({stats.env_steps_per_s:,.0f}/s)")
-    table.add_row("epsilon", _fmt(stats.epsilon))
+    table.add_row("epsilon", number(stats.epsilon))
     for name, loss in stats.loss.items():
-        table.add_row(f"loss {name}", _fmt(loss, 4))
+        table.add_row(f"loss {name}", number(loss, 4))
     return table
 
 
@@ -97,8 +86,7 @@ def epoch_progress(epochs: int, done: int, to_stderr: bool,
 
         yield write
         return
-    progress = Progress(TextColumn("[bold]epochs"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), TimeRemainingColumn(), console=console)
+    progress = Progress(*bar_columns(), console=console)
     task = progress.add_task("epochs", total=epochs, completed=done)
     latest: list[Any] = [Text("the first epoch is collecting…")]
     with Live(console=console, get_renderable=lambda: Group(progress, latest[0]),
