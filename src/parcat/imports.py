@@ -14,6 +14,19 @@ def is_reference(text: str) -> bool:
     return bool(sep and module and attr) and "/" not in module and not Path(text).exists()
 
 
+def import_module(name: str) -> Any:
+    """Import module ``name`` with the current directory importable, so ``my_env`` finds
+    ``./my_env.py`` the way ``python -m`` would.
+
+    Raises:
+        ImportError: the module cannot be imported.
+    """
+    cwd = str(Path.cwd())
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
+    return importlib.import_module(name)
+
+
 def import_reference(reference: str) -> Any:
     """Import ``package.module:attr.sub`` and return the attribute.
 
@@ -28,10 +41,7 @@ def import_reference(reference: str) -> Any:
     module_name, sep, attr_path = reference.partition(":")
     if not sep or not module_name or not attr_path:
         raise ValueError(f"expected 'module:attribute', got {reference!r}")
-    cwd = str(Path.cwd())
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.append(cwd)
-    obj: Any = importlib.import_module(module_name)
+    obj: Any = import_module(module_name)
     for part in attr_path.split("."):
         obj = getattr(obj, part)
     return obj

@@ -9,9 +9,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import functools
-import importlib
 import re
-import sys
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -22,8 +20,9 @@ import gymnasium
 
 from parcat.envs.adapters import make_gymnasium_env
 from parcat.envs.base import AgentSpec, ParallelEnv
+from parcat.envs.turns import is_turn_based
 from parcat.errors import MissionError, brief, clip
-from parcat.imports import import_reference
+from parcat.imports import import_module, import_reference
 from parcat.limits import MAX_EPISODE_STEPS, MAX_NAME_LENGTH, MAX_PATH_LENGTH
 from parcat.yamlfile import read_yaml_mapping
 
@@ -69,7 +68,13 @@ class Mission:
 
     def agents(self) -> tuple[AgentSpec, ...]:
         """Every agent's spec, read once from a throwaway environment (cached per mission)."""
-        return _agents_of(self)
+        return _facts_of(self)[0]
+
+    @property
+    def turn_based(self) -> bool:
+        """Whether the environment is a turn-based (PettingZoo AEC) one, read with
+        :meth:`agents` from the same throwaway environment."""
+        return _facts_of(self)[1]
 
     @contextlib.contextmanager
     def open_env(self) -> Iterator[ParallelEnv]:
@@ -152,9 +157,9 @@ def close_env(env: Any) -> None:
 
 
 @functools.lru_cache(maxsize=64)
-def _agents_of(mission: Mission) -> tuple[AgentSpec, ...]:
+def _facts_of(mission: Mission) -> tuple[tuple[AgentSpec, ...], bool]:
     with mission.open_env() as env:
-        return tuple(mission.agent_specs(env))
+        return tuple(mission.agent_specs(env)), is_turn_based(env)
 
 
 def validate_env(mission: Mission) -> None:
@@ -233,9 +238,7 @@ def factory_mission(name: str, overrides: Mapping[str, Any]) -> Mission:
     reference = name
     if ":" not in name:
         try:
-            if str(Path.cwd()) not in sys.path and "" not in sys.path:
-                sys.path.append(str(Path.cwd()))  # ./my_env.py, as import_reference finds it
-            module = importlib.import_module(name)
+            module = import_module(name)
         except ImportError as exc:
             raise MissionError(f"mission '{clip(name)}' is no mission file or name, and no "
                                f"module to import ({clip(str(exc), 200)})") from exc

@@ -26,7 +26,6 @@ step with ``env.render()``.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 from collections.abc import Iterator
@@ -140,9 +139,7 @@ class Recorder:
                 "action_spaces": [str(s) for s in self.act_spaces]}
         arrays["meta"] = np.array(json.dumps(meta, default=_text))
         arrays["infos"] = np.array(json.dumps(self.infos, default=_text))
-        buffer = io.BytesIO()
-        np.savez_compressed(buffer, **arrays)  # type: ignore[arg-type]
-        write_atomically(path, lambda handle: handle.write(buffer.getvalue()))
+        write_atomically(path, lambda handle: np.savez_compressed(handle, **arrays))  # type: ignore[arg-type]
 
 
 def _flattenable(space: gymnasium.Space[Any]) -> bool:

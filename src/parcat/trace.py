@@ -54,16 +54,17 @@ def standard_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     process in order of first appearance, each named by a ``thread_name`` metadata event
     (the lane it was recorded on), and every process by a ``process_name`` event."""
     tids: dict[tuple[int, str], int] = {}
+    lanes_of: dict[int, int] = {}  # lanes numbered so far, per process
     meta: list[dict[str, Any]] = []
     out: list[dict[str, Any]] = []
     for event in events:
         pid, lane = event["pid"], str(event["tid"])
         if (pid, lane) not in tids:
-            if not any(key[0] == pid for key in tids):
+            if pid not in lanes_of:
                 meta.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
                              "args": {"name": f"parcat {pid}"}})
-            tids[pid, lane] = tid = 1 + sum(1 for key in tids if key[0] == pid)
-            meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
+            lanes_of[pid] = tids[pid, lane] = lanes_of.get(pid, 0) + 1
+            meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tids[pid, lane],
                          "args": {"name": lane}})
         out.append({**event, "tid": tids[pid, lane]})
     return meta + out

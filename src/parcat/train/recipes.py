@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 import gymnasium
 import numpy as np
 
-from parcat.envs.turns import is_turn_based
 from parcat.errors import ConfigError, brief, clip
 from parcat.imports import import_reference, is_reference
 from parcat.train.learner import Learner
@@ -177,12 +176,11 @@ def check_trainable(mission: Mission, config: LearnerSettings) -> None:
     Raises:
         ConfigError: naming the agent, its space, and the built-in learners that can.
     """
-    with mission.open_env() as env:
-        if is_turn_based(env):
-            raise ConfigError(
-                f"mission '{mission.name}' is turn-based (PettingZoo AEC): parcat train steps "
-                "every agent at once; give a parallel environment (PettingZoo's "
-                "aec_to_parallel converts games whose agents can act together)")
+    if mission.turn_based:
+        raise ConfigError(
+            f"mission '{mission.name}' is turn-based (PettingZoo AEC): parcat train steps "
+            "every agent at once; give a parallel environment (PettingZoo's "
+            "aec_to_parallel converts games whose agents can act together)")
     cls = learner_class(config.learner)
     name = learner_name(config.learner)
     specs = mission.agents()
