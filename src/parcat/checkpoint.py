@@ -11,9 +11,13 @@ One agent's policy::
 
 A run (written by ``parcat train``) is a directory of such agent directories with its own
 manifest (``"format": "parcat.run"``, ``"agents": {"agent_0": "agent_0", ...}``) whose
-``"files"`` lists every file of the agent directories. Writes go to a temporary sibling
-directory that is renamed into place, so a reader never sees half a checkpoint; the sizes
-and hashes catch what a rename cannot: a file truncated, overwritten or damaged later.
+``"files"`` lists every file of the agent directories. A write goes to a folder inside the
+checkpoint directory (``.checkpoint.new.*``) whose entries are then renamed into place, the
+manifest last, the entries they replace moved aside first, with Ctrl-C and SIGTERM held
+back; a writer killed in between leaves its new checkpoint marked complete and the next
+writer (or reader) finishes the swap. Nothing else in the directory is touched: the folder
+itself is never replaced, so files parcat did not write stay where they are. The sizes and
+hashes catch what a rename cannot: a file truncated, overwritten or damaged later.
 Version 1 checkpoints (no ``"files"``) are still read.
 """
 
@@ -35,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from parcat import runlock
 from parcat.checkpoint_manifest import (
     FIX,
     MANIFEST,
@@ -43,7 +48,7 @@ from parcat.checkpoint_manifest import (
     VERSION,
     parse_manifest,
 )
-from parcat.errors import CheckpointError
+from parcat.errors import CheckpointError, OutputError
 
 __all__ = [
     "ARRAYS", "MANIFEST", "POLICY_FORMAT", "RUN_FORMAT", "STATE", "VERSION", "PolicyCheckpoint",
@@ -84,19 +89,17 @@ def save_run(
     path: str | Path,
     agents: Mapping[str, PolicyCheckpoint],
     meta: Mapping[str, Any],
-    keep: tuple[str, ...] = (),
     copy_to: str = "",
     arrays: Mapping[str, Mapping[str, np.ndarray]] | None = None,
 ) -> Path:
     """Write a run checkpoint (one policy directory per agent) atomically.
 
     Args:
-        path: The run directory; replaced as a whole.
+        path: The run directory. Only the checkpoint's own entries are replaced
+            (:func:`entries`); the rest (the metrics log, the TensorBoard folder, ``best/``,
+            files parcat did not write) stays as it is.
         agents: Each agent's policy (and training state).
         meta: Written into the run's manifest.
-        keep: Files and folders of the old directory carried into the new one (the
-            metrics log, the TensorBoard folder, ``best/``); they go on changing, so the
-            manifest does not record them.
         copy_to: A sub-folder that receives a copy of this checkpoint (a run checkpoint of
             its own, e.g. ``best``), written in the same atomic replacement.
         arrays: More ``.npz`` files by name (e.g. the episodes in flight), written beside
@@ -107,15 +110,6 @@ def save_run(
     names = {agent_id: _dir_name(agent_id) for agent_id in agents}
 
     def write(tmp: Path) -> None:
-        for name in keep:
-            if name == copy_to:
-                continue
-            if (path / name).is_file():
-                shutil.copy2(path / name, tmp / name)
-            elif (path / name).is_dir():
-                # hard links: checkpoint files are only ever replaced, and files that
-                # grow (TensorBoard's) go on growing in the new directory
-                shutil.copytree(path / name, tmp / name, copy_function=_link_or_copy)
         files: dict[str, Any] = {name: _write_npz(tmp / name, data)
                                  for name, data in (arrays or {}).items()}
         for agent_id, checkpoint in agents.items():
@@ -355,43 +349,97 @@ def _dir_name(agent_id: Any) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text) or "agent"
 
 
+SWAP_NEW = ".checkpoint.new."
+"""Prefix of the folder inside a checkpoint directory where the next checkpoint is written."""
+SWAP_OLD = ".checkpoint.old."
+"""Prefix of the folder the replaced entries wait in until they are deleted."""
+
+
+def entries(manifest: Mapping[str, Any]) -> set[str]:
+    """The names a checkpoint's manifest makes its own in its directory: the manifest, the
+    agents' directories and the first part of every file it records. Anything else there
+    (a metrics log, ``best/``, the user's files) is left alone by the next checkpoint."""
+    names = {MANIFEST}
+    agents = manifest.get("agents")
+    files = manifest.get("files")
+    candidates = [*(agents.values() if isinstance(agents, dict) else ()),
+                  *(str(k).split("/")[0] for k in (files if isinstance(files, dict) else ()))]
+    names.update(n for n in candidates if isinstance(n, str) and _is_plain_name(n))
+    return names
+
+
+def _is_plain_name(name: str) -> bool:
+    return name not in ("", ".", "..") and not any(c in name for c in "/\\\0")
+
+
 def _write_dir_atomically(path: Path, write: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    recover_swap(path)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
-        write(tmp)
-        if not path.exists():
-            tmp.rename(path)
-            return
-        # A directory cannot be replaced in one rename: old aside, new in. Ctrl-C and
-        # SIGTERM wait until both renames are done; after a SIGKILL in between,
-        # recover_swap() (run by every reader and writer) puts the old one back.
-        old = path.with_name(f".{path.name}.old.{os.getpid()}")
+    """Write a checkpoint into ``path`` (created if needed) so a reader sees the old one or
+    the new one whole, replacing only the checkpoint's own entries (:func:`entries`):
+    whatever else the folder holds stays where it is, untouched."""
+    path.mkdir(parents=True, exist_ok=True)
+    with runlock.acquire(path / runlock.LOCK_FILE, f"checkpoint '{path}'",
+                         "write the checkpoint elsewhere"):
+        _recover(path)
+        new = Path(tempfile.mkdtemp(prefix=SWAP_NEW, dir=path))
         try:
+            write(new)
+            _write_file(new / ".complete", b"")
             with signals_deferred():
-                path.rename(old)
-                tmp.rename(path)
+                _swap_in(path, new)
         finally:
-            # a Ctrl-C held back above arrives as the block ends: the old directory goes
-            # first (deleting files is quick), or comes back if the swap did not happen
             with signals_deferred():
-                if path.exists():
-                    shutil.rmtree(old, ignore_errors=True)
-                else:
-                    recover_swap(path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+                _remove_swap_folders(path)
+
+
+def _swap_in(path: Path, new: Path) -> None:
+    """Move the entries of ``new`` into ``path``, the manifest last, the replaced ones aside
+    (the old manifest first). A writer killed halfway leaves ``new`` marked complete, and
+    :func:`_recover` finishes the swap."""
+    old = Path(tempfile.mkdtemp(prefix=SWAP_OLD, dir=path))
+    replaced = _old_entries(path) | {e.name for e in new.iterdir()}
+    for name in sorted(replaced, key=lambda n: n != MANIFEST):
+        if name != ".complete" and (path / name).exists():
+            (path / name).rename(old / name)
+    for name in sorted((e.name for e in new.iterdir()), key=lambda n: n == MANIFEST):
+        if name != ".complete":
+            (new / name).rename(path / name)
+
+
+def _old_entries(path: Path) -> set[str]:
+    try:
+        return entries(parse_manifest(path)) if (path / MANIFEST).is_file() else set()
+    except CheckpointError:
+        return set()  # a damaged manifest: only what the new checkpoint writes goes
+
+
+def _remove_swap_folders(path: Path) -> None:
+    for folder in path.glob(".checkpoint.*"):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _recover(path: Path) -> None:
+    """Finish a swap a killed writer left halfway (its new checkpoint is complete, and the
+    manifest, moved last, is not in place yet); drop what else a killed writer left."""
+    for new in path.glob(f"{SWAP_NEW}*"):
+        if (new / ".complete").is_file() and not (path / MANIFEST).exists():
+            _swap_in(path, new)
+    _remove_swap_folders(path)
 
 
 def recover_swap(path: Path) -> None:
-    """Put back a checkpoint directory that a killed writer moved aside, if any."""
-    if path.exists():
-        return
+    """Finish or undo what a killed checkpoint writer left in ``path``, if anything, unless
+    a live writer holds the folder (it does that itself)."""
     aside = sorted(path.parent.glob(f".{path.name}.old.*")) if path.parent.is_dir() else []
-    if aside:
+    if aside and not path.exists():  # a whole-folder swap, as parcat once wrote, cut short
         aside[-1].rename(path)
+    if not path.is_dir() or not any(path.glob(".checkpoint.*")):
+        return
+    try:
+        lock = runlock.acquire(path / runlock.LOCK_FILE, f"checkpoint '{path}'", "retry")
+    except OutputError:
+        return  # a writer is at work, or the folder is read-only: nothing to do here
+    with lock:
+        _recover(path)
 
 
 @contextlib.contextmanager

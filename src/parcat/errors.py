@@ -46,6 +46,10 @@ class OutputError(UsageError):
     """An output path is not a regular file (or folder), or cannot be written."""
 
 
+class RunLockedError(OutputError):
+    """Another parcat process is writing the same run folder or output file."""
+
+
 class ConformanceError(ParcatError):
     """An environment or policy breaks the contract that parcat.testing checks."""
 

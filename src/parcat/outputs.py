@@ -111,12 +111,22 @@ def _kind(path: Path) -> str | None:
 
 
 def _check_folder(folder: Path, flag: str, target: Path, free_bytes: int) -> None:
-    """Create ``folder`` if needed, then create and remove a temp file in it."""
+    """Create ``folder`` if needed, then create and remove a temp file in it; a folder
+    refused is left as it was found (the folders made for it removed again)."""
     for parent in (folder, *folder.parents):
         if parent.exists() or parent.is_symlink():
             if not parent.is_dir():
                 raise OutputError(f"{flag} '{target}': '{parent}' is not a folder")
             break
+    made = missing_folders(folder)
+    try:
+        _probe(folder, flag, target, free_bytes)
+    except OutputError:
+        remove_empty(made)
+        raise
+
+
+def _probe(folder: Path, flag: str, target: Path, free_bytes: int) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".parcat-probe.", dir=folder)
@@ -130,6 +140,25 @@ def _check_folder(folder: Path, flag: str, target: Path, free_bytes: int) -> Non
         if info.f_bavail * info.f_frsize < free_bytes:
             raise OutputError(f"{flag} '{target}': the file system of '{folder}' is full "
                               f"({info.f_bavail * info.f_frsize} bytes free)")
+
+
+def missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and its parents that do not exist yet, the deepest first: what creating
+    it makes, and what :func:`remove_empty` takes away again."""
+    missing = []
+    for parent in (folder, *folder.parents):
+        if parent.exists() or parent.is_symlink():
+            break
+        missing.append(parent)
+    return missing
+
+
+def remove_empty(folders: list[Path]) -> None:
+    """Remove each of ``folders`` (deepest first) that is empty: a refused or empty run
+    leaves no folder behind."""
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def _reason(exc: OSError) -> str:

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from parcat import runlock
 from parcat.atomic import write_text_atomically
 from parcat.errors import ConfigError, WriteError
 from parcat.outputs import check_output_file
@@ -90,6 +91,9 @@ class ResultsWriter:
         on_warning: Callable[[str], None] | None = None, ratio: float = SNAPSHOT_RATIO,
     ) -> None:
         self.path = check_output_file(path, "--output")
+        # one writer per results file (re-entrant: the CLI already holds it for the run)
+        self._lock = runlock.acquire(runlock.lock_beside(path), f"--output '{path}'",
+                                     "give another --output")
         self.document = document
         self.every_s = every_s
         self.ratio = ratio
@@ -131,10 +135,12 @@ class ResultsWriter:
         try:
             self._write(self.document(status))
         except OSError as exc:
+            self._lock.release()
             raise WriteError(f"could not write --output '{self.path}' ({exc.strerror or exc}); "
                              f"{self._what_was_saved()}") from None
         if self.journal is not None:
             self.journal.remove()
+        self._lock.release()
 
     def _write(self, document: dict[str, Any]) -> None:
         write_document(self.path, document, self._encoded)

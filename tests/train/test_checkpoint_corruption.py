@@ -85,7 +85,7 @@ def rewrite_run(run: Path, change: Callable[[str, dict[str, np.ndarray]], None])
         agents[agent] = checkpoint.PolicyCheckpoint(saved.policy, saved.kwargs, arrays,
                                                     saved.meta, checkpoint.load_state(run / name))
     meta = {k: v for k, v in manifest.items() if k not in ("format", "version", "agents", "files")}
-    checkpoint.save_run(run, agents, meta, keep=METRICS_FILES)
+    checkpoint.save_run(run, agents, meta)  # the metrics log stays where it is
 
 
 def as_version_1(run: Path) -> None:

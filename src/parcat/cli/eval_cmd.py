@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from parcat import runlock
 from parcat.cli import options as opts
 from parcat.cli.common import (
     EXIT_FAILED,
@@ -94,17 +96,18 @@ def eval_command(
         if replay_dir is not None:
             check_output_folder(replay_dir, "--replay-dir")
         tournament = _tournament(each, cross, resume, precision, replay_dir, args, output)
+        lock = _lock(output)
     if tournament is not None:
         from parcat.cli.tournament_view import run_tournament
 
         total = len(config.missions) * config.episodes * (
             len(config.policies) ** (2 if tournament == "cross" else 1))
-        with user_errors(), progress_bar(total, "episodes", enabled=progress) as advance:
+        with user_errors(), lock, progress_bar(total, "episodes", enabled=progress) as advance:
             code = run_tournament(tournament, config, options, fmt, output,
                                   lambda _: advance())
         raise typer.Exit(code)
     total = len(config.missions) * config.episodes
-    with user_errors(), progress_bar(total, "episodes", enabled=progress) as advance:
+    with user_errors(), lock, progress_bar(total, "episodes", enabled=progress) as advance:
         if precision is not None:
             report = evaluate_to_precision(config, precision, options, max_episodes=max_episodes,
                                            on_result=lambda _: advance(), output=output,
@@ -124,6 +127,14 @@ def eval_command(
         print(f"parcat: error: {failure}", file=sys.stderr)
     raise typer.Exit(EXIT_FAILED if write_failures and exit_code(report) == EXIT_OK
                      else exit_code(report))
+
+
+def _lock(output: Path | None) -> contextlib.AbstractContextManager[object]:
+    """One writer per results file: its lock, held until the run ends (see runlock)."""
+    if output is None:
+        return contextlib.nullcontext()
+    return runlock.acquire(runlock.lock_beside(output), f"--output '{output}'",
+                           "give another --output")
 
 
 def _tournament(each: bool, cross: bool, resume: bool, precision: float | None,

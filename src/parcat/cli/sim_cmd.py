@@ -20,7 +20,6 @@ from parcat.cli.render import (
     stdout_console,
 )
 from parcat.errors import ConfigError
-from parcat.outputs import check_output_folder
 from parcat.settings import parse_overrides
 from parcat.sim import SimMode, SimProgress, load_sim_config, run_sim, summarize
 from parcat.sim.config import SimConfig
@@ -66,8 +65,6 @@ def sim_command(
         cfg = load_sim_config(config, parse_overrides(overrides or [])).with_options(
             iters, seed, output, render
         )
-        if cfg.output is not None:
-            check_output_folder(Path(cfg.output), "--output")
     with user_errors(), _progress(cfg, mode, progress) as on_progress:
         record = run_sim(cfg, mode, fast=fast, on_progress=on_progress)
     summary = summarize(record)

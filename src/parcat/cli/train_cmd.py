@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -14,12 +13,11 @@ from parcat.cli.common import EXIT_INTERRUPTED, SummaryFormat, print_json, user_
 from parcat.cli.render import stderr_console
 from parcat.cli.train_progress import epoch_progress
 from parcat.errors import ConfigError
-from parcat.outputs import check_output_folder
 from parcat.settings import parse_overrides, split_learner_settings
 from parcat.train.config import LearningMode, LoggerKind, MetricsFormat, load_train_config
-from parcat.train.run_dir import choose_run_dir
+from parcat.train.run_dir import RunDirChoice, claim_run_dir
 from parcat.train.runs import BEST
-from parcat.train.trainer import Trainer
+from parcat.train.trainer import Trainer, TrainReport
 
 EpochsOpt = Annotated[
     int | None, typer.Option("--epochs", metavar="N", help="Collect-then-learn rounds.")
@@ -75,7 +73,8 @@ ResumeOpt = Annotated[
     bool, typer.Option("--resume", help="Continue from the run directory's checkpoint.")
 ]
 ForceOpt = Annotated[
-    bool, typer.Option("--force", help="Replace the run already in -o DIR (deleted first).")
+    bool, typer.Option("--force", help="Replace the run already in -o DIR (what parcat wrote "
+                       "there is deleted first; other files stay).")
 ]
 EvalEpisodesOpt = Annotated[
     int | None, typer.Option("--eval-episodes", metavar="N", help="Greedy evaluation episodes "
@@ -139,37 +138,9 @@ def train_command(
             "init_from": init_from, "render": render, "eval_episodes": eval_episodes,
             "backend": backend, "address": address,
         }
-        choice = choose_run_dir(load_train_config(config, flags), resume=resume, force=force)
-        cfg = choice.config
-        made = not cfg.run_path.exists()
-        check_output_folder(cfg.run_path, "--run-dir")
-        if cfg.render:
-            err.print("--render: one environment shown; everything runs in this process")
-        if resume and trainer_done(cfg):
-            raise ConfigError(
-                f"--resume: '{cfg.run_path}' already reached --epochs {cfg.epochs}; "
-                "raise --epochs to train on"
-            )
-        try:
-            trainer = Trainer(cfg, resume=resume,
-                              on_frame=_frame_printer(err) if cfg.render else None)
-            if choice.note:  # once the run has started: a refused one names no folder
-                typer.echo(choice.note, err=True)
-        except BaseException:
-            if made:  # the check above made it: a run that never started leaves nothing
-                with contextlib.suppress(OSError):
-                    cfg.run_path.rmdir()
-            raise
-    if resume and not trainer.resumed:
-        typer.echo(f"--resume: no checkpoint in '{cfg.run_path}' yet; starting from epoch 0",
-                   err=True)
-    if cfg.jobs is not None:
-        for reason in trainer.plan.reasons:
-            err.print(f"plan: {reason}", soft_wrap=True)
-    with epoch_progress(cfg.epochs, trainer.start_epoch,
-                        to_stderr=fmt is SummaryFormat.JSON, live=progress) as show:
-        trainer.on_epoch = show
-        report = trainer.run()
+        cfg = load_train_config(config, flags)
+    with user_errors(), claim_run_dir(cfg, resume=resume, force=force) as choice:
+        report, trainer = _train(choice, resume, progress, fmt, err)
     if fmt is SummaryFormat.JSON:
         print_json(
             {
@@ -190,6 +161,30 @@ def train_command(
         )
     if report.interrupted:
         raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _train(choice: RunDirChoice, resume: bool, progress: bool, fmt: SummaryFormat,
+           err: Any) -> tuple[TrainReport, Trainer]:
+    """Build the trainer in the claimed run directory and run it."""
+    cfg = choice.config
+    if cfg.render:
+        err.print("--render: one environment shown; everything runs in this process")
+    if resume and trainer_done(cfg):
+        raise ConfigError(f"--resume: '{cfg.run_path}' already reached --epochs {cfg.epochs}; "
+                          "raise --epochs to train on")
+    trainer = Trainer(cfg, resume=resume, on_frame=_frame_printer(err) if cfg.render else None)
+    if choice.note:  # once the run has started: a refused one names no folder
+        typer.echo(choice.note, err=True)
+    if resume and not trainer.resumed:
+        typer.echo(f"--resume: no checkpoint in '{cfg.run_path}' yet; starting from epoch 0",
+                   err=True)
+    if cfg.jobs is not None:
+        for reason in trainer.plan.reasons:
+            err.print(f"plan: {reason}", soft_wrap=True)
+    with epoch_progress(cfg.epochs, trainer.start_epoch,
+                        to_stderr=fmt is SummaryFormat.JSON, live=progress) as show:
+        trainer.on_epoch = show
+        return trainer.run(), trainer
 
 
 def _frame_printer(console: Any) -> Any:

@@ -7,14 +7,17 @@ one process (``sequential``), and both produce the same record format.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
+from parcat import runlock
 from parcat.atomic import write_text_atomically
 from parcat.errors import ConfigError
+from parcat.outputs import check_output_folder, missing_folders, remove_empty
 from parcat.sim.config import SimConfig, load_sim_config
 from parcat.sim.metrics import summarize
 from parcat.sim.parallel import run_parallel
@@ -58,6 +61,7 @@ def run_sim(
 
     Raises:
         ConfigError: a bad config file or mode.
+        OutputError: the output folder cannot be written, or another run writes it.
         RunError: the environment or an agent failed (the agent is named).
     """
     if not isinstance(config, SimConfig):
@@ -66,14 +70,33 @@ def run_sim(
         mode = SimMode(mode)
     except ValueError:
         raise ConfigError(f"mode must be parallel or sequential, got {mode!r}") from None
-    if mode is SimMode.PARALLEL:
-        record = run_parallel(config, fast=fast, on_progress=on_progress,
-                              start_method=start_method)
-    else:
-        record = run_sequential(config, on_progress=on_progress)
-    if write and config.output:
-        record = write_outputs(record, config)
+    with _held_output(config.output if write else None):
+        if mode is SimMode.PARALLEL:
+            record = run_parallel(config, fast=fast, on_progress=on_progress,
+                                  start_method=start_method)
+        else:
+            record = run_sequential(config, on_progress=on_progress)
+        if write and config.output:
+            record = write_outputs(record, config)
     return record
+
+
+@contextlib.contextmanager
+def _held_output(output: str | None) -> Iterator[None]:
+    """Check the output folder, create it and hold its lock for the run (one writer per
+    folder); a run that writes nothing there leaves no folder it made."""
+    if not output:
+        yield
+        return
+    folder = Path(output)
+    made = missing_folders(folder)
+    check_output_folder(folder, "--output")
+    try:
+        with runlock.acquire(folder / runlock.LOCK_FILE, f"--output '{folder}'",
+                             "give another -o DIR"):
+            yield
+    finally:
+        remove_empty(made)
 
 
 def write_outputs(record: SimRecord, config: SimConfig) -> SimRecord:

@@ -7,8 +7,9 @@ an epoch (transitions observed, exploration drawn), so every finished epoch is c
 memory (arrays copied) until a later one replaces it. In async mode the acting learners are
 refreshed from the learner process first, as for any async checkpoint.
 
-Every write replaces the run directory in one atomic swap (:func:`parcat.checkpoint.save_run`):
-a second Ctrl-C during the final write leaves the previous checkpoint, never half of one.
+Every write replaces the checkpoint in the run directory in one atomic swap
+(:func:`parcat.checkpoint.save_run`): a second Ctrl-C during the final write leaves the
+previous checkpoint, never half of one; a full disk leaves it too, and is one line.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from parcat import checkpoint
-from parcat.errors import CheckpointError
+from parcat.errors import CheckpointError, WriteError
 from parcat.missions import Mission
 from parcat.train.config import TrainConfig
 from parcat.train.greedy_eval import TOTAL, LearnerObs, evaluate_greedy
@@ -78,7 +79,7 @@ class Checkpointer:
         eval_return = self.pending.meta.get("eval_return") or {}
         score = eval_return.get(TOTAL, math.nan)
         best = not math.isnan(score) and score > self.best_return
-        path = write_snapshot(self.config.run_path, self.pending, best=best)
+        path = self._write(self.pending, best=best)
         if best:
             self.best_return = score
         self.pending = None
@@ -96,12 +97,27 @@ class Checkpointer:
                 mode, once synced); otherwise only a captured epoch is written.
         """
         if self.pending is not None:
-            return write_snapshot(self.config.run_path, self.pending)
+            return self._write(self.pending)
         if live and finished_epochs > saved_epochs:
             snapshot = capture(self.config, self.mission, self.learners, finished_epochs,
                                arrays=self._arrays())
-            return write_snapshot(self.config.run_path, snapshot)
+            return self._write(snapshot)
         return None
+
+    def _write(self, snapshot: RunSnapshot, best: bool = False) -> Path:
+        """Write ``snapshot``; a failed write (a full disk) leaves the last checkpoint.
+
+        Raises:
+            WriteError: naming the run directory, the reason and the epoch kept.
+        """
+        path = self.config.run_path
+        try:
+            return write_snapshot(path, snapshot, best=best)
+        except OSError as exc:
+            raise WriteError(
+                f"could not write the checkpoint of epoch {snapshot.epoch} to '{path}' "
+                f"({exc.strerror or exc}); the last checkpoint there is intact: free the "
+                "space and --resume") from None
 
 
 def best_return(run: Path) -> float:

@@ -15,12 +15,12 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from parcat.errors import ConfigError
+from parcat.errors import ConfigError, OutputError, WriteError
 from parcat.train.config import LoggerKind, TrainConfig
 from parcat.train.metrics import MetricsLog, read_metrics
 
 TENSORBOARD_DIR = "tensorboard"
-"""The folder of event files in the run directory (carried along by checkpoints)."""
+"""The folder of event files in the run directory."""
 STEP_KEY = "total_env_steps"
 """The x axis of TensorBoard and W&B curves: environment steps since the run began."""
 
@@ -66,9 +66,17 @@ class RunLoggers:
             self.others.append(WandbLogger(config, resumed=not fresh))
 
     def write(self, record: dict[str, Any]) -> None:
-        """Log one epoch everywhere."""
+        """Log one epoch everywhere.
+
+        Raises:
+            WriteError: a file could not be written (a full disk); the last checkpoint
+                stays as it was.
+        """
         for log in self.files:
-            log.write(record)
+            try:
+                log.write(record)
+            except OSError as exc:
+                raise write_error(log.path, exc) from None
         for other in self.others:
             other.write(record)
 
@@ -77,6 +85,12 @@ class RunLoggers:
         for other in self.others:
             other.close()
         self.others = []
+
+
+def write_error(path: Path, exc: OSError) -> WriteError:
+    """The one line for a run's file that could not be written mid-run."""
+    return WriteError(f"could not write '{path}' ({exc.strerror or exc}); the last "
+                      "checkpoint is intact: free the space (or fix the path) and --resume")
 
 
 def _last_time(files: list[MetricsLog]) -> float:
@@ -131,8 +145,7 @@ def missing_package(logger: str, package: str, extra: str) -> ConfigError:
 class TensorBoardLogger:
     """Scalars in a TensorBoard event file, written with TensorBoard's own record writer.
 
-    Each epoch is appended to the file and the file closed again, so the checkpoint that
-    replaces the run directory (carrying the folder along) never strands an open file.
+    Each epoch is appended to the file and the file closed again: nothing is held open.
 
     Args:
         folder: Where the event file goes.
@@ -148,6 +161,9 @@ class TensorBoardLogger:
             raise missing_package("tensorboard", "tensorboard", "tensorboard") from exc
         self._event, self._summary = event_pb2, summary_pb2
         self._writer = RecordWriter
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            raise OutputError(f"--logger tensorboard: '{folder}' is not a folder; parcat "
+                              "writes its event files there: move that file away")
         folder.mkdir(parents=True, exist_ok=True)
         name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}"
         self.path = folder / name
@@ -165,10 +181,13 @@ class TensorBoardLogger:
                                        summary=self._summary.Summary(value=values)))
 
     def _append(self, event: Any) -> None:
-        with self.path.open("ab") as handle:
-            writer = self._writer(handle)
-            writer.write(event.SerializeToString())
-            writer.flush()
+        try:
+            with self.path.open("ab") as handle:
+                writer = self._writer(handle)
+                writer.write(event.SerializeToString())
+                writer.flush()
+        except OSError as exc:
+            raise write_error(self.path, exc) from None
 
     def close(self) -> None:
         """Nothing is held open."""

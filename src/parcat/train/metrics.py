@@ -33,19 +33,24 @@ class MetricsLog:
         and a last line that a killed write cut short; the file is replaced atomically.
 
         Raises:
-            ConfigError: a line before the last is not a record (see :func:`read_metrics`).
+            ConfigError: a line before the last is not a record (see :func:`read_metrics`),
+                or its epoch does not follow the one before (two runs wrote the log at
+                once, as parcat before its run lock let them).
         """
         if not self.path.exists():
             return
         if self.fmt == "jsonl":
             lines = _jsonl_lines(self.path)
+            _check_order(self.path, [(number, record["epoch"]) for number, _, record in lines])
             write_text_atomically(self.path, "".join(
-                line + "\n" for line, record in lines if record["epoch"] <= epochs))
+                line + "\n" for _, line, record in lines if record["epoch"] <= epochs))
             return
         header, rows = _csv_rows(self.path)
         if not header:  # even the header was cut: write() starts the file again
             self.path.unlink()
             return
+        _check_order(self.path, [(number + 2, int(row["epoch"]))
+                                 for number, row in enumerate(rows)])
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=header)
         writer.writeheader()
@@ -78,7 +83,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     """
     if path.suffix == ".csv":
         return [_unflatten(row) for row in _csv_rows(path)[1]]
-    return [record for _, record in _jsonl_lines(path)]
+    return [record for _, _, record in _jsonl_lines(path)]
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -88,8 +93,18 @@ def _read_bytes(path: Path) -> bytes:
         raise ConfigError(f"cannot read metrics log '{path}': {exc.strerror}") from exc
 
 
-def _jsonl_lines(path: Path) -> list[tuple[str, dict[str, Any]]]:
-    """Each record of a JSON-lines log with its line's text."""
+def _check_order(path: Path, epochs: list[tuple[int, int]]) -> None:
+    """Refuse a log whose epochs (by line number) are not 1, 2, 3, ... in order."""
+    for expected, (line, epoch) in enumerate(epochs, start=epochs[0][1] if epochs else 1):
+        if epoch != expected:
+            raise ConfigError(
+                f"metrics log '{path}' line {line}: epoch {epoch} where epoch {expected} "
+                "should follow; two runs wrote this log at once, so its records are mixed: "
+                "train again into another --run-dir")
+
+
+def _jsonl_lines(path: Path) -> list[tuple[int, str, dict[str, Any]]]:
+    """Each record of a JSON-lines log with its line's number and text."""
     lines = _read_bytes(path).split(b"\n")
     last = max((n for n, line in enumerate(lines) if line.strip()), default=-1)
     out = []
@@ -111,7 +126,7 @@ def _jsonl_lines(path: Path) -> list[tuple[str, dict[str, Any]]]:
                 f"metrics log '{path}' line {index + 1}: expected an epoch's mapping with an "
                 "integer 'epoch' key; fix or delete that line"
             )
-        out.append((text, record))
+        out.append((index + 1, text, record))
     return out
 
 

@@ -1,27 +1,42 @@
-"""Choosing the run directory: a new run never replaces another one unasked.
+"""Choosing and holding the run directory: folders are the user's, one writer per run.
 
-A directory *holds a run* when it has a checkpoint manifest or a metrics log. Training into
-one needs ``--resume`` (continue it) or ``--force`` (replace it). Without ``--run-dir`` the
-default name ``runs/<mission>`` is taken by the next free numbered name
-(``runs/<mission>-2``, ``-3``, ...) instead, and the caller says so.
+A folder is *parcat's run* only when it holds a run parcat recognises: a ``parcat.run``
+manifest, or a metrics log whose first record has an ``epoch``. Training into one needs
+``--resume`` (continue it) or ``--force`` (replace it). Without ``--run-dir`` the default
+name ``runs/<mission>`` moves to the next free numbered name (``runs/<mission>-2``, ...),
+and the caller says so.
 
-``--force`` deletes the old run before the new one starts: its checkpoints, ``best/`` and
-metrics log go at once, so the new run's metrics and checkpoints never mix with the old.
+``--force`` deletes only what parcat wrote there (the checkpoint, ``best/``, the metrics
+log, the TensorBoard folder); any other file in the folder stays. A folder that holds no
+run may be used when it is empty; one holding files parcat did not write is refused, with
+or without ``--force``: a run is never mixed into a folder of the user's.
+
+The run holds the directory's lock (:mod:`parcat.runlock`) from the choice to its end: a
+second run into it is one line, exit 2. The default name is claimed under that lock, so
+runs started together get ``runs/<mission>``, ``-2``, ... each. A run that is refused or
+leaves nothing in the folders it made removes them again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from parcat import checkpoint
-from parcat.errors import ConfigError
+from parcat import checkpoint, runlock
+from parcat.checkpoint_manifest import parse_manifest
+from parcat.errors import CheckpointError, ConfigError, RunLockedError
+from parcat.outputs import check_output_folder, missing_folders, remove_empty
 from parcat.train.config import TrainConfig
+from parcat.train.loggers import TENSORBOARD_DIR
+from parcat.train.runs import BEST, METRICS_FILES
 
-METRICS_FILES = ("metrics.jsonl", "metrics.csv")
 MAX_NUMBERED = 10_000
 """How many numbered names are tried before giving up (``runs/<mission>-10000``)."""
+FLAG = "--run-dir"
 
 
 @dataclass(frozen=True)
@@ -35,57 +50,184 @@ class RunDirChoice:
 
 
 def holds_run(path: Path) -> bool:
-    """Whether ``path`` holds a run: a checkpoint manifest or a metrics log."""
-    checkpoint.recover_swap(path)
-    if not path.is_dir():
-        return False
-    return any((path / name).is_file() for name in (checkpoint.MANIFEST, *METRICS_FILES))
+    """Whether ``path`` holds a parcat run: a run manifest or a metrics log of one."""
+    return bool(_run_entries(path) - {runlock.LOCK_FILE})
 
 
-def choose_run_dir(config: TrainConfig, resume: bool = False,
-                   force: bool = False) -> RunDirChoice:
-    """Pick the run directory for ``config``; with ``force``, delete the run already there.
+def foreign_entries(path: Path) -> list[str]:
+    """The names in the folder ``path`` that parcat did not write, sorted."""
+    try:
+        names = {entry.name for entry in path.iterdir()}
+    except OSError:
+        return []
+    ours = _run_entries(path)
+    return sorted(n for n in names if n not in ours and not _is_temporary(n))
+
+
+@contextlib.contextmanager
+def claim_run_dir(config: TrainConfig, resume: bool = False,
+                  force: bool = False) -> Iterator[RunDirChoice]:
+    """Choose the run directory for ``config`` and hold its lock until the block ends;
+    with ``force``, delete the run already there (only what parcat wrote).
 
     Args:
         config: ``run_dir`` empty means the default name ``runs/<mission>``.
-        resume: Continue the run in the directory (it is used as it is).
+        resume: Continue the run in the directory (checked later by the trainer).
         force: Replace the run in the directory.
 
     Raises:
-        ConfigError: ``resume`` and ``force`` together, or an explicit ``run_dir`` that
-            holds a run without either.
+        ConfigError: ``resume`` and ``force`` together; an explicit ``run_dir`` holding a
+            run without either; a folder holding files parcat did not write and no run.
+        OutputError: the folder cannot be written, or another process runs in it.
     """
     if resume and force:
         raise ConfigError("--resume and --force contradict each other: --resume continues "
                           "the run, --force replaces it; give one")
     path = config.run_path
-    if resume or not holds_run(path):
-        return RunDirChoice(config)
-    if force:
-        shutil.rmtree(path)
-        return RunDirChoice(config, f"--force: removed the run in '{path}'; starting afresh")
-    if config.run_dir:
-        raise ConfigError(
-            f"run directory '{path}' holds another run; give --resume to continue it, --force "
-            "to replace it, or another --run-dir"
-        )
-    free = next_free(path)
-    return RunDirChoice(
-        replace(config, run_dir=str(free)),
-        f"'{path}' holds another run; this one goes to '{free}' (--resume continues "
-        f"'{path}', --force replaces it)",
-    )
+    made = missing_folders(path)
+    check_output_folder(path, FLAG)
+    try:
+        if config.run_dir or resume or force:
+            lock, choice = _take(config, path, resume, force), RunDirChoice(config)
+            if force and holds_run(path):
+                choice = RunDirChoice(config, _remove_run(path))
+        else:
+            lock, choice = _take_default(config, path, made)
+    except BaseException:
+        remove_empty(made)
+        raise
+    try:
+        with lock:
+            yield choice
+    finally:
+        remove_empty(made)
 
 
-def next_free(path: Path) -> Path:
-    """``path-2``, ``path-3``, ...: the first that does not exist.
+def _lock(path: Path) -> runlock.RunLock:
+    return runlock.acquire(path / runlock.LOCK_FILE, f"run directory '{path}'",
+                           f"give another {FLAG}")
 
-    Raises:
-        ConfigError: all :data:`MAX_NUMBERED` are taken.
-    """
-    for number in range(2, MAX_NUMBERED + 1):
-        candidate = path.with_name(f"{path.name}-{number}")
+
+def _take(config: TrainConfig, path: Path, resume: bool, force: bool) -> runlock.RunLock:
+    """Lock the directory the user named and check it may be written as asked."""
+    lock = _lock(path)
+    try:
+        checkpoint.recover_swap(path)
+        if resume:
+            return lock
+        if holds_run(path):
+            if not force:
+                raise ConfigError(
+                    f"run directory '{path}' holds another run; give --resume to continue "
+                    f"it, --force to replace it, or another {FLAG}")
+            return lock
+        foreign = foreign_entries(path)
+        if foreign:
+            raise ConfigError(
+                f"run directory '{path}' holds files parcat did not write (e.g. "
+                f"'{foreign[0]}') and no run{' to replace' if force else ''}; parcat never "
+                f"writes a run among them: give a new or empty folder, e.g. -o "
+                f"{path / 'run'}")
+        return lock
+    except BaseException:
+        lock.release()
+        raise
+
+
+def _take_default(config: TrainConfig, path: Path,
+                  made: list[Path]) -> tuple[runlock.RunLock, RunDirChoice]:
+    """Claim ``path`` or the first free ``path-N``: one no other run holds, with no run and
+    no files of the user's in it (made if missing, under its lock)."""
+    why = ""
+    for number in range(1, MAX_NUMBERED + 1):
+        candidate = path if number == 1 else path.with_name(f"{path.name}-{number}")
+        if number > 1:
+            with contextlib.suppress(FileExistsError):
+                candidate.mkdir()
+                made.insert(0, candidate)
+        try:
+            lock = _lock(candidate)
+        except RunLockedError as exc:
+            why = why or f"'{path}' is in use by another run{_pid_of(str(exc))}"
+            continue
         checkpoint.recover_swap(candidate)
-        if not candidate.exists():
-            return candidate
-    raise ConfigError(f"'{path}-2' to '{path}-{MAX_NUMBERED}' all exist; give --run-dir")
+        if not holds_run(candidate) and not foreign_entries(candidate):
+            if number == 1:
+                return lock, RunDirChoice(config)
+            return lock, RunDirChoice(
+                replace(config, run_dir=str(candidate)),
+                f"{why}; this one goes to '{candidate}' (--resume continues '{path}', "
+                "--force replaces it)")
+        lock.release()
+        why = why or (f"'{path}' holds another run" if holds_run(candidate) else
+                      f"'{path}' holds files parcat did not write")
+    raise ConfigError(f"'{path}-2' to '{path}-{MAX_NUMBERED}' are all taken; give {FLAG}")
+
+
+def _pid_of(message: str) -> str:
+    start = message.find(" (pid ")
+    return message[start:message.index(")", start) + 1] if start >= 0 else ""
+
+
+def _remove_run(path: Path) -> str:
+    """Delete what parcat wrote in ``path``; return the line that says so."""
+    for name in sorted(_run_entries(path) - {runlock.LOCK_FILE}):
+        entry = path / name
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink(missing_ok=True)
+    kept = foreign_entries(path)
+    also = f" (kept {len(kept)} file(s) parcat did not write, e.g. '{kept[0]}')" if kept else ""
+    return f"--force: removed the run in '{path}'{also}; starting afresh"
+
+
+def _run_entries(path: Path) -> set[str]:
+    """The names in ``path`` that are a parcat run's, recognised by their content."""
+    names = {runlock.LOCK_FILE} if (path / runlock.LOCK_FILE).is_file() else set()
+    manifest = _run_manifest(path)
+    if manifest is not None:
+        names |= {n for n in checkpoint.entries(manifest) if (path / n).exists()}
+        if _run_manifest(path / BEST) is not None:
+            names.add(BEST)
+    names.update(name for name in METRICS_FILES if _is_metrics_log(path / name))
+    board = path / TENSORBOARD_DIR
+    with contextlib.suppress(OSError):
+        events = [e.name for e in board.iterdir()] if not board.is_symlink() else []
+        if events and all(name.startswith("events.out.tfevents.") for name in events):
+            names.add(TENSORBOARD_DIR)  # a run stopped before its first epoch leaves these
+    return names
+
+
+def _run_manifest(path: Path) -> dict[str, object] | None:
+    if not (path / checkpoint.MANIFEST).is_file():
+        return None
+    try:
+        manifest = parse_manifest(path)
+    except CheckpointError:
+        return None
+    return manifest if manifest.get("format") == checkpoint.RUN_FORMAT else None
+
+
+def _is_metrics_log(file: Path) -> bool:
+    """Whether ``file`` starts as parcat's metrics log does (an epoch's record, or a CSV
+    header beginning with ``epoch``)."""
+    if not file.is_file() or file.is_symlink():
+        return False
+    try:
+        with file.open("rb") as handle:
+            first = handle.readline(1 << 16).decode("utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return False
+    if file.suffix == ".csv":
+        return first.startswith("epoch,")
+    try:
+        record = json.loads(first)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(record, dict) and type(record.get("epoch")) is int
+
+
+def _is_temporary(name: str) -> bool:
+    # what a killed write of a metrics log or a checkpoint leaves (parcat.atomic, checkpoint)
+    return name.startswith((".metrics.", ".checkpoint.", ".parcat-probe."))

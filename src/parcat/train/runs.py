@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from parcat import checkpoint
+from parcat import checkpoint, runlock
 from parcat.errors import CheckpointError
 from parcat.train.learner import Learner
 
@@ -23,8 +23,6 @@ if TYPE_CHECKING:
     from parcat.train.config import TrainConfig
 
 METRICS_FILES = ("metrics.jsonl", "metrics.csv")
-CARRIED = (*METRICS_FILES, "tensorboard")
-"""What the run's loggers keep writing to, carried into every new checkpoint."""
 
 
 BEST = "best"
@@ -55,9 +53,9 @@ def save_checkpoint(config: TrainConfig, mission: Mission, learners: dict[Any, L
 
 
 def write_snapshot(path: Path, snapshot: RunSnapshot, best: bool = False) -> Path:
-    """Write ``snapshot`` as the run directory atomically, carrying its metrics log and
-    ``best/`` along; with ``best``, ``best/`` becomes a copy of it."""
-    return checkpoint.save_run(path, snapshot.agents, snapshot.meta, keep=(*CARRIED, BEST),
+    """Write ``snapshot`` into the run directory atomically (its metrics log, ``best/`` and
+    any other file stay); with ``best``, ``best/`` becomes a copy of it."""
+    return checkpoint.save_run(path, snapshot.agents, snapshot.meta,
                                copy_to=BEST if best else "", arrays=snapshot.arrays)
 
 
@@ -136,8 +134,9 @@ def has_checkpoint(path: Path) -> bool:
 
 
 def _is_metrics_file(name: str) -> bool:
-    # a metrics log, or what a rewrite of one killed halfway left (parcat.atomic)
-    return name in CARRIED or (name.startswith(".metrics.") and name.endswith(".tmp"))
+    # a log, the run's lock, or what a rewrite of a metrics log killed halfway left
+    return name in (*METRICS_FILES, "tensorboard", runlock.LOCK_FILE) or (
+        name.startswith(".metrics.") and name.endswith(".tmp"))
 
 
 def restore(path: Path, learners: dict[Any, Learner], config: TrainConfig | None = None) -> int:

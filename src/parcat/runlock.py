@@ -1,0 +1,131 @@
+"""One writer per run: an exclusive ``flock`` on a lock file, held for the whole run.
+
+``parcat train`` holds ``RUN/.parcat.lock``, ``parcat sim -o DIR`` holds ``DIR/.parcat.lock``
+and ``parcat eval -o FILE`` holds ``.FILE.lock`` beside the results file (and its journal).
+A second process that wants the same run gets one line naming the holder's pid and exits
+2; it never waits. The lock file holds the pid of its holder and is removed when the run
+ends; a killed holder leaves it behind, but the kernel drops a ``flock`` with the last
+descriptor, so the next run takes it over and removes it in turn.
+
+A lock is re-entrant within one process: the checkpoint writer takes the run's lock again
+while ``parcat train`` holds it, and that costs nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from pathlib import Path
+from types import TracebackType
+
+from parcat.errors import OutputError, RunLockedError
+
+LOCK_FILE = ".parcat.lock"
+"""The lock file inside a folder a run writes (a run directory, a sim output folder)."""
+
+_HELD: dict[str, list[int]] = {}
+"""Locks this process holds: the lock file's absolute path -> [descriptor, holds]."""
+
+
+def lock_beside(path: Path) -> Path:
+    """The lock file of an output file: ``.NAME.lock`` in the same folder."""
+    return path.with_name(f".{path.name}.lock")
+
+
+class RunLock:
+    """A held lock; :meth:`release` (or leaving the ``with`` block) lets it go."""
+
+    def __init__(self, file: Path) -> None:
+        self.file = file
+        self._key: str | None = os.path.abspath(file)
+
+    def release(self) -> None:
+        """Let go (the last hold in this process removes the lock file); idempotent."""
+        key, self._key = self._key, None
+        if key is None or key not in _HELD:
+            return
+        entry = _HELD[key]
+        entry[1] -= 1
+        if entry[1] > 0:
+            return
+        del _HELD[key]
+        # unlink before unlocking: whoever opened this file meanwhile sees it is gone
+        # once it gets the lock, and takes a new one (see _open_locked)
+        with contextlib.suppress(OSError):
+            os.unlink(key)
+        os.close(entry[0])
+
+    def __enter__(self) -> RunLock:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.release()
+
+
+def acquire(file: Path, what: str, fix: str) -> RunLock:
+    """Take the lock ``file`` (created if needed) or fail at once.
+
+    Args:
+        file: The lock file; its folder must exist.
+        what: How the message names what is locked (``run directory 'runs/x'``).
+        fix: What the user can do instead (``give another -o DIR``).
+
+    Raises:
+        RunLockedError: another process holds the lock (the message names its pid).
+        OutputError: the lock file cannot be created.
+    """
+    key = os.path.abspath(file)
+    if key in _HELD:
+        _HELD[key][1] += 1
+        return RunLock(file)
+    fd = _open_locked(key, what, fix)
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    _HELD[key] = [fd, 1]
+    return RunLock(file)
+
+
+def _open_locked(key: str, what: str, fix: str) -> int:
+    while True:
+        try:
+            fd = os.open(key, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except OSError as exc:
+            raise OutputError(f"{what}: cannot create the lock file '{key}' "
+                              f"({exc.strerror})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise RunLockedError(f"{what} is in use by another parcat process{holder}; wait for "
+                              f"it to end, or {fix}") from None
+        try:
+            current = os.stat(key)
+        except FileNotFoundError:
+            current = None
+        opened = os.fstat(fd)
+        if current is not None and (current.st_ino, current.st_dev) == (opened.st_ino,
+                                                                        opened.st_dev):
+            return fd
+        os.close(fd)  # the holder removed it as we opened it: take the next one
+
+
+def _holder(fd: int) -> str:
+    with contextlib.suppress(OSError, ValueError):
+        pid = int(os.pread(fd, 32, 0).decode().strip())
+        return f" (pid {pid})"
+    return ""
+
+
+def _forget_in_child() -> None:
+    # a forked child does not hold its parent's locks (closing its copies of the
+    # descriptors leaves the parent's flock in place)
+    for fd, _ in _HELD.values():
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
