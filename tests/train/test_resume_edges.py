@@ -116,3 +116,24 @@ def test_csv_metrics_lose_a_cut_last_row_when_truncated(tmp_path: Path) -> None:
                "with an integer 'epoch'; fix or delete that line")
     with pytest.raises(ConfigError, match=re.escape(message)):
         metrics.truncate(2)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_a_log_two_runs_wrote_at_once_is_refused_on_resume(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str
+) -> None:
+    run = tmp_path / "run"
+    assert train(run, 3, capsys, "--metrics-format", fmt)[0] == 0
+    log = run / f"metrics.{fmt}"
+    lines = log.read_text().splitlines(keepends=True)
+    head = 1 if fmt == "csv" else 0
+    # epochs 1, 2, 2, 3, 3: what two writers of one run once left
+    log.write_text("".join([*lines[:head + 2], lines[head + 1], lines[head + 2],
+                            lines[head + 2]]))
+    before = log.read_text()
+    assert train(run, 5, capsys, "--resume", "--metrics-format", fmt) == (
+        2, f"parcat: error: metrics log '{log}' line {head + 3}: epoch 2 where epoch 3 should "
+        "follow; two runs wrote this log at once, so its records are mixed: train again into "
+        "another --run-dir\n")
+    assert log.read_text() == before
+    assert checkpoint.read_manifest(run)["epoch"] == 3

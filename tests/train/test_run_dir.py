@@ -1,8 +1,12 @@
-"""Runs are safe: a run directory holding another run is never replaced unasked."""
+"""Runs are safe: a run directory holding another run is never replaced unasked, and a
+folder of the user's is never emptied (the locking between processes:
+tests/reliability/test_run_lock.py)."""
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from pathlib import Path
 
 import pytest
@@ -80,6 +84,60 @@ def test_force_replaces_the_run_and_its_best(tmp_path: Path,
     assert agents_of(run) == ["agent_0"]
     assert not (run / "best").exists()
     assert (run / "metrics.jsonl").read_text().count("\n") == 1
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_folder_of_the_users_is_never_emptied(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                force: bool) -> None:
+    user = tmp_path / "u"
+    (user / "data").mkdir(parents=True)
+    (user / "thesis.tex").write_text("precious\n")
+    (user / "data" / "x.csv").write_text("1,2\n")
+    args = ["--force"] if force else []
+    assert train(capsys, *MISSION, "--epochs", "1", "-o", str(user), *args) == (
+        2, f"parcat: error: run directory '{user}' holds files parcat did not write (e.g. "
+        f"'data') and no run{' to replace' if force else ''}; parcat never writes a run among "
+        f"them: give a new or empty folder, e.g. -o {user / 'run'}\n")
+    assert sorted(p.name for p in user.rglob("*")) == ["data", "thesis.tex", "x.csv"]
+    assert (user / "thesis.tex").read_text() == "precious\n"
+
+
+def test_force_and_checkpoints_keep_the_files_parcat_did_not_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    assert train(capsys, *MISSION, "--epochs", "1", "-o", str(run))[0] == 0
+    (run / "notes.txt").write_text("mine\n")  # dropped into a run: checkpoints leave it
+    assert train(capsys, *MISSION, "--epochs", "3", "-o", str(run), "--resume",
+                 "--checkpoint-every", "1")[0] == 0
+    assert (run / "notes.txt").read_text() == "mine\n"
+    code, err = train(capsys, *MISSION, "--epochs", "1", "-o", str(run), "--force")
+    assert (code, err) == (0, f"--force: removed the run in '{run}' (kept 1 file(s) parcat did "
+                           "not write, e.g. 'notes.txt'); starting afresh\n")
+    assert (run / "notes.txt").read_text() == "mine\n"
+    assert checkpoint.read_manifest(run)["epoch"] == 1
+    assert sorted(p.name for p in run.iterdir()) == [
+        "agent_0", "agent_1", "best", "envs.npz", "manifest.json", "metrics.jsonl", "notes.txt"]
+
+
+def test_an_empty_folder_is_used_and_run_folders_get_the_usual_mode(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "empty"
+    run.mkdir()
+    assert train(capsys, *MISSION, "--epochs", "1", "-o", str(run))[0] == 0
+    umask = os.umask(0)
+    os.umask(umask)
+    fresh = tmp_path / "fresh"
+    assert train(capsys, *MISSION, "--epochs", "1", "-o", str(fresh))[0] == 0
+    for folder in (fresh, fresh / "agent_0", fresh / "best"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o777 & ~umask, folder
+
+
+def test_a_refused_run_leaves_no_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "new" / "deep" / "run"
+    assert train(capsys, *MISSION, "--set", "learner.lrx=1", "-o", str(run))[0] == 2
+    assert not (tmp_path / "new").exists()
 
 
 def test_resume_and_force_together_are_refused(tmp_path: Path,
