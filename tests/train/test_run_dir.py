@@ -120,6 +120,19 @@ def test_force_and_checkpoints_keep_the_files_parcat_did_not_write(
         "agent_0", "agent_1", "best", "envs.npz", "manifest.json", "metrics.jsonl", "notes.txt"]
 
 
+def test_the_default_name_passes_over_a_folder_of_the_users(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("runs/goal_tasks").mkdir(parents=True)
+    Path("runs/goal_tasks/todo.txt").write_text("x\n")
+    assert train(capsys, *MISSION, "--epochs", "1") == (
+        0, "'runs/goal_tasks' holds files parcat did not write; this one goes to "
+        "'runs/goal_tasks-2'\n")
+    assert sorted(p.name for p in Path("runs/goal_tasks").iterdir()) == ["todo.txt"]
+    assert agents_of(Path("runs/goal_tasks-2")) == ["agent_0", "agent_1"]
+
+
 def test_an_empty_folder_is_used_and_run_folders_get_the_usual_mode(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

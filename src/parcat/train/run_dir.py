@@ -138,7 +138,7 @@ def _take_default(config: TrainConfig, path: Path,
                   made: list[Path]) -> tuple[runlock.RunLock, RunDirChoice]:
     """Claim ``path`` or the first free ``path-N``: one no other run holds, with no run and
     no files of the user's in it (made if missing, under its lock)."""
-    why = ""
+    why, advice = "", ""
     for number in range(1, MAX_NUMBERED + 1):
         candidate = path if number == 1 else path.with_name(f"{path.name}-{number}")
         if number > 1:
@@ -154,13 +154,13 @@ def _take_default(config: TrainConfig, path: Path,
         if not holds_run(candidate) and not foreign_entries(candidate):
             if number == 1:
                 return lock, RunDirChoice(config)
-            return lock, RunDirChoice(
-                replace(config, run_dir=str(candidate)),
-                f"{why}; this one goes to '{candidate}' (--resume continues '{path}', "
-                "--force replaces it)")
+            return lock, RunDirChoice(replace(config, run_dir=str(candidate)),
+                                      f"{why}; this one goes to '{candidate}'{advice}")
         lock.release()
-        why = why or (f"'{path}' holds another run" if holds_run(candidate) else
-                      f"'{path}' holds files parcat did not write")
+        if not why and holds_run(candidate):
+            why = f"'{path}' holds another run"
+            advice = f" (--resume continues '{path}', --force replaces it)"
+        why = why or f"'{path}' holds files parcat did not write"
     raise ConfigError(f"'{path}-2' to '{path}-{MAX_NUMBERED}' are all taken; give {FLAG}")
 
 
