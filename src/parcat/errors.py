@@ -46,6 +46,10 @@ class OutputError(UsageError):
     """An output path is not a regular file (or folder), or cannot be written."""
 
 
+class UntrustedCodeError(UsageError):
+    """A file names code from outside parcat that the user did not allow (``--trust-code``)."""
+
+
 class ConformanceError(ParcatError):
     """An environment or policy breaks the contract that parcat.testing checks."""
 

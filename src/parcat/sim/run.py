@@ -8,11 +8,11 @@ one process (``sequential``), and both produce the same record format.
 from __future__ import annotations
 
 import enum
-import json
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from parcat import jsontext
 from parcat.atomic import write_text_atomically
 from parcat.errors import ConfigError
 from parcat.sim.config import SimConfig, load_sim_config
@@ -85,5 +85,5 @@ def write_outputs(record: SimRecord, config: SimConfig) -> SimRecord:
         files.append(str(folder / SVG_FILE))
     files.append(str(folder / SUMMARY_FILE))
     record = replace(record, files=tuple(files))
-    write_text_atomically(folder / SUMMARY_FILE, json.dumps(summarize(record), indent=2) + "\n")
+    write_text_atomically(folder / SUMMARY_FILE, jsontext.dumps(summarize(record), indent=2) + "\n")
     return record
