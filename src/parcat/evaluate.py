@@ -201,10 +201,12 @@ def make_config(
     episodes: int = 10,
     seed: int = 0,
     overrides: dict[str, Any] | None = None,
+    trust_code: bool = False,
 ) -> EvalConfig:
-    """Build and validate an :class:`EvalConfig` from names and specs, as the CLI does."""
+    """Build and validate an :class:`EvalConfig` from names and specs, as the CLI does
+    (``trust_code``: a checkpoint may name a policy class from outside parcat)."""
     loaded = tuple(load_mission(m, overrides) for m in missions)
-    specs = tuple(parse_policy_spec(p) for p in policies)
+    specs = tuple(parse_policy_spec(p, trust_code) for p in policies)
     config = EvalConfig(loaded, specs, episodes, seed)
     check_policies(config)
     return config

@@ -27,7 +27,9 @@ import pytest
 from parcat import replay
 from parcat.cli.main import main
 from parcat.evaluate import evaluate, make_config
+from parcat.missions import builtin_code
 from parcat.parallel.launch import RunOptions
+from parcat.policies.specs import BUILTIN_CLASSES
 from parcat.seeding import episode_seed
 from tests.reliability.helpers import ROOT, kill_group
 
@@ -427,3 +429,34 @@ def test_results_with_nan_rewards_are_standard_json(
     written = strict(out.read_text())
     assert written["episodes"][0]["agents"][1]["reward"] is None
     assert printed["episodes"] == written["episodes"]
+
+
+def test_sim_loads_an_outside_policy_class_from_a_checkpoint_only_with_trust_code(
+        run: Path) -> None:
+    agent = run / "agent_0"
+    edit_json(agent / "manifest.json", lambda m: m.update(policy="pwn_policy:Policy"))
+    (run.parent / "sim.yaml").write_text(
+        "environment: {mission: goal_tasks, params: {agents: 2, max_steps: 10}, period: 0.001}\n"
+        "agents:\n  - {agent: agent_0, policy: run/agent_0, cycle_time: 0.001}\n"
+        "default_policy: random\niters: 3\noutput: null\n")
+    refused = parcat("sim", "-c", "sim.yaml", "--no-progress", cwd=run.parent)
+    assert refused.returncode == 2 and not (run.parent / "PWNED").exists()
+    assert one_line(refused).endswith(
+        "checkpoint 'run/agent_0' names 'pwn_policy:Policy', code from outside parcat; "
+        f"{TRUST}pass --trust-code if you trust the file")
+    trusted = parcat("sim", "-c", "sim.yaml", "--no-progress", "--trust-code", "-f", "json",
+                     cwd=run.parent)
+    assert trusted.returncode == 0, trusted.stderr
+    assert (run.parent / "PWNED").exists()
+
+
+def test_the_code_a_file_may_name_is_parcat_s_own_built_ins() -> None:
+    """The allow-list, spelled out: adding to it is a decision, not a side effect."""
+    assert builtin_code() == (
+        {"parcat.envs.evade:EvadeEnv", "parcat.envs.goal_tasks:GoalTasksEnv",
+         "parcat.envs.harvest:HarvestEnv"},
+        {"parcat.policies.heuristics:EvadeGreedy", "parcat.policies.heuristics:GoalSeeker",
+         "parcat.policies.heuristics:HarvestGreedy"})
+    assert set(BUILTIN_CLASSES) == {"parcat.policies.builtin:RandomPolicy",
+                                    "parcat.policies.builtin:NoopPolicy",
+                                    "parcat.policies.builtin:MLPPolicy"}
