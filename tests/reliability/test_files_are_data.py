@@ -329,12 +329,23 @@ def test_code_named_on_the_command_line_that_is_no_environment_is_one_line(
     assert cli(capsys, "eval", *args, "-n", "1") == (2, f"parcat: error: {line}\n")
 
 
-def test_compare_of_a_binary_file_is_one_line(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    binary = tmp_path / "b.json"
-    binary.write_bytes(bytes(range(256)) * 4)
-    assert cli(capsys, "compare", str(binary), str(binary)) == (
-        2, f"parcat: error: compare: '{binary}' is not UTF-8 text\n")
+@pytest.mark.parametrize(("command", "content", "line"), [
+    ("compare", bytes(range(256)) * 4, "compare: '{f}' is not UTF-8 text"),
+    ("compare", ("[" * 100_000).encode(),
+     "compare: cannot read '{f}': not valid JSON (nested too deeply)"),
+    ("plot", ("[" * 100_000).encode(), "cannot read '{f}' (RecursionError); give a metrics "
+     "log, a run directory or a `parcat eval --cross -o` file"),
+    ("plot", b'{"schema": "parcat.cross/1", "cross": [{"policies": 3}]}',
+     "'{f}' is a damaged `parcat eval --cross` file (KeyError); run the cross-play again"),
+])
+def test_a_binary_deep_or_damaged_results_file_is_one_line(
+        tmp_path: Path, command: str, content: bytes, line: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    damaged = tmp_path / "r.json"
+    damaged.write_bytes(content)
+    args = [str(damaged)] * (2 if command == "compare" else 1)
+    assert cli(capsys, command, *args) == (
+        2, f"parcat: error: {line.format(f=damaged)}\n")
 
 
 # -- journals ------------------------------------------------------------------------------
@@ -460,3 +471,20 @@ def test_the_code_a_file_may_name_is_parcat_s_own_built_ins() -> None:
     assert set(BUILTIN_CLASSES) == {"parcat.policies.builtin:RandomPolicy",
                                     "parcat.policies.builtin:NoopPolicy",
                                     "parcat.policies.builtin:MLPPolicy"}
+
+
+@pytest.mark.parametrize(("content", "line"), [
+    (bytes(range(256)), "history file '{f}' cannot be read (UnicodeDecodeError); pass another "
+     "--history"),
+    (b"[" * 100_000 + b"\n", "history file '{f}' line 1 is not a JSON object (one record per "
+     "line expected): remove that line or pass another --history"),
+])
+def test_a_damaged_bench_history_is_one_error(tmp_path: Path, content: bytes, line: str) -> None:
+    from parcat.bench import read_history
+    from parcat.errors import ConfigError
+
+    damaged = tmp_path / "history.jsonl"
+    damaged.write_bytes(content)
+    with pytest.raises(ConfigError) as caught:
+        read_history(damaged)
+    assert str(caught.value) == line.format(f=damaged)
