@@ -178,8 +178,10 @@ def test_a_bit_flipped_replay_is_one_line_and_exit_2(
 def test_replay_stops_at_once_on_sigterm_and_ctrl_c(
         recorded: Path, tmp_path: Path, signum: int, code: int) -> None:
     leader, follower = pty.openpty()  # a terminal: frames are paced by --fps
-    proc = subprocess.Popen([sys.executable, "-m", "parcat", "replay", str(recorded), "--fps",
-                             "0.1"], stdout=follower, stderr=subprocess.PIPE, text=True,
+    # the console script: `python -m parcat` may end by SIGINT itself (RELIABILITY.md)
+    command = str(Path(sys.executable).with_name("parcat"))
+    proc = subprocess.Popen([command, "replay", str(recorded), "--fps", "0.1"],
+                            stdout=follower, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     os.close(follower)
     try:
@@ -189,6 +191,9 @@ def test_replay_stops_at_once_on_sigterm_and_ctrl_c(
             seen += os.read(leader, 4096)
         proc.send_signal(signum)
         assert proc.wait(timeout=60) == code
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+        assert "Traceback" not in err and err.count("\n") <= 1, err
     finally:
         kill_group(proc)
         proc.wait()
