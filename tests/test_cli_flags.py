@@ -26,14 +26,14 @@ runner = CliRunner()
 
 TAKES = {
     "eval": {"mission", "policy", "config", "set", "seed", "jobs", "output", "format",
-             "progress", "trace"},
-    "plan": {"mission", "policy", "config", "set", "seed", "jobs", "format"},
+             "progress", "trace", "trust_code"},
+    "plan": {"mission", "policy", "config", "set", "seed", "jobs", "format", "trust_code"},
     "train": {"mission", "config", "set", "seed", "jobs", "output", "format", "progress"},
-    "sim": {"config", "set", "seed", "output", "format", "progress"},
+    "sim": {"config", "set", "seed", "output", "format", "progress", "trust_code"},
     "bench": {"output", "format", "progress"},
     "plot": {"output"},
     "compare": {"policy", "seed", "format"},
-    "replay": {"output"},
+    "replay": {"output", "trust_code"},
     "missions list": {"format"},
     "missions show": {"format"},
     "policies list": {"format"},

@@ -466,12 +466,17 @@ def read_history(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     records = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"history file '{path}' cannot be read ({type(exc).__name__}); pass "
+                          "another --history") from None
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
-        except json.JSONDecodeError as exc:
+        except (ValueError, RecursionError) as exc:  # not JSON, a huge integer, too deep
             record = exc
         if not isinstance(record, dict):
             raise ConfigError(f"history file '{path}' line {number} is not a JSON object (one "

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import shutil
 import signal
@@ -39,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from parcat import runlock
+from parcat import jsontext, runlock
 from parcat.checkpoint_manifest import (
     FIX,
     MANIFEST,
@@ -118,7 +117,7 @@ def save_run(
             files.update({f"{names[agent_id]}/{k}": v for k, v in written.items()})
         manifest = {**dict(meta), "format": RUN_FORMAT, "version": VERSION, "agents": names,
                     "files": files}
-        _write_file(tmp / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True).encode())
+        _write_file(tmp / MANIFEST, jsontext.dumps(manifest, indent=2, sort_keys=True).encode())
         if copy_to:
             (tmp / copy_to).mkdir()
             for name in [*names.values(), *(arrays or {}), MANIFEST]:
@@ -258,7 +257,7 @@ def _write_policy(directory: Path, checkpoint: PolicyCheckpoint) -> dict[str, An
         "kwargs": dict(checkpoint.kwargs),
         "files": files,
     }
-    text = json.dumps(manifest, indent=2, sort_keys=True).encode()
+    text = jsontext.dumps(manifest, indent=2, sort_keys=True).encode()
     return {**files, MANIFEST: _write_file(directory / MANIFEST, text)}
 
 

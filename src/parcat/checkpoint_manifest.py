@@ -1,7 +1,8 @@
 """Reading a checkpoint's ``manifest.json``: JSON of the right shape, or one clear error.
 
 A manifest is checked before anything in it is used: its format and version, the types of
-the keys parcat reads (``policy``, ``kwargs``, ``agents``, ``epoch``, ``config``) and, from
+the keys parcat reads (``policy``, ``kwargs``, ``agents``, ``epoch``, ``config``, a run's
+``mission``, ``mission_params`` and ``eval_return``) and, from
 version 2, the ``files`` it records. Names in ``files`` and ``agents`` stay inside the
 checkpoint directory. Messages never quote the file's content, only what kind of value
 arrived.
@@ -134,8 +135,17 @@ def _check_run(file: Path, manifest: Mapping[str, Any]) -> None:
     epoch = manifest.get("epoch", 0)
     if not _is_int(epoch) or epoch < 0:
         raise _wrong_type(file, "'epoch'", "an integer >= 0", epoch)
-    if not isinstance(manifest.get("config", {}), dict):
-        raise _wrong_type(file, "'config'", "an object", manifest.get("config"))
+    config = manifest.get("config", {})
+    if not isinstance(config, dict):
+        raise _wrong_type(file, "'config'", "an object", config)
+    # what `eval -p RUN` takes from a run: the mission and its parameters
+    for what, value, kind, expected in [
+            ("'mission'", manifest.get("mission", ""), str, "a string"),
+            ("'config.mission'", config.get("mission", ""), str, "a string"),
+            ("'mission_params'", manifest.get("mission_params", {}), dict, "an object"),
+            ("'eval_return'", manifest.get("eval_return", {}), dict, "an object")]:
+        if not isinstance(value, kind):
+            raise _wrong_type(file, what, expected, value)
 
 
 def _is_int(value: Any) -> TypeGuard[int]:

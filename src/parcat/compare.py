@@ -8,7 +8,6 @@ bootstrap 95% interval, and the probability of improvement P(B > A) with its int
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import dataclass, replace
@@ -18,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from parcat.errors import ConfigError
-from parcat.report import SCHEMA
+from parcat.errors import ConfigError, clip
 from parcat.results import EpisodeResult
+from parcat.results_file import read_results
 from parcat.stats import (
     Interval,
     aggregate_iqm,
@@ -65,18 +64,16 @@ def load_scores(path: str | Path, policy: str = "*") -> dict[str, np.ndarray]:
     Raises:
         ConfigError: not a parcat results file, or the policy played no finished episode.
     """
-    try:
-        document = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"cannot read results file '{path}': {exc}") from exc
-    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
-        raise ConfigError(f"'{path}' is not a parcat eval results file")
+    document = read_results(Path(path), "compare")
     scores: dict[str, list[float]] = {}
     for index, data in enumerate(document.get("episodes", [])):
         try:
+            if not isinstance(data, dict):
+                raise TypeError(f"expected an object, got {type(data).__name__}")
             episode = EpisodeResult.from_dict(data)
         except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigError(f"'{path}': episode {index} is malformed ({exc!r})") from exc
+            raise ConfigError(f"compare: '{path}': episode {index} is malformed "
+                              f"({clip(repr(exc), 200)})") from exc
         if not episode.ok:
             continue
         rewards = [a.reward for a in episode.agents if policy in ("*", a.policy)]

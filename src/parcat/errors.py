@@ -50,6 +50,10 @@ class RunLockedError(OutputError):
     """Another parcat process is writing the same run folder or output file."""
 
 
+class UntrustedCodeError(UsageError):
+    """A file names code from outside parcat that the user did not allow (``--trust-code``)."""
+
+
 class ConformanceError(ParcatError):
     """An environment or policy breaks the contract that parcat.testing checks."""
 

@@ -44,6 +44,9 @@ class EvalArgs:
     """Where and how to run (``--jobs``, ``--executor``, ``--backend`` and the rest)."""
     trace: Path | None = None
     """Where the caller writes the run's timeline; recorded only when set (``--trace``)."""
+    trust_code: bool = False
+    """Let a run directory's manifest name code from outside parcat: its mission's
+    environment (without ``-m``) or its policy class (``--trust-code``)."""
 
     def build(self, on_note: Callable[[str], None] | None = None
               ) -> tuple[EvalConfig, RunOptions]:
@@ -71,10 +74,10 @@ class EvalArgs:
         notes: list[str] = []  # told once everything is valid: an error stays one line
         targets = [parse_policy_spec(p).target for p in self.policies]
         missions = load_missions(self.missions, targets, parse_overrides(self.overrides),
-                                 notes.append)
+                                 notes.append, self.trust_code)
         policies = tuple(self.policies) or default_policies(missions, notes.append)
-        config = EvalConfig(missions, tuple(parse_policy_spec(p) for p in policies),
-                            self.episodes, self.seed)
+        config = EvalConfig(missions, tuple(parse_policy_spec(p, self.trust_code)
+                                            for p in policies), self.episodes, self.seed)
         check_policies(config)
         if on_note is not None:
             for note in notes:

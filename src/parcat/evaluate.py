@@ -22,7 +22,7 @@ from parcat.outputs import check_output_file, check_output_folder
 from parcat.parallel.launch import RunOptions, make_executor, plan_run
 from parcat.parallel.planner import ExecutorKind, Plan
 from parcat.policies.builtin import mlp_parameters
-from parcat.policies.specs import PolicySpec, make_policy, parse_policy_spec
+from parcat.policies.specs import PolicySpec, check_weights, make_policy, parse_policy_spec
 from parcat.probe import EnvCheck, check_in_a_worker
 from parcat.replay import file_name as replay_file_name
 from parcat.replay import write_index
@@ -55,6 +55,7 @@ class EvalConfig:
         if not self.policies:
             raise ConfigError("at least one policy is needed (-p NAME)")
         _require_unique("policy", [p.name for p in self.policies])
+        check_weights(self.policies)
         if not isinstance(self.episodes, int) or self.episodes < 1:
             raise ConfigError(f"--episodes must be an integer >= 1, got {self.episodes!r}")
         if not isinstance(self.seed, int) or self.seed < 0:
@@ -200,10 +201,12 @@ def make_config(
     episodes: int = 10,
     seed: int = 0,
     overrides: dict[str, Any] | None = None,
+    trust_code: bool = False,
 ) -> EvalConfig:
-    """Build and validate an :class:`EvalConfig` from names and specs, as the CLI does."""
+    """Build and validate an :class:`EvalConfig` from names and specs, as the CLI does
+    (``trust_code``: a checkpoint may name a policy class from outside parcat)."""
     loaded = tuple(load_mission(m, overrides) for m in missions)
-    specs = tuple(parse_policy_spec(p) for p in policies)
+    specs = tuple(parse_policy_spec(p, trust_code) for p in policies)
     config = EvalConfig(loaded, specs, episodes, seed)
     check_policies(config)
     return config
@@ -337,7 +340,8 @@ def evaluate(
     report.checks = check_environments(config.missions, options.start_method_name,
                                        options.episode_timeout_s)
     tasks = with_fresh_envs(make_tasks(config, replay_dir, seating), report.checks)
-    done = load_finished(output, config.to_dict()) if output is not None and resume else {}
+    done = (load_finished(output, config.to_dict(), tasks) if output is not None and resume
+            else {})
     done.update(keep or {})
     for key, result in done.items():
         position = tasks.position(key)

@@ -1,11 +1,15 @@
-"""Resolving ``module:attribute`` references, the one way parcat loads user code."""
+"""Resolving ``module:attribute`` references, the one way parcat loads user code, and the one
+rule for code that a file names (:func:`require_trusted`)."""
 
 from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
+
+from parcat.errors import UntrustedCodeError, clip
 
 
 def is_reference(text: str) -> bool:
@@ -45,3 +49,36 @@ def import_reference(reference: str) -> Any:
     for part in attr_path.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+TRUST_FLAG = "--trust-code"
+"""The flag by which a user lets files name code from outside parcat."""
+
+
+def require_trusted(reference: str, builtin: Collection[str], trusted: bool, named_by: str,
+                    other_fix: str = "") -> None:
+    """Refuse code that a file names unless it is parcat's own or the user allowed it.
+
+    Files come from colleagues, tournaments and downloads: a replay, a run's manifest or a
+    checkpoint that makes parcat import and call what it names would run anyone's code
+    (``os:system``). So, as ``trust_remote_code`` guards HuggingFace models, parcat runs
+    only its own built-ins from a file, and anything else only when the user names it
+    themselves or passes :data:`TRUST_FLAG`. Every path that reads code from a file
+    calls this before importing anything.
+
+    Args:
+        reference: What the file names (``module:attr``, ``gymnasium:ID``, a module path).
+        builtin: parcat's own references of that kind, always allowed.
+        trusted: The user passed :data:`TRUST_FLAG`.
+        named_by: The file, for the message (``replay 'x.npz'``).
+        other_fix: Another way to allow it, said before the flag (``name it with -m, or``).
+
+    Raises:
+        UntrustedCodeError: one line naming the file, the code and how to allow it.
+    """
+    if trusted or reference in builtin:
+        return
+    raise UntrustedCodeError(
+        f"{named_by} names '{clip(reference)}', code from outside parcat; a file cannot make "
+        f"parcat run it: {other_fix}pass {TRUST_FLAG} if you trust the file"
+    )

@@ -34,6 +34,11 @@ MAX_NUMBER_DIGITS = 100
 """Longest integer written in a YAML file or a ``KEY=VALUE``. Python refuses to read decimal
 integers of more than 4,300 digits, and base-60 ones (``1:2:3``) take quadratic time."""
 
+MAX_REPLAY_BYTES = 2**30
+"""Largest replay file once unpacked (1 GiB; one episode's observations, actions and
+rewards take a few MiB). Checked from the archive's directory before anything is unpacked,
+so a damaged or hostile file cannot make ``parcat replay`` allocate without bound."""
+
 # --- names ------------------------------------------------------------------------------------
 
 MAX_PATH_LENGTH = 4096

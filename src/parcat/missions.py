@@ -11,7 +11,7 @@ import difflib
 import functools
 import re
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -119,11 +119,22 @@ class Mission:
         return mission
 
 
+@functools.cache
+def builtin_code() -> tuple[frozenset[str], frozenset[str]]:
+    """The environment factories and the heuristics of parcat's built-in missions (the
+    YAML files in ``src/parcat/missions/``): the only code a file (a replay, a run's
+    manifest) may name without the user's leave (:func:`parcat.imports.require_trusted`)."""
+    missions = [read_mission(path) for path in sorted(BUILTIN_DIR.glob("*.yaml"))]
+    return (frozenset(m.env for m in missions),
+            frozenset(m.heuristic for m in missions if m.heuristic))
+
+
 def make_env(reference: str, params: Mapping[str, Any], mission_name: str = "?") -> ParallelEnv:
     """Build an environment from a factory reference and parameters.
 
     Raises:
-        MissionError: the factory cannot be found or rejects the parameters.
+        MissionError: the factory cannot be found, rejects the parameters, fails, or
+            returns something that is not an environment.
     """
     module, _, target = reference.partition(":")
     try:
@@ -139,6 +150,9 @@ def make_env(reference: str, params: Mapping[str, Any], mission_name: str = "?")
     except Exception as exc:
         raise MissionError(f"mission '{mission_name}': env '{clip(reference)}' failed: "
                            f"{clip(str(exc), 200)}") from exc
+    if not callable(factory):
+        raise MissionError(f"mission '{mission_name}': env '{clip(reference)}' is a "
+                           f"{type(factory).__name__}, not an environment factory")
     try:
         env: ParallelEnv = factory(**params)
     except MissionError:
@@ -146,7 +160,35 @@ def make_env(reference: str, params: Mapping[str, Any], mission_name: str = "?")
     except TypeError as exc:
         raise MissionError(f"mission '{mission_name}': env '{clip(reference)}' rejected: "
                            f"{clip(str(exc), 200)}") from exc
+    except Exception as exc:  # whatever the factory raises is the mission's problem
+        raise MissionError(f"mission '{mission_name}': env '{clip(reference)}' failed: "
+                           f"{type(exc).__name__}: {clip(str(exc), 200)}") from exc
+    check_is_env(env, f"mission '{mission_name}': env '{clip(reference)}'")
     return env
+
+
+def check_is_env(env: Any, label: str) -> None:
+    """What a factory returned has the environment API: ``reset``, ``step`` (or a
+    turn-based game's ``agent_iter`` and ``last``), the space lookups and a non-empty
+    ``possible_agents``.
+
+    Raises:
+        MissionError: naming ``label`` and what is missing.
+    """
+    methods = ["reset", "observation_space", "action_space"]
+    methods += ["agent_iter", "last", "step"] if is_turn_based(env) else ["step"]
+    missing = [m for m in methods if not callable(getattr(env, m, None))]
+    try:
+        agents = env.possible_agents
+        count = len(agents) if isinstance(agents, list | tuple) else None
+    except Exception:  # a property that raises: the same as none
+        count = None
+    if missing or not count:
+        what = (f"no {missing[0]}() method" if missing else
+                "no agents in possible_agents" if count == 0 else "no possible_agents list")
+        raise MissionError(f"{label} returned a '{clip(type(env).__name__)}' object with "
+                           f"{what}, not an environment; a factory must return a "
+                           "PettingZoo-style parallel (or turn-based) environment")
 
 
 def close_env(env: Any) -> None:
@@ -194,13 +236,25 @@ def list_missions() -> list[Mission]:
     return [read_mission(path) for _, path in sorted(mission_files().items())]
 
 
-def load_mission(name_or_path: str, overrides: Mapping[str, Any] | None = None) -> Mission:
+def load_mission(name_or_path: str, overrides: Mapping[str, Any] | None = None,
+                 check_code: Callable[[str], None] | None = None) -> Mission:
     """Find a mission by name or YAML path, apply ``--set`` overrides and validate it.
+
+    Args:
+        name_or_path: A mission name, YAML path, ``gymnasium:ID``, ``module:callable`` or
+            module path.
+        overrides: ``--set`` parameters.
+        check_code: Called with every code reference the mission would import (its
+            environment and heuristic, or the name itself) before anything is imported;
+            raises to refuse it (a mission a file named: :func:`parcat.imports.
+            require_trusted`).
 
     Raises:
         MissionError: unknown name, unreadable or malformed file, bad parameters.
     """
+    check = check_code or (lambda reference: None)
     if isinstance(name_or_path, str) and name_or_path.startswith(GYMNASIUM_PREFIX):
+        check(name_or_path)
         return gymnasium_mission(name_or_path, overrides or {})
     path = Path(name_or_path)
     if name_or_path.endswith((".yaml", ".yml")) or _is_file(name_or_path):
@@ -210,10 +264,15 @@ def load_mission(name_or_path: str, overrides: Mapping[str, Any] | None = None) 
         files = mission_files()
         if name_or_path not in files:
             if _FACTORY.fullmatch(name_or_path):
+                check(name_or_path)
                 return factory_mission(name_or_path, overrides or {})
             raise MissionError(unknown_mission_message(name_or_path, files))
         path = files[name_or_path]
-    return read_mission(path).with_overrides(overrides or {})
+    mission = read_mission(path)
+    for reference in (mission.env, mission.heuristic):
+        if reference is not None:
+            check(reference)
+    return mission.with_overrides(overrides or {})
 
 
 _FACTORY = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*(:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*"

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,8 +38,18 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
+from parcat import jsontext
 from parcat.atomic import write_atomically, write_text_atomically
-from parcat.errors import UsageError
+from parcat.errors import UsageError, brief, clip
+from parcat.imports import require_trusted
+from parcat.limits import (
+    MAX_AGENTS,
+    MAX_COUNT,
+    MAX_EPISODE_STEPS,
+    MAX_NAME_LENGTH,
+    MAX_PATH_LENGTH,
+    MAX_REPLAY_BYTES,
+)
 
 FORMAT = "parcat-replay"
 VERSION = 1
@@ -137,8 +148,8 @@ class Recorder:
                 "agents": [str(a) for a in self.agents],
                 "observation_spaces": [str(s) for s in self.obs_spaces],
                 "action_spaces": [str(s) for s in self.act_spaces]}
-        arrays["meta"] = np.array(json.dumps(meta, default=_text))
-        arrays["infos"] = np.array(json.dumps(self.infos, default=_text))
+        arrays["meta"] = np.array(jsontext.dumps(meta, default=_text))
+        arrays["infos"] = np.array(jsontext.dumps(self.infos, default=_text))
         write_atomically(path, lambda handle: np.savez_compressed(handle, **arrays))  # type: ignore[arg-type]
 
 
@@ -178,111 +189,267 @@ def _text(value: Any) -> Any:
 
 # -- reading ---------------------------------------------------------------------------------
 
+_ARRAYS = ("step", "obs", "act", "rew")
+_NUMBERS = "biuf"
+"""numpy kinds of the numbers a replay's arrays hold (bool, int, unsigned, float)."""
+_SEED_LIMIT = 2**64
+
 
 @dataclass(frozen=True)
 class Replay:
-    """One episode read back from a replay file."""
+    """One episode read back from a replay file (checked by :func:`read`)."""
 
     meta: dict[str, Any]
     arrays: dict[str, np.ndarray]
     infos: dict[str, Any]
+    source: str = "replay"
+    """How messages name the file (``replay 'PATH'``)."""
 
     @property
     def agents(self) -> list[str]:
         """Agent ids as text, in ``possible_agents`` order."""
         return list(self.meta["agents"])
 
+    def _row(self, i: int, step: int) -> int | None:
+        steps = self.arrays[f"step_{i}"]  # increasing: read checked it
+        row = int(np.searchsorted(steps, step))
+        return row if row < len(steps) and steps[row] == step else None
+
     def actions_at(self, step: int, action_spaces: list[gymnasium.Space[Any]]) -> dict[int, Any]:
-        """Each acting agent's action at ``step`` (by agent position), as the env takes it."""
+        """Each acting agent's action at ``step`` (by agent position), as the env takes it.
+
+        Raises:
+            ReplayError: an action that is not in its agent's action space.
+        """
         found: dict[int, Any] = {}
         for i, space in enumerate(action_spaces):
-            rows = np.flatnonzero(self.arrays[f"step_{i}"] == step)
-            if len(rows):
-                action = self.arrays[f"act_{i}"][rows[0]]
+            row = self._row(i, step)
+            if row is None:
+                continue
+            action = self.arrays[f"act_{i}"][row]
+            try:
                 if isinstance(space, spaces.Discrete):
-                    found[i] = int(action)
+                    action = int(action)
                 elif isinstance(space, spaces.Box):
-                    found[i] = np.asarray(action, dtype=space.dtype)
+                    action = np.asarray(action, dtype=space.dtype)
                 else:
-                    found[i] = spaces.unflatten(space, action)
+                    action = spaces.unflatten(space, action)
+                valid = space.contains(action)
+            except (TypeError, ValueError, IndexError, OverflowError):
+                valid = False
+            if not valid:
+                raise ReplayError(f"{self.source} is damaged: the action of agent "
+                                  f"'{clip(self.agents[i])}' at step {step} is not in its "
+                                  f"action space {clip(str(space))}")
+            found[i] = action
         return found
 
     def rewards_at(self, step: int) -> dict[int, float]:
         """What ``step`` paid each agent that acted in it (by agent position)."""
         found = {}
         for i in range(len(self.agents)):
-            rows = np.flatnonzero(self.arrays[f"step_{i}"] == step)
-            if len(rows):
-                found[i] = float(self.arrays[f"rew_{i}"][rows[0]])
+            row = self._row(i, step)
+            if row is not None:
+                found[i] = float(self.arrays[f"rew_{i}"][row])
         return found
 
 
 def read(path: str | Path) -> Replay:
-    """Read a replay file.
+    """Read a replay file, and check its shape, types and sizes before anything uses it.
 
     Raises:
-        ReplayError: the file is missing, not a replay, or of another format version.
+        ReplayError: the file is missing, not a replay, of another format version, larger
+            than :data:`~parcat.limits.MAX_REPLAY_BYTES` unpacked, or damaged (one line
+            naming the key or array).
     """
     path = Path(path)
+    source = f"replay '{clip(str(path), 200)}'"
     if not path.is_file():
         raise ReplayError(f"replay '{path}' does not exist or is not a file; replays are the "
                           f"*.npz files in a --replay-dir folder (listed in its {INDEX})")
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {key: data[key] for key in data.files}
-        meta = json.loads(str(arrays.pop("meta")))
-        infos = json.loads(str(arrays.pop("infos", np.array("{}"))))
-    except (OSError, ValueError, KeyError, EOFError) as exc:
-        raise ReplayError(f"replay '{path}' cannot be read ({type(exc).__name__}); "
-                          "it is damaged or not a parcat replay") from exc
+    arrays = _load_arrays(path, source)
+    meta = _json(arrays.pop("meta", None), source, "meta")
+    infos = _json(arrays.pop("infos", np.array("{}")), source, "infos")
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ReplayError(f"'{path}' is not a {FORMAT} file")
     if meta.get("version") != VERSION:
-        raise ReplayError(f"replay '{path}' is format version {meta.get('version')!r}; this "
-                          f"parcat reads version {VERSION}")
-    return Replay(meta, arrays, infos)
+        raise ReplayError(f"replay '{path}' is format version {brief(meta.get('version'))}; "
+                          f"this parcat reads version {VERSION}")
+    if not isinstance(infos, dict):
+        raise ReplayError(f"{source} is damaged: 'infos' is no JSON object")
+    _check_meta(meta, source)
+    _check_arrays(meta, arrays, source)
+    return Replay(meta, arrays, infos, source)
+
+
+def _load_arrays(path: Path, source: str) -> dict[str, np.ndarray]:
+    """Every array of the archive, its unpacked size checked before anything is unpacked."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            unpacked = sum(member.file_size for member in archive.infolist())
+        if unpacked > MAX_REPLAY_BYTES:
+            raise ReplayError(f"{source} unpacks to {unpacked:,} bytes, more than a replay's "
+                              f"limit of {MAX_REPLAY_BYTES:,}; it is damaged or no parcat replay")
+        with np.load(path, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+    except ReplayError:
+        raise
+    except Exception as exc:  # whatever a damaged archive makes zipfile or numpy raise
+        raise ReplayError(f"{source} cannot be read ({type(exc).__name__}); it is damaged or "
+                          "not a parcat replay") from exc
+
+
+def _json(array: Any, source: str, key: str) -> Any:
+    if not isinstance(array, np.ndarray) or array.shape != () or array.dtype.kind != "U":
+        raise ReplayError(f"{source} is damaged or not a parcat replay: no '{key}' text")
+    try:
+        return json.loads(str(array))
+    except (ValueError, RecursionError) as exc:  # bad JSON, a huge integer, deep nesting
+        raise ReplayError(f"{source} is damaged: '{key}' is not JSON parcat can read "
+                          f"({type(exc).__name__})") from None
+
+
+def _is_int(value: Any, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _check_meta(meta: dict[str, Any], source: str) -> None:
+    """The meta keys parcat uses, each of its type and within its limits."""
+    agents = meta.get("agents")
+    if not isinstance(agents, list):
+        agents = [None]  # fails the check below
+    count = len(agents)
+    checks: list[tuple[str, bool, str]] = [
+        ("mission", isinstance(meta.get("mission"), str)
+         and 0 < len(meta["mission"]) <= MAX_NAME_LENGTH, f"a name of 1 to {MAX_NAME_LENGTH} "
+         "characters"),
+        ("env", isinstance(meta.get("env"), str) and 0 < len(meta["env"]) <= MAX_PATH_LENGTH,
+         "a 'module:callable' reference"),
+        ("params", isinstance(meta.get("params"), dict), "an object"),
+        ("seed", _is_int(meta.get("seed"), 0, _SEED_LIMIT - 1),
+         "an integer from 0 to 2**64 - 1"),
+        ("episode_index", _is_int(meta.get("episode_index"), 0, MAX_COUNT),
+         f"an integer from 0 to {MAX_COUNT:,}"),
+        ("steps", _is_int(meta.get("steps"), 0, MAX_EPISODE_STEPS),
+         f"an integer from 0 to {MAX_EPISODE_STEPS:,}"),
+        ("turn_based", isinstance(meta.get("turn_based", False), bool), "true or false"),
+        ("agents", 0 < count <= MAX_AGENTS and all(isinstance(a, str) for a in agents),
+         f"a list of 1 to {MAX_AGENTS:,} agent names"),
+        ("returns", isinstance(meta.get("returns"), list) and len(meta["returns"]) == count
+         and all(_is_number(r) for r in meta["returns"]), "a number for every agent"),
+    ]
+    for key, valid, expected in checks:
+        if not valid:
+            raise ReplayError(f"{source} is damaged: meta '{key}' must be {expected}, got "
+                              f"{brief(meta.get(key))}")
+
+
+def _is_number(value: Any) -> bool:
+    return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+
+
+def _check_arrays(meta: dict[str, Any], arrays: dict[str, np.ndarray], source: str) -> None:
+    """Every agent's rows: the steps it acted in (increasing, within the episode), one
+    observation, action and reward each; the episode no longer than its recorded steps."""
+    recorded = 0
+    for i, agent in enumerate(meta["agents"]):
+        missing = [f"{name}_{i}" for name in _ARRAYS if f"{name}_{i}" not in arrays]
+        if missing:
+            raise ReplayError(f"{source} is damaged: array '{missing[0]}' is missing")
+        found = {name: arrays[f"{name}_{i}"] for name in _ARRAYS}
+        steps = found["step"]
+        rows = len(steps) if steps.ndim == 1 and steps.dtype.kind in "iu" else -1
+        for name, array in found.items():
+            if (array.dtype.kind not in _NUMBERS or array.ndim < 1 or len(array) != rows
+                    or (name in ("step", "rew") and array.ndim != 1)):
+                raise ReplayError(f"{source} is damaged: array '{name}_{i}' (agent "
+                                  f"'{clip(agent)}') has shape {array.shape} and type "
+                                  f"{array.dtype}, not one number row per step it acted")
+        if rows and (steps[0] < 0 or (np.diff(steps) <= 0).any()):
+            raise ReplayError(f"{source} is damaged: array 'step_{i}' (agent '{clip(agent)}') "
+                              "is not increasing steps from 0")
+        if rows:
+            recorded = max(recorded, int(steps[-1]) + 1)
+    if meta["steps"] > recorded:
+        raise ReplayError(f"{source} is damaged: meta 'steps' is {meta['steps']:,}, but actions "
+                          f"are recorded for {recorded:,} steps")
 
 
 def write_index(folder: Path, entries: list[dict[str, Any]]) -> None:
     """Write ``folder/index.json`` (atomically): the format and one entry per episode."""
     document = {"format": FORMAT, "version": VERSION, "episodes": entries}
-    write_text_atomically(folder / INDEX, json.dumps(document, indent=1) + "\n")
+    write_text_atomically(folder / INDEX, jsontext.dumps(document, indent=1) + "\n")
 
 
-def frames(replay: Replay) -> Iterator[tuple[int, str, list[str]]]:
+def frames(replay: Replay, trust_code: bool = False) -> Iterator[tuple[int, str, list[str]]]:
     """Rebuild the episode's environment, step it with the recorded actions and draw it.
 
     Yields ``(step, frame, problems)``: the frame after ``step`` steps (step 0: after the
     reset) and what disagreed with the recording there (rewards of a non-deterministic env).
+    The environment must be one of parcat's own unless ``trust_code`` (``--trust-code``):
+    a replay is a file, and its ``env`` names code.
 
     Raises:
-        ReplayError: the environment cannot be rebuilt, draws no text, or is turn-based.
+        UntrustedCodeError: the replay names an environment from outside parcat.
+        MissionError: the environment cannot be rebuilt.
+        ReplayError: it draws no text, is turn-based, has other agents than the replay, is
+            given an action outside its space, or fails while it is replayed.
     """
-    from parcat.missions import close_env, make_env
+    from parcat.missions import builtin_code, close_env, make_env
 
     meta = replay.meta
     if meta.get("turn_based"):
         raise ReplayError("playing back turn-based games is not supported; read the replay's "
                           "arrays with numpy (see parcat/replay.py for the format)")
+    require_trusted(meta["env"], builtin_code()[0], trust_code, replay.source)
     env: Any = make_env(meta["env"], meta["params"], meta["mission"])
     try:
-        env.reset(seed=meta["seed"])
-        render = getattr(env, "render", None)
-        first = render() if callable(render) else None
-        if not isinstance(first, str):
-            raise ReplayError(f"mission '{meta['mission']}' cannot draw itself as text; read "
-                              "the replay's arrays with numpy (see parcat/replay.py)")
+        agents = _replay_agents(env, replay)
+        first = _drawn(env, replay, reset_seed=meta["seed"])
         yield 0, first, []
-        agents = list(env.possible_agents)
         act_spaces = [env.action_space(a) for a in agents]
         for step in range(meta["steps"]):
             chosen = replay.actions_at(step, act_spaces)
-            _, rewards, _, _, _ = env.step({agents[i]: a for i, a in chosen.items()})
+            try:
+                _, rewards, _, _, _ = env.step({agents[i]: a for i, a in chosen.items()})
+            except Exception as exc:  # the environment's own error, at this step
+                raise _failed(replay, f"step {step}", exc) from exc
             problems = [
                 f"agent '{agents[i]}' earned {rewards.get(agents[i], 0.0)!r}, recorded {r!r}"
                 for i, r in replay.rewards_at(step).items()
                 if not math.isclose(float(rewards.get(agents[i], 0.0)), r, abs_tol=1e-6)
             ]
-            yield step + 1, str(env.render()), problems
+            yield step + 1, _drawn(env, replay), problems
     finally:
         close_env(env)
+
+
+def _replay_agents(env: Any, replay: Replay) -> list[Any]:
+    """The environment's agents, once they are the replay's (compared as text)."""
+    agents = list(env.possible_agents)
+    if [str(a) for a in agents] != replay.agents:
+        raise ReplayError(f"{replay.source}: the environment has agents "
+                          f"{brief([str(a) for a in agents])}, the replay "
+                          f"{brief(replay.agents)}; it is damaged or from another parcat")
+    return agents
+
+
+def _drawn(env: Any, replay: Replay, reset_seed: int | None = None) -> str:
+    """The environment drawn as text (after a reset with ``reset_seed``, if given)."""
+    try:
+        if reset_seed is not None:
+            env.reset(seed=reset_seed)
+        render = getattr(env, "render", None)
+        frame = render() if callable(render) else None
+    except Exception as exc:  # the environment's own error
+        raise _failed(replay, "reset" if reset_seed is not None else "render", exc) from exc
+    if not isinstance(frame, str):
+        raise ReplayError(f"mission '{replay.meta['mission']}' cannot draw itself as text; read "
+                          "the replay's arrays with numpy (see parcat/replay.py)")
+    return frame
+
+
+def _failed(replay: Replay, where: str, exc: Exception) -> ReplayError:
+    return ReplayError(f"{replay.source}: the environment failed at {where} "
+                       f"({type(exc).__name__}: {clip(str(exc), 200)}); the replay's "
+                       "parameters or actions do not fit it")

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from parcat import __version__
+from parcat import __version__, jsontext
 from parcat.results import EpisodeResult
 
 SCHEMA = "parcat.eval"
@@ -157,7 +157,7 @@ def make_document(
 
 
 def dumps_document(document: Mapping[str, Any],
-                   encode: Callable[[Any], str] = json.dumps) -> str:
+                   encode: Callable[[Any], str] = jsontext.dumps) -> str:
     """JSON text of a results document: a key per line, and a list's items a line each
     (each item as ``encode`` makes it, e.g. reusing text already encoded).
 
@@ -170,7 +170,7 @@ def dumps_document(document: Mapping[str, Any],
             items = ",\n".join("    " + encode(item) for item in value)
             parts.append(f"  {json.dumps(key)}: [\n{items}\n  ]")
         else:
-            parts.append(f"  {json.dumps(key)}: {json.dumps(value)}")
+            parts.append(f"  {json.dumps(key)}: {jsontext.dumps(value)}")
     return "{\n" + ",\n".join(parts) + "\n}\n"
 
 

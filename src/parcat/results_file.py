@@ -29,12 +29,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from parcat import runlock
+from parcat import jsontext, runlock, seeding
 from parcat.atomic import write_text_atomically
-from parcat.errors import ConfigError, WriteError
+from parcat.errors import ConfigError, WriteError, brief, clip
 from parcat.outputs import check_output_file
 from parcat.report import SCHEMA, dumps_document, summarize, summary_csv
 from parcat.results import EpisodeResult, EpisodeStatus
+from parcat.rollout import TaskList
 
 JOURNAL_SCHEMA = "parcat.eval.journal"
 JOURNAL_SUFFIX = ".episodes.jsonl"
@@ -68,7 +69,7 @@ def _episode_encoder(encoded: dict[tuple[str, int], str]) -> Callable[[Any], str
             line = encoded.get((item.get("mission"), item.get("episode_index")))  # type: ignore[arg-type]
             if line is not None:
                 return line
-        return json.dumps(item, separators=(",", ":"))
+        return jsontext.dumps(item, separators=(",", ":"))
     return encode
 
 
@@ -111,7 +112,7 @@ class ResultsWriter:
     def episode_finished(self, result: EpisodeResult | None = None) -> None:
         """Journal ``result``; write a ``running`` snapshot if the last one is old enough."""
         if self.journal is not None and result is not None:
-            line = json.dumps(result.to_dict(), separators=(",", ":"))
+            line = jsontext.dumps(result.to_dict(), separators=(",", ":"))
             self._encoded[(result.mission, result.episode_index)] = line
             if not self.journal.append(line):
                 self._warn("journal", f"could not append to '{self.journal.path}' "
@@ -231,7 +232,7 @@ class _Journal:
 
 
 def _line(data: dict[str, Any]) -> bytes:
-    return (json.dumps(data, separators=(",", ":")) + "\n").encode()
+    return (jsontext.dumps(data, separators=(",", ":")) + "\n").encode()
 
 
 def _cut_partial_line(fd: int, size: int) -> int:
@@ -246,13 +247,38 @@ def _cut_partial_line(fd: int, size: int) -> int:
     return keep
 
 
-def load_finished(path: Path, config: dict[str, Any]) -> dict[tuple[str, int], EpisodeResult]:
+def read_results(path: Path, flag: str) -> dict[str, Any]:
+    """A results file parcat wrote: a JSON object of its schema whose ``episodes`` is a list.
+
+    Raises:
+        ConfigError: naming ``flag`` and the file: unreadable, not UTF-8, not JSON, or not
+            parcat results.
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{flag}: cannot read '{path}' ({exc.strerror})") from None
+    document = _read_json(path, data, flag)
+    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
+        raise ConfigError(f"{flag}: '{path}' is not a parcat eval results file")
+    if not isinstance(document.get("episodes", []), list):
+        raise ConfigError(f"{flag}: '{path}': \"episodes\" is not a list")
+    return document
+
+
+def load_finished(path: Path, config: dict[str, Any], tasks: TaskList | None = None
+                  ) -> dict[tuple[str, int], EpisodeResult]:
     """The episodes of an earlier run of the same config that need not run again: those
     in the results file and those in its journal.
 
+    With ``tasks`` (the run's), every episode must be one of them, with its seed; an
+    episode found twice (the document and the journal both hold it) must be the same,
+    unless the earlier was one to run again (a timeout, a lost worker).
+
     Raises:
         ConfigError: a file is unreadable, not parcat results, from another config, or
-            holds a malformed episode.
+            holds a malformed episode, one outside ``tasks``, a wrong seed or a changed
+            duplicate (naming the file and line).
     """
     if path.suffix.lower() == ".csv":
         if path.exists():
@@ -260,25 +286,45 @@ def load_finished(path: Path, config: dict[str, Any]) -> dict[tuple[str, int], E
         return {}
     episodes: list[tuple[str, Any]] = []
     if path.exists():
-        document = _read_json(path, path.read_bytes(), "--resume")
-        if not isinstance(document, dict) or document.get("schema") != SCHEMA:
-            raise ConfigError(f"--resume: '{path}' is not a parcat eval results file")
+        document = read_results(path, "--resume")
         _same_config(path, document.get("config"), config)
-        raw = document.get("episodes", [])
-        if not isinstance(raw, list):
-            raise ConfigError(f"--resume: '{path}': \"episodes\" is not a list; "
-                              "use another --output")
-        episodes += [(f"'{path}': episode {i}", e) for i, e in enumerate(raw)]
+        episodes += [(f"'{path}': episode {i}", e)
+                     for i, e in enumerate(document.get("episodes", []))]
     episodes += _journal_lines(journal_path(path), config)
-    finished = {}
+    finished: dict[tuple[str, int], tuple[EpisodeResult, str]] = {}
     for where, data in episodes:
         episode = _episode(where, data)
+        if tasks is not None:
+            _check_task(where, episode, tasks)
         transient = episode.status is EpisodeStatus.TIMEOUT or (
             episode.error is not None and episode.error.phase in _TRANSIENT_PHASES
         )
-        if not transient:
-            finished[(episode.mission, episode.episode_index)] = episode
-    return finished
+        if transient:
+            continue
+        key = (episode.mission, episode.episode_index)
+        text = json.dumps(episode.to_dict(), sort_keys=True)
+        if key in finished and finished[key][1] != text:
+            raise ConfigError(f"--resume: {where} holds episode {episode.episode_index} of "
+                              f"mission '{clip(episode.mission)}' again with other results; "
+                              "the file was changed: use another --output")
+        finished[key] = (episode, text)
+    return {key: episode for key, (episode, _) in finished.items()}
+
+
+def _check_task(where: str, episode: EpisodeResult, tasks: TaskList) -> None:
+    """``episode`` is one of ``tasks`` and has its seed."""
+    name, index = episode.mission, episode.episode_index
+    position = tasks.position((name, index))
+    if position is None:
+        raise ConfigError(f"--resume: {where} is episode {brief(index)} of mission "
+                          f"'{clip(name)}', not one of this run's ({tasks.episodes} episodes "
+                          "of each mission); the file was changed: use another --output")
+    mission = tasks.missions[position // tasks.episodes]
+    seed = seeding.episode_seed(tasks.seed, mission.key, index)
+    if episode.seed != seed:
+        raise ConfigError(f"--resume: {where} gives episode {index} of mission '{clip(name)}' "
+                          f"seed {brief(episode.seed)}, but this run's is {seed}; the file was "
+                          "changed: use another --output")
 
 
 def _journal_lines(path: Path, config: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -306,8 +352,10 @@ def _read_json(path: Path, data: bytes, flag: str, line: int | None = None) -> A
         return json.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
         raise ConfigError(f"{flag}: {where} is not UTF-8 text") from None
-    except (json.JSONDecodeError, RecursionError) as exc:
-        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+    except (ValueError, RecursionError) as exc:
+        reason = (exc.msg if isinstance(exc, json.JSONDecodeError) else
+                  "nested too deeply" if isinstance(exc, RecursionError) else
+                  "a number too long")  # Python reads integers of at most 4,300 digits
         raise ConfigError(f"{flag}: cannot read {where}: not valid JSON ({reason})") from None
 
 

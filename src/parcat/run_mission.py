@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from parcat import checkpoint
-from parcat.errors import CheckpointError, ConfigError, clip
-from parcat.missions import Mission, load_mission
+from parcat.errors import ConfigError, clip
+from parcat.imports import require_trusted
+from parcat.missions import Mission, builtin_code, load_mission
 from parcat.settings import merge_settings
 
 BEST = "best"
@@ -54,49 +55,60 @@ class RunCheckpoint:
 
 
 def read_run(target: str) -> RunCheckpoint | None:
-    """The run checkpoint at ``target``, or ``None`` when it is no readable run directory
-    (the policy loader reports what is wrong with it)."""
+    """The run checkpoint at ``target``, or ``None`` when it is no run directory (no folder,
+    or no manifest: the policy loader says what it is not).
+
+    Raises:
+        CheckpointError: a run directory whose manifest, or an agent's, is damaged; the
+            message names the file.
+    """
     path = Path(target)
-    try:
-        if not path.is_dir():
-            return None
-        manifest = checkpoint.read_manifest(path)
-        if manifest.get("format") != checkpoint.RUN_FORMAT and \
-                (path.parent / checkpoint.MANIFEST).is_file():
-            # one agent's folder in a run: the run's mission and parameters; its policy
-            # plays every agent, so there are no per-agent spaces to hold it to
-            run = read_run(str(path.parent))
-            return None if run is None else replace(run, path=path, spaces={}, agent_dir=True)
-        if manifest.get("format") != checkpoint.RUN_FORMAT or "mission" not in manifest:
-            return None
-        spaces = {}
-        for agent, folder in dict(manifest["agents"]).items():
-            meta = checkpoint.read_manifest(path / folder)
-            spaces[str(agent)] = (str(meta.get("observation_space")), str(meta.get("action_space")))
-    except (CheckpointError, OSError, KeyError, TypeError, ValueError):
+    if not path.is_dir():
         return None
-    config = manifest.get("config")
-    mission = config.get("mission") if isinstance(config, dict) else None
-    total = (manifest.get("eval_return") or {}).get("total")
-    params = manifest.get("mission_params")
+    checkpoint.recover_swap(path)
+    if not (path / checkpoint.MANIFEST).exists():
+        return None
+    manifest = checkpoint.read_manifest(path)
+    if manifest["format"] != checkpoint.RUN_FORMAT:
+        if not (path.parent / checkpoint.MANIFEST).is_file():
+            return None
+        # one agent's folder in a run: the run's mission and parameters; its policy
+        # plays every agent, so there are no per-agent spaces to hold it to
+        run = read_run(str(path.parent))
+        return None if run is None else replace(run, path=path, spaces={}, agent_dir=True)
+    if "mission" not in manifest:
+        return None
+    spaces = {}
+    for agent, folder in manifest["agents"].items():
+        meta = checkpoint.read_manifest(path / folder)
+        spaces[str(agent)] = (str(meta.get("observation_space")), str(meta.get("action_space")))
+    mission = manifest.get("config", {}).get("mission")
+    total = manifest.get("eval_return", {}).get("total")
     return RunCheckpoint(
-        path=path, mission=str(mission or manifest["mission"]), name=str(manifest["mission"]),
-        params=dict(params) if isinstance(params, dict) else {}, spaces=spaces,
-        epoch=int(manifest.get("epoch", 0)),
-        eval_total=float(total) if isinstance(total, (int, float)) else None,
+        path=path, mission=mission or manifest["mission"], name=manifest["mission"],
+        params=dict(manifest.get("mission_params", {})), spaces=spaces,
+        epoch=manifest.get("epoch", 0),
+        eval_total=float(total) if isinstance(total, int | float) else None,
     )
 
 
 def load_missions(missions: Sequence[str], policy_targets: Sequence[str],
                   overrides: Mapping[str, Any],
-                  on_note: Callable[[str], None] | None = None) -> tuple[Mission, ...]:
+                  on_note: Callable[[str], None] | None = None,
+                  trust_code: bool = False) -> tuple[Mission, ...]:
     """The missions to evaluate: ``-m`` (or, without it, the runs' own), each with the
     parameters of a run among ``policy_targets`` trained on it below ``overrides``.
+
+    A mission taken from a run's manifest may use only parcat's own environments and
+    heuristics unless ``trust_code`` (``--trust-code``): the manifest is a file, and the
+    user named no code.
 
     Raises:
         ConfigError: no mission and no run to take one from; two runs of one mission
             trained with different parameters; spaces that differ from a run's.
         MissionError: an unknown mission or bad parameters.
+        CheckpointError: a run directory among ``policy_targets`` is damaged.
+        UntrustedCodeError: a run's mission names code from outside parcat.
     """
     runs = [run for run in map(read_run, policy_targets) if run is not None]
     for run in runs:
@@ -108,15 +120,27 @@ def load_missions(missions: Sequence[str], policy_targets: Sequence[str],
                           "(its manifest names the mission it was trained on)")
     loaded = []
     for name in names:
-        mission = load_mission(name, overrides)
+        check = None if missions else _code_check(
+            next(run for run in runs if run.mission == name), trust_code)
+        mission = load_mission(name, overrides, check)
         trained = [run for run in runs if run.name == mission.name]
         if trained:
             _same_params(trained)
-            mission = load_mission(name, merge_settings(trained[0].params, overrides))
+            mission = load_mission(name, merge_settings(trained[0].params, overrides), check)
             for run in trained:
                 check_spaces(run, mission, overrides)
         loaded.append(mission)
     return tuple(loaded)
+
+
+def _code_check(run: RunCheckpoint, trust_code: bool) -> Callable[[str], None]:
+    envs, heuristics = builtin_code()
+
+    def check(reference: str) -> None:
+        require_trusted(reference, envs | heuristics, trust_code,
+                        f"run '{run.path}' (trained on mission '{clip(run.mission)}')",
+                        "name the mission with -m, or ")
+    return check
 
 
 def _same_params(runs: list[RunCheckpoint]) -> None:

@@ -143,7 +143,13 @@ def test_gymnasium_ids_are_missions(tmp_path: Path, capsys: pytest.CaptureFixtur
                  "4", "--env-workers", "0", "--train-steps", "1", "--eval-episodes", "1",
                  "--run-dir", str(run), "--format", "json"]) == 0
     capsys.readouterr()
-    assert eval_run(capsys, "-p", str(run))[0] == 0
+    # the run's manifest names gymnasium's code: the user names it too, or trusts the run
+    assert eval_run(capsys, "-p", str(run))[::2] == (
+        2, f"parcat: error: run '{run}' (trained on mission 'gymnasium:CartPole-v1') names "
+        "'gymnasium:CartPole-v1', code from outside parcat; a file cannot make parcat run it: "
+        "name the mission with -m, or pass --trust-code if you trust the file\n")
+    assert eval_run(capsys, "-p", str(run), "-m", "gymnasium:CartPole-v1")[0] == 0
+    assert eval_run(capsys, "-p", str(run), "--trust-code")[0] == 0
 
 
 def test_eval_without_a_mission_or_a_run_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:

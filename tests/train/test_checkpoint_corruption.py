@@ -202,6 +202,10 @@ DAMAGES: dict[str, tuple[Callable[[Path], None], str]] = {
 }
 
 
+FOUND_BY_LOADING = {"bad_crc_arrays", "nan_weights"}
+"""Damages the manifests do not show (the arrays' hashes are checked when they load)."""
+
+
 def expected_line(template: str, run: Path, sizes: Path) -> str:
     line = template.replace("{run}", str(run))
     return re.sub(r"\{size:([^}]+)\}", lambda m: str(size_of(sizes, m.group(1))), line)
@@ -216,7 +220,9 @@ def test_every_damage_is_one_line_and_exit_2(
     harm(run)
     line = expected_line(template, run, pristine)
     code, err = run_cli(eval_args(run) if command == "eval" else resume_args(run), capsys)
-    suffix = SUFFIX if command == "eval" else ""
+    # eval reads the run's manifests first (for its mission): what they show is said of
+    # the run; what only loading the policy finds, of the mission it was loaded for
+    suffix = SUFFIX if command == "eval" and damage in FOUND_BY_LOADING else ""
     assert (code, err) == (2, f"parcat: error: {line}{suffix}\n")
 
 

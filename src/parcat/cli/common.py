@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import enum
-import json
 import sys
 import threading
 from collections.abc import Iterator
@@ -63,7 +62,9 @@ def user_errors() -> Iterator[None]:
 
 def print_json(data: Any) -> None:
     """Pretty JSON on stdout."""
-    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    from parcat.jsontext import dumps
+
+    sys.stdout.write(dumps(data, indent=2) + "\n")
 
 
 def write_csv(header: list[str], rows: list[tuple[Any, ...]]) -> None:

@@ -36,6 +36,8 @@ KEYS = {"missions": "missions", "policies": "policies", "set": "overrides", "for
 EVAL_ONLY = ("output", "format", "precision", "max_episodes", "resume", "progress", "each",
              "cross", "replay_dir", "trace")
 """Keys of ``eval``'s file that ``plan`` skips."""
+COMMAND_LINE_ONLY = ("trust_code",)
+"""Flags a file cannot set: a file must not allow the code that files name."""
 _FROM_COMMAND_LINE = ("COMMANDLINE", "ENVIRONMENT")
 
 
@@ -62,10 +64,13 @@ def apply_config(path: Path, ctx: Any, values: dict[str, Any],
 
     label = f"--config '{path}'"
     data = read_yaml_mapping(path, label, ConfigError)
-    valid = sorted(key_of(name) for name in values)
+    valid = sorted(key_of(name) for name in values if name not in COMMAND_LINE_ONLY)
     merged = dict(values)
     for key, value in data.items():
         name = KEYS.get(str(key), str(key))
+        if name in COMMAND_LINE_ONLY:
+            raise ConfigError(f"{label}: key '{key}' is taken from the command line only "
+                              f"(--{name.replace('_', '-')}): a file cannot allow code")
         if name not in values:
             if key in EVAL_ONLY:
                 continue

@@ -1,7 +1,8 @@
 """Flags declared once: every command that takes one of these takes it from here.
 
 :data:`SHARED` is the one source of truth for the flags several commands take (``-m``,
-``-p``, ``-c``, ``--set``, ``--seed``, ``-j``, ``-o``, ``-f``, ``--progress``, ``--trace``):
+``-p``, ``-c``, ``--set``, ``--seed``, ``-j``, ``-o``, ``-f``, ``--progress``, ``--trace``,
+``--trust-code``):
 each has one short form, one metavar (``-o``: ``FILE`` or ``DIR``, what the command writes)
 and one help text in every command; tests/test_cli_flags.py walks every command to keep
 it so. What a flag does in a given command (which file extensions ``-o`` takes, whether
@@ -104,6 +105,11 @@ SHARED: dict[str, Flag] = {
     "progress": Flag(
         ("--progress/--no-progress",),
         "Show progress on stderr while the command works (only on a terminal)."),
+    "trust_code": Flag(
+        ("--trust-code",),
+        "Run code from outside parcat that a file names (a replay's environment, a run's "
+        "mission or policy class). Without it a file may name only parcat's own; give it "
+        "only for files you trust."),
     "trace": Flag(
         ("--trace",),
         "Write the run's timeline to FILE (Chrome trace-event JSON: ui.perfetto.dev).",
@@ -123,6 +129,7 @@ Format = Annotated[OutputFormat, SHARED["format"].option()]
 TableOrJson = Annotated[SummaryFormat, SHARED["format"].option()]
 Progress = Annotated[bool, SHARED["progress"].option()]
 Trace = Annotated[Path | None, SHARED["trace"].option()]
+TrustCode = Annotated[bool, SHARED["trust_code"].option()]
 
 Episodes = Annotated[
     int, typer.Option("--episodes", "-n", metavar="N", help="Episodes per mission.")
@@ -205,6 +212,7 @@ def eval_args(
     fail_fast: FailFast = False,
     backend: Backend = BackendKind.LOCAL,
     address: Address = None,
+    trust_code: TrustCode = False,
 ) -> EvalArgs:
     """The flags ``eval`` and ``plan`` share, as one :class:`EvalArgs` (Typer reads this
     signature through :func:`with_eval_args`)."""
@@ -223,6 +231,7 @@ def eval_args(
     return EvalArgs(
         missions=tuple(missions or ()), policies=tuple(policies or ()), episodes=episodes,
         seed=0 if seed is None else seed, overrides=tuple(overrides or ()), options=options,
+        trust_code=trust_code,
     )
 
 

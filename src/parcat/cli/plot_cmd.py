@@ -37,7 +37,11 @@ def plot_command(
         if cross is not None:
             if output is not None:
                 check_output_file(output, "--output")
-            _plot_cross(cross, output)
+            try:
+                _plot_cross(cross, output)
+            except (KeyError, TypeError, IndexError, AttributeError) as exc:
+                raise ConfigError(f"'{metrics}' is a damaged `parcat eval --cross` file "
+                                  f"({type(exc).__name__}); run the cross-play again") from exc
             return
         path = metrics
         if metrics.is_dir():
@@ -75,7 +79,7 @@ def _cross_document(path: Path) -> dict[str, Any] | None:
         return None
     try:
         document = json.loads(path.read_text())
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # unreadable, not JSON, too deep
         raise ConfigError(f"cannot read '{path}' ({type(exc).__name__}); give a metrics log, "
                           "a run directory or a `parcat eval --cross -o` file") from exc
     if not isinstance(document, dict) or document.get("schema") != "parcat.cross/1":

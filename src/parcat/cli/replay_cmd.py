@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated
 
@@ -24,11 +25,14 @@ def replay_command(
     fps: Annotated[float, typer.Option("--fps", min=0.1, max=1000.0, metavar="N",
                                        help="Frames a second in the terminal.")] = 10.0,
     output: opts.OutputFile = None,
+    trust_code: opts.TrustCode = False,
 ) -> None:
     """Play back an episode recorded with `parcat eval --replay-dir`: in the terminal, or
     as an animated SVG.
 
     -o FILE: an animated SVG of the episode (.svg), instead of playing it here.
+    --trust-code: the replay may rebuild an environment from outside parcat (by default
+    only parcat's own missions play back).
     """
     from parcat import replay
 
@@ -37,30 +41,36 @@ def replay_command(
             check_output_suffix(output, "--output", OUTPUT_FORMATS)
             check_output_file(output, "--output")
         recorded = replay.read(file)
-        drawn = list(replay.frames(recorded))
-    meta = recorded.meta
-    problems = [p for _, _, found in drawn for p in found]
-    title = (f"{meta['mission']} episode {meta['episode_index']} (seed {meta['seed']}): "
-             f"{meta['steps']} steps, returns "
-             + ", ".join(f"{a}={r:.3f}" for a, r in zip(recorded.agents, meta["returns"],
-                                                          strict=True)))
-    if output is not None:
-        with user_errors():
-            write_svg(output, title, [frame for _, frame, _ in drawn], fps)
-        typer.echo(f"wrote {output} ({len(drawn)} frames)", err=True)
-    else:
-        _play(title, drawn, fps)
+        meta = recorded.meta
+        returns = ", ".join(f"{a}={'n/a' if r is None else format(r, '.3f')}"
+                            for a, r in zip(recorded.agents, meta["returns"], strict=True))
+        title = (f"{meta['mission']} episode {meta['episode_index']} (seed {meta['seed']}): "
+                 f"{meta['steps']} steps, returns {returns}")
+        drawn = replay.frames(recorded, trust_code)
+        problems: list[str] = []
+        if output is not None:
+            frames = []
+            for _, frame, found in drawn:
+                frames.append(frame)
+                problems.extend(found)
+            write_svg(output, title, frames, fps)
+            typer.echo(f"wrote {output} ({len(frames)} frames)", err=True)
+        else:
+            _play(title, drawn, meta["steps"], fps, problems)
     if problems:
         typer.echo(f"parcat: warning: the environment did not replay as recorded "
                    f"({len(problems)} step(s); first: {problems[0]}): it is not deterministic",
                    err=True)
 
 
-def _play(title: str, drawn: list[tuple[int, str, list[str]]], fps: float) -> None:
-    """Draw every frame; in a terminal each replaces the last, otherwise one after another."""
+def _play(title: str, drawn: Iterable[tuple[int, str, list[str]]], steps: int, fps: float,
+          problems: list[str]) -> None:
+    """Draw every frame as it is made (``problems`` gathers what did not replay as
+    recorded); in a terminal each replaces the last, otherwise one after another."""
     terminal = sys.stdout.isatty()
-    for step, frame, _ in drawn:
-        header = f"{title}\nstep {step}/{len(drawn) - 1}\n"
+    for step, frame, found in drawn:
+        problems.extend(found)
+        header = f"{title}\nstep {step}/{steps}\n"
         if terminal:
             sys.stdout.write("\x1b[H\x1b[J" + header + frame + "\n")
             sys.stdout.flush()

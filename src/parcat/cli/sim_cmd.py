@@ -51,6 +51,7 @@ def sim_command(
     fmt: opts.TableOrJson = SummaryFormat.TABLE,
     overrides: opts.Overrides = None,
     progress: opts.Progress = True,
+    trust_code: opts.TrustCode = False,
 ) -> None:
     """Simulate a mission in real time, each agent at its own cycle_time, and evaluate it.
 
@@ -62,7 +63,8 @@ def sim_command(
     with user_errors():
         if config is None:
             raise ConfigError("parcat sim needs -c FILE, a sim YAML (e.g. configs/sim.yaml)")
-        cfg = load_sim_config(config, parse_overrides(overrides or [])).with_options(
+        cfg = load_sim_config(config, parse_overrides(overrides or []),
+                              trust_code).with_options(
             iters, seed, output, render
         )
     with user_errors(), _progress(cfg, mode, progress) as on_progress:

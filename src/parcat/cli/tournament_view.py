@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 
 from parcat.cli.common import EXIT_FAILED, EXIT_OK, OutputFormat
 from parcat.evaluate import EvalConfig
+from parcat.jsontext import dumps
 from parcat.parallel.launch import RunOptions
 from parcat.stats import Interval
 from parcat.tournament import CrossResult, EachResult, cross_play, evaluate_each
@@ -29,9 +29,9 @@ def run_tournament(kind: str, config: EvalConfig, options: RunOptions, fmt: Outp
     if output is not None:
         from parcat.atomic import write_text_atomically
 
-        write_text_atomically(output, json.dumps(document, indent=1) + "\n")
+        write_text_atomically(output, dumps(document, indent=1) + "\n")
     if fmt is OutputFormat.JSON:
-        sys.stdout.write(json.dumps(document) + "\n")
+        sys.stdout.write(dumps(document) + "\n")
     elif isinstance(result, EachResult):
         _each_out(result, fmt)
     else:

@@ -20,7 +20,7 @@ def assign_policies(weights: Sequence[float], num_agents: int, seed: int) -> lis
         raise ValueError("at least one policy is needed")
     rng = np.random.default_rng(seed)
     w = np.asarray(weights, dtype=float)
-    exact = num_agents * w / w.sum()
+    exact = num_agents * (w / w.sum())  # shares first: num_agents * 1e308 overflows
     counts = np.floor(exact).astype(int)
     missing = num_agents - int(counts.sum())
     if missing:

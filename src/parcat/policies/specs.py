@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from parcat import checkpoint
 from parcat.errors import CheckpointError, PolicyError, clip
-from parcat.imports import import_reference, is_reference
+from parcat.imports import import_reference, is_reference, require_trusted
 from parcat.missions import Mission
 from parcat.policies.base import AgentSpec, Policy
 from parcat.settings import parse_settings
@@ -37,6 +38,10 @@ BUILTINS: dict[str, tuple[str | None, str]] = {
     ),
 }
 
+BUILTIN_CLASSES = frozenset(reference for reference, _ in BUILTINS.values() if reference)
+"""The policy classes a checkpoint may name without ``--trust-code``: parcat's own (what
+its learners save is ``mlp``'s)."""
+
 
 @dataclass(frozen=True)
 class PolicySpec:
@@ -48,6 +53,9 @@ class PolicySpec:
     """Keyword arguments for the policy's constructor."""
     weight: float = 1.0
     """Share of the agents this policy plays."""
+    trust_code: bool = False
+    """A checkpoint's manifest may name a policy class from outside parcat
+    (``--trust-code``); without it only :data:`BUILTIN_CLASSES` load from a checkpoint."""
 
     @property
     def name(self) -> str:
@@ -56,8 +64,9 @@ class PolicySpec:
         return f"{self.target}{args}"
 
 
-def parse_policy_spec(text: str) -> PolicySpec:
-    """Parse ``TARGET[,KEY=VALUE...][@WEIGHT]``.
+def parse_policy_spec(text: str, trust_code: bool = False) -> PolicySpec:
+    """Parse ``TARGET[,KEY=VALUE...][@WEIGHT]`` (``trust_code``: see
+    :attr:`PolicySpec.trust_code`).
 
     Raises:
         PolicyError: empty target, a malformed ``KEY=VALUE`` or a bad weight.
@@ -80,7 +89,21 @@ def parse_policy_spec(text: str) -> PolicySpec:
     def malformed(pair: str) -> PolicyError:
         return PolicyError(f"policy '{text}': expected KEY=VALUE after ',', got '{pair}'")
 
-    return PolicySpec(target.strip(), parse_settings(pairs, malformed), weight)
+    return PolicySpec(target.strip(), parse_settings(pairs, malformed), weight, trust_code)
+
+
+def check_weights(specs: Sequence[PolicySpec]) -> None:
+    """The policies' weights add up to a finite number (each is finite and positive: see
+    :func:`parse_policy_spec`), so their shares can be computed.
+
+    Raises:
+        PolicyError: the sum overflows, naming the weights.
+    """
+    if not math.isfinite(sum(spec.weight for spec in specs)):
+        shown = ", ".join(f"@{spec.weight:g}" for spec in specs[:4])
+        raise PolicyError(f"the policies' weights ({shown}) add up to more than a number can "
+                          "hold; weights are shares: give smaller ones, e.g. @2 and @1 for "
+                          "two thirds and one third")
 
 
 def unknown_policy_message(target: str) -> str:
@@ -194,6 +217,7 @@ def _from_checkpoint(path: Path, spec: PolicySpec, agent: AgentSpec) -> Any:
             saved = checkpoint.load_policy(path)
     except CheckpointError as exc:
         raise PolicyError(str(exc)) from exc
+    require_trusted(saved.policy, BUILTIN_CLASSES, spec.trust_code, f"checkpoint '{path}'")
     policy = _construct(saved.policy, spec, agent, {**saved.kwargs, **spec.kwargs})
     load = getattr(policy, "load_state_dict", None)
     if load is None:

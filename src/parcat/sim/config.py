@@ -154,24 +154,28 @@ class SimConfig:
         return config
 
 
-def load_sim_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> SimConfig:
+def load_sim_config(path: str | Path, overrides: Mapping[str, Any] | None = None,
+                    trust_code: bool = False) -> SimConfig:
     """Read and validate a sim YAML file and every file it names.
 
     Args:
         path: The sim YAML file.
         overrides: Mission parameters from the command line (``--set``), applied last.
+        trust_code: A checkpoint may name a policy class from outside parcat
+            (``--trust-code``; :attr:`parcat.policies.specs.PolicySpec.trust_code`).
 
     Raises:
         ConfigError: a missing or malformed file, an unknown key, a bad value (named).
     """
     data = read_mapping(Path(path), "sim config")
     return parse_sim_config(data, source=str(path), base_dir=Path(path).parent,
-                            overrides=overrides)
+                            overrides=overrides, trust_code=trust_code)
 
 
 def parse_sim_config(data: Mapping[str, Any], source: str = "sim config",
                      base_dir: str | Path = ".",
-                     overrides: Mapping[str, Any] | None = None) -> SimConfig:
+                     overrides: Mapping[str, Any] | None = None,
+                     trust_code: bool = False) -> SimConfig:
     """Validate a sim configuration given as a mapping (the YAML file's content).
 
     Args:
@@ -180,6 +184,7 @@ def parse_sim_config(data: Mapping[str, Any], source: str = "sim config",
         base_dir: Folder that relative ``config`` paths start from.
         overrides: Mission parameters from the command line (``--set``); they win over
             ``environment.config`` and ``environment.params``.
+        trust_code: As in :func:`load_sim_config`.
 
     Raises:
         ConfigError: an unknown key, a missing required key or a bad value (named).
@@ -187,7 +192,7 @@ def parse_sim_config(data: Mapping[str, Any], source: str = "sim config",
     base = Path(base_dir)
     check_keys(data, TOP_KEYS, source, "")
     mission, period = _environment(data, source, base, overrides or {})
-    agents = _agents(data, mission, period, source, base)
+    agents = _agents(data, mission, period, source, base, trust_code)
     debug = data.get("debug") or {}
     if not isinstance(debug, Mapping):
         raise ConfigError(f"{source}: 'debug' must be a mapping with keys {', '.join(DEBUG_KEYS)}")
@@ -266,7 +271,7 @@ def _environment(data: Mapping[str, Any], source: str, base: Path,
 
 
 def _agents(data: Mapping[str, Any], mission: Mission, period: float, source: str,
-            base: Path) -> tuple[AgentConfig, ...]:
+            base: Path, trust_code: bool) -> tuple[AgentConfig, ...]:
     entries = data.get("agents") or []
     if not isinstance(entries, list):
         raise ConfigError(f"{source}: 'agents' must be a list of agent entries")
@@ -282,8 +287,8 @@ def _agents(data: Mapping[str, Any], mission: Mission, period: float, source: st
     indices = _assign_ids(merged, ids, mission, source)
     chosen: dict[int, AgentConfig] = {}
     for (entry, where), index in zip(merged, indices, strict=True):
-        chosen[index] = _agent(entry, specs[index], mission, where)
-    default = _default_policy(data, mission, source)
+        chosen[index] = _agent(entry, specs[index], mission, where, trust_code)
+    default = _default_policy(data, mission, source, trust_code)
     agents = []
     for index, spec in enumerate(specs):
         if index in chosen:
@@ -342,7 +347,7 @@ def _assign_ids(merged: list[tuple[dict[str, Any], str]], ids: list[Any], missio
 
 
 def _agent(entry: Mapping[str, Any], spec: AgentSpec, mission: Mission,
-           where: str) -> AgentConfig:
+           where: str, trust_code: bool) -> AgentConfig:
     name = str(spec.agent_id)
     if "cycle_time" not in entry:
         raise ConfigError(
@@ -363,7 +368,7 @@ def _agent(entry: Mapping[str, Any], spec: AgentSpec, mission: Mission,
     label = f"{where}: agent '{name}'"
     secrets = [*spec_parts(text), args]
     try:
-        policy = parse_policy_spec(text)
+        policy = parse_policy_spec(text, trust_code)
     except PolicyError as exc:
         raise ConfigError(f"{label}: {redact(str(exc), secrets)}") from exc
     policy = replace(policy, kwargs={**policy.kwargs, **args}, weight=1.0)
@@ -371,7 +376,8 @@ def _agent(entry: Mapping[str, Any], spec: AgentSpec, mission: Mission,
     return AgentConfig(spec, policy, cycle_time, source=where)
 
 
-def _default_policy(data: Mapping[str, Any], mission: Mission, source: str) -> PolicySpec:
+def _default_policy(data: Mapping[str, Any], mission: Mission, source: str,
+                    trust_code: bool) -> PolicySpec:
     text = data.get("default_policy")
     if text is None:
         text = "greedy" if mission.heuristic else "noop"
@@ -379,7 +385,7 @@ def _default_policy(data: Mapping[str, Any], mission: Mission, source: str) -> P
         raise ConfigError(f"{source}: 'default_policy' must be a policy spec, "
                           f"got {describe(text)}")
     try:
-        return replace(parse_policy_spec(text), weight=1.0)
+        return replace(parse_policy_spec(text, trust_code), weight=1.0)
     except PolicyError as exc:
         raise ConfigError(f"{source}: 'default_policy': {redact(str(exc), spec_parts(text))}") \
             from exc

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import json
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from parcat import runlock
+from parcat import jsontext, runlock
 from parcat.atomic import write_text_atomically
 from parcat.errors import ConfigError
 from parcat.outputs import check_output_folder, missing_folders, remove_empty
@@ -108,5 +107,5 @@ def write_outputs(record: SimRecord, config: SimConfig) -> SimRecord:
         files.append(str(folder / SVG_FILE))
     files.append(str(folder / SUMMARY_FILE))
     record = replace(record, files=tuple(files))
-    write_text_atomically(folder / SUMMARY_FILE, json.dumps(summarize(record), indent=2) + "\n")
+    write_text_atomically(folder / SUMMARY_FILE, jsontext.dumps(summarize(record), indent=2) + "\n")
     return record

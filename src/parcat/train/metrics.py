@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from parcat import jsontext
 from parcat.atomic import write_text_atomically
 from parcat.errors import ConfigError
 
@@ -61,7 +62,7 @@ class MetricsLog:
         """Append one epoch's record."""
         if self.fmt == "jsonl":
             with self.path.open("a") as handle:
-                handle.write(json.dumps(record) + "\n")
+                handle.write(jsontext.dumps(record) + "\n")
             return
         flat = _flatten(record)
         new = not self.path.exists()
