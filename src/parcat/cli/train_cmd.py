@@ -166,8 +166,9 @@ def train_command(
     if cfg.jobs is not None:
         for reason in trainer.plan.reasons:
             err.print(f"plan: {reason}", soft_wrap=True)
-    with epoch_progress(cfg.epochs, trainer.start_epoch,
-                        to_stderr=fmt is SummaryFormat.JSON, live=progress) as show:
+    with user_errors(), epoch_progress(cfg.epochs, trainer.start_epoch,
+                                       to_stderr=fmt is SummaryFormat.JSON,
+                                       live=progress) as show:
         trainer.on_epoch = show
         report = trainer.run()
     if fmt is SummaryFormat.JSON:
