@@ -6,6 +6,8 @@ environment that keeps crashing in its steps is replaced, then training stops in
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import subprocess
 import sys
@@ -15,7 +17,12 @@ import psutil
 import pytest
 import yaml
 
+from parcat.train.checkpointing import Checkpointer
+from parcat.train.config import TrainConfig
+from parcat.train.greedy_eval import evaluate_greedy, evaluate_greedy_in_a_worker
+from parcat.train.trainer import Trainer
 from tests.reliability.helpers import ROOT, kill_group, start_cli, wait_until
+from tests.train.test_trainer import SMALL
 
 HAPPENED = {
     "sys_exit": "called sys.exit(0)",
@@ -189,3 +196,37 @@ def test_a_built_in_only_run_starts_no_process_to_check_its_set_up(tmp_path: Pat
                             text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "0"
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["own", "shared"])
+def test_greedy_evaluation_in_a_worker_equals_the_one_in_process(tmp_path: Path,
+                                                                 shared: bool) -> None:
+    trainer = trained(tmp_path, shared)
+    here = evaluate_greedy(trainer.mission, trainer.learners, 7, 3, trainer._learner_obs)
+    there = evaluate_greedy_in_a_worker(trainer.mission, trainer.recipes, trainer.learners, 7, 3)
+    assert here == there and len(here) == 4
+
+
+def test_a_segfault_in_the_greedy_evaluation_leaves_nan_returns(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    trainer = trained(tmp_path, shared=False)
+    dying = dataclasses.replace(trainer.mission, env="tests.fakes:DyingEnv", params={
+        "agents": 3, "how": "segfault", "at_step": 3})
+    config = dataclasses.replace(trainer.config, eval_episodes=3)
+    checkpoints = Checkpointer(config, dying, trainer.learners, recipes=trainer.recipes)
+    returns = checkpoints.evaluate()
+    assert sorted(returns) == ["0", "1", "2", "total"]
+    assert all(math.isnan(value) for value in returns.values())
+    assert "the greedy evaluation's environment crashed (signal SIGSEGV); eval_return is NaN" \
+        in caplog.text
+
+
+def trained(tmp_path: Path, shared: bool) -> Trainer:
+    """A short run on an environment from outside parcat (its envs step in a worker)."""
+    config = TrainConfig(mission="tests.fakes:ScriptedEnv", epochs=1, steps_per_epoch=10,
+                         envs_per_worker=2, train_steps=2, learner=SMALL, seed=7,
+                         eval_episodes=0, shared_learner=shared, run_dir=str(tmp_path / "run"))
+    trainer = Trainer(config)
+    assert trainer.vec.layout == [("worker", 2)]
+    trainer.run()
+    return trainer

@@ -137,7 +137,7 @@ class Trainer:
         self._learning = learning
         checkpoints = Checkpointer(
             self.config, self.mission, self.learners, self._learner_obs,
-            lambda: {inflight.FILE: self.vec.in_flight().to_arrays()})
+            lambda: {inflight.FILE: self.vec.in_flight().to_arrays()}, self.recipes)
         finished = saved = self.start_epoch
         self._began = time.perf_counter() - self.metrics.time_offset
         try:
