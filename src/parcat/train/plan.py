@@ -249,7 +249,7 @@ def plan_training(
         why = f"{env_workers} environment worker(s) as configured"
     reasons: tuple[str, ...] = (why,)
     num_envs = max(1, env_workers) * config.envs_per_worker
-    if env_workers == 0 and is_foreign(mission):
+    if env_workers == 0 and is_foreign(mission) and not config.render:  # render opts out
         env_workers, reasons = 1, (why, FOREIGN_REASON)
     spin = env_workers > 0 and _spin(env_workers, free, asynchronous)
     return TrainPlan(env_workers, train_workers, spin, num_envs, reasons=reasons)
