@@ -533,13 +533,22 @@ def call_in_worker(function: Callable[..., Any], args: tuple[Any, ...], name: st
         report = exc.report
         known = getattr(errors, report.kind, None)
         if isinstance(known, type) and issubclass(known, errors.ParcatError):
-            raise known(report.message) from None
+            raise _rebuilt(known, report.message) from None
         happened = report.message if report.kind == "SystemExit" else f"raised {report.summary}"
         raise SetupFailedError(happened, report.agent, report.kind != "SystemExit") from None
     except WorkerLostError:
         raise SetupFailedError(_how_it_ended(worker, timeout_s), worker.acting(), False) from None
     finally:
         worker.stop(grace_s=0.5, terminate=True)
+
+
+def _rebuilt(kind: type[errors.ParcatError], message: str) -> errors.ParcatError:
+    """The parcat error a worker raised, rebuilt here from its message."""
+    try:
+        return kind(message)
+    except TypeError:  # a class whose constructor takes more than the message
+        return errors.WorkerError(message) if issubclass(kind, errors.RunError) \
+            else errors.UsageError(message)
 
 
 def _how_it_ended(worker: Worker, timeout_s: float) -> str:
