@@ -327,3 +327,53 @@ class WhereItRunsPolicy(StatefulPolicy):
         if self.t >= self.at_step and multiprocessing.parent_process() is not None:
             self.memory += 1
         return action
+
+
+def misbehave(how: str) -> None:
+    """End, crash, hang or raise the way user code does at set-up.
+
+    ``how``: ``"sys_exit"`` (``sys.exit(0)``), ``"os_exit"`` (``os._exit(6)``),
+    ``"segfault"`` (a real one: ``ctypes.string_at(0)``), ``"raise"`` (``ValueError``),
+    ``"hang"`` (a busy loop: the heartbeat goes on, only a deadline ends it), ``"none"``.
+    """
+    if how == "sys_exit":
+        sys.exit(0)
+    elif how == "os_exit":
+        os._exit(6)
+    elif how == "segfault":
+        import ctypes
+
+        ctypes.string_at(0)
+    elif how == "raise":
+        raise ValueError(f"refused at set-up ({how})")
+    elif how == "hang":
+        while True:
+            time.sleep(0.01)
+
+
+class SetupFailingPolicy(StatefulPolicy):
+    """A policy whose constructor misbehaves (:func:`misbehave`) for agent ``agent``
+    (-1: every agent)."""
+
+    def __init__(self, spec: AgentSpec, how: str = "sys_exit", agent: int = -1) -> None:
+        if agent in (-1, spec.agent_index):
+            misbehave(how)
+        super().__init__(spec)
+
+
+def setup_failing_env(how: str = "sys_exit", **kwargs: Any) -> ScriptedEnv:
+    """An environment factory that misbehaves (:func:`misbehave`) before building."""
+    misbehave(how)
+    return ScriptedEnv(**kwargs)
+
+
+class ResetFailingEnv(ScriptedEnv):
+    """A ScriptedEnv whose ``reset`` misbehaves (:func:`misbehave`)."""
+
+    def __init__(self, how: str = "sys_exit", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.how = how
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        misbehave(self.how)
+        return super().reset(seed, options)

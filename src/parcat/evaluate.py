@@ -17,12 +17,12 @@ import numpy as np
 from parcat.errors import ConfigError, PolicyError, WriteError
 from parcat.ipc.shm import remove_stale_blocks
 from parcat.limits import MAX_EPISODE_PARAMETERS
-from parcat.missions import Mission, load_mission
+from parcat.missions import Mission, is_foreign, load_mission
 from parcat.outputs import check_output_file, check_output_folder
 from parcat.parallel.launch import RunOptions, make_executor, plan_run
 from parcat.parallel.planner import ExecutorKind, Plan
 from parcat.policies.builtin import mlp_parameters
-from parcat.policies.specs import PolicySpec, check_weights, make_policy, parse_policy_spec
+from parcat.policies.specs import PolicySpec, check_builds, check_weights, parse_policy_spec
 from parcat.probe import EnvCheck, check_in_a_worker
 from parcat.replay import file_name as replay_file_name
 from parcat.replay import write_index
@@ -180,7 +180,7 @@ def check_environments(missions: Sequence[Mission], start_method: str | None = N
     """
     checks = {}
     for mission in missions:
-        if mission.env.startswith("parcat."):
+        if not is_foreign(mission):
             checks[mission.name] = EnvCheck(True, False, "")
         else:
             checks[mission.name] = check_in_a_worker(mission, start_method, timeout_s)
@@ -215,9 +215,13 @@ def make_config(
 def check_policies(config: EvalConfig) -> None:
     """Build every policy once for every agent of every mission, before any episode runs.
 
+    Policies from outside parcat are built in a worker process
+    (:func:`~parcat.policies.specs.check_builds`).
+
     Raises:
         PolicyError: a spec is unknown, a policy cannot be built for some agent, or the
             networks of an episode's agents would be too big together.
+        WorkerError: a policy's constructor ended its process, crashed or hung.
     """
     mlps = [spec for spec in config.policies if spec.target == "mlp"]
     for mission in config.missions:
@@ -233,12 +237,11 @@ def check_policies(config: EvalConfig) -> None:
                 f"{total:,} network parameters together, more than the limit of "
                 f"{MAX_EPISODE_PARAMETERS:,}; use a smaller width or depth")
     for mission in config.missions:
-        for agent in mission.agents():
-            for spec in config.policies:
-                try:
-                    make_policy(spec, mission, agent)
-                except PolicyError as exc:
-                    raise PolicyError(f"{exc} (mission '{mission.name}')") from exc
+        try:  # in a worker when some policy is from outside parcat
+            check_builds([(spec, mission, agent) for agent in mission.agents()
+                          for spec in config.policies])
+        except PolicyError as exc:
+            raise PolicyError(f"{exc} (mission '{mission.name}')") from exc
 
 
 def make_tasks(config: EvalConfig, replay_dir: Path | None = None,

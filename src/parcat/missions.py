@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import functools
+import pickle
 import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -23,6 +24,7 @@ from parcat.envs.base import AgentSpec, ParallelEnv
 from parcat.envs.turns import is_turn_based
 from parcat.errors import MissionError, brief, clip
 from parcat.imports import import_module, import_reference
+from parcat.ipc.process import SetupFailedError, call_in_worker, in_worker
 from parcat.limits import MAX_EPISODE_STEPS, MAX_NAME_LENGTH, MAX_PATH_LENGTH
 from parcat.yamlfile import read_yaml_mapping
 
@@ -198,18 +200,65 @@ def close_env(env: Any) -> None:
         close()
 
 
-@functools.lru_cache(maxsize=64)
-def _facts_of(mission: Mission) -> tuple[tuple[AgentSpec, ...], bool]:
-    with mission.open_env() as env:
-        return tuple(mission.agent_specs(env)), is_turn_based(env)
+Facts = tuple[tuple[AgentSpec, ...], bool]
+"""A mission's agents and whether it is turn-based, read from a throwaway environment."""
+_FACTS: dict[Mission, Facts] = {}
+_MAX_FACTS = 64
 
 
-def validate_env(mission: Mission) -> None:
-    """Build the mission's environment once so bad parameters fail before any run."""
+def _facts_of(mission: Mission) -> Facts:
+    facts = _FACTS.get(mission)
+    if facts is None:
+        facts = _remember(mission, _read_facts(mission))
+    return facts
+
+
+def _remember(mission: Mission, facts: Facts) -> Facts:
+    if len(_FACTS) >= _MAX_FACTS:
+        del _FACTS[next(iter(_FACTS))]
+    _FACTS[mission] = facts
+    return facts
+
+
+def _read_facts(mission: Mission) -> Facts:
+    """Build, reset and read the mission's environment once (a throwaway)."""
     with mission.open_env() as env:
         env.reset(seed=0)
         if not env.possible_agents:
             raise MissionError(f"mission '{mission.name}': the environment has no agents")
+        return tuple(mission.agent_specs(env)), is_turn_based(env)
+
+
+def is_foreign(mission: Mission) -> bool:
+    """Whether the mission's environment is code from outside parcat (which may exit,
+    crash or hang the process that runs it)."""
+    return not mission.env.startswith("parcat.")
+
+
+def validate_env(mission: Mission) -> None:
+    """Build the mission's environment once so bad parameters fail before any run.
+
+    An environment from outside parcat is built and reset in a worker process
+    (:func:`~parcat.ipc.process.call_in_worker`): its exit, crash or hang ends the worker
+    and is one line here. What it read (agents, spaces) is kept for :meth:`Mission.agents`.
+
+    Raises:
+        MissionError: bad parameters, or the environment's code raised (exit code 2).
+        WorkerError: its code ended its process, crashed or hung (exit code 1).
+    """
+    if not is_foreign(mission) or in_worker():
+        _facts_of(mission)
+        return
+    try:
+        facts = call_in_worker(_read_facts, (mission,), "parcat-env-setup")
+    except (TypeError, AttributeError, pickle.PicklingError):
+        _facts_of(mission)  # built in Python and cannot reach a worker: as inline runs do
+        return
+    except SetupFailedError as exc:
+        named = "" if mission.env == mission.name else f" (env '{clip(mission.env)}')"
+        raise exc.as_error(f"mission '{clip(mission.name)}'{named}",
+                           "while being built and reset", MissionError) from None
+    _remember(mission, facts)
 
 
 def mission_dirs() -> list[Path]:

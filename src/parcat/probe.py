@@ -18,20 +18,13 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from parcat.envs.turns import is_turn_based, sample_legal
-from parcat.errors import USER_CODE_ERRORS
-from parcat.ipc.process import (
-    Worker,
-    WorkerLostError,
-    WorkerRaisedError,
-    become_worker,
-    report_error,
-)
+from parcat.errors import USER_CODE_ERRORS, ParcatError
+from parcat.ipc.process import SetupFailedError, call_in_worker
 from parcat.missions import Mission, close_env
 
 PROBE_SEED = 20_261_126
@@ -85,25 +78,13 @@ def check_in_a_worker(mission: Mission, start_method: str | None = None,
     after ``timeout_s`` (default :data:`PROBE_TIMEOUT_S`) the check gives up."""
     timeout_s = PROBE_TIMEOUT_S if timeout_s is None else timeout_s
     try:
-        worker = Worker(_check_main, (mission,), "parcat-env-check", start_method=start_method)
+        return cast(EnvCheck, call_in_worker(check_mission, (mission,), "parcat-env-check",
+                                             timeout_s, start_method))
     except (AttributeError, TypeError, pickle.PicklingError) as exc:
         # it cannot reach a worker at all: the run itself will say so
         return EnvCheck(None, False, f"the check could not run ({type(exc).__name__}: {exc})")
-    try:
-        (check,) = worker.wait_ready(timeout_s)
-        return check
-    except (WorkerLostError, WorkerRaisedError) as exc:
-        return EnvCheck(None, False, f"the check could not run ({exc})")
-    finally:
-        worker.stop(grace_s=0.5, terminate=True)
-
-
-def _check_main(conn: Connection, parent_pid: int, mission: Mission) -> None:
-    become_worker(parent_pid)
-    try:
-        conn.send(("ready", check_mission(mission)))
-    except USER_CODE_ERRORS as exc:
-        report_error(conn, exc)
+    except (SetupFailedError, ParcatError) as exc:
+        return EnvCheck(None, False, f"the check could not run (it {exc})")
 
 
 def _play(env: Any, mission: Mission) -> list[bytes]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import types
+import warnings
 
 import psutil
 import pytest
@@ -120,9 +121,42 @@ def test_killed_policy_worker_fails_the_episode_then_recovers() -> None:
     try:
         result = runner.run(EpisodeTask(mission, (RANDOM,), 0, 0))
         assert result.status is EpisodeStatus.FAILED and result.error is not None
-        assert "died (signal SIGKILL)" in result.error.message
+        # killed between steps, acting for no one: the message names whom it hosted
+        assert result.error.message == "policy worker 0 died (signal SIGKILL); it hosted " \
+            "agent(s) '1'"
+        assert result.error.agent == "1"
         runner.on_step = None
         assert runner.run(EpisodeTask(mission, (RANDOM,), 0, 1)).ok
     finally:
         runner.close()
     assert not [p for p in children() if "parcat-policy" in p.name()]
+
+
+@pytest.mark.usefixtures("clean_machine")
+def test_a_worker_killed_after_its_agents_moved_inline_fails_no_episode() -> None:
+    module = types.ModuleType("parcat_test_local_policies_2")
+    exec("class Local:\n    def __init__(self, spec):\n        pass\n"
+         "    def reset(self, seed):\n        pass\n"
+         "    def step(self, obs):\n        return 1\n", module.__dict__)
+    sys.modules[module.__name__] = module
+    stepper = ProcessStepper(1, spin=False)
+    runner = EpisodeRunner(stepper)
+
+    def kill_the_worker(*args: object, **kwargs: object) -> None:
+        # its agent now steps here (the class cannot be imported there): it hosts no one
+        (pid,) = stepper.worker_pids()
+        victim = psutil.Process(pid)
+        victim.kill()
+        victim.wait(30)
+
+    try:
+        spec = parse_policy_spec(f"{module.__name__}:Local")
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.showwarning = kill_the_worker  # type: ignore[assignment]
+            first = runner.run(EpisodeTask(scripted_mission(agents=2), (spec,), 0, 0))
+        assert first.ok, first.error
+        assert runner.run(EpisodeTask(scripted_mission(agents=2), (spec,), 0, 1)).ok
+    finally:
+        runner.close()
+        del sys.modules[module.__name__]

@@ -69,12 +69,14 @@ class ExitingPolicy(_Countdown):
 
 
 class SlowStartPolicy:
-    """The neutral action; built in a worker process, it touches ``marker`` and then takes
-    ``delay_s`` to build (the config check builds it in the main process: no delay there)."""
+    """The neutral action; built in an agent's process, it touches ``marker`` and then takes
+    ``delay_s`` to build (the config check builds it first, in a set-up worker: no delay
+    there)."""
 
     def __init__(self, spec: AgentSpec, marker: str = "", delay_s: float = 60.0) -> None:
         self.action = noop_action(spec.action_space)
-        if multiprocessing.parent_process() is not None:
+        checking = multiprocessing.current_process().name == "parcat-policy-setup"
+        if multiprocessing.parent_process() is not None and not checking:
             if marker:
                 Path(marker).touch()
             time.sleep(delay_s)

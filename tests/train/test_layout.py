@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from parcat.cli.main import app
 from parcat.resources import FREE_CPUS_VARIABLE
 from parcat.train.config import TrainConfig, load_train_config
-from parcat.train.plan import plan_training
+from parcat.train.plan import FOREIGN_REASON, plan_training
 from parcat.train.trainer import Trainer
 from tests.train.slowenv import write_slow_mission
 from tests.train.test_trainer import SMALL, assert_same, saved_arrays
@@ -49,7 +49,7 @@ def slow_config(folder: Path) -> Path:
     return path
 
 
-def test_a_costly_step_on_free_cpus_plans_a_worker_and_trains_as_in_process(
+def test_a_costly_step_on_free_cpus_plans_a_worker_and_trains_as_env_workers_0(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(FREE_CPUS_VARIABLE, "2")
@@ -62,28 +62,32 @@ def test_a_costly_step_on_free_cpus_plans_a_worker_and_trains_as_in_process(
         runs[name] = json.loads(result.stdout)["plan"]
     assert (runs["planned"]["env_workers"], runs["planned"]["num_envs"]) == (1, 8)
     assert runs["planned"]["reasons"][1].startswith("1 environment worker(s) would take ~")
-    assert (runs["in-process"]["env_workers"], runs["in-process"]["num_envs"]) == (0, 8)
+    # code from outside parcat never steps in the trainer's process: one worker hosts all
+    assert (runs["in-process"]["env_workers"], runs["in-process"]["num_envs"]) == (1, 8)
+    assert runs["in-process"]["reasons"][-1] == FOREIGN_REASON
     assert_same(saved_arrays(tmp_path / "planned"), saved_arrays(tmp_path / "in-process"))
 
 
-def test_a_costly_step_with_one_free_cpu_stays_in_process(
+def test_a_costly_step_with_one_free_cpu_gets_no_core_but_one_worker_as_foreign_code(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(FREE_CPUS_VARIABLE, "1")
     plan = plan_training(load_train_config(slow_config(tmp_path), {}), cpus=2)
     assert plan.env_step_s is not None and plan.env_step_s >= 500e-6
-    assert (plan.env_workers, plan.spin, plan.num_envs) == (0, False, 8)
+    assert (plan.env_workers, plan.spin, plan.num_envs) == (1, False, 8)
     assert plan.reasons[1] == ("1 free CPU(s), 1 kept for the trainer: no core left for an "
                                "environment worker: environments step in-process")
+    assert plan.reasons[-1] == FOREIGN_REASON
 
 
-def test_an_environment_that_fails_while_timed_is_planned_in_process(tmp_path: Path) -> None:
+def test_an_environment_that_fails_while_timed_is_planned_unmeasured(tmp_path: Path) -> None:
     mission = tmp_path / "failing.yaml"
     mission.write_text("name: failing\nenv: tests.fakes:ScriptedEnv\n"
                        "params: {agents: 2, max_steps: 10, fail_at: 1}\n")
     plan = plan_training(TrainConfig(mission=str(mission), envs_per_worker=3), cpus=2)
-    assert (plan.env_workers, plan.num_envs, plan.env_step_s) == (0, 3, None)
-    assert plan.reasons == (
-        "timing the environment failed (RuntimeError: scripted failure at step 1)",
+    assert (plan.env_workers, plan.num_envs, plan.env_step_s) == (1, 3, None)
+    assert plan.reasons == (  # timed in a worker: code from outside parcat
+        "timing the environment failed (it raised RuntimeError: scripted failure at step 1)",
         "environments step in-process (no step time measured, no --jobs)",
+        FOREIGN_REASON,
     )

@@ -41,7 +41,8 @@ from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from parcat.errors import ResourceLimitError, WorkerError
+from parcat import errors
+from parcat.errors import USER_CODE_ERRORS, ResourceLimitError, WorkerError
 from parcat.resources import BLAS_VARIABLES, limit_blas_threads, pids_headroom
 
 
@@ -73,6 +74,9 @@ LIVENESS_TIMEOUT_S = float(os.environ.get("PARCAT_LIVENESS_TIMEOUT", "15"))
 """A worker whose heartbeat has not moved for this long is frozen (stopped, deadlocked)."""
 PARENT_CHECK_S = 1.0
 """How often a worker checks that its parent is alive."""
+SETUP_TIMEOUT_S = float(os.environ.get("PARCAT_SETUP_TIMEOUT", "60"))
+"""Longest run of user code's set-up in a worker (:func:`call_in_worker`): building an
+environment or policy, its first reset; a hang there ends after this long."""
 BEAT, ACTING = 0, 1
 """Slots of a worker's status cells: its heartbeat, and 1 + the index of the agent whose
 code it runs now (0: none), so a parent can name the agent a dying worker was stepping."""
@@ -127,6 +131,28 @@ class WorkerRaisedError(Exception):
     def __init__(self, worker: str, report: ErrorReport) -> None:
         super().__init__(f"{worker} raised {report.summary}")
         self.report = report
+
+
+class SetupFailedError(Exception):
+    """User code run by :func:`call_in_worker` raised, ended its process, froze or hung.
+
+    Attributes:
+        happened: What it did, e.g. ``ended its process with exit code 6``.
+        acting: The index of the item it was on (:func:`mark_acting`), if it marked one.
+        raised: Whether it raised an exception (as opposed to ending or hanging).
+    """
+
+    def __init__(self, happened: str, acting: int | None, raised: bool) -> None:
+        super().__init__(happened)
+        self.happened = happened
+        self.acting = acting
+        self.raised = raised
+
+    def as_error(self, subject: str, when: str, usage: type[Exception]) -> Exception:
+        """One line naming ``subject``: ``usage`` (bad input, exit 2) when the code raised
+        (it refused what it was given), :class:`WorkerError` (exit 1) when it crashed."""
+        kind = usage if self.raised else WorkerError
+        return kind(f"{subject} {self.happened} {when}")
 
 
 class WorkerState(enum.Enum):
@@ -484,6 +510,84 @@ def stop_all(workers: Iterable[Worker], grace_s: float = STOP_GRACE_S) -> None:
             worker.conn.send(("close",))
     for worker in workers:
         worker.stop(grace_s)
+
+
+def call_in_worker(function: Callable[..., Any], args: tuple[Any, ...], name: str,
+                   timeout_s: float | None = None, start_method: str | None = None) -> Any:
+    """``function(*args)`` in a worker process, where user code's ``sys.exit``, crash or
+    hang ends the worker, not this process; its return value comes back pickled.
+
+    A parcat error it raises (:mod:`parcat.errors`) is raised here again, message kept.
+
+    Raises:
+        SetupFailedError: it raised something else, ended its process, froze, or ran past
+            ``timeout_s`` (default :data:`SETUP_TIMEOUT_S`).
+        TypeError, AttributeError, pickle.PicklingError: ``args`` cannot reach a worker.
+    """
+    timeout_s = SETUP_TIMEOUT_S if timeout_s is None else timeout_s
+    worker = Worker(_call_main, (function, args), name, start_method=start_method)
+    try:
+        (result,) = worker.wait_ready(timeout_s)
+        return result
+    except WorkerRaisedError as exc:
+        report = exc.report
+        known = getattr(errors, report.kind, None)
+        if isinstance(known, type) and issubclass(known, errors.ParcatError):
+            raise _rebuilt(known, report.message) from None
+        happened = report.message if report.kind == "SystemExit" else f"raised {report.summary}"
+        raise SetupFailedError(happened, report.agent, report.kind != "SystemExit") from None
+    except WorkerLostError:
+        raise SetupFailedError(_how_it_ended(worker, timeout_s), worker.acting(), False) from None
+    finally:
+        worker.stop(grace_s=0.5, terminate=True)
+
+
+def _rebuilt(kind: type[errors.ParcatError], message: str) -> errors.ParcatError:
+    """The parcat error a worker raised, rebuilt here from its message."""
+    try:
+        return kind(message)
+    except TypeError:  # a class whose constructor takes more than the message
+        return errors.WorkerError(message) if issubclass(kind, errors.RunError) \
+            else errors.UsageError(message)
+
+
+def _how_it_ended(worker: Worker, timeout_s: float) -> str:
+    if worker.alive and worker.frozen():
+        return worker.describe()
+    if worker.alive:
+        return f"did not finish in {timeout_s:g} s (PARCAT_SETUP_TIMEOUT)"
+    worker.process.join(0.5)
+    code = worker.process.exitcode
+    if code is not None and code >= 0:
+        return f"ended its process with exit code {code}"
+    return f"crashed ({describe_exit(worker.process)})"
+
+
+def _call_main(conn: Connection, parent_pid: int, function: Callable[..., Any],
+               args: tuple[Any, ...]) -> None:
+    become_worker(parent_pid)
+    try:
+        result = function(*args)
+        conn.send(("ready", result))
+    except USER_CODE_ERRORS as exc:
+        report_error(conn, exc, _acting_now())
+
+
+def in_worker() -> bool:
+    """Whether this process is a parcat worker (user code here ends only the worker)."""
+    return _status is not None
+
+
+def mark_acting(index: int | None) -> None:
+    """In a worker: note which item (agent, policy, environment) its code runs now, so
+    the parent can name it when the worker dies; outside a worker nothing happens."""
+    if _status is not None:
+        _status[ACTING] = 0 if index is None else index + 1
+
+
+def _acting_now() -> int | None:
+    value = int(_status[ACTING]) if _status is not None else 0
+    return value - 1 if value > 0 else None
 
 
 _deferral = {"depth": 0, "pending": False}

@@ -22,7 +22,7 @@ from parcat.ipc.process import (
     become_worker,
     report_error,
 )
-from parcat.missions import Mission
+from parcat.missions import Mission, is_foreign
 from parcat.parallel.executors import Executor, InlineExecutor, ThreadExecutor
 from parcat.parallel.planner import ExecutorKind, Plan, PolicyStrategy, Workload, make_plan
 from parcat.parallel.process_executor import ProcessExecutor
@@ -178,7 +178,7 @@ def first_foreign_code(missions: tuple[Mission, ...],
                        policies: tuple[PolicySpec, ...]) -> str | None:
     """The first environment or policy reference from outside parcat, if any."""
     for mission in missions:
-        if not mission.env.startswith("parcat."):
+        if is_foreign(mission):
             return mission.env
         for spec in policies:
             reference = foreign_code(spec, mission)

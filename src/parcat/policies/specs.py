@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import math
+import pickle
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any
 from parcat import checkpoint
 from parcat.errors import CheckpointError, PolicyError, clip
 from parcat.imports import import_reference, is_reference, require_trusted
+from parcat.ipc.process import SetupFailedError, call_in_worker, in_worker, mark_acting
 from parcat.missions import Mission
 from parcat.policies.base import AgentSpec, Policy
 from parcat.settings import parse_settings
@@ -141,6 +143,40 @@ def _checkpoint_policy(path: Path) -> str:
         return str(checkpoint.read_manifest(path).get("policy", ""))
     except (CheckpointError, KeyError, StopIteration, TypeError, AttributeError):
         return ""
+
+
+def check_builds(builds: Sequence[tuple[PolicySpec, Mission, AgentSpec]]) -> None:
+    """Build (and close) each policy once, so a bad spec fails before any run.
+
+    When any of them is code from outside parcat (:func:`foreign_code`), they are built in
+    a worker process (:func:`~parcat.ipc.process.call_in_worker`): a constructor's exit,
+    crash or hang ends the worker and is one line naming the policy, agent and mission.
+
+    Raises:
+        PolicyError: a spec is unknown or bad, or a constructor raised (exit code 2).
+        WorkerError: a constructor ended its process, crashed or hung (exit code 1).
+    """
+    if in_worker() or not any(foreign_code(spec, mission) for spec, mission, _ in builds):
+        _build_each(builds)
+        return
+    try:
+        call_in_worker(_build_each, (list(builds),), "parcat-policy-setup")
+    except (TypeError, AttributeError, pickle.PicklingError):
+        _build_each(builds)  # built in Python and cannot reach a worker: as inline runs do
+    except SetupFailedError as exc:
+        spec, mission, agent = builds[exc.acting or 0]
+        raise exc.as_error(
+            f"policy '{clip(spec.name, 200)}' for agent '{clip(str(agent.agent_id))}' of "
+            f"mission '{mission.name}'", "while being built", PolicyError) from None
+
+
+def _build_each(builds: Sequence[tuple[PolicySpec, Mission, AgentSpec]]) -> None:
+    for index, (spec, mission, agent) in enumerate(builds):
+        mark_acting(index)
+        close = getattr(make_policy(spec, mission, agent), "close", None)
+        if callable(close):
+            close()
+    mark_acting(None)
 
 
 def make_policy(spec: PolicySpec, mission: Mission, agent: AgentSpec) -> Policy:

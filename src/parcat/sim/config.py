@@ -38,10 +38,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from parcat.errors import ConfigError, MissionError, PolicyError
+from parcat.errors import ConfigError, MissionError, PolicyError, WorkerError
 from parcat.missions import Mission, load_mission
 from parcat.policies.base import AgentSpec
-from parcat.policies.specs import PolicySpec, make_policy, parse_policy_spec
+from parcat.policies.specs import PolicySpec, check_builds, parse_policy_spec
 from parcat.sim import limits
 from parcat.sim.checks import (
     COMMAND_LINE,
@@ -252,6 +252,9 @@ def _environment(data: Mapping[str, Any], source: str, base: Path,
     except MissionError as exc:
         raise ConfigError(f"{source}: 'environment.mission': {redact(str(exc), [name])}") \
             from exc
+    except WorkerError as exc:  # its code ended the process that built it
+        raise WorkerError(f"{source}: 'environment.mission': {redact(str(exc), [name])}") \
+            from None
     layers: list[tuple[Mapping[str, Any], str]] = []
     if env.get("config") is not None:
         file = resolve_file(env["config"], base, source, "environment.config")
@@ -395,10 +398,9 @@ def _validate_policy(policy: PolicySpec, mission: Mission, spec: AgentSpec, labe
                      secrets: list[Any]) -> None:
     """Build the policy once so a bad spec fails before any process starts (``secrets``:
     the file's values its message must not show)."""
-    try:
-        built = make_policy(policy, mission, spec)
+    try:  # in a worker when the policy is from outside parcat
+        check_builds([(policy, mission, spec)])
     except PolicyError as exc:
         raise ConfigError(f"{label}: {redact(str(exc), secrets)}") from exc
-    close = getattr(built, "close", None)
-    if callable(close):
-        close()
+    except WorkerError as exc:
+        raise WorkerError(f"{label}: {redact(str(exc), secrets)}") from None

@@ -184,15 +184,18 @@ class ProcessStepper(InlineStepper):
         try:
             worker.worker.send(("episode", mission, worker.seats, worker.block.name))
         except WorkerLostError:
-            self._died(worker)
+            self._lost(worker)
 
     def _await_ready(self, worker: _Host, mission: Mission) -> list[Seat]:
         """Wait for a worker's set-up; return seats that must step here instead."""
+        if worker.block is None:
+            return []  # a replacement for one that died hosting no one: it has no episode
         try:
             worker.worker.wait_ready(SETUP_TIMEOUT_S)
             return []
         except WorkerLostError:
-            self._died(worker)
+            self._lost(worker)
+            return []
         except WorkerRaisedError as exc:
             report = exc.report
         if report.kind not in FALLBACK_ERRORS:
@@ -208,10 +211,11 @@ class ProcessStepper(InlineStepper):
             self._inline_specs.add(name)
         worker.seats = []
         self._send_episode(worker, mission)
-        try:
-            worker.worker.wait_ready(SETUP_TIMEOUT_S)
-        except (WorkerLostError, WorkerRaisedError):
-            self._died(worker)
+        if worker.worker.alive:  # else already replaced: it hosts no one
+            try:
+                worker.worker.wait_ready(SETUP_TIMEOUT_S)
+            except (WorkerLostError, WorkerRaisedError):
+                self._lost(worker)
         return moved
 
     # -- stepping -------------------------------------------------------------------
@@ -349,13 +353,25 @@ class ProcessStepper(InlineStepper):
         warnings.warn(text, RuntimeWarning, stacklevel=4)
 
     def _died(self, worker: _Host) -> NoReturn:
+        """Fail the episode, naming the agent the worker was stepping, else those it hosted."""
         how = worker.worker.describe()
         index = worker.worker.acting()
         acting = [s for s in worker.seats if s.agent.agent_index == index]
-        agent = acting[0].agent.agent_id if acting else None
-        while_ = f" while agent '{agent}' was acting" if acting else ""
-        raise PolicyStepError(agent, "worker", ErrorReport(
-            "WorkerError", f"policy worker {worker.index} {how}{while_}", "", agent))
+        if acting:
+            agent = acting[0].agent.agent_id
+            text = f"policy worker {worker.index} {how} while agent '{agent}' was acting"
+        else:
+            agent = worker.seats[0].agent.agent_id if len(worker.seats) == 1 else None
+            hosted = ", ".join(f"'{s.agent.agent_id}'" for s in worker.seats)
+            text = f"policy worker {worker.index} {how}; it hosted agent(s) {hosted}"
+        raise PolicyStepError(agent, "worker", ErrorReport("WorkerError", text, "", agent))
+
+    def _lost(self, worker: _Host) -> None:
+        """A worker ended while it was given an episode: the episode fails if the worker
+        hosts some of its agents; one that hosts none (they step here) is only replaced."""
+        if worker.seats:
+            self._died(worker)
+        self._replace(worker)
 
     def worker_pids(self) -> list[int]:
         """Process ids of the policy workers."""

@@ -14,8 +14,9 @@ previous checkpoint, never half of one; a full disk leaves it too, and is one li
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,12 +24,22 @@ from typing import Any
 import numpy as np
 
 from parcat import checkpoint
-from parcat.errors import CheckpointError, WriteError
-from parcat.missions import Mission
+from parcat.errors import CheckpointError, ParcatError, WriteError
+from parcat.ipc.process import SetupFailedError
+from parcat.missions import Mission, is_foreign
 from parcat.train.config import TrainConfig
-from parcat.train.greedy_eval import TOTAL, LearnerObs, evaluate_greedy
+from parcat.train.greedy_eval import (
+    TOTAL,
+    LearnerObs,
+    evaluate_greedy,
+    evaluate_greedy_in_a_worker,
+    nan_returns,
+)
 from parcat.train.learner import Learner
+from parcat.train.recipes import LearnerRecipe
 from parcat.train.runs import BEST, RunSnapshot, capture, write_snapshot
+
+log = logging.getLogger("parcat.train")
 
 
 @dataclass
@@ -49,6 +60,9 @@ class Checkpointer:
     learner_obs: LearnerObs | None = None
     extra_arrays: Callable[[], dict[str, dict[str, np.ndarray]]] | None = None
     """More files each checkpoint holds, as they are now (the episodes in flight)."""
+    recipes: Mapping[str, LearnerRecipe] | None = None
+    """What the learners are built from, to evaluate them in a worker process (an
+    environment from outside parcat); ``None``: evaluated in this process."""
 
     def __post_init__(self) -> None:
         self.best_return = best_return(self.config.run_path)
@@ -56,9 +70,19 @@ class Checkpointer:
         """The last finished epoch, captured but not written yet (sync mode)."""
 
     def evaluate(self) -> dict[str, float]:
-        """The learners' greedy returns on the run's fixed evaluation episodes."""
-        return evaluate_greedy(self.mission, self.learners, self.config.seed,
-                               self.config.eval_episodes, self.learner_obs)
+        """The learners' greedy returns on the run's fixed evaluation episodes; an
+        environment from outside parcat plays them in a worker process (``recipes``), and
+        its crash there leaves NaN returns and a warning, not a dead trainer."""
+        episodes = self.config.eval_episodes
+        if self.recipes is None or not is_foreign(self.mission) or episodes <= 0:
+            return evaluate_greedy(self.mission, self.learners, self.config.seed, episodes,
+                                   self.learner_obs)
+        try:
+            return evaluate_greedy_in_a_worker(self.mission, self.recipes, self.learners,
+                                               self.config.seed, episodes)
+        except (SetupFailedError, ParcatError) as exc:
+            log.warning("the greedy evaluation's environment %s; eval_return is NaN", exc)
+            return nan_returns(episodes, self.learners)
 
     def finished(self, epoch: int, eval_return: dict[str, float] | None = None) -> None:
         """Capture the learners after ``epoch`` epochs (with their evaluation, if any), to

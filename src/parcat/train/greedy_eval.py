@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from parcat import seeding
+from parcat.ipc.process import call_in_worker
 from parcat.missions import Mission
 from parcat.train.learner import Learner
+from parcat.train.recipes import SHARED, LearnerRecipe, with_agent_id
 
 EVAL_STREAM = 103
 EVAL_TASK_STREAM = 104
@@ -51,6 +53,41 @@ def evaluate_greedy(mission: Mission, learners: Mapping[Any, Learner], seed: int
     means = {str(agent): float(total / episodes) for agent, total in zip(agents, sums, strict=True)}
     means[TOTAL] = float(sums.sum() / episodes)
     return means
+
+
+def evaluate_greedy_in_a_worker(mission: Mission, recipes: Mapping[str, LearnerRecipe],
+                                learners: Mapping[Any, Learner], seed: int,
+                                episodes: int) -> dict[str, float]:
+    """:func:`evaluate_greedy` in a worker process, for environments from outside parcat
+    (their crash must not end training): the learners are rebuilt there from their
+    ``recipes`` (by ``str(agent_id)``, or ``shared``) and loaded with their policy arrays.
+
+    Raises:
+        SetupFailedError: the environment (or a learner) raised, ended its process or froze.
+    """
+    arrays = {name: next(iter(learners.values())).policy_arrays() if name == SHARED
+              else learners[_agent_of(learners, name)].policy_arrays() for name in recipes}
+    result = call_in_worker(_evaluate_rebuilt, (mission, dict(recipes), arrays, seed, episodes),
+                            "parcat-greedy-eval", timeout_s=math.inf)
+    return cast(dict[str, float], result)
+
+
+def _agent_of(learners: Mapping[Any, Learner], name: str) -> Any:
+    return next(agent for agent in learners if str(agent) == name)
+
+
+def _evaluate_rebuilt(mission: Mission, recipes: dict[str, LearnerRecipe],
+                      arrays: dict[str, dict[str, np.ndarray]], seed: int,
+                      episodes: int) -> dict[str, float]:
+    built = {name: recipe.build() for name, recipe in recipes.items()}
+    for name, learner in built.items():
+        learner.load_policy_arrays(arrays[name])
+    agents = [spec.agent_id for spec in mission.agents()]
+    if SHARED not in built:
+        return evaluate_greedy(mission, {a: built[str(a)] for a in agents}, seed, episodes)
+    index = {agent: i for i, agent in enumerate(agents)}
+    return evaluate_greedy(mission, dict.fromkeys(agents, built[SHARED]), seed, episodes,
+                           lambda agent, obs: with_agent_id(obs, index[agent], len(agents)))
 
 
 def _episode(env: Any, mission: Mission, learners: Mapping[Any, Learner], seed: int,

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import cast
 
-from parcat.errors import USER_CODE_ERRORS, clip
-from parcat.missions import Mission, load_mission
+from parcat.errors import USER_CODE_ERRORS, ParcatError, clip
+from parcat.ipc.process import SetupFailedError, call_in_worker
+from parcat.missions import Mission, is_foreign, load_mission
 from parcat.raycluster import Backend
 from parcat.resources import available_cpus, free_cpus
 from parcat.train.config import LearningMode, TrainConfig
-from parcat.train.steptime import time_env_step
+from parcat.train.steptime import StepTime, time_env_step
 
 HANDOFF_S = 150e-6
 """What a vector step costs more per environment worker than stepping in-process: the
@@ -61,6 +63,9 @@ class Workload:
     ``jobs``' split, as without measuring)."""
     vector_steps: int = 0
     """Vector steps the run collects (``epochs`` times ``steps_per_epoch``)."""
+    foreign: bool = False
+    """The environment is code from outside parcat: it may crash the process it steps
+    in, so it never steps in the trainer's (at least one environment worker)."""
 
 
 @dataclass(frozen=True)
@@ -112,9 +117,17 @@ def make_train_plan(work: Workload, free: int, jobs: int | None = None) -> Train
             reasons.append("no job left for environment workers: environments step in-process")
     else:
         env_workers = _measured_workers(work, free, budget, train_workers, num_envs, reasons)
+    if work.foreign and env_workers == 0:
+        env_workers = 1
+        reasons.append(FOREIGN_REASON)
     spin = env_workers > 0 and _spin(env_workers, free, work.asynchronous)
     return TrainPlan(env_workers, train_workers, spin, num_envs, tuple(reasons),
                      work.env_step_s)
+
+
+FOREIGN_REASON = ("the environment is code from outside parcat: it steps in an environment "
+                  "worker instead, never in the trainer's process, so a crash restarts the "
+                  "worker")
 
 
 def _measured_workers(work: Workload, free: int, budget: int | None, train_workers: int,
@@ -224,7 +237,7 @@ def plan_training(
         step_s, note = _measure(mission, config)
         work = Workload(agents, config.envs_per_worker, asynchronous, config.parallel_training,
                         1 if config.shared_learner else agents, config.train_threads, step_s,
-                        config.epochs * config.steps_per_epoch)
+                        config.epochs * config.steps_per_epoch, is_foreign(mission))
         plan = make_train_plan(work, free, config.jobs)
         return plan if not note else _with_reason(plan, note)
     env_workers = config.env_workers
@@ -234,9 +247,12 @@ def plan_training(
         why = f"env_workers is given ({env_workers}): jobs ({config.jobs}) is not split"
     else:
         why = f"{env_workers} environment worker(s) as configured"
+    reasons: tuple[str, ...] = (why,)
+    num_envs = max(1, env_workers) * config.envs_per_worker
+    if env_workers == 0 and is_foreign(mission) and not config.render:  # render opts out
+        env_workers, reasons = 1, (why, FOREIGN_REASON)
     spin = env_workers > 0 and _spin(env_workers, free, asynchronous)
-    return TrainPlan(env_workers, train_workers, spin,
-                     max(1, env_workers) * config.envs_per_worker, reasons=(why,))
+    return TrainPlan(env_workers, train_workers, spin, num_envs, reasons=reasons)
 
 
 def _measure(mission: Mission, config: TrainConfig) -> tuple[float | None, str]:
@@ -244,7 +260,13 @@ def _measure(mission: Mission, config: TrainConfig) -> tuple[float | None, str]:
     if config.backend is Backend.RAY:
         return None, "backend ray: the actors' machines are not measured"
     try:
-        return time_env_step(mission, config.seed).step_s, ""
+        if not is_foreign(mission):
+            return time_env_step(mission, config.seed).step_s, ""
+        # code from outside parcat is timed where its crash ends only a worker
+        timed = call_in_worker(time_env_step, (mission, config.seed), "parcat-env-timing")
+        return cast(StepTime, timed).step_s, ""
+    except (SetupFailedError, ParcatError) as exc:
+        return None, f"timing the environment failed (it {clip(str(exc), 120)})"
     except USER_CODE_ERRORS as exc:
         return None, f"timing the environment failed ({type(exc).__name__}: {clip(str(exc), 120)})"
 

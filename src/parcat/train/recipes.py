@@ -32,6 +32,10 @@ BUILTIN_LEARNERS = {
 DEFAULT_LEARNER = "dqn"
 
 
+SHARED = "shared"
+"""The recipe key of the one learner all agents share (``--shared-learner``)."""
+
+
 class LearnerSettings(Protocol):
     """What choosing and building learners reads of a run's settings (``TrainConfig`` has
     it; typed here so the config module can import this one)."""
@@ -160,7 +164,7 @@ def make_recipes(mission: Mission, config: LearnerSettings) -> dict[str, Learner
                                np.ones(len(specs), np.float32)))
         shared = gymnasium.spaces.Box(low, high, dtype=np.float32)
         ids = tuple(str(spec.agent_id) for spec in specs)
-        return {"shared": LearnerRecipe(cls, shared, first.action_space, options, config.seed,
+        return {SHARED: LearnerRecipe(cls, shared, first.action_space, options, config.seed,
                                         ids)}
     return {
         str(spec.agent_id): LearnerRecipe(cls, spec.observation_space,  # type: ignore[arg-type]

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from parcat import checkpoint, raycluster
-from parcat.missions import Mission, load_mission
+from parcat.errors import WorkerError
+from parcat.missions import Mission, is_foreign, load_mission
 from parcat.train import inflight
 from parcat.train.async_learning import AsyncLearning
 from parcat.train.checkpointing import Checkpointer
@@ -136,7 +137,7 @@ class Trainer:
         self._learning = learning
         checkpoints = Checkpointer(
             self.config, self.mission, self.learners, self._learner_obs,
-            lambda: {inflight.FILE: self.vec.in_flight().to_arrays()})
+            lambda: {inflight.FILE: self.vec.in_flight().to_arrays()}, self.recipes)
         finished = saved = self.start_epoch
         self._began = time.perf_counter() - self.metrics.time_offset
         try:
@@ -168,6 +169,12 @@ class Trainer:
             report.interrupted = True
             written = self._save_interrupted(checkpoints, learning, finished, saved)
             report.checkpoint = str(written) if written else report.checkpoint
+        except WorkerError as exc:  # an environment that keeps crashing: keep what was learnt
+            written = checkpoints.save_interrupted(finished, saved)  # a captured epoch only
+            kept = written or report.checkpoint
+            raise WorkerError(f"training stopped after {finished} epoch(s): {exc}; " + (
+                f"the last checkpoint is {kept}" if kept else "no checkpoint was written"
+            )) from exc
         finally:
             if learning is not None:
                 learning.close()
@@ -297,8 +304,9 @@ def make_vecenv(mission: Mission, config: TrainConfig, plan: TrainPlan | None = 
     """
     plan = plan or plan_training(config, mission)
     asynchronous = config.mode is LearningMode.ASYNC
+    # an environment from outside parcat never steps here: its crash would end training
     return VecEnv(mission, plan.env_workers, config.envs_per_worker, config.seed,
-                  spin=plan.spin, local_share=not asynchronous,
+                  spin=plan.spin, local_share=not asynchronous and not is_foreign(mission),
                   parent_spin=plan.spin and not asynchronous, backend=config.backend.value,
                   num_envs=plan.num_envs)
 

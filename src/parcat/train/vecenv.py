@@ -31,6 +31,9 @@ from parcat.train.inflight import EpisodeHistory, InFlight
 from parcat.train.lanes.base import Command, EnvLane, LaneLostError, LocalLane
 
 log = logging.getLogger("parcat.train")
+MAX_RESTARTS = 3
+"""Lane failures in a row (no episode finished in between) before training stops: an
+environment that crashes in every episode cannot be trained on."""
 
 
 class VecEnv:
@@ -82,6 +85,7 @@ class VecEnv:
         self.start_method = start_method
         self.history = EpisodeHistory(self.num_envs, self.layouts)
         self._restarted = np.zeros(self.num_envs, dtype=bool)
+        self._failures = 0
         num_lanes = max(1, num_workers) + (1 if local_share and num_workers else 0)
         num_lanes = min(num_lanes, self.num_envs)
         # the local lane (if any) is last, so every worker is dispatched before it steps
@@ -115,21 +119,30 @@ class VecEnv:
                            self.parent_spin, get_context(self.start_method))
 
     def _recover(self, index: int, why: str) -> None:
-        """Replace a failed lane: its unfinished episodes are discarded, training goes on."""
+        """Replace a failed lane: its unfinished episodes are discarded, training goes on;
+        past :data:`MAX_RESTARTS` restarts with no episode finished in between, stop."""
         lane = self._lanes[index]
-        log.warning(
-            "environment worker for envs %d-%d %s; restarting it, its %d unfinished "
-            "episode(s) are discarded",
-            lane.first, lane.first + lane.count - 1, why, lane.count,
-        )
-        self.discarded += lane.count
+        span = f"envs {lane.first}-{lane.first + lane.count - 1}"
         # the discarded episodes keep their numbers: the environments start the next ones
         following = lane.arrays["episode"] + 1
-        lane.close()
-        lane = self._lanes[index] = self._open(lane.first, lane.count, lane.local)
-        lane.arrays["episode"][:] = following
-        lane.submit(Command.RESET)
-        lane.finish()
+        while True:
+            self._failures += 1
+            if self._failures > MAX_RESTARTS:
+                raise WorkerError(
+                    f"the environment worker for {span} failed {self._failures} times with "
+                    f"no episode finished in between (last: {why})")
+            log.warning("environment worker for %s %s; restarting it, its %d unfinished "
+                        "episode(s) are discarded", span, why, lane.count)
+            self.discarded += lane.count
+            lane.close()
+            try:
+                lane = self._lanes[index] = self._open(lane.first, lane.count, lane.local)
+                lane.arrays["episode"][:] = following
+                lane.submit(Command.RESET)
+                lane.finish()
+                break
+            except LaneLostError as exc:
+                why = str(exc)
         rows = np.zeros(self.num_envs, dtype=bool)
         rows[lane.first : lane.first + lane.count] = True
         self._restarted |= rows
@@ -176,6 +189,8 @@ class VecEnv:
         for i, column in enumerate(columns):
             self._write(_key("act", i), column)
         self._run(Command.STEP)
+        if any(lane.arrays["ep_done"].any() for lane in self._lanes):
+            self._failures = 0
         self.history.record(columns, self.reset_mask())
 
     def in_flight(self) -> InFlight:
