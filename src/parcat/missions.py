@@ -163,8 +163,9 @@ def make_env(reference: str, params: Mapping[str, Any], mission_name: str = "?")
         raise MissionError(f"mission '{mission_name}': env '{clip(reference)}' rejected: "
                            f"{clip(str(exc), 200)}") from exc
     except Exception as exc:  # whatever the factory raises is the mission's problem
-        raise MissionError(f"mission '{mission_name}': env '{clip(reference)}' failed: "
-                           f"{type(exc).__name__}: {clip(str(exc), 200)}") from exc
+        raise MissionError(f"mission '{mission_name}': env '{clip(reference)}' raised "
+                           f"{type(exc).__name__}: {clip(str(exc), 200)} while being built"
+                           ) from exc
     check_is_env(env, f"mission '{mission_name}': env '{clip(reference)}'")
     return env
 
