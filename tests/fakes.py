@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import gymnasium
@@ -180,13 +181,18 @@ class CrashingPolicy(_MisbehavingPolicy):
 
 
 class HangingPolicy(_MisbehavingPolicy):
-    """Sleeps far longer than any timeout on a given step."""
+    """Sleeps far longer than any timeout on a given step; with ``marker`` (a file path),
+    creates that file first, so a test can wait until the policy hangs."""
 
-    def __init__(self, spec: AgentSpec, at_step: int = 2, seconds: float = 3600.0) -> None:
+    def __init__(self, spec: AgentSpec, at_step: int = 2, seconds: float = 3600.0,
+                 marker: str = "") -> None:
         super().__init__(spec, at_step)
         self.seconds = seconds
+        self.marker = marker
 
     def _misbehave(self) -> None:
+        if self.marker:
+            Path(self.marker).touch()
         time.sleep(self.seconds)
 
 

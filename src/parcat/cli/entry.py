@@ -13,6 +13,7 @@ so a script never reads an interrupted run as a success.
 from __future__ import annotations
 
 import _thread
+import atexit
 import contextlib
 import os
 import signal
@@ -29,14 +30,20 @@ INTERRUPTS = threading.Event()
 """Set by the first Ctrl-C."""
 
 
-def _on_sigint(signum: int, frame: object) -> None:
+def postponed(signum: int) -> bool:
+    """For a signal handler: whether the main thread is in a part that must not be cut
+    (a message on a worker's pipe); the signal is then raised again right after it."""
     # not imported here: a handler may run in the middle of an import
     ipc = sys.modules.get("parcat.ipc.process")
     postpone = getattr(ipc, "postpone_interrupt", None)
-    if postpone is not None and postpone():
+    return postpone is not None and bool(postpone(signum))
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    if postponed(signum):
         return
     if INTERRUPTS.is_set():
-        _stop_now()
+        stop_now(EXIT_INTERRUPTED, "parcat: interrupted again: stopping now")
     INTERRUPTS.set()
     raise KeyboardInterrupt
 
@@ -58,9 +65,11 @@ def _interrupt_again() -> None:
             return
 
 
-def _stop_now() -> None:
-    """The second Ctrl-C: kill every worker, unlink our shared memory, exit 130."""
-    print("parcat: interrupted again: stopping now", file=sys.stderr)
+def stop_now(code: int, line: str) -> None:
+    """The second Ctrl-C (or SIGTERM): say ``line``, kill every worker, unlink our shared
+    memory, exit with ``code`` — whatever the main thread is doing."""
+    with contextlib.suppress(OSError):
+        print(line, file=sys.stderr)
     try:
         from parcat.ipc.process import kill_descendants
         from parcat.ipc.shm import unlink_own_blocks
@@ -68,7 +77,7 @@ def _stop_now() -> None:
         kill_descendants()
         unlink_own_blocks()
     finally:
-        os._exit(EXIT_INTERRUPTED)
+        os._exit(code)
 
 
 @contextlib.contextmanager
@@ -99,18 +108,39 @@ def run() -> None:
     """Entry point of the ``parcat`` command and of ``python -m parcat``."""
     signal.signal(signal.SIGINT, _on_sigint)
     sys.unraisablehook = _on_unraisable
+    atexit.register(_ignore_signals)  # registered first: runs after every other handler
     try:
         main = _import_quietly()
         code = main()
     except KeyboardInterrupt:
-        print("parcat: interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED
     except Exception:
         if not INTERRUPTS.is_set():
             raise
         # a Ctrl-C inside a class body or an import surfaces wrapped (RuntimeError, ...)
-        print("parcat: interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED
     if INTERRUPTS.is_set() and code == 0:
         code = EXIT_INTERRUPTED  # the interrupt was swallowed on its way up
+    if code == EXIT_INTERRUPTED:
+        _say_interrupted()
+    shm = sys.modules.get("parcat.ipc.shm")
+    if shm is not None:
+        shm.unlink_own_blocks()
     sys.exit(code)
+
+
+def _ignore_signals() -> None:
+    """At the very end of the exit: the code is decided, and Python is about to put the
+    default handlers back, by which a late Ctrl-C would kill parcat with the signal instead
+    of the code (a second Ctrl-C before this point still stops a stuck exit at once)."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+
+
+def _say_interrupted() -> None:
+    """The one line of an interrupted run, unless the CLI has said it."""
+    common = sys.modules.get("parcat.cli.common")
+    said = getattr(common, "INTERRUPT_SAID", None)
+    if said is None or not said.is_set():
+        with contextlib.suppress(OSError):
+            print("parcat: interrupted", file=sys.stderr)

@@ -15,6 +15,7 @@ from parcat.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     OutputFormat,
+    said_interrupted,
     user_errors,
 )
 from parcat.cli.lazy import held_imports
@@ -186,7 +187,8 @@ def show_report(report: EvalReport, fmt: OutputFormat) -> None:
     for warning in report.warnings:
         err.print(f"[yellow]warning[/yellow]: {warning}", markup=True, highlight=False)
     if report.status == "interrupted":
-        err.print("interrupted: the results so far are shown above (and in --output, if given)")
+        said_interrupted("interrupted: the results so far are shown above (and in --output, "
+                         "if given)")
 
 
 def exit_code(report: EvalReport) -> int:

@@ -11,7 +11,13 @@ from typing import Annotated, Any
 import typer
 
 from parcat.cli import options as opts
-from parcat.cli.common import EXIT_INTERRUPTED, SummaryFormat, print_json, user_errors
+from parcat.cli.common import (
+    EXIT_INTERRUPTED,
+    SummaryFormat,
+    print_json,
+    said_interrupted,
+    user_errors,
+)
 from parcat.cli.render import (
     key_value_table,
     list_table,
@@ -76,7 +82,7 @@ def sim_command(
     else:
         show_summary(summary, record.meta["wall_s"])
     if summary["interrupted"]:
-        stderr_console().print(f"interrupted after {summary['steps']} of {cfg.iters} steps")
+        said_interrupted(f"interrupted after {summary['steps']} of {cfg.iters} steps")
         raise typer.Exit(EXIT_INTERRUPTED)
 
 

@@ -322,6 +322,13 @@ class Worker:
             ours.close()
             theirs.close()
             raise _limit_error(f"worker process {name}", exc) from exc
+        except BaseException:  # an interrupt held back during the start: no orphan
+            ours.close()
+            theirs.close()
+            if self.process.pid is not None:
+                self.process.kill()
+                self.process.join(STOP_GRACE_S)
+            raise
         theirs.close()
         self.conn: Connection = ours
         self._ready = False
@@ -385,7 +392,8 @@ class Worker:
             WorkerLostError: the pipe is broken (the worker is gone).
         """
         try:
-            self.conn.send(message)
+            with _ctrl_c_deferred(_MESSAGE_SIGNALS):  # half a message would jam the pipe
+                self.conn.send(message)
         except (OSError, ValueError) as exc:
             raise WorkerLostError(f"{self.name} {self.describe()}") from exc
 
@@ -412,7 +420,8 @@ class Worker:
                 raise WorkerLostError(f"{self.name} {self.describe()}")
             if self.conn in ready:
                 try:
-                    message = self.conn.recv()
+                    with _ctrl_c_deferred(_MESSAGE_SIGNALS):  # read whole or not at all
+                        message = self.conn.recv()
                 except (EOFError, OSError) as exc:
                     raise WorkerLostError(f"{self.name} {self.describe()}") from exc
                 if message[0] not in skip:
@@ -486,32 +495,44 @@ def stop_all(workers: Iterable[Worker], grace_s: float = STOP_GRACE_S) -> None:
         worker.stop(grace_s)
 
 
-_deferral = {"depth": 0, "pending": False}
-"""How deep in :func:`_ctrl_c_deferred` the main thread is, and whether a Ctrl-C waits."""
+_deferral: dict[str, Any] = {"depth": 0, "pending": set()}
+"""How deep in :func:`_ctrl_c_deferred` the main thread is, and which signals wait."""
 
 
-def postpone_interrupt() -> bool:
-    """For a SIGINT handler: True (and the Ctrl-C is kept for later) while the main thread
-    must not be interrupted; the interrupt is raised again when that part is done."""
+def postpone_interrupt(signum: int = signal.SIGINT) -> bool:
+    """For a SIGINT or SIGTERM handler: True (and the signal is kept for later) while the
+    main thread must not be interrupted; it is raised again when that part is done."""
     if _deferral["depth"] > 0:
-        _deferral["pending"] = True
+        _deferral["pending"].add(signum)
         return True
     return False
 
 
-@contextlib.contextmanager
-def _ctrl_c_deferred() -> Iterator[None]:
-    """Hold a Ctrl-C until the block is done (it arrives right after).
+SHUTTING_DOWN = threading.Event()
+"""Set where parcat has caught an interrupt and stops the run (each step with a deadline);
+until then, a run that SIGTERM does not end soon is stuck in user code and the CLI ends it
+at once."""
 
-    Starting a worker is a conversation with the fork server; cut in the middle, the new
-    process reads half a message and prints a traceback. The signal is blocked in this
-    thread (so processes started here inherit it blocked), and a handler that sees it
-    anyway — another thread took it — postpones it (:func:`postpone_interrupt`).
+
+_MESSAGE_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+"""What a message on a pipe is sent and read whole despite (:meth:`Worker.send`)."""
+
+
+@contextlib.contextmanager
+def _ctrl_c_deferred(signals: frozenset[int] = frozenset({signal.SIGINT})) -> Iterator[None]:
+    """Hold Ctrl-C (and the other ``signals``) until the block is done (they arrive right
+    after).
+
+    Starting a worker is a conversation with the fork server, and a message on a pipe is
+    written and read in several calls; cut in the middle, the other side reads half a
+    message. The signals are blocked in this thread (so processes started here inherit
+    them blocked: only Ctrl-C, which workers ignore, around a start), and a handler that
+    sees one anyway — another thread took it — postpones it (:func:`postpone_interrupt`).
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
     _deferral["depth"] += 1
     try:
         yield
@@ -519,8 +540,9 @@ def _ctrl_c_deferred() -> Iterator[None]:
         _deferral["depth"] -= 1
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         if _deferral["depth"] == 0 and _deferral["pending"]:
-            _deferral["pending"] = False
-            signal.raise_signal(signal.SIGINT)
+            pending, _deferral["pending"] = _deferral["pending"], set()
+            for signum in sorted(pending):
+                signal.raise_signal(signum)
 
 
 @contextlib.contextmanager
