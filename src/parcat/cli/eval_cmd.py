@@ -19,6 +19,7 @@ from parcat.cli.common import (
     user_errors,
 )
 from parcat.cli.lazy import held_imports
+from parcat.cli.output import user_prints_on_stderr
 from parcat.errors import ConfigError
 from parcat.outputs import check_output_file, check_output_folder, check_output_suffix
 
@@ -105,7 +106,8 @@ def eval_command(
                                   lambda _: advance())
         raise typer.Exit(code)
     total = len(config.missions) * config.episodes
-    with user_errors(), progress_bar(total, "episodes", enabled=progress) as advance:
+    with user_errors(), progress_bar(total, "episodes", enabled=progress) as advance, \
+            user_prints_on_stderr():
         if precision is not None:
             report = evaluate_to_precision(config, precision, options, max_episodes=max_episodes,
                                            on_result=lambda _: advance(), output=output,

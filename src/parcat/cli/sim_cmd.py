@@ -18,6 +18,7 @@ from parcat.cli.common import (
     said_interrupted,
     user_errors,
 )
+from parcat.cli.output import user_prints_on_stderr
 from parcat.cli.render import (
     key_value_table,
     list_table,
@@ -74,7 +75,7 @@ def sim_command(
         )
         if cfg.output is not None:
             check_output_folder(Path(cfg.output), "--output")
-    with user_errors(), _progress(cfg, mode, progress) as on_progress:
+    with user_errors(), _progress(cfg, mode, progress) as on_progress, user_prints_on_stderr():
         record = run_sim(cfg, mode, fast=fast, on_progress=on_progress)
     summary = summarize(record)
     if fmt is SummaryFormat.JSON:

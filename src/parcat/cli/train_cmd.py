@@ -11,6 +11,7 @@ import typer
 
 from parcat.cli import options as opts
 from parcat.cli.common import EXIT_INTERRUPTED, SummaryFormat, print_json, user_errors
+from parcat.cli.output import user_prints_on_stderr
 from parcat.cli.render import stderr_console
 from parcat.cli.train_progress import epoch_progress
 from parcat.errors import ConfigError
@@ -151,8 +152,9 @@ def train_command(
                 "raise --epochs to train on"
             )
         try:
-            trainer = Trainer(cfg, resume=resume,
-                              on_frame=_frame_printer(err) if cfg.render else None)
+            with user_prints_on_stderr():
+                trainer = Trainer(cfg, resume=resume,
+                                  on_frame=_frame_printer(err) if cfg.render else None)
             if choice.note:  # once the run has started: a refused one names no folder
                 typer.echo(choice.note, err=True)
         except BaseException:
@@ -169,7 +171,8 @@ def train_command(
     with epoch_progress(cfg.epochs, trainer.start_epoch,
                         to_stderr=fmt is SummaryFormat.JSON, live=progress) as show:
         trainer.on_epoch = show
-        report = trainer.run()
+        with user_prints_on_stderr():
+            report = trainer.run()
     if fmt is SummaryFormat.JSON:
         print_json(
             {

@@ -614,7 +614,8 @@ def parent_alive(parent_pid: int) -> bool:
 
 def become_worker(parent_pid: int, blas_threads: int = 1,
                   check_every_s: float = PARENT_CHECK_S) -> None:
-    """Set up a worker process: ignore Ctrl-C, clean up on SIGTERM, die with the parent.
+    """Set up a worker process: ignore Ctrl-C, clean up on SIGTERM, die with the parent,
+    print on stderr.
 
     Ctrl-C reaches the whole process group, but the parent decides how a run ends, so
     workers ignore SIGINT. SIGTERM raises :class:`Terminated` so ``finally`` blocks release
@@ -624,6 +625,9 @@ def become_worker(parent_pid: int, blas_threads: int = 1,
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    with contextlib.suppress(OSError, ValueError):  # stdout is the command's output alone
+        sys.stdout.flush()
+        os.dup2(2, 1)
     limit_blas_threads(blas_threads)
     status = _status
 
