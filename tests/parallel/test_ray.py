@@ -88,18 +88,23 @@ def test_train_env_workers_as_ray_actors_equal_local(tmp_path: Path) -> None:
     assert_same(saved_arrays(tmp_path / "local"), saved_arrays(tmp_path / "ray"))
 
 
-@pytest.mark.parametrize("address", ["127.0.0.1:1", "no-such-host.invalid:6379"])
-def test_a_wrong_address_fails_at_once_with_one_line(address: str) -> None:
+def refused_address(address: str) -> list[str]:
+    """stderr's lines of ``parcat eval --backend ray --address ADDRESS``, which must exit 2."""
     import subprocess
     import sys
 
     proc = subprocess.run(
         [sys.executable, "-m", "parcat", "eval", "-m", "harvest", "-n", "1",
          "--backend", "ray", "--address", address],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
+    return proc.stderr.strip().splitlines()
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "no-such-host.invalid:6379"])
+def test_a_wrong_address_fails_at_once_with_one_line(address: str) -> None:
+    lines = refused_address(address)
     assert len(lines) == 1 and lines[0].startswith(f"parcat: error: --address {address}: "
                                                    "no Ray cluster reachable there")
 
@@ -136,16 +141,7 @@ def not_ray(request: pytest.FixtureRequest) -> Iterator[str]:
                                               ("silent", "no answer")], indirect=["not_ray"])
 def test_an_address_where_ray_does_not_answer_is_one_line_in_seconds(not_ray: str,
                                                                       why: str) -> None:
-    import subprocess
-    import sys
-
-    proc = subprocess.run(
-        [sys.executable, "-m", "parcat", "eval", "-m", "harvest", "-n", "1",
-         "--backend", "ray", "--address", not_ray],
-        capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
+    lines = refused_address(not_ray)
     assert len(lines) == 1 and lines[0].startswith(f"parcat: error: --address {not_ray}: "), lines
     assert why in lines[0]
 
