@@ -15,7 +15,9 @@ from __future__ import annotations
 import _thread
 import atexit
 import contextlib
+import errno
 import os
+import resource  # here: under a low ulimit -v, importing it later can fail
 import signal
 import sys
 import threading
@@ -23,6 +25,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+EXIT_FAILED = 1
+EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 
@@ -94,7 +98,27 @@ def signals_held() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        try:
+            _raise_if_self_interrupted()  # also when the import failed: it is why
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def _raise_if_self_interrupted() -> None:
+    """Raise :class:`MemoryError` if a library loaded in the block sent this process Ctrl-C.
+
+    OpenBLAS does, when it cannot start its threads (``ulimit -v`` too low): that is no
+    user's Ctrl-C. One from elsewhere is sent again, to arrive once the block is done.
+    """
+    if signal.SIGINT not in signal.sigpending():
+        return
+    info = signal.sigtimedwait({signal.SIGINT}, 0)
+    if info is None:
+        return
+    if info.si_pid != os.getpid():
+        os.kill(os.getpid(), signal.SIGINT)
+        return
+    raise MemoryError("a native library could not start its threads while parcat was loading")
 
 
 def _import_quietly() -> Any:
@@ -109,16 +133,25 @@ def run() -> None:
     signal.signal(signal.SIGINT, _on_sigint)
     sys.unraisablehook = _on_unraisable
     atexit.register(_ignore_signals)  # registered first: runs after every other handler
+    if not _stdout_open():
+        _say("parcat: error: stdout is closed (>&-): parcat prints its results there; "
+             "redirect it to a file, or to /dev/null")
+        sys.exit(EXIT_USAGE)
     try:
         main = _import_quietly()
         code = main()
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
-    except Exception:
-        if not INTERRUPTS.is_set():
+    except Exception as exc:
+        line = resource_limit_line(exc)
+        if line is not None:
+            _say(line)
+            code = EXIT_FAILED
+        elif INTERRUPTS.is_set():
+            # a Ctrl-C inside a class body or an import surfaces wrapped (RuntimeError, ...)
+            code = EXIT_INTERRUPTED
+        else:
             raise
-        # a Ctrl-C inside a class body or an import surfaces wrapped (RuntimeError, ...)
-        code = EXIT_INTERRUPTED
     if INTERRUPTS.is_set() and code == 0:
         code = EXIT_INTERRUPTED  # the interrupt was swallowed on its way up
     if code == EXIT_INTERRUPTED:
@@ -135,6 +168,39 @@ def _ignore_signals() -> None:
     of the code (a second Ctrl-C before this point still stops a stuck exit at once)."""
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
+
+
+def _stdout_open() -> bool:
+    try:
+        os.fstat(1)
+    except OSError:
+        return False
+    return True
+
+
+def resource_limit_line(exc: BaseException) -> str | None:
+    """The one line for a failure that a limit of the process caused (memory, open files),
+    naming the limit; ``None`` for any other failure."""
+    if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return (f"parcat: error: too many open files ({exc.strerror}): the open-file limit "
+                f"(ulimit -n) is {soft}; raise it (ulimit -n 4096) or lower --jobs")
+    memory = isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno ==
+                                              errno.ENOMEM) or \
+        (isinstance(exc, ImportError) and "failed to map segment" in str(exc))
+    if not memory:
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    limit = "unlimited" if soft == resource.RLIM_INFINITY else f"{soft // 1024} KiB"
+    detail = f" ({exc})" if str(exc) else ""
+    return (f"parcat: error: out of memory{detail}: the address-space limit (ulimit -v) is "
+            f"{limit}; raise it (parcat needs about 1 GB with numpy and its workers), or "
+            "free memory")
+
+
+def _say(line: str) -> None:
+    with contextlib.suppress(OSError):
+        print(line, file=sys.stderr)
 
 
 def _say_interrupted() -> None:

@@ -114,7 +114,7 @@ def user_prints_on_stderr() -> Iterator[None]:
     before the block.
     """
     saved = sys.stdout
-    with contextlib.suppress(OSError, ValueError):
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # None: no stdout
         saved.flush()  # what was printed before goes first
     sys.stdout = sys.stderr
     try:
