@@ -17,7 +17,7 @@ from parcat.atomic import write_text_atomically
 from parcat.errors import ConfigError
 from parcat.sim.config import SimConfig, load_sim_config
 from parcat.sim.metrics import summarize
-from parcat.sim.parallel import run_parallel
+from parcat.sim.parallel import StalledError, run_parallel
 from parcat.sim.progress import SimProgress
 from parcat.sim.record import SimRecord
 from parcat.sim.sequential import run_sequential
@@ -67,8 +67,15 @@ def run_sim(
     except ValueError:
         raise ConfigError(f"mode must be parallel or sequential, got {mode!r}") from None
     if mode is SimMode.PARALLEL:
-        record = run_parallel(config, fast=fast, on_progress=on_progress,
-                              start_method=start_method)
+        try:
+            record = run_parallel(config, fast=fast, on_progress=on_progress,
+                                  start_method=start_method)
+        except StalledError as stall:  # the steps so far are written, as on Ctrl-C
+            if not (write and config.output and stall.record is not None):
+                raise
+            record = write_outputs(stall.record, config)
+            raise StalledError(f"{stall}; the {record.steps} steps before are in "
+                               f"{config.output}", record) from stall
     else:
         record = run_sequential(config, on_progress=on_progress)
     if write and config.output:
