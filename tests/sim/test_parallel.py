@@ -139,7 +139,7 @@ def test_a_frozen_environment_fails_with_the_steps_so_far_written(
     from parcat.sim.record import SimRecord
     from tests.sim.helpers import write_yaml
 
-    monkeypatch.setattr(parallel, "STALL_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(parallel, "STALL_TIMEOUT_S", 5.0)
     mission = write_yaml(tmp_path / "frozen.yaml", {
         "name": "frozen", "env": "tests.fakes:DyingEnv",
         "params": {"agents": 1, "max_steps": 1000, "how": "hang", "at_step": 20}})
