@@ -142,6 +142,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     141 stdout closed by its reader, 143 SIGTERM; every error is one line on stderr."""
     common.TERMINATED.clear()
     common.INTERRUPT_SAID.clear()
+    ipc = sys.modules.get("parcat.ipc.process")  # not imported here: --help stays light
+    if ipc is not None:
+        ipc.SHUTTING_DOWN.clear()
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     shown, warnings.showwarning = warnings.showwarning, _one_line_warning
     try:

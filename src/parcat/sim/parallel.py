@@ -27,7 +27,14 @@ from multiprocessing import resource_tracker
 from typing import Any, NoReturn
 
 from parcat.errors import WorkerError
-from parcat.ipc.process import ErrorReport, Worker, get_context, stop_all, wait_any
+from parcat.ipc.process import (
+    SHUTTING_DOWN,
+    ErrorReport,
+    Worker,
+    get_context,
+    stop_all,
+    wait_any,
+)
 from parcat.sim.agent import CycleStats, describe_agent
 from parcat.sim.config import SimConfig
 from parcat.sim.progress import SimProgress
@@ -154,6 +161,7 @@ def _run(config: SimConfig, block: SimBlock, held: set[int | signal.Signals],
     try:
         return _monitor(children, block, config, t0_ns, on_progress), False
     except KeyboardInterrupt:
+        SHUTTING_DOWN.set()
         block.stop()
         return _collect(children[0]), True
 
