@@ -392,7 +392,7 @@ class Worker:
             WorkerLostError: the pipe is broken (the worker is gone).
         """
         try:
-            with _ctrl_c_deferred(_MESSAGE_SIGNALS):  # half a message would jam the pipe
+            with _ctrl_c_deferred(_MESSAGE):  # half a message would jam the pipe
                 self.conn.send(message)
         except (OSError, ValueError) as exc:
             raise WorkerLostError(f"{self.name} {self.describe()}") from exc
@@ -420,7 +420,7 @@ class Worker:
                 raise WorkerLostError(f"{self.name} {self.describe()}")
             if self.conn in ready:
                 try:
-                    with _ctrl_c_deferred(_MESSAGE_SIGNALS):  # read whole or not at all
+                    with _ctrl_c_deferred(_MESSAGE):  # read whole or not at all
                         message = self.conn.recv()
                 except (EOFError, OSError) as exc:
                     raise WorkerLostError(f"{self.name} {self.describe()}") from exc
@@ -501,10 +501,12 @@ _deferral: dict[str, Any] = {"depth": 0, "pending": set()}
 
 def postpone_interrupt(signum: int = signal.SIGINT) -> bool:
     """For a SIGINT or SIGTERM handler: True (and the signal is kept for later) while the
-    main thread must not be interrupted; it is raised again when that part is done."""
-    if _deferral["depth"] > 0:
+    main thread must not be interrupted; it is raised again when that part is done. The
+    same signal again meanwhile is not postponed: that part is stuck (a pipe no one reads)."""
+    if _deferral["depth"] > 0 and signum not in _deferral["pending"]:
         _deferral["pending"].add(signum)
         return True
+    _deferral["pending"].discard(signum)
     return False
 
 
@@ -514,31 +516,33 @@ until then, a run that SIGTERM does not end soon is stuck in user code and the C
 at once."""
 
 
-_MESSAGE_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
-"""What a message on a pipe is sent and read whole despite (:meth:`Worker.send`)."""
+_MESSAGE = frozenset[int]()
+"""Around a message on a pipe, no signal is blocked: the CLI's handlers postpone Ctrl-C and
+SIGTERM (:func:`postpone_interrupt`), and a second one still ends a send that waits on a
+pipe no one reads."""
 
 
 @contextlib.contextmanager
-def _ctrl_c_deferred(signals: frozenset[int] = frozenset({signal.SIGINT})) -> Iterator[None]:
-    """Hold Ctrl-C (and the other ``signals``) until the block is done (they arrive right
-    after).
+def _ctrl_c_deferred(blocked: frozenset[int] = frozenset({signal.SIGINT})) -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM until the block is done (they arrive right after).
 
     Starting a worker is a conversation with the fork server, and a message on a pipe is
     written and read in several calls; cut in the middle, the other side reads half a
-    message. The signals are blocked in this thread (so processes started here inherit
-    them blocked: only Ctrl-C, which workers ignore, around a start), and a handler that
-    sees one anyway — another thread took it — postpones it (:func:`postpone_interrupt`).
+    message. The CLI's handlers postpone what arrives meanwhile
+    (:func:`postpone_interrupt`); the ``blocked`` signals are also blocked in this thread,
+    so that processes started here inherit them blocked (Ctrl-C, which workers ignore,
+    around a start).
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
     _deferral["depth"] += 1
     try:
         yield
     finally:
         _deferral["depth"] -= 1
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         if _deferral["depth"] == 0 and _deferral["pending"]:
             pending, _deferral["pending"] = _deferral["pending"], set()
             for signum in sorted(pending):
