@@ -11,7 +11,6 @@ import os
 import signal
 import sys
 import threading
-import time
 import traceback
 import warnings
 from collections.abc import Sequence
@@ -125,9 +124,14 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise Terminated
 
 
+_RETURNED = threading.Event()
+"""Set when :func:`main` returns: a caller in the same process goes on undisturbed."""
+
+
 def _stop_unless_stopping() -> None:
-    """After :data:`TERM_GRACE_S`: stop at once, unless parcat is cleaning up."""
-    time.sleep(TERM_GRACE_S)
+    """After :data:`TERM_GRACE_S`: stop at once, unless parcat is cleaning up (or done)."""
+    if _RETURNED.wait(TERM_GRACE_S):
+        return
     ipc = sys.modules.get("parcat.ipc.process")
     if ipc is not None and ipc.SHUTTING_DOWN.is_set():
         return
@@ -142,6 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     141 stdout closed by its reader, 143 SIGTERM; every error is one line on stderr."""
     common.TERMINATED.clear()
     common.INTERRUPT_SAID.clear()
+    _RETURNED.clear()
     ipc = sys.modules.get("parcat.ipc.process")  # not imported here: --help stays light
     if ipc is not None:
         ipc.SHUTTING_DOWN.clear()
@@ -153,10 +158,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (KeyboardInterrupt, EOFError, StdoutError, typer.Abort, _CLICK_EXCEPTION) as exc:
         code = _exit_code(exc)
     finally:
+        _RETURNED.set()
         signal.signal(signal.SIGTERM, previous)
         warnings.showwarning = shown
-    if code == EXIT_INTERRUPTED and common.TERMINATED.is_set():
-        code = EXIT_TERMINATED
+    if common.TERMINATED.is_set() and code in (EXIT_OK, EXIT_INTERRUPTED):
+        code = EXIT_TERMINATED  # 0: user code swallowed it on its way up
     if code in (EXIT_INTERRUPTED, EXIT_TERMINATED) and not common.INTERRUPT_SAID.is_set():
         common.said_interrupted("parcat: interrupted")
     return code
