@@ -185,14 +185,16 @@ def resource_limit_line(exc: BaseException) -> str | None:
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         return (f"parcat: error: too many open files ({exc.strerror}): the open-file limit "
                 f"(ulimit -n) is {soft}; raise it (ulimit -n 4096) or lower --jobs")
-    memory = isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno ==
-                                              errno.ENOMEM) or \
-        (isinstance(exc, ImportError) and "failed to map segment" in str(exc))
-    if not memory:
+    if isinstance(exc, ImportError) and "failed to map segment" in str(exc):
+        detail = " (a compiled module could not be loaded)"  # numpy's message is a page
+    elif isinstance(exc, OSError) and exc.errno == errno.ENOMEM:
+        detail = f" ({exc.strerror})"
+    elif isinstance(exc, MemoryError):
+        detail = f" ({str(exc).splitlines()[0]})" if str(exc).strip() else ""
+    else:
         return None
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     limit = "unlimited" if soft == resource.RLIM_INFINITY else f"{soft // 1024} KiB"
-    detail = f" ({exc})" if str(exc) else ""
     return (f"parcat: error: out of memory{detail}: the address-space limit (ulimit -v) is "
             f"{limit}; raise it (parcat needs about 1 GB with numpy and its workers), or "
             "free memory")
