@@ -5,11 +5,13 @@ Referenced as ``tests.fakes:Name`` so that worker processes can import them too.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import gymnasium
@@ -180,14 +182,50 @@ class CrashingPolicy(_MisbehavingPolicy):
 
 
 class HangingPolicy(_MisbehavingPolicy):
-    """Sleeps far longer than any timeout on a given step."""
+    """Sleeps far longer than any timeout on a given step; with ``marker`` (a file path),
+    creates that file first, so a test can wait until the policy hangs."""
 
-    def __init__(self, spec: AgentSpec, at_step: int = 2, seconds: float = 3600.0) -> None:
+    def __init__(self, spec: AgentSpec, at_step: int = 2, seconds: float = 3600.0,
+                 marker: str = "") -> None:
         super().__init__(spec, at_step)
         self.seconds = seconds
+        self.marker = marker
 
     def _misbehave(self) -> None:
+        if self.marker:
+            Path(self.marker).touch()
         time.sleep(self.seconds)
+
+
+class StubbornPolicy(_MisbehavingPolicy):
+    """On a given step, sleeps for ever and swallows every exception that would end it
+    (``SystemExit``, ``KeyboardInterrupt``, parcat's SIGTERM); ``marker`` as for
+    :class:`HangingPolicy`."""
+
+    def __init__(self, spec: AgentSpec, at_step: int = 2, marker: str = "") -> None:
+        super().__init__(spec, at_step)
+        self.marker = marker
+
+    def _misbehave(self) -> None:
+        if self.marker:
+            Path(self.marker).touch()
+        while True:
+            with contextlib.suppress(BaseException):  # swallowing everything is the point
+                time.sleep(3600.0)
+
+
+class PrintingPolicy:
+    """Plays action 0 and prints a line on every step (as a debugging user's policy does)."""
+
+    def __init__(self, spec: AgentSpec) -> None:
+        self.agent = spec.agent_id
+
+    def reset(self, seed: int) -> None:
+        print(f"policy of {self.agent} reset")
+
+    def step(self, obs: Any) -> int:
+        print(f"policy of {self.agent} stepped")
+        return 0
 
 
 class ExitingPolicy:

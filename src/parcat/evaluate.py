@@ -15,6 +15,7 @@ from typing import Any, cast
 import numpy as np
 
 from parcat.errors import ConfigError, PolicyError, WriteError
+from parcat.ipc.process import SHUTTING_DOWN
 from parcat.ipc.shm import remove_stale_blocks
 from parcat.limits import MAX_EPISODE_PARAMETERS
 from parcat.missions import Mission, is_foreign, load_mission
@@ -397,6 +398,7 @@ def _execute(
     except StopRun:
         status = "failed"
     except KeyboardInterrupt:
+        SHUTTING_DOWN.set()
         status = "interrupted"
     finally:
         executor.close(force=status != "complete")

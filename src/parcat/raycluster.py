@@ -7,10 +7,15 @@ on a remote one.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
+import signal
 import socket
 import sys
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,13 +68,30 @@ def connect(address: str | None, num_cpus: int | None = None) -> bool:
     _cluster_errors_to_stderr(ray)
     if address:
         check_reachable(address)
-        ray.init(address=address, log_to_driver=False, configure_logging=False,
-                 runtime_env={"working_dir": str(Path.cwd()), "excludes": EXCLUDES})
-    else:
-        path = os.pathsep.join(p for p in sys.path if p)
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
+    with _our_sigterm_handler():
+        if address:
+            ray.init(address=address, log_to_driver=False, configure_logging=False,
+                     runtime_env={"working_dir": str(Path.cwd()), "excludes": EXCLUDES})
+        else:
+            path = os.pathsep.join(p for p in sys.path if p)
+            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
     return True
+
+
+@contextlib.contextmanager
+def _our_sigterm_handler() -> Iterator[None]:
+    """Keep the SIGTERM handler in place across the block: ``ray.init`` installs its own in
+    the driver (which prints a stack dump and exits 15, skipping the results so far)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    ours = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        if ours is not None:
+            signal.signal(signal.SIGTERM, ours)
 
 
 def _cluster_errors_to_stderr(ray: Any) -> None:
@@ -97,7 +119,9 @@ CONNECT_TIMEOUT_S = 5.0
 def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
     """Refuse, in bounded time, an address where no Ray cluster answers.
 
-    ``ray.init`` itself retries a wrong address for many minutes, logging as it goes.
+    ``ray.init`` itself retries a wrong address for many minutes, logging as it goes, and
+    waits for ever on a listener that never answers; so the address must answer the
+    handshake of gRPC (which Ray's GCS speaks) within ``timeout_s``.
 
     Raises:
         ConfigError: the address is malformed, unknown, refuses or does not answer.
@@ -110,14 +134,42 @@ def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
         raise ConfigError(f"--address must be HOST:PORT (as `ray start --head` prints it), "
                           f"got '{address}'")
     try:
-        with socket.create_connection((host.strip("[]"), int(port_text)), timeout=timeout_s):
-            pass
+        answer = _grpc_handshake(host.strip("[]"), int(port_text), timeout_s)
     except OSError as exc:
         why = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
         raise ConfigError(
-            f"--address {address}: no Ray cluster reachable there ({why}); start one with "
-            "`ray start --head`, or leave --address out to start a local cluster"
+            f"--address {address}: no Ray cluster reachable there ({why} in {timeout_s:g} s); "
+            "start one with `ray start --head`, or leave --address out to start a local cluster"
         ) from exc
+    if not answer:
+        raise ConfigError(
+            f"--address {address}: something listens there, but it is not a Ray cluster (no "
+            "gRPC answer); give the address `ray start --head` prints (HOST:6379 by default)"
+        )
+
+
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+"""What an HTTP/2 client sends first: the connection preface and an empty SETTINGS frame."""
+
+
+def _grpc_handshake(host: str, port: int, timeout_s: float) -> bool:
+    """Whether a gRPC server (Ray's GCS is one) answers at ``host:port``: it must reply to
+    the HTTP/2 preface with a SETTINGS frame, all within ``timeout_s``.
+
+    Raises:
+        OSError: the connection failed (``TimeoutError``: nothing answered in time).
+    """
+    deadline = time.monotonic() + timeout_s
+    with socket.create_connection((host, port), timeout=timeout_s) as sock:
+        sock.sendall(_HTTP2_PREFACE)
+        head = b""
+        while len(head) < 9:  # a frame header: length (3), type (1), flags (1), stream (4)
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            chunk = sock.recv(9 - len(head))
+            if not chunk:
+                return False
+            head += chunk
+    return head[3] == 4  # SETTINGS
 
 
 def disconnect() -> None:

@@ -88,17 +88,92 @@ def test_train_env_workers_as_ray_actors_equal_local(tmp_path: Path) -> None:
     assert_same(saved_arrays(tmp_path / "local"), saved_arrays(tmp_path / "ray"))
 
 
-@pytest.mark.parametrize("address", ["127.0.0.1:1", "no-such-host.invalid:6379"])
-def test_a_wrong_address_fails_at_once_with_one_line(address: str) -> None:
+def refused_address(address: str) -> list[str]:
+    """stderr's lines of ``parcat eval --backend ray --address ADDRESS``, which must exit 2."""
     import subprocess
     import sys
 
     proc = subprocess.run(
         [sys.executable, "-m", "parcat", "eval", "-m", "harvest", "-n", "1",
          "--backend", "ray", "--address", address],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
+    return proc.stderr.strip().splitlines()
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "no-such-host.invalid:6379"])
+def test_a_wrong_address_fails_at_once_with_one_line(address: str) -> None:
+    lines = refused_address(address)
     assert len(lines) == 1 and lines[0].startswith(f"parcat: error: --address {address}: "
                                                    "no Ray cluster reachable there")
+
+
+@pytest.fixture
+def not_ray(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The address of a listener on loopback that is no Ray cluster: an HTTP server, or a
+    socket that accepts connections (the kernel does) and never says anything."""
+    import http.server
+    import socket
+    import threading
+
+    if request.param == "http":
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                                 http.server.SimpleHTTPRequestHandler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"127.0.0.1:{server.server_address[1]}"
+        finally:
+            server.shutdown()
+            server.server_close()
+        return
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    try:
+        yield f"127.0.0.1:{silent.getsockname()[1]}"
+    finally:
+        silent.close()
+
+
+@pytest.mark.parametrize(("not_ray", "why"), [("http", "it is not a Ray cluster"),
+                                              ("silent", "no answer")], indirect=["not_ray"])
+def test_an_address_where_ray_does_not_answer_is_one_line_in_seconds(not_ray: str,
+                                                                      why: str) -> None:
+    lines = refused_address(not_ray)
+    assert len(lines) == 1 and lines[0].startswith(f"parcat: error: --address {not_ray}: "), lines
+    assert why in lines[0]
+
+
+def test_the_address_check_knows_a_real_ray_cluster() -> None:
+    from parcat.raycluster import check_reachable
+
+    check_reachable(ray.get_runtime_context().gcs_address)  # no error
+
+
+def test_sigterm_writes_the_results_so_far_and_exits_143(tmp_path: Path) -> None:
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    from tests.reliability.helpers import episodes_journaled, kill_group, wait_until
+
+    out = tmp_path / "results.json"
+    env = {**os.environ, "PYTHONPATH": CHECKOUT}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "parcat", "eval", "-m", "harvest", "-n", "100000",
+         "--backend", "ray", "-o", str(out)],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    try:
+        assert wait_until(lambda: episodes_journaled(out) >= 2, 300), "no episode finished"
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 143, err
+        assert "Traceback" not in err and "Stack" not in err, err
+        document = json.loads(out.read_text())
+        assert document["status"] == "interrupted" and len(document["episodes"]) >= 2
+    finally:
+        kill_group(proc)

@@ -90,3 +90,23 @@ def kill_group(proc: subprocess.Popen[str]) -> None:
     """Make sure nothing of a test's run survives the test."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
+
+
+def loaded_numpy(pid: int) -> bool:
+    """Whether the process has loaded numpy: parcat's own code runs, its handlers are set
+    (before that, a signal is the interpreter's to handle). True once it has exited."""
+    try:
+        return "numpy" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return True
+
+
+def session_processes(sid: int) -> list[psutil.Process]:
+    """Live processes of the session ``sid`` (a run started with ``start_new_session``):
+    the run and everything it started, orphans included."""
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getsid(proc.pid) == sid and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+    return found

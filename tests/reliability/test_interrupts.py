@@ -11,10 +11,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.reliability.helpers import descendants, gone, kill_group, wait_until
+from tests.reliability.helpers import (
+    kill_group,
+    loaded_numpy,
+    session_processes,
+    wait_until,
+)
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="POSIX signals")
 
@@ -25,81 +31,113 @@ RUNS = 100
 AT_ONCE = 4
 
 
-def start(args: list[str], cwd: Path) -> subprocess.Popen[str]:
+def start(args: list[str], cwd: Path, stderr: Any = subprocess.PIPE) -> subprocess.Popen[str]:
     assert PARCAT is not None, "the parcat console script is not installed"
     return subprocess.Popen([PARCAT, *args], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=stderr, text=True, start_new_session=True)
 
 
-def importing_numpy(pid: int) -> bool:
-    """Whether the process has loaded numpy: parcat's own code runs, its handler is set.
-
-    Before that, Python itself starts (interpreter, site, the console script: ~10-25 ms
-    on a quiet machine, far longer on a loaded one); a Ctrl-C there is Python's to handle.
-    """
-    try:
-        return "numpy" in Path(f"/proc/{pid}/maps").read_text()
-    except OSError:
-        return True  # it has already exited
+EARLY = {
+    "eval": (RUNS, ["eval", "-m", "harvest", "-n", "100000", "--jobs", "2"]),
+    "train": (RUNS // 2, ["train", "-m", "goal_tasks", "--epochs", "100000", "--env-workers",
+                          "1", "--eval-episodes", "1"]),
+}
+"""Each command: how many runs, and its arguments (train's ``-o`` is added per run)."""
 
 
-def test_ctrl_c_in_the_first_second_never_shows_a_traceback_nor_exits_0(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", list(EARLY))
+def test_ctrl_c_in_the_first_second_never_shows_a_traceback_nor_exits_0(
+        tmp_path: Path, command: str) -> None:
+    runs, args = EARLY[command]
     rng = random.Random(11)
     outcomes: list[tuple[float, int, str]] = []
-    for _ in range(RUNS // AT_ONCE):
-        batch = [(rng.uniform(0.0, 1.0), start(
-            ["eval", "-m", "harvest", "-n", "100000", "--jobs", "2"], tmp_path))
-            for _ in range(AT_ONCE)]
+    for batch_index in range(runs // AT_ONCE):
+        batch = []
+        for i in range(AT_ONCE):
+            out = ["-o", f"run{batch_index}-{i}"] if command == "train" else []
+            batch.append((rng.uniform(0.0, 1.0), start([*args, *out], tmp_path)))
         for _, proc in batch:
-            assert wait_until(lambda p=proc: importing_numpy(p.pid), 30)
+            assert wait_until(lambda p=proc: loaded_numpy(p.pid), 30)
         began = time.monotonic()
         for delay, proc in sorted(batch, key=lambda b: b[0]):
             time.sleep(max(0.0, began + delay - time.monotonic()))
             os.killpg(proc.pid, signal.SIGINT)
         for delay, proc in batch:
             try:
-                _, err = proc.communicate(timeout=30)
+                _, err = proc.communicate(timeout=60)
             finally:
                 kill_group(proc)
             outcomes.append((delay, proc.returncode, err))
+    # one line, whichever part of the run the Ctrl-C cut
     bad = [(round(d, 3), code, err[-300:]) for d, code, err in outcomes
-           if code != 130 or "Traceback" in err or "Exception ignored" in err]
+           if code != 130 or len(err.splitlines()) != 1 or "interrupted" not in err]
     assert not bad, bad
 
 
 def test_a_second_ctrl_c_stops_at_once_even_with_a_hung_policy(tmp_path: Path) -> None:
     # every agent's policy hangs for an hour on its third step, on policy threads
-    proc = start(["eval", "-m", "harvest", "--set", "agents=2", "-n", "2", "--jobs", "2",
-                  "--parallel-policy", "--policy-strategy", "thread", "--executor", "inline",
-                  "-p", "tests.fakes:HangingPolicy,at_step=2"], ROOT)
+    hung, err_file = tmp_path / "hung", tmp_path / "stderr"
+    with err_file.open("w") as stderr:
+        proc = start(["eval", "-m", "harvest", "--set", "agents=2", "-n", "2", "--jobs", "2",
+                      "--parallel-policy", "--policy-strategy", "thread", "--executor",
+                      "inline", "-p", f"tests.fakes:HangingPolicy,at_step=2,marker={hung}"],
+                     ROOT, stderr=stderr)
     try:
-        assert wait_until(lambda: _threads(proc.pid) >= 2, 30), "policy threads never started"
-        time.sleep(0.5)
+        assert wait_until(hung.exists, 120), "the policy never hung"
         os.killpg(proc.pid, signal.SIGINT)
-        time.sleep(0.3)
+        # the first Ctrl-C is handled (its line printed) before the second comes
+        assert wait_until(lambda: said_interrupted(err_file), 60), "the first Ctrl-C unseen"
         os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=10)
+        proc.communicate(timeout=30)
+        err = err_file.read_text()
         assert proc.returncode == 130, err
         assert "Traceback" not in err
+        assert wait_until(lambda: not session_processes(proc.pid), 30)
     finally:
         kill_group(proc)
 
 
 def test_one_ctrl_c_ends_a_run_whose_policy_thread_hangs(tmp_path: Path) -> None:
+    hung = tmp_path / "hung"
     proc = start(["eval", "-m", "harvest", "--set", "agents=2", "-n", "1", "--jobs", "2",
                   "--parallel-policy", "--policy-strategy", "thread", "--executor", "inline",
                   "--action-timeout-ms", "20", "--set", "max_steps=100000",
-                  "-p", "tests.fakes:HangingPolicy,at_step=2"], ROOT)
+                  "-p", f"tests.fakes:HangingPolicy,at_step=2,marker={hung}"], ROOT)
     try:
-        time.sleep(2.0)  # the policies hang; late actions let the episode run on
-        children = [p.pid for p in descendants(proc.pid)]
+        # the policies hang; late actions let the episode run on
+        assert wait_until(hung.exists, 120), "the policy never hung"
         os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=15)
+        _, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, err
         assert "Traceback" not in err
-        assert wait_until(lambda: gone(children), 10)
+        assert wait_until(lambda: not session_processes(proc.pid), 30)
     finally:
         kill_group(proc)
+
+
+@pytest.mark.parametrize("signals", [1, 2])
+def test_sigterm_ends_an_inline_run_whose_policy_swallows_every_exception(
+        tmp_path: Path, signals: int) -> None:
+    # one SIGTERM: the run has not stopped a few seconds later; two: at once
+    hung = tmp_path / "hung"
+    proc = start(["eval", "-m", "harvest", "--set", "agents=2", "-n", "2", "--executor",
+                  "inline", "-p", f"tests.fakes:StubbornPolicy,at_step=2,marker={hung}"], ROOT)
+    try:
+        assert wait_until(hung.exists, 120), "the policy never hung"
+        for _ in range(signals):
+            os.kill(proc.pid, signal.SIGTERM)
+            time.sleep(0.2)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 143, err
+        assert len(err.splitlines()) == 1 and "stopping now" in err, err
+        assert wait_until(lambda: not session_processes(proc.pid), 30)
+    finally:
+        kill_group(proc)
+
+
+def said_interrupted(err: Path) -> bool:
+    """Whether the run has printed a line saying it was interrupted."""
+    return err.is_file() and "interrupted" in err.read_text()
 
 
 def _threads(pid: int) -> int:

@@ -130,3 +130,25 @@ def test_discrete_missions_run_in_parallel(tmp_path: Path, mission: str) -> None
                                  params=params), "parallel")
     assert record.steps == 40 and record.arrays["action_0"].dtype == np.int64
     assert summarize(record)["agents"][0]["cycles"] >= 10
+
+
+def test_a_frozen_environment_fails_with_the_steps_so_far_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from parcat.sim import parallel
+    from parcat.sim.parallel import StalledError
+    from parcat.sim.record import SimRecord
+    from tests.sim.helpers import write_yaml
+
+    monkeypatch.setattr(parallel, "STALL_TIMEOUT_S", 5.0)
+    mission = write_yaml(tmp_path / "frozen.yaml", {
+        "name": "frozen", "env": "tests.fakes:DyingEnv",
+        "params": {"agents": 1, "max_steps": 1000, "how": "hang", "at_step": 20}})
+    agents = [{"agent": "0", "policy": "noop", "cycle_time": 0.01}]
+    out = tmp_path / "out"
+    config = make_config(tmp_path, agents, mission=str(mission), period=PERIOD, iters=500,
+                         output=str(out))
+    with pytest.raises(StalledError, match=r"made no progress .* the 20 steps before are in "):
+        run_sim(config, "parallel")
+    assert SimRecord.load(out).steps == 20
+    assert (out / "summary.json").is_file()
+    assert not my_blocks()

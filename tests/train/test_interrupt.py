@@ -14,6 +14,7 @@ import pytest
 
 from parcat import checkpoint
 from parcat.train.metrics import read_metrics
+from tests.reliability.helpers import kill_group, loaded_numpy, session_processes, wait_until
 
 TIMEOUT_S = 300
 TRAIN = ["-m", "parcat", "train", "-m", "goal_tasks", "--set", "max_steps=10",
@@ -24,7 +25,8 @@ TRAIN = ["-m", "parcat", "train", "-m", "goal_tasks", "--set", "max_steps=10",
 
 def start(run: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, *TRAIN, "--run-dir", str(run), *extra],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
 
 
 def wait_for_epochs(proc: subprocess.Popen[str], run: Path, epochs: int) -> None:
@@ -40,9 +42,13 @@ def wait_for_epochs(proc: subprocess.Popen[str], run: Path, epochs: int) -> None
 
 
 def stop(proc: subprocess.Popen[str], *signals: signal.Signals) -> tuple[int, str]:
-    for number in signals:
-        os.kill(proc.pid, number)
-    _, err = proc.communicate(timeout=TIMEOUT_S)
+    try:
+        for number in signals:
+            os.kill(proc.pid, number)
+        _, err = proc.communicate(timeout=TIMEOUT_S)
+    except BaseException:
+        kill_group(proc)
+        raise
     return proc.returncode, err
 
 
@@ -80,11 +86,42 @@ def test_a_signal_writes_the_last_finished_epoch_and_resume_goes_on_from_it(
 def test_async_mode_syncs_the_learners_before_the_final_checkpoint(tmp_path: Path) -> None:
     run = tmp_path / "run"
     proc = start(run, "--mode", "async", "--env-workers", "1")
-    wait_for_epochs(proc, run, 2)
-    code, err = stop(proc, signal.SIGTERM)
-    assert code == 143, err
-    logged = [record["epoch"] for record in read_metrics(run / "metrics.jsonl")]
-    assert load_every_agent(run) == logged[-1]
+    try:
+        wait_for_epochs(proc, run, 2)
+        code, err = stop(proc, signal.SIGTERM)
+        assert code == 143, err
+        logged = [record["epoch"] for record in read_metrics(run / "metrics.jsonl")]
+        assert load_every_agent(run) == logged[-1]
+        assert wait_until(lambda: not session_processes(proc.pid), 30)
+    finally:
+        kill_group(proc)
+
+
+ASYNC_DELAYS_S = [0.0, 0.05, 0.2, 0.5, 0.8, 1.2, 1.6, 2.0, 2.5, 3.0]
+"""When the signal comes after the interpreter has loaded numpy: start-up (imports, the
+fork server, the environment worker, the learner process) and then the first epochs."""
+
+
+@pytest.mark.parametrize("delay_s", ASYNC_DELAYS_S)
+def test_async_training_stops_cleanly_whenever_the_signal_comes(tmp_path: Path,
+                                                                   delay_s: float) -> None:
+    signum, code = ((signal.SIGINT, 130), (signal.SIGTERM, 143))[
+        ASYNC_DELAYS_S.index(delay_s) % 2]
+    run = tmp_path / "run"
+    proc = start(run, "--mode", "async", "--env-workers", "1", "--format", "table")
+    try:
+        assert wait_until(lambda: loaded_numpy(proc.pid), TIMEOUT_S)
+        time.sleep(delay_s)
+        returncode, err = stop(proc, signum)
+        assert (returncode, err.splitlines()) == (code, ["parcat: interrupted"])
+        log = run / "metrics.jsonl"
+        logged = [r["epoch"] for r in read_metrics(log)] if log.is_file() else []
+        if logged:  # an epoch finished: the checkpoint holds the last one
+            assert load_every_agent(run) == logged[-1]
+        assert wait_until(lambda: not session_processes(proc.pid), 30), \
+            session_processes(proc.pid)
+    finally:
+        kill_group(proc)
 
 
 def test_a_second_ctrl_c_never_leaves_half_a_run(tmp_path: Path) -> None:

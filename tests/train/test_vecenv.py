@@ -171,6 +171,27 @@ def test_learner_worker_trains_and_reports_its_death() -> None:
         worker.close()
 
 
+def test_learner_state_comes_after_a_round_an_interrupt_left_unread() -> None:
+    # an interrupt between submit's send and `busy = True`, or between result's read and
+    # `busy = False`, leaves a round's reply unread: the state must not be taken for it
+    from parcat.train.dqn import DQNLearner
+    from parcat.train.recipes import LearnerRecipe
+
+    recipe = LearnerRecipe(DQNLearner, gymnasium.spaces.Box(-1, 1, (4,)),
+                           gymnasium.spaces.Discrete(3), {"width": 8, "depth": 1}, 1)
+    learner = recipe.build()
+    worker = LearnerWorker({"a": learner}, {"a": recipe}, train_steps=1)
+    try:
+        worker.submit(epoch=0, batches={})
+        worker.busy = False  # as if the interrupt came before the flag was set
+        rounds: list[Any] = []
+        states = worker.states(rounds.append, timeout_s=60)
+        assert [r.epoch for r in rounds] == [0]
+        assert set(states["a"]) == set(learner.state_dict())
+    finally:
+        worker.close()
+
+
 def own_blocks() -> set[str]:
     """Shared-memory blocks this process created (other test runs may share /dev/shm)."""
     return {b for b in shm_blocks() if block_creator(b) == this_creator()}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import enum
 import sys
@@ -24,6 +25,15 @@ EXIT_TERMINATED = 143
 
 TERMINATED = threading.Event()
 """Set when SIGTERM ended the run, so an interrupted run exits with 143, not 130."""
+INTERRUPT_SAID = threading.Event()
+"""Set once a line on stderr said that the run was interrupted (else the CLI says it)."""
+
+
+def said_interrupted(line: str) -> None:
+    """Say on stderr why an interrupted run ended, once."""
+    INTERRUPT_SAID.set()
+    with contextlib.suppress(OSError):
+        print(line, file=sys.stderr)
 
 
 class OutputFormat(str, enum.Enum):

@@ -13,8 +13,11 @@ so a script never reads an interrupted run as a success.
 from __future__ import annotations
 
 import _thread
+import atexit
 import contextlib
+import errno
 import os
+import resource  # here: under a low ulimit -v, importing it later can fail
 import signal
 import sys
 import threading
@@ -22,6 +25,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+EXIT_FAILED = 1
+EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 
@@ -29,14 +34,20 @@ INTERRUPTS = threading.Event()
 """Set by the first Ctrl-C."""
 
 
-def _on_sigint(signum: int, frame: object) -> None:
+def postponed(signum: int) -> bool:
+    """For a signal handler: whether the main thread is in a part that must not be cut
+    (a message on a worker's pipe); the signal is then raised again right after it."""
     # not imported here: a handler may run in the middle of an import
     ipc = sys.modules.get("parcat.ipc.process")
     postpone = getattr(ipc, "postpone_interrupt", None)
-    if postpone is not None and postpone():
+    return postpone is not None and bool(postpone(signum))
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    if postponed(signum):
         return
     if INTERRUPTS.is_set():
-        _stop_now()
+        stop_now(EXIT_INTERRUPTED, "parcat: interrupted again: stopping now")
     INTERRUPTS.set()
     raise KeyboardInterrupt
 
@@ -58,9 +69,11 @@ def _interrupt_again() -> None:
             return
 
 
-def _stop_now() -> None:
-    """The second Ctrl-C: kill every worker, unlink our shared memory, exit 130."""
-    print("parcat: interrupted again: stopping now", file=sys.stderr)
+def stop_now(code: int, line: str) -> None:
+    """The second Ctrl-C (or SIGTERM): say ``line``, kill every worker, unlink our shared
+    memory, exit with ``code`` — whatever the main thread is doing."""
+    with contextlib.suppress(OSError):
+        print(line, file=sys.stderr)
     try:
         from parcat.ipc.process import kill_descendants
         from parcat.ipc.shm import unlink_own_blocks
@@ -68,7 +81,7 @@ def _stop_now() -> None:
         kill_descendants()
         unlink_own_blocks()
     finally:
-        os._exit(EXIT_INTERRUPTED)
+        os._exit(code)
 
 
 @contextlib.contextmanager
@@ -85,7 +98,27 @@ def signals_held() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        try:
+            _raise_if_self_interrupted()  # also when the import failed: it is why
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def _raise_if_self_interrupted() -> None:
+    """Raise :class:`MemoryError` if a library loaded in the block sent this process Ctrl-C.
+
+    OpenBLAS does, when it cannot start its threads (``ulimit -v`` too low): that is no
+    user's Ctrl-C. One from elsewhere is sent again, to arrive once the block is done.
+    """
+    if signal.SIGINT not in signal.sigpending():
+        return
+    info = signal.sigtimedwait({signal.SIGINT}, 0)
+    if info is None:
+        return
+    if info.si_pid != os.getpid():
+        os.kill(os.getpid(), signal.SIGINT)
+        return
+    raise MemoryError("a native library could not start its threads while parcat was loading")
 
 
 def _import_quietly() -> Any:
@@ -99,18 +132,83 @@ def run() -> None:
     """Entry point of the ``parcat`` command and of ``python -m parcat``."""
     signal.signal(signal.SIGINT, _on_sigint)
     sys.unraisablehook = _on_unraisable
+    atexit.register(_ignore_signals)  # registered first: runs after every other handler
+    if not _stdout_open():
+        _say("parcat: error: stdout is closed (>&-): parcat prints its results there; "
+             "redirect it to a file, or to /dev/null")
+        sys.exit(EXIT_USAGE)
     try:
         main = _import_quietly()
         code = main()
     except KeyboardInterrupt:
-        print("parcat: interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED
-    except Exception:
-        if not INTERRUPTS.is_set():
+    except Exception as exc:
+        line = resource_limit_line(exc)
+        if line is not None:
+            _say(line)
+            code = EXIT_FAILED
+        elif INTERRUPTS.is_set():
+            # a Ctrl-C inside a class body or an import surfaces wrapped (RuntimeError, ...)
+            code = EXIT_INTERRUPTED
+        else:
             raise
-        # a Ctrl-C inside a class body or an import surfaces wrapped (RuntimeError, ...)
-        print("parcat: interrupted", file=sys.stderr)
-        code = EXIT_INTERRUPTED
     if INTERRUPTS.is_set() and code == 0:
         code = EXIT_INTERRUPTED  # the interrupt was swallowed on its way up
+    if code == EXIT_INTERRUPTED:
+        _say_interrupted()
+    shm = sys.modules.get("parcat.ipc.shm")
+    if shm is not None:
+        shm.unlink_own_blocks()
     sys.exit(code)
+
+
+def _ignore_signals() -> None:
+    """At the very end of the exit: the code is decided, and Python is about to put the
+    default handlers back, by which a late Ctrl-C would kill parcat with the signal instead
+    of the code (a second Ctrl-C before this point still stops a stuck exit at once)."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+
+
+def _stdout_open() -> bool:
+    try:
+        os.fstat(1)
+    except OSError:
+        return False
+    return True
+
+
+def resource_limit_line(exc: BaseException) -> str | None:
+    """The one line for a failure that a limit of the process caused (memory, open files),
+    naming the limit; ``None`` for any other failure."""
+    if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return (f"parcat: error: too many open files ({exc.strerror}): the open-file limit "
+                f"(ulimit -n) is {soft}; raise it (ulimit -n 4096) or lower --jobs")
+    if isinstance(exc, ImportError) and "failed to map segment" in str(exc):
+        detail = " (a compiled module could not be loaded)"  # numpy's message is a page
+    elif isinstance(exc, OSError) and exc.errno == errno.ENOMEM:
+        detail = f" ({exc.strerror})"
+    elif isinstance(exc, MemoryError):
+        detail = f" ({str(exc).splitlines()[0]})" if str(exc).strip() else ""
+    else:
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    limit = "unlimited" if soft == resource.RLIM_INFINITY else f"{soft // 1024} KiB"
+    return (f"parcat: error: out of memory{detail}: the address-space limit (ulimit -v) is "
+            f"{limit}; raise it (parcat needs about 1 GB with numpy and its workers), or "
+            "free memory")
+
+
+def _say(line: str) -> None:
+    with contextlib.suppress(OSError):
+        print(line, file=sys.stderr)
+
+
+def _say_interrupted() -> None:
+    """The one line of an interrupted run, unless the CLI has said it."""
+    common = sys.modules.get("parcat.cli.common")
+    said = getattr(common, "INTERRUPT_SAID", None)
+    if said is None or not said.is_set():
+        with contextlib.suppress(OSError):
+            print("parcat: interrupted", file=sys.stderr)

@@ -17,9 +17,11 @@ from parcat.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     OutputFormat,
+    said_interrupted,
     user_errors,
 )
 from parcat.cli.lazy import held_imports
+from parcat.cli.output import user_prints_on_stderr
 from parcat.errors import ConfigError
 from parcat.outputs import check_output_file, check_output_folder, check_output_suffix
 
@@ -107,7 +109,8 @@ def eval_command(
                                   lambda _: advance())
         raise typer.Exit(code)
     total = len(config.missions) * config.episodes
-    with user_errors(), lock, progress_bar(total, "episodes", enabled=progress) as advance:
+    with user_errors(), lock, progress_bar(total, "episodes", enabled=progress) as advance, \
+            user_prints_on_stderr():
         if precision is not None:
             report = evaluate_to_precision(config, precision, options, max_episodes=max_episodes,
                                            on_result=lambda _: advance(), output=output,
@@ -197,7 +200,8 @@ def show_report(report: EvalReport, fmt: OutputFormat) -> None:
     for warning in report.warnings:
         err.print(f"[yellow]warning[/yellow]: {warning}", markup=True, highlight=False)
     if report.status == "interrupted":
-        err.print("interrupted: the results so far are shown above (and in --output, if given)")
+        said_interrupted("interrupted: the results so far are shown above (and in --output, "
+                         "if given)")
 
 
 def exit_code(report: EvalReport) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import sys
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -20,6 +19,7 @@ from typing import Any, ClassVar
 import typer
 from typer.core import TyperCommand, TyperGroup
 
+from parcat.cli.common import said_interrupted
 from parcat.cli.entry import signals_held
 
 
@@ -35,7 +35,7 @@ def held_imports() -> Iterator[None]:
         with signals_held():
             yield
     except KeyboardInterrupt:
-        print("parcat: interrupted", file=sys.stderr)
+        said_interrupted("parcat: interrupted")
         raise
 
 

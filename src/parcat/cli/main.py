@@ -10,6 +10,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 import traceback
 import warnings
 from collections.abc import Sequence
@@ -105,15 +106,50 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM arrived: end the run like Ctrl-C, but exit with 143."""
 
 
+TERM_GRACE_S = 5.0
+"""How long a run may take to stop after SIGTERM before it is stopped at once, unless parcat
+is cleaning up (its own steps have deadlines): user code that catches the exception (or
+never returns) cannot keep parcat running."""
+
+
 def _on_sigterm(signum: int, frame: object) -> None:
+    from parcat.cli.entry import postponed, stop_now
+
+    if postponed(signum):
+        return
+    if common.TERMINATED.is_set():
+        stop_now(EXIT_TERMINATED, "parcat: terminated again: stopping now")
     common.TERMINATED.set()
+    threading.Thread(target=_stop_unless_stopping, name="parcat-sigterm", daemon=True).start()
     raise Terminated
+
+
+_RETURNED = threading.Event()
+"""Set when :func:`main` returns: a caller in the same process goes on undisturbed."""
+
+
+def _stop_unless_stopping() -> None:
+    """After :data:`TERM_GRACE_S`: stop at once, unless parcat is cleaning up (or done)."""
+    if _RETURNED.wait(TERM_GRACE_S):
+        return
+    ipc = sys.modules.get("parcat.ipc.process")
+    if ipc is not None and ipc.SHUTTING_DOWN.is_set():
+        return
+    from parcat.cli.entry import stop_now
+
+    stop_now(EXIT_TERMINATED,
+             f"parcat: terminated: the run did not stop within {TERM_GRACE_S:g} s; stopping now")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return its exit code: 0 done, 1 failed, 2 bad input, 130 Ctrl-C,
     141 stdout closed by its reader, 143 SIGTERM; every error is one line on stderr."""
     common.TERMINATED.clear()
+    common.INTERRUPT_SAID.clear()
+    _RETURNED.clear()
+    ipc = sys.modules.get("parcat.ipc.process")  # not imported here: --help stays light
+    if ipc is not None:
+        ipc.SHUTTING_DOWN.clear()
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     shown, warnings.showwarning = warnings.showwarning, _one_line_warning
     try:
@@ -122,10 +158,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (KeyboardInterrupt, EOFError, StdoutError, typer.Abort, _CLICK_EXCEPTION) as exc:
         code = _exit_code(exc)
     finally:
+        _RETURNED.set()
         signal.signal(signal.SIGTERM, previous)
         warnings.showwarning = shown
-    if code == EXIT_INTERRUPTED and common.TERMINATED.is_set():
-        return EXIT_TERMINATED
+    if common.TERMINATED.is_set() and code in (EXIT_OK, EXIT_INTERRUPTED):
+        code = EXIT_TERMINATED  # 0: user code swallowed it on its way up
+    if code in (EXIT_INTERRUPTED, EXIT_TERMINATED) and not common.INTERRUPT_SAID.is_set():
+        common.said_interrupted("parcat: interrupted")
     return code
 
 

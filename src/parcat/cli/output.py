@@ -7,6 +7,11 @@ closed the pipe early (``parcat eval -f json | head -c 10``), into silence and e
 Afterwards stdout is pointed at ``/dev/null`` so that what is still buffered cannot fail
 again when Python exits ("Exception ignored ... BrokenPipeError").
 
+stdout holds the command's output alone: while a command runs user code (policies,
+environments, learners) in this process, ``sys.stdout`` is stderr
+(:func:`user_prints_on_stderr`), so a policy's ``print()`` cannot break ``-f json``; worker
+processes send their stdout to stderr too (:func:`parcat.ipc.process.become_worker`).
+
 Why 141 for a closed pipe: it is what the shell reports for a program killed by SIGPIPE, as
 ``cat`` and ``yes`` are in ``yes | head -1``; like 130 (SIGINT) and 143 (SIGTERM) it says
 "stopped from outside, not failed", and ``set -o pipefail`` treats parcat like coreutils.
@@ -99,3 +104,20 @@ def _discard(stream: io.TextIOWrapper) -> None:
             os.dup2(devnull, stream.fileno())
         finally:
             os.close(devnull)
+
+
+@contextlib.contextmanager
+def user_prints_on_stderr() -> Iterator[None]:
+    """Run the block (which runs user code) with ``sys.stdout`` pointing at stderr.
+
+    What parcat shows meanwhile on stdout (train's epoch lines) writes to the stream it took
+    before the block.
+    """
+    saved = sys.stdout
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # None: no stdout
+        saved.flush()  # what was printed before goes first
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stdout = saved

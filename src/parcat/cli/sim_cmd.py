@@ -11,7 +11,14 @@ from typing import Annotated, Any
 import typer
 
 from parcat.cli import options as opts
-from parcat.cli.common import EXIT_INTERRUPTED, SummaryFormat, print_json, user_errors
+from parcat.cli.common import (
+    EXIT_INTERRUPTED,
+    SummaryFormat,
+    print_json,
+    said_interrupted,
+    user_errors,
+)
+from parcat.cli.output import user_prints_on_stderr
 from parcat.cli.render import (
     key_value_table,
     list_table,
@@ -67,7 +74,7 @@ def sim_command(
                               trust_code).with_options(
             iters, seed, output, render
         )
-    with user_errors(), _progress(cfg, mode, progress) as on_progress:
+    with user_errors(), _progress(cfg, mode, progress) as on_progress, user_prints_on_stderr():
         record = run_sim(cfg, mode, fast=fast, on_progress=on_progress)
     summary = summarize(record)
     if fmt is SummaryFormat.JSON:
@@ -75,7 +82,7 @@ def sim_command(
     else:
         show_summary(summary, record.meta["wall_s"])
     if summary["interrupted"]:
-        stderr_console().print(f"interrupted after {summary['steps']} of {cfg.iters} steps")
+        said_interrupted(f"interrupted after {summary['steps']} of {cfg.iters} steps")
         raise typer.Exit(EXIT_INTERRUPTED)
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from parcat.cli.common import EXIT_FAILED, EXIT_OK, OutputFormat
+from parcat.cli.output import user_prints_on_stderr
 from parcat.evaluate import EvalConfig
 from parcat.jsontext import dumps
 from parcat.parallel.launch import RunOptions
@@ -21,10 +22,11 @@ def run_tournament(kind: str, config: EvalConfig, options: RunOptions, fmt: Outp
                    output: Path | None, on_result: Any) -> int:
     """Run ``--each`` or ``--cross``, print it, write ``output`` (JSON); return the exit code."""
     result: EachResult | CrossResult
-    if kind == "each":
-        result = evaluate_each(config, options, on_result, seed=config.seed)
-    else:
-        result = cross_play(config, options, on_result, seed=config.seed)
+    with user_prints_on_stderr():
+        if kind == "each":
+            result = evaluate_each(config, options, on_result, seed=config.seed)
+        else:
+            result = cross_play(config, options, on_result, seed=config.seed)
     document = {"schema": f"parcat.{kind}/1", **result.to_document()}
     if output is not None:
         from parcat.atomic import write_text_atomically

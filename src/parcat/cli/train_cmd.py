@@ -10,6 +10,7 @@ import typer
 
 from parcat.cli import options as opts
 from parcat.cli.common import EXIT_INTERRUPTED, SummaryFormat, print_json, user_errors
+from parcat.cli.output import user_prints_on_stderr
 from parcat.cli.render import stderr_console
 from parcat.cli.train_progress import epoch_progress
 from parcat.errors import ConfigError
@@ -172,7 +173,9 @@ def _train(choice: RunDirChoice, resume: bool, progress: bool, fmt: SummaryForma
     if resume and trainer_done(cfg):
         raise ConfigError(f"--resume: '{cfg.run_path}' already reached --epochs {cfg.epochs}; "
                           "raise --epochs to train on")
-    trainer = Trainer(cfg, resume=resume, on_frame=_frame_printer(err) if cfg.render else None)
+    with user_prints_on_stderr():
+        trainer = Trainer(cfg, resume=resume,
+                          on_frame=_frame_printer(err) if cfg.render else None)
     if choice.note:  # once the run has started: a refused one names no folder
         typer.echo(choice.note, err=True)
     if resume and not trainer.resumed:
@@ -184,7 +187,8 @@ def _train(choice: RunDirChoice, resume: bool, progress: bool, fmt: SummaryForma
     with epoch_progress(cfg.epochs, trainer.start_epoch,
                         to_stderr=fmt is SummaryFormat.JSON, live=progress) as show:
         trainer.on_epoch = show
-        return trainer.run(), trainer
+        with user_prints_on_stderr():
+            return trainer.run(), trainer
 
 
 def _frame_printer(console: Any) -> Any:

@@ -76,9 +76,10 @@ def epoch_progress(epochs: int, done: int, to_stderr: bool,
     if not live and to_stderr:
         yield lambda stats: None
         return
-    console = Console(stderr=to_stderr, highlight=False)
+    # taken now: while the trainer runs, sys.stdout is stderr (user code's prints go there)
+    stream = sys.stderr if to_stderr else sys.stdout
+    console = Console(file=stream, highlight=False)
     if not live or not console.is_terminal:
-        stream = sys.stderr if to_stderr else sys.stdout
 
         def write(stats: EpochStats) -> None:
             stream.write(epoch_line(stats, epochs) + "\n")

@@ -348,6 +348,13 @@ class Worker:
             ours.close()
             theirs.close()
             raise _limit_error(f"worker process {name}", exc) from exc
+        except BaseException:  # an interrupt held back during the start: no orphan
+            ours.close()
+            theirs.close()
+            if self.process.pid is not None:
+                self.process.kill()
+                self.process.join(STOP_GRACE_S)
+            raise
         theirs.close()
         self.conn: Connection = ours
         self._ready = False
@@ -411,7 +418,8 @@ class Worker:
             WorkerLostError: the pipe is broken (the worker is gone).
         """
         try:
-            self.conn.send(message)
+            with _ctrl_c_deferred(_MESSAGE):  # half a message would jam the pipe
+                self.conn.send(message)
         except (OSError, ValueError) as exc:
             raise WorkerLostError(f"{self.name} {self.describe()}") from exc
 
@@ -438,7 +446,8 @@ class Worker:
                 raise WorkerLostError(f"{self.name} {self.describe()}")
             if self.conn in ready:
                 try:
-                    message = self.conn.recv()
+                    with _ctrl_c_deferred(_MESSAGE):  # read whole or not at all
+                        message = self.conn.recv()
                 except (EOFError, OSError) as exc:
                     raise WorkerLostError(f"{self.name} {self.describe()}") from exc
                 if message[0] not in skip:
@@ -590,41 +599,58 @@ def _acting_now() -> int | None:
     return value - 1 if value > 0 else None
 
 
-_deferral = {"depth": 0, "pending": False}
-"""How deep in :func:`_ctrl_c_deferred` the main thread is, and whether a Ctrl-C waits."""
+_deferral: dict[str, Any] = {"depth": 0, "pending": set()}
+"""How deep in :func:`_ctrl_c_deferred` the main thread is, and which signals wait."""
 
 
-def postpone_interrupt() -> bool:
-    """For a SIGINT handler: True (and the Ctrl-C is kept for later) while the main thread
-    must not be interrupted; the interrupt is raised again when that part is done."""
-    if _deferral["depth"] > 0:
-        _deferral["pending"] = True
+def postpone_interrupt(signum: int = signal.SIGINT) -> bool:
+    """For a SIGINT or SIGTERM handler: True (and the signal is kept for later) while the
+    main thread must not be interrupted; it is raised again when that part is done. The
+    same signal again meanwhile is not postponed: that part is stuck (a pipe no one reads)."""
+    if _deferral["depth"] > 0 and signum not in _deferral["pending"]:
+        _deferral["pending"].add(signum)
         return True
+    _deferral["pending"].discard(signum)
     return False
 
 
-@contextlib.contextmanager
-def _ctrl_c_deferred() -> Iterator[None]:
-    """Hold a Ctrl-C until the block is done (it arrives right after).
+SHUTTING_DOWN = threading.Event()
+"""Set where parcat has caught an interrupt and stops the run (each step with a deadline);
+until then, a run that SIGTERM does not end soon is stuck in user code and the CLI ends it
+at once."""
 
-    Starting a worker is a conversation with the fork server; cut in the middle, the new
-    process reads half a message and prints a traceback. The signal is blocked in this
-    thread (so processes started here inherit it blocked), and a handler that sees it
-    anyway — another thread took it — postpones it (:func:`postpone_interrupt`).
+
+_MESSAGE = frozenset[int]()
+"""Around a message on a pipe, no signal is blocked: the CLI's handlers postpone Ctrl-C and
+SIGTERM (:func:`postpone_interrupt`), and a second one still ends a send that waits on a
+pipe no one reads."""
+
+
+@contextlib.contextmanager
+def _ctrl_c_deferred(blocked: frozenset[int] = frozenset({signal.SIGINT})) -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM until the block is done (they arrive right after).
+
+    Starting a worker is a conversation with the fork server, and a message on a pipe is
+    written and read in several calls; cut in the middle, the other side reads half a
+    message. The CLI's handlers postpone what arrives meanwhile
+    (:func:`postpone_interrupt`); the ``blocked`` signals are also blocked in this thread,
+    so that processes started here inherit them blocked (Ctrl-C, which workers ignore,
+    around a start).
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
     _deferral["depth"] += 1
     try:
         yield
     finally:
         _deferral["depth"] -= 1
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         if _deferral["depth"] == 0 and _deferral["pending"]:
-            _deferral["pending"] = False
-            signal.raise_signal(signal.SIGINT)
+            pending, _deferral["pending"] = _deferral["pending"], set()
+            for signum in sorted(pending):
+                signal.raise_signal(signum)
 
 
 @contextlib.contextmanager
@@ -696,7 +722,8 @@ def parent_alive(parent_pid: int) -> bool:
 
 def become_worker(parent_pid: int, blas_threads: int = 1,
                   check_every_s: float = PARENT_CHECK_S) -> None:
-    """Set up a worker process: ignore Ctrl-C, clean up on SIGTERM, die with the parent.
+    """Set up a worker process: ignore Ctrl-C, clean up on SIGTERM, die with the parent,
+    print on stderr.
 
     Ctrl-C reaches the whole process group, but the parent decides how a run ends, so
     workers ignore SIGINT. SIGTERM raises :class:`Terminated` so ``finally`` blocks release
@@ -706,6 +733,9 @@ def become_worker(parent_pid: int, blas_threads: int = 1,
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    with contextlib.suppress(OSError, ValueError):  # stdout is the command's output alone
+        sys.stdout.flush()
+        os.dup2(2, 1)
     limit_blas_threads(blas_threads)
     status = _status
 

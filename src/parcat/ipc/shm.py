@@ -129,10 +129,13 @@ _OWN: set[str] = set()
 
 
 def unlink_own_blocks() -> None:
-    """Unlink every block this process created (a last resort before ``os._exit``)."""
+    """Unlink every block this process created and still holds: a last resort when it
+    exits (an interrupt can land between a block's creation and the code that records it
+    for closing); the resource tracker is told, so it warns of no leak."""
     for name in list(_OWN):
         with contextlib.suppress(OSError):
             os.unlink(os.path.join("/dev/shm", name))
+            resource_tracker.unregister(f"/{name}", "shared_memory")
         _OWN.discard(name)
 
 

@@ -27,7 +27,14 @@ from multiprocessing import resource_tracker
 from typing import Any, NoReturn
 
 from parcat.errors import WorkerError
-from parcat.ipc.process import ErrorReport, Worker, get_context, stop_all, wait_any
+from parcat.ipc.process import (
+    SHUTTING_DOWN,
+    ErrorReport,
+    Worker,
+    get_context,
+    stop_all,
+    wait_any,
+)
 from parcat.sim.agent import CycleStats, describe_agent
 from parcat.sim.config import SimConfig
 from parcat.sim.progress import SimProgress
@@ -49,6 +56,15 @@ PROGRESS_EVERY_S = 1.0
 
 class RemoteTraceback(Exception):
     """The formatted traceback of an exception raised in a simulation process."""
+
+
+class StalledError(WorkerError):
+    """The environment made no progress; ``record`` holds the steps it made before, when
+    its process could still send them (else ``None``)."""
+
+    def __init__(self, message: str, record: SimRecord | None = None) -> None:
+        super().__init__(message)
+        self.record = record
 
 
 @dataclass(eq=False)  # compared by identity: fields hold processes and pipes
@@ -81,13 +97,31 @@ def run_parallel(config: SimConfig, fast: bool = False,
     try:
         done, interrupted = _run(config, block, held, children, fast, on_progress,
                                  start_method)
+    except StalledError as stall:
+        stall.record = _stopped_record(children[0], config, fast)
+        raise
     finally:
         block.stop()
         stop_all(c.worker for c in children)
         block.close()
+    return _record(config, fast, done, interrupted)
+
+
+def _record(config: SimConfig, fast: bool,
+            done: tuple[WorldResult, dict[int, CycleStats], float], stopped: bool) -> SimRecord:
     result, cycles, wall_s = done
     return make_record(config, "parallel", fast, result, {**cycles, **result.cycles}, wall_s,
-                       interrupted)
+                       stopped)
+
+
+def _stopped_record(env: _Child, config: SimConfig, fast: bool) -> SimRecord | None:
+    """The steps a stalled environment made: SIGTERM ends the step it hangs in (Python code;
+    a native call or a stopped process does not answer) and it sends what it has."""
+    env.worker.process.terminate()
+    try:
+        return _record(config, fast, _collect(env), True)
+    except KeyboardInterrupt:  # nothing came
+        return None
 
 
 def _create_block(config: SimConfig) -> tuple[SimBlock, set[int | signal.Signals]]:
@@ -127,6 +161,7 @@ def _run(config: SimConfig, block: SimBlock, held: set[int | signal.Signals],
     try:
         return _monitor(children, block, config, t0_ns, on_progress), False
     except KeyboardInterrupt:
+        SHUTTING_DOWN.set()
         block.stop()
         return _collect(children[0]), True
 
@@ -173,8 +208,8 @@ def _monitor(children: list[_Child], block: SimBlock, config: SimConfig, t0_ns: 
         if step != last_step:
             last_step, last_move = step, now
         elif now - last_move > max(STALL_TIMEOUT_S, 3 * config.period):
-            raise WorkerError(f"the environment made no progress for {now - last_move:.0f} s "
-                              f"(stuck at step {step} of {config.iters})")
+            raise StalledError(f"the environment made no progress for {now - last_move:.0f} s "
+                               f"(stuck at step {step} of {config.iters})")
         if on_progress is not None and now >= next_report:
             next_report = now + PROGRESS_EVERY_S
             elapsed = max(0.0, (time.monotonic_ns() - t0_ns) / 1e9)

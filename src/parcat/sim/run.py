@@ -19,7 +19,7 @@ from parcat.errors import ConfigError
 from parcat.outputs import check_output_folder, missing_folders, remove_empty
 from parcat.sim.config import SimConfig, load_sim_config
 from parcat.sim.metrics import summarize
-from parcat.sim.parallel import run_parallel
+from parcat.sim.parallel import StalledError, run_parallel
 from parcat.sim.progress import SimProgress
 from parcat.sim.record import SimRecord
 from parcat.sim.sequential import run_sequential
@@ -71,8 +71,15 @@ def run_sim(
         raise ConfigError(f"mode must be parallel or sequential, got {mode!r}") from None
     with _held_output(config.output if write else None):
         if mode is SimMode.PARALLEL:
-            record = run_parallel(config, fast=fast, on_progress=on_progress,
-                                  start_method=start_method)
+            try:
+                record = run_parallel(config, fast=fast, on_progress=on_progress,
+                                      start_method=start_method)
+            except StalledError as stall:  # the steps so far are written, as on Ctrl-C
+                if not (write and config.output and stall.record is not None):
+                    raise
+                record = write_outputs(stall.record, config)
+                raise StalledError(f"{stall}; the {record.steps} steps before are in "
+                                   f"{config.output}", record) from stall
         else:
             record = run_sequential(config, on_progress=on_progress)
         if write and config.output:

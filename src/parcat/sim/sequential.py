@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from parcat.errors import USER_CODE_ERRORS, EpisodeError
+from parcat.ipc.process import SHUTTING_DOWN
 from parcat.sim.agent import AgentFailure, AgentRunner, CycleClock
 from parcat.sim.config import SimConfig
 from parcat.sim.progress import SimProgress
@@ -67,6 +68,7 @@ def _run(world: World, runners: dict[int, AgentRunner], config: SimConfig, start
                 on_progress(SimProgress(steps, config.iters, world.episode,
                                         time.perf_counter() - start))
     except KeyboardInterrupt:
+        SHUTTING_DOWN.set()
         interrupted = True
     except AgentFailure as failure:
         raise EpisodeError(str(failure)) from failure.cause

@@ -102,23 +102,26 @@ def _run_env(world: World, block: SimBlock, config: SimConfig, t0_ns: int,
     in_force = world.default_actions()
     seqs = [0] * len(indices)
     steps = 0
-    for k in range(config.iters):
-        deadline = t0_ns + (0 if fast else k * config.period_ns)
-        if not sleep_until(deadline, block):
-            break
-        now_ns = time.monotonic_ns() - t0_ns
-        for j, index in enumerate(indices):
-            slot = block.actions[j]
-            if slot.seq != seqs[j]:
-                snapshot = slot.read()
-                if snapshot is not None:
-                    seqs[j], action, fields = snapshot
-                    in_force[index] = InForce(action, int(fields[0]), int(fields[1]) / 1e9)
-        world.step(k, now_ns, in_force)
-        steps = k + 1
-        _publish_obs(world, block, steps, time.monotonic_ns() - t0_ns)
-        block.header[H_EPISODE] = world.episode
-        block.header[H_STEP] = steps
+    try:
+        for k in range(config.iters):
+            deadline = t0_ns + (0 if fast else k * config.period_ns)
+            if not sleep_until(deadline, block):
+                break
+            now_ns = time.monotonic_ns() - t0_ns
+            for j, index in enumerate(indices):
+                slot = block.actions[j]
+                if slot.seq != seqs[j]:
+                    snapshot = slot.read()
+                    if snapshot is not None:
+                        seqs[j], action, fields = snapshot
+                        in_force[index] = InForce(action, int(fields[0]), int(fields[1]) / 1e9)
+            world.step(k, now_ns, in_force)
+            steps = k + 1
+            _publish_obs(world, block, steps, time.monotonic_ns() - t0_ns)
+            block.header[H_EPISODE] = world.episode
+            block.header[H_STEP] = steps
+    except Terminated:
+        pass  # the parent stopped a step that made no progress: the steps before are the run
     wall_s = (time.monotonic_ns() - t0_ns) / 1e9
     cycles = {}
     for j, index in enumerate(indices):

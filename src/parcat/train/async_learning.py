@@ -67,10 +67,11 @@ class AsyncLearning:
         self._apply(self.process.result())
         return time.perf_counter() - begin
 
-    def sync_states(self) -> None:
-        """Make the acting learners full copies of the trained ones (for a checkpoint)."""
-        self.wait()
-        for name, state in self.process.states().items():
+    def sync_states(self, timeout_s: float | None = None) -> None:
+        """Make the acting learners full copies of the trained ones (for a checkpoint),
+        after applying the running round; with ``timeout_s``, raise :class:`RuntimeError`
+        when the learner process has not answered by then."""
+        for name, state in self.process.states(self._apply, timeout_s).items():
             self.learners[name].load_state_dict(state)
 
     def take_overlaps(self) -> list[int]:

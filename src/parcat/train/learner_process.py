@@ -12,6 +12,7 @@ collection went on while the learner trained.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -93,11 +94,28 @@ class LearnerWorker:
         self.busy = False
         return message[1]
 
-    def states(self) -> dict[str, dict[str, np.ndarray]]:
-        """Every learner's full state (after the running round, if any)."""
+    def states(self, on_round: Callable[[Round], None] | None = None,
+               timeout_s: float | None = None) -> dict[str, dict[str, np.ndarray]]:
+        """Every learner's full state, after the rounds asked for so far.
+
+        A round whose result is still unread (an interrupt may have cut the wait for it) is
+        read first and given to ``on_round``: the state is always the learner's reply to
+        this question, whatever was asked before.
+
+        Args:
+            on_round: Called with each round read on the way.
+            timeout_s: Give up (:class:`RuntimeError`) after this long (default: never,
+                while the learner process lives).
+        """
         self._send(("state",))
-        message: Any = self._recv()
-        return message[1]
+        end = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            message: Any = self._recv(end)
+            if message[0] == "state":
+                return message[1]
+            self.busy = False
+            if on_round is not None:
+                on_round(message[1])
 
     def _send(self, message: Any) -> None:
         try:
@@ -105,13 +123,17 @@ class LearnerWorker:
         except WorkerLostError as exc:
             raise RuntimeError(f"learner process {self.worker.describe()}") from exc
 
-    def _recv(self) -> tuple[Any, ...]:
-        # a round may take as long as training does: no deadline, but a death is seen at once
+    def _recv(self, end: float | None = None) -> tuple[Any, ...]:
+        # a round may take as long as training does: no deadline unless ``end`` (a
+        # monotonic time) is given, but a death or a freeze is seen at once
         while True:
+            wait_s = 3600.0 if end is None else end - time.monotonic()
+            if wait_s <= 0:
+                raise RuntimeError(f"learner process did not answer in time ({self.worker.name})")
             try:
-                message = self.worker.recv(timeout=3600.0)
+                message = self.worker.recv(timeout=wait_s)
             except WorkerLostError as exc:
-                if self.worker.alive:
+                if self.worker.alive and not self.worker.frozen():
                     continue
                 raise RuntimeError(f"learner process {self.worker.describe()}") from exc
             if message[0] == "error":

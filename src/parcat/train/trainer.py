@@ -24,6 +24,7 @@ import numpy as np
 
 from parcat import checkpoint, raycluster
 from parcat.errors import WorkerError
+from parcat.ipc.process import SHUTTING_DOWN
 from parcat.missions import Mission, is_foreign, load_mission
 from parcat.train import inflight
 from parcat.train.async_learning import AsyncLearning
@@ -40,6 +41,8 @@ from parcat.train.runs import has_checkpoint, init_weights, restore
 from parcat.train.vecenv import VecEnv
 
 EventLog = Callable[[str, int], None]
+LEARNER_SYNC_S = 60.0
+"""How long an interrupted async run waits for the learner process's round and state."""
 __all__ = ["EpochStats", "TrainReport", "Trainer"]
 
 
@@ -166,6 +169,7 @@ class Trainer:
                     report.checkpoint = str(checkpoints.save())
                     saved = epoch + 1
         except KeyboardInterrupt:
+            SHUTTING_DOWN.set()
             report.interrupted = True
             written = self._save_interrupted(checkpoints, learning, finished, saved)
             report.checkpoint = str(written) if written else report.checkpoint
@@ -186,9 +190,13 @@ class Trainer:
     def _save_interrupted(self, checkpoints: Checkpointer, learning: AsyncLearning | None,
                           finished: int, saved: int) -> Path | None:
         """The checkpoint of the last finished epoch, if none has it yet (a second Ctrl-C
-        during the write leaves the previous checkpoint whole)."""
+        during the write leaves the previous checkpoint whole). A learner process that is
+        gone or does not answer in :data:`LEARNER_SYNC_S` leaves the last one written."""
         if learning is not None and finished > saved:
-            learning.sync_states()
+            try:
+                learning.sync_states(LEARNER_SYNC_S)
+            except RuntimeError:
+                return None
         return checkpoints.save_interrupted(finished, saved, live=learning is not None)
 
     def _epoch(self, epoch: int, learning: AsyncLearning | None) -> EpochStats:

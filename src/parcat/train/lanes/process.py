@@ -51,16 +51,23 @@ class ProcessLane(EnvLane):
         super().__init__(first, count)
         self.block = ArrayBlock(specs)
         self.arrays = self.block.arrays
-        self.worker = Worker(
-            env_worker_main, (mission, first, count, seed, specs, self.block.name, spin),
-            f"parcat-env-{first // max(1, count)}", ctx=ctx,
-        )
+        try:
+            self.worker = Worker(
+                env_worker_main, (mission, first, count, seed, specs, self.block.name, spin),
+                f"parcat-env-{first // max(1, count)}", ctx=ctx,
+            )
+        except BaseException:  # a refused start or an interrupt: the block is still ours
+            self.block.close()
+            raise
         self.handoff = Handoff(self.block.header, self.worker, parent_spin)
         try:
             self.worker.wait_ready(SETUP_TIMEOUT_S)
         except (WorkerLostError, WorkerRaisedError) as exc:
             self.close()
             raise LaneLostError(f"environment worker failed to start: {exc}") from exc
+        except BaseException:
+            self.close()
+            raise
 
     def submit(self, command: Command) -> None:
         """Write the command into the header and request it."""
