@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from parcat.bench import (
+from parcat.bench.suite import (
     MEASUREMENTS,
     SLOWDOWN_VARIABLE,
     Work,
@@ -25,14 +25,14 @@ from parcat.bench import (
 )
 from parcat.cli.charts import bar_chart, line_chart
 from parcat.cli.main import app
-from parcat.compare import (
+from parcat.core.errors import ConfigError
+from parcat.eval.compare import (
     FigureChange,
     Verdict,
     compare_bench,
     compare_records,
     pool_records,
 )
-from parcat.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 

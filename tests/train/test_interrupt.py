@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from parcat import checkpoint
+from parcat.policies import checkpoint
 from parcat.train.metrics import read_metrics
 
 TIMEOUT_S = 300

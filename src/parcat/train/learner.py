@@ -11,7 +11,7 @@ index``) or, with ``--shared-learner``, one for all agents (seeded ``seed``), as
 ``Class.from_spaces(observation_space, action_space, options, seed)`` if the class has
 that classmethod, else ``Class(observation_space, action_space, options, seed)``.
 ``options`` is the ``learner`` mapping without ``class``; an unknown key or a bad value
-raises :class:`~parcat.errors.ConfigError` naming it. A class may also have a
+raises :class:`~parcat.core.errors.ConfigError` naming it. A class may also have a
 ``check_config(options)`` classmethod, which the train config calls before anything
 starts. Observations are ``Box`` spaces; with ``--shared-learner`` the trainer appends
 a one-hot agent id to every observation (the space it passes is the wider one), so the
@@ -59,7 +59,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 import gymnasium
 import numpy as np
 
-from parcat.errors import CheckpointError
+from parcat.core.errors import CheckpointError
 
 _BIT_GENERATORS = ("PCG64", "PCG64DXSM", "Philox", "SFC64", "MT19937")
 

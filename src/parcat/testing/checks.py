@@ -20,7 +20,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from parcat.errors import ConformanceError
+from parcat.core.errors import ConformanceError
 from parcat.policies.base import AgentSpec, Policy
 
 
@@ -308,7 +308,7 @@ class _LearnerCheck:
             self.problems.append(f"after load_state_dict() {into} acts differently")
 
     def loads_into_policy(self) -> None:
-        from parcat.imports import import_reference
+        from parcat.core.imports import import_reference
 
         try:
             policy = import_reference(self.learner.policy)(self.spec,

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from parcat.errors import ConfigError
+from parcat.core.errors import ConfigError
 
 
 class Backend(str, enum.Enum):
