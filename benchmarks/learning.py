@@ -176,7 +176,7 @@ def capture_rate(run: Path, pursuers: str, evader: str) -> tuple[float, float]:
     """(share of :data:`EVAL_EPISODES` episodes ending in a capture, mean length) with the
     pursuers and the evader played by ``greedy`` or the ``trained`` run's best checkpoint."""
     sys.path.insert(0, str(ROOT / "src"))
-    from parcat.missions import load_mission
+    from parcat.envs.missions import load_mission
     from parcat.policies.specs import make_policy, parse_policy_spec
 
     mission = load_mission("evade", {})

@@ -64,16 +64,16 @@ import isolation  # noqa: E402
 from harness import med, paired, timed  # noqa: E402
 from tests.fakes import scripted_mission  # noqa: E402
 
-from parcat.evaluate import EvalConfig, evaluate, make_config, make_tasks  # noqa: E402
-from parcat.limits import MAX_NET_DEPTH  # noqa: E402
-from parcat.missions import Mission, load_mission  # noqa: E402
+from parcat.core.limits import MAX_NET_DEPTH  # noqa: E402
+from parcat.envs.missions import Mission, load_mission  # noqa: E402
+from parcat.episode.results import EpisodeResult  # noqa: E402
+from parcat.episode.rollout import EpisodeRunner, EpisodeTask  # noqa: E402
+from parcat.eval.evaluate import EvalConfig, evaluate, make_config, make_tasks  # noqa: E402
 from parcat.parallel.launch import RunOptions, make_executor, plan_run  # noqa: E402
 from parcat.parallel.planner import ExecutorKind  # noqa: E402
 from parcat.policies.base import AgentSpec  # noqa: E402
 from parcat.policies.builtin import MLPPolicy  # noqa: E402
 from parcat.policies.specs import PolicySpec, parse_policy_spec  # noqa: E402
-from parcat.results import EpisodeResult  # noqa: E402
-from parcat.rollout import EpisodeRunner, EpisodeTask  # noqa: E402
 from parcat.stepping.base import InlineStepper  # noqa: E402
 from parcat.stepping.process import ProcessStepper  # noqa: E402
 

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.fakes import scripted_mission
 
-from parcat.evaluate import EvalConfig, make_tasks
+from parcat.eval.evaluate import EvalConfig, make_tasks
 from parcat.parallel.process_executor import ProcessExecutor
 from parcat.parallel.ray_executor import RayExecutor, import_ray
 from parcat.policies.specs import parse_policy_spec

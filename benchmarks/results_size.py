@@ -31,7 +31,7 @@ COMMAND = [sys.executable, "-m", "parcat", "eval", "-m", "harvest", "-p", "rando
 
 FIRST_EPISODE = """
 import resource, sys
-from parcat.evaluate import StopRun, evaluate, make_config
+from parcat.eval.evaluate import StopRun, evaluate, make_config
 from parcat.parallel.launch import RunOptions
 
 def first(result):

@@ -14,9 +14,9 @@ import argparse
 import statistics
 import time
 
-from parcat.missions import load_mission
+from parcat.envs.missions import load_mission
+from parcat.episode.rollout import EpisodeRunner, EpisodeTask
 from parcat.policies.specs import parse_policy_spec
-from parcat.rollout import EpisodeRunner, EpisodeTask
 from parcat.stepping.base import InlineStepper
 
 PARAMS = {"agents": 24, "size": 32, "resources": 40, "max_steps": 500}

@@ -289,7 +289,7 @@ def collection(env_id: str, kwargs: dict[str, Any], mission: Any, layouts: Seque
 
 
 def layout_notes() -> tuple[str, ...]:
-    from parcat.resources import available_cpus
+    from parcat.core.resources import available_cpus
 
     return (
         "verdict rows (the 'T' keys): the trainer's sync layout with env_workers=1, "
@@ -304,7 +304,7 @@ def layout_notes() -> tuple[str, ...]:
 
 
 def cartpole(table: Table, tmp: Path, repeats: int, quick: bool, settle_s: float) -> None:
-    from parcat.missions import load_mission
+    from parcat.envs.missions import load_mission
 
     mission = load_mission(str(write_mission(tmp, "cartpole", "gymnasium:CartPole-v1")))
     layouts: list[Layout] = [
@@ -337,7 +337,7 @@ def cartpole(table: Table, tmp: Path, repeats: int, quick: bool, settle_s: float
 
 
 def busy(table: Table, tmp: Path, repeats: int, quick: bool, settle_s: float) -> None:
-    from parcat.missions import load_mission
+    from parcat.envs.missions import load_mission
 
     layouts: list[Layout] = [
         ("T16", trainer_layout(16), ">= 0.85"),
@@ -494,7 +494,7 @@ def learning(table: Table, tmp: Path, repeats: int, quick: bool, settle_s: float
 
 def memory_child() -> None:
     """Section 3's worker measurements; runs in a fresh ``python -c`` and prints JSON."""
-    from parcat.missions import load_mission
+    from parcat.envs.missions import load_mission
     from parcat.train.vecenv import VecEnv
 
     monitor = harness.LoadMonitor()
@@ -516,7 +516,7 @@ def memory_child() -> None:
 
 def memory(table: Table) -> None:
     """Worker memory (measured in a fresh child process) and replay-buffer sizes."""
-    from parcat.missions import load_mission
+    from parcat.envs.missions import load_mission
     from parcat.train.buffer import ReplayBuffer
     from parcat.train.envslice import agent_layouts
 

@@ -77,7 +77,7 @@ def step_us(vec: Any, steps: int) -> float:
 
 def handoff(repeats: int) -> dict[str, float]:
     """Median extra us a step of one environment in a parked / spinning worker."""
-    from parcat.missions import load_mission
+    from parcat.envs.missions import load_mission
     from parcat.train.vecenv import VecEnv
 
     mission = load_mission("goal_tasks", GOAL)
@@ -100,7 +100,7 @@ def handoff(repeats: int) -> dict[str, float]:
 
 def startup_probe() -> None:
     """In a fresh process: ms to the first environment worker ready, then a second."""
-    from parcat.missions import load_mission
+    from parcat.envs.missions import load_mission
     from parcat.train.vecenv import VecEnv
 
     mission = load_mission("goal_tasks", GOAL)

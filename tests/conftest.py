@@ -11,8 +11,8 @@ import psutil
 import pytest
 from hypothesis import HealthCheck, settings
 
+from parcat.core.resources import FREE_CPUS_VARIABLE
 from parcat.ipc.shm_names import block_creator, block_is_stale, this_creator
-from parcat.resources import FREE_CPUS_VARIABLE
 
 settings.register_profile(
     "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]

@@ -17,7 +17,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from parcat.missions import Mission
+from parcat.envs.missions import Mission
 from parcat.policies.base import AgentSpec
 
 

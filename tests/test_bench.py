@@ -12,9 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
-
-from parcat.bench import (
+from parcat.bench.suite.suite import (
     MEASUREMENTS,
     SLOWDOWN_VARIABLE,
     Work,
@@ -23,16 +21,18 @@ from parcat.bench import (
     read_slowdown,
     run_suite,
 )
+from typer.testing import CliRunner
+
 from parcat.cli.charts import bar_chart, line_chart
 from parcat.cli.main import app
-from parcat.compare import (
+from parcat.core.errors import ConfigError
+from parcat.eval.compare import (
     FigureChange,
     Verdict,
     compare_bench,
     compare_records,
     pool_records,
 )
-from parcat.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from parcat.cli.main import app, main
-from parcat.report import strip_timings
+from parcat.eval.report import strip_timings
 
 runner = CliRunner()
 

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from parcat.cli.main import COMMANDS, app, main
 from parcat.cli.options import SHARED
-from parcat.report import strip_timings
+from parcat.eval.report import strip_timings
 
 runner = CliRunner()
 

@@ -19,8 +19,8 @@ from parcat.cli.main import COMMANDS
 
 TIMEOUT_S = 120.0
 """Upper bound on one run (never reached when things work)."""
-HEAVY = ("numpy", "gymnasium", "yaml", "parcat.evaluate", "parcat.train", "parcat.sim",
-         "parcat.parallel.launch", "parcat.missions", "parcat.cli.render")
+HEAVY = ("numpy", "gymnasium", "yaml", "parcat.eval.evaluate", "parcat.train", "parcat.sim",
+         "parcat.parallel.launch", "parcat.envs.missions", "parcat.cli.render")
 """Modules no help text needs: the libraries and parcat's eval, train and sim stacks."""
 COMMAND_MODULES = {"parcat.cli.eval_cmd", "parcat.cli.plan_cmd", "parcat.cli.train_cmd",
                    "parcat.cli.compare_cmd", "parcat.cli.bench_cmd", "parcat.cli.plot_cmd",
@@ -58,7 +58,7 @@ def test_importing_the_cli_imports_no_command_nor_library() -> None:
     assert under(modules, (*HEAVY, "rich", "pydantic")) == []
     assert sorted(m for m in modules if m.startswith("parcat")) == [
         "parcat", "parcat.cli", "parcat.cli.common", "parcat.cli.entry", "parcat.cli.lazy",
-        "parcat.cli.main", "parcat.cli.output", "parcat.errors"]
+        "parcat.cli.main", "parcat.cli.output", "parcat.core.errors"]
 
 
 def test_help_lists_every_command_with_its_summary_and_imports_none(tmp_path: Path) -> None:

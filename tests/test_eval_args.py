@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from parcat.errors import ConfigError
-from parcat.eval_args import EvalArgs
+from parcat.core.errors import ConfigError
+from parcat.eval.eval_args import EvalArgs
 from parcat.parallel.launch import RunOptions, StartMethod
 
 

@@ -8,13 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from parcat.evaluate import EvalConfig, evaluate
-from parcat.missions import load_mission
+from parcat.envs.missions import load_mission
+from parcat.episode.probe import check_mission
+from parcat.eval.evaluate import EvalConfig, evaluate
+from parcat.eval.report import strip_timings
 from parcat.parallel.launch import RunOptions
 from parcat.parallel.planner import ExecutorKind
 from parcat.policies.specs import parse_policy_spec
-from parcat.probe import check_mission
-from parcat.report import strip_timings
 from tests.fakes import scripted_mission
 
 ROOT = Path(__file__).resolve().parents[1]

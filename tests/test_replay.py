@@ -13,9 +13,9 @@ from xml.etree import ElementTree
 import numpy as np
 import pytest
 
-from parcat import replay
-from parcat.evaluate import EvalConfig, evaluate, make_config
-from parcat.missions import Mission
+from parcat.envs.missions import Mission
+from parcat.episode import replay
+from parcat.eval.evaluate import EvalConfig, evaluate, make_config
 from parcat.parallel.launch import RunOptions
 from parcat.policies.specs import parse_policy_spec
 

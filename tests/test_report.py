@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from parcat.report import describe, strip_timings, summarize, summary_csv, t_quantile_95
-from parcat.results import AgentResult, EpisodeResult, EpisodeStatus, ErrorInfo
+from parcat.episode.results import AgentResult, EpisodeResult, EpisodeStatus, ErrorInfo
+from parcat.eval.report import describe, strip_timings, summarize, summary_csv, t_quantile_95
 
 
 def episode(index: int, rewards: list[tuple[str, float]], ok: bool = True) -> EpisodeResult:

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from parcat.errors import ConfigError
-from parcat.report import SCHEMA, make_document, summarize
-from parcat.results import AgentResult, EpisodeResult, EpisodeStatus, ErrorInfo
-from parcat.results_file import ResultsWriter, journal_path, load_finished
+from parcat.core.errors import ConfigError
+from parcat.episode.results import AgentResult, EpisodeResult, EpisodeStatus, ErrorInfo
+from parcat.eval.report import SCHEMA, make_document, summarize
+from parcat.eval.results_file import ResultsWriter, journal_path, load_finished
 
 CONFIG = {"missions": ["harvest"], "policies": ["random"], "episodes": 6, "seed": 0}
 

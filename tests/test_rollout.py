@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from parcat.episode.results import EpisodeStatus
+from parcat.episode.rollout import EpisodeRunner, EpisodeTask, run_episode
 from parcat.policies.specs import parse_policy_spec
-from parcat.results import EpisodeStatus
-from parcat.rollout import EpisodeRunner, EpisodeTask, run_episode
 from tests.fakes import scripted_mission
 
 RANDOM = parse_policy_spec("random")

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from parcat.errors import ConfigError, MissionError
-from parcat.settings import parse_overrides, parse_settings
+from parcat.core.errors import ConfigError, MissionError
+from parcat.core.settings import parse_overrides, parse_settings
 
 
 def test_values_are_yaml_scalars_and_invalid_yaml_stays_text() -> None:

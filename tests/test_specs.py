@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from parcat import checkpoint
-from parcat.errors import PolicyError
-from parcat.missions import load_mission
+from parcat.core.errors import PolicyError
+from parcat.envs.missions import load_mission
+from parcat.policies import checkpoint
 from parcat.policies.base import AgentSpec
 from parcat.policies.builtin import MLPPolicy
 from parcat.policies.specs import make_policy, parse_policy_spec
-from parcat.testing import check_policy
+from parcat.testing.checks import check_policy
 
 
 def agent_spec(mission_name: str = "harvest", index: int = 0) -> AgentSpec:

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from parcat import evaluate as evaluate_module
 from parcat.cli.main import app
-from parcat.evaluate import evaluate_to_precision, make_config
-from parcat.report import strip_timings
-from parcat.stats import (
+from parcat.eval import evaluate as evaluate_module
+from parcat.eval.evaluate import evaluate_to_precision, make_config
+from parcat.eval.report import strip_timings
+from parcat.eval.stats import (
     aggregate_mean,
     iqm,
     probability_of_improvement,
@@ -46,7 +46,7 @@ def test_probability_of_improvement() -> None:
 
 
 class TickingClock:
-    """``time`` for parcat.evaluate whose ``perf_counter`` ticks by one each reading: which
+    """``time`` for parcat.eval.evaluate whose ``perf_counter`` ticks by one each reading: which
     readings a figure spans, with no real time in the test."""
 
     def __init__(self) -> None:

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from parcat.cli.main import main
-from parcat.compare import OVERALL, compare
-from parcat.evaluate import make_config
-from parcat.missions import load_mission
+from parcat.envs.missions import load_mission
+from parcat.eval.compare import OVERALL, compare
+from parcat.eval.evaluate import make_config
+from parcat.eval.report import strip_timings
+from parcat.eval.stats import normalised
+from parcat.eval.tournament import cross_play, evaluate_each, sides
 from parcat.parallel.launch import RunOptions
-from parcat.report import strip_timings
-from parcat.stats import normalised
-from parcat.tournament import cross_play, evaluate_each, sides
 
 
 def test_each_plays_every_policy_alone_on_the_same_episodes() -> None:

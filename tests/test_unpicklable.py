@@ -7,10 +7,10 @@ import threading
 
 import pytest
 
-from parcat.evaluate import EvalConfig, evaluate
+from parcat.eval.evaluate import EvalConfig, evaluate
+from parcat.eval.report import strip_timings
 from parcat.parallel.launch import RunOptions
 from parcat.policies.specs import PolicySpec, parse_policy_spec
-from parcat.report import strip_timings
 from tests.fakes import StatefulPolicy, scripted_mission
 
 

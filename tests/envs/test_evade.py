@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from parcat.core.errors import MissionError
 from parcat.envs.evade import EvadeEnv
-from parcat.errors import MissionError
 from tests.envs.helpers import assert_step_follows_spaces, same, trajectory
 
 STILL = np.zeros(2, dtype=np.float32)

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from parcat.core.errors import MissionError
 from parcat.envs.goal_tasks import GoalTasksEnv
-from parcat.errors import MissionError
 from tests.envs.helpers import assert_step_follows_spaces, same, trajectory
 
 NOOP, PLUS_Y, MINUS_Y, MINUS_X, PLUS_X = range(5)

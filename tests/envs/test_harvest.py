@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from parcat.core.errors import MissionError
 from parcat.envs.harvest import DELIVERY_REWARD, PICKUP_REWARD, HarvestEnv
-from parcat.errors import MissionError
 from tests.envs.helpers import assert_step_follows_spaces, same, trajectory
 
 NOOP, UP, DOWN, LEFT, RIGHT = range(5)

@@ -10,9 +10,9 @@ import pytest
 from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test
 from pettingzoo.utils.conversions import parallel_to_aec
 
-from parcat.errors import ConformanceError
-from parcat.missions import load_mission
-from parcat.testing import check_env
+from parcat.core.errors import ConformanceError
+from parcat.envs.missions import load_mission
+from parcat.testing.checks import check_env
 
 SETTINGS = [
     ("harvest", {}), ("harvest", {"agents": 7, "max_steps": 40}),

@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from parcat.evaluate import EvalConfig, evaluate
-from parcat.missions import Mission
+from parcat.envs.missions import Mission
+from parcat.episode.results import EpisodeStatus
+from parcat.eval.evaluate import EvalConfig, evaluate
+from parcat.eval.report import strip_timings
 from parcat.parallel.launch import RunOptions
 from parcat.policies.specs import parse_policy_spec
-from parcat.report import strip_timings
-from parcat.results import EpisodeStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 NIM = Mission(name="nim", env="tests.envs.nim:NimEnv", params={"low": 5, "high": 15},

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from parcat.cli.main import app, main
-from parcat.report import strip_timings
+from parcat.eval.report import strip_timings
 
 runner = CliRunner()
 BASE = ["-m", "harvest", "-m", "goal_tasks", "-p", "greedy", "-p", "random", "-n", "3",

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from parcat.missions import load_mission
+from parcat.envs.missions import load_mission
+from parcat.episode.results import EpisodeResult
+from parcat.episode.rollout import EpisodeRunner, EpisodeTask
 from parcat.policies.specs import PolicySpec, parse_policy_spec
-from parcat.results import EpisodeResult
-from parcat.rollout import EpisodeRunner, EpisodeTask
 from parcat.stepping.base import InlineStepper, Stepper
 from parcat.stepping.payoff import Payoff
 from parcat.stepping.process import ProcessStepper

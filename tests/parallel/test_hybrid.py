@@ -7,13 +7,13 @@ from dataclasses import replace
 
 import pytest
 
-from parcat.evaluate import evaluate, make_config, make_tasks
+from parcat.episode.results import EpisodeResult
+from parcat.eval.evaluate import evaluate, make_config, make_tasks
+from parcat.eval.report import strip_timings
 from parcat.parallel.executors import InlineExecutor
 from parcat.parallel.hybrid_executor import HybridExecutor
 from parcat.parallel.launch import RunOptions
 from parcat.parallel.planner import ExecutorKind
-from parcat.report import strip_timings
-from parcat.results import EpisodeResult
 from parcat.stepping.config import StepperConfig
 from tests.conftest import worker_children
 

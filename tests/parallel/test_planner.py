@@ -93,7 +93,7 @@ def test_free_cpus_sees_a_busy_neighbour(monkeypatch: pytest.MonkeyPatch) -> Non
     import subprocess
     import sys
 
-    from parcat.resources import FREE_CPUS_VARIABLE, free_cpus
+    from parcat.core.resources import FREE_CPUS_VARIABLE, free_cpus
 
     monkeypatch.delenv(FREE_CPUS_VARIABLE, raising=False)
     quiet = free_cpus(2)

@@ -10,12 +10,12 @@ import warnings
 import psutil
 import pytest
 
-from parcat import seeding
-from parcat.missions import Mission
+from parcat.core import seeding
+from parcat.envs.missions import Mission
+from parcat.episode.results import EpisodeStatus
+from parcat.episode.rollout import EpisodeRunner, EpisodeTask
 from parcat.policies.assignment import assign_policies
 from parcat.policies.specs import PolicySpec, parse_policy_spec
-from parcat.results import EpisodeStatus
-from parcat.rollout import EpisodeRunner, EpisodeTask
 from parcat.stepping.process import ProcessStepper
 from parcat.stepping.thread import ThreadStepper
 from tests.fakes import scripted_mission

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from parcat.evaluate import EvalConfig, evaluate, make_config
-from parcat.missions import Mission
+from parcat.envs.missions import Mission
+from parcat.episode.results import EpisodeStatus
+from parcat.eval.evaluate import EvalConfig, evaluate, make_config
+from parcat.eval.report import strip_timings
 from parcat.parallel.launch import RunOptions
 from parcat.parallel.planner import ExecutorKind
 from parcat.policies.specs import parse_policy_spec
-from parcat.report import strip_timings
-from parcat.results import EpisodeStatus
 from tests.fakes import dying_mission, scripted_mission
 from tests.raytemp import shutdown_and_clean
 
@@ -147,7 +147,7 @@ def test_an_address_where_ray_does_not_answer_is_one_line_in_seconds(not_ray: st
 
 
 def test_the_address_check_knows_a_real_ray_cluster() -> None:
-    from parcat.raycluster import check_reachable
+    from parcat.core.raycluster import check_reachable
 
     check_reachable(ray.get_runtime_context().gcs_address)  # no error
 

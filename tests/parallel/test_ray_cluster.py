@@ -22,7 +22,7 @@ from typing import Any
 import psutil
 import pytest
 
-from parcat.report import strip_timings
+from parcat.eval.report import strip_timings
 from tests.parallel.raynodes import RayNode, cluster_env, free_port, write_napping_mission
 from tests.train.test_trainer import assert_same, saved_arrays
 

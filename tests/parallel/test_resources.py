@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from parcat.resources import available_cpus, cgroup_cpu_quota, visible_gpus
+from parcat.core.resources import available_cpus, cgroup_cpu_quota, visible_gpus
 
 
 def test_cgroup_v2_and_v1_quotas(tmp_path: Path) -> None:

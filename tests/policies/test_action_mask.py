@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from parcat.errors import PolicyError
+from parcat.core.errors import PolicyError
 from parcat.policies.base import AgentSpec
 from parcat.policies.builtin import MLPPolicy, NoopPolicy, RandomPolicy
 

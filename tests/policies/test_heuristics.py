@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from parcat.core.errors import PolicyError
 from parcat.envs.evade import EvadeEnv
 from parcat.envs.goal_tasks import GoalTasksEnv
 from parcat.envs.harvest import HarvestEnv
-from parcat.errors import PolicyError
 from parcat.policies.base import AgentSpec
 from parcat.policies.heuristics import EvadeGreedy, GoalSeeker, HarvestGreedy
 

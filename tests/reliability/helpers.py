@@ -32,7 +32,7 @@ def write_slow_mission(folder: Path) -> Path:
 
 def episodes_journaled(out: Path) -> int:
     """Episodes a running ``parcat eval -o out`` has appended to its journal so far."""
-    from parcat.results_file import journal_path
+    from parcat.eval.results_file import journal_path
 
     try:
         lines = journal_path(out).read_bytes().count(b"\n")

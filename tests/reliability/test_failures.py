@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from parcat.errors import ConfigError
-from parcat.evaluate import EvalConfig, evaluate
-from parcat.missions import Mission
+from parcat.core.errors import ConfigError
+from parcat.envs.missions import Mission
+from parcat.episode.results import EpisodeStatus
+from parcat.eval.evaluate import EvalConfig, evaluate
+from parcat.eval.report import strip_timings
 from parcat.parallel.launch import RunOptions
 from parcat.parallel.planner import ExecutorKind
 from parcat.policies.specs import parse_policy_spec
-from parcat.report import strip_timings
-from parcat.results import EpisodeStatus
 from tests.fakes import dying_mission, scripted_mission
 
 RANDOM = (parse_policy_spec("random"),)
@@ -96,7 +96,7 @@ def test_unpicklable_mission_runs_inline_and_executors_refuse_it_before_workers_
         report = evaluate(EvalConfig((weird,), RANDOM, episodes=2), PROCESS)
     assert report.status == "complete"
     # an executor handed such tasks directly refuses them before any worker starts
-    from parcat.evaluate import make_tasks
+    from parcat.eval.evaluate import make_tasks
     from parcat.parallel.process_executor import ProcessExecutor
 
     executor = ProcessExecutor(2)

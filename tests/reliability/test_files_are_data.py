@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from parcat import replay
 from parcat.cli.main import main
-from parcat.evaluate import evaluate, make_config
-from parcat.missions import builtin_code
+from parcat.core.seeding import episode_seed
+from parcat.envs.missions import builtin_code
+from parcat.episode import replay
+from parcat.eval.evaluate import evaluate, make_config
 from parcat.parallel.launch import RunOptions
 from parcat.policies.specs import BUILTIN_CLASSES
-from parcat.seeding import episode_seed
 from tests.reliability.helpers import ROOT, kill_group
 
 PWN = "import pathlib\npathlib.Path('PWNED').touch()\n"
@@ -485,8 +485,9 @@ def test_the_code_a_file_may_name_is_parcat_s_own_built_ins() -> None:
      "line expected): remove that line or pass another --history"),
 ])
 def test_a_damaged_bench_history_is_one_error(tmp_path: Path, content: bytes, line: str) -> None:
-    from parcat.bench import read_history
-    from parcat.errors import ConfigError
+    from parcat.bench.suite.suite import read_history
+
+    from parcat.core.errors import ConfigError
 
     damaged = tmp_path / "history.jsonl"
     damaged.write_bytes(content)

@@ -1,6 +1,6 @@
 """Scenario 10b: inputs too large, too deep or unreadable are one line and exit 2, before
 anything is allocated (binary files, deep or huge YAML, alias bombs, long names, grids, agent
-counts, networks, learners and episode counts past :mod:`parcat.limits`)."""
+counts, networks, learners and episode counts past :mod:`parcat.core.limits`)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from parcat.cli.main import main
-from parcat.errors import MissionError
-from parcat.limits import MAX_YAML_BYTES
-from parcat.missions import load_mission
+from parcat.core.errors import MissionError
+from parcat.core.limits import MAX_YAML_BYTES
+from parcat.envs.missions import load_mission
 from tests.reliability.helpers import ROOT
 
 HARVEST = "env: parcat.envs.harvest:HarvestEnv\n"

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from parcat.cli.main import main
-from parcat.errors import ConfigError, MissionError, PolicyError, UsageError
-from parcat.evaluate import EvalConfig, evaluate
-from parcat.missions import load_mission
+from parcat.core.errors import ConfigError, MissionError, PolicyError, UsageError
+from parcat.envs.missions import load_mission
+from parcat.eval.evaluate import EvalConfig, evaluate
 from parcat.parallel.launch import RunOptions
 from parcat.parallel.planner import ExecutorKind
 from parcat.policies.specs import make_policy, parse_policy_spec

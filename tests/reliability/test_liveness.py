@@ -11,12 +11,12 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from parcat.envs.missions import load_mission
+from parcat.episode.results import EpisodeResult, EpisodeStatus
+from parcat.episode.rollout import EpisodeRunner, EpisodeTask
 from parcat.ipc import process
-from parcat.missions import load_mission
 from parcat.parallel.process_executor import ProcessExecutor
 from parcat.policies.specs import parse_policy_spec
-from parcat.results import EpisodeResult, EpisodeStatus
-from parcat.rollout import EpisodeRunner, EpisodeTask
 from parcat.stepping.process import ProcessStepper
 from parcat.train.vecenv import VecEnv
 from tests.fakes import scripted_mission

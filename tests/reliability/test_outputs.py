@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from parcat.errors import OutputError
-from parcat.outputs import check_output_file, check_output_folder
-from parcat.results_file import journal_path, load_finished
+from parcat.core.errors import OutputError
+from parcat.core.outputs import check_output_file, check_output_folder
+from parcat.eval.results_file import journal_path, load_finished
 from tests.reliability.helpers import ROOT
 
 ROOT_USER = hasattr(os, "geteuid") and os.geteuid() == 0

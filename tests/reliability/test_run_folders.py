@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from parcat import checkpoint
-from parcat.runlock import LOCK_FILE
+from parcat.core.runlock import LOCK_FILE
+from parcat.policies import checkpoint
 from tests.reliability.helpers import ROOT, wait_until
 from tests.reliability.test_outputs import ROOT_USER, one_error_line, parcat, tiny_filesystem
 from tests.reliability.test_run_lock import LONG, TIMEOUT_S, TRAIN, running
@@ -98,7 +98,7 @@ KILLED_WRITER = textwrap.dedent("""
     import os, signal, sys
     from pathlib import Path
     import numpy as np
-    from parcat import checkpoint
+    from parcat.policies import checkpoint
 
     run, kill_at = Path(sys.argv[1]), int(sys.argv[2])
     renames = [0]

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from parcat import checkpoint
-from parcat.runlock import LOCK_FILE, lock_beside
+from parcat.core.runlock import LOCK_FILE, lock_beside
+from parcat.policies import checkpoint
 from parcat.train.metrics import read_metrics
 from tests.reliability.helpers import ROOT, start_cli, wait_until, write_slow_mission
 

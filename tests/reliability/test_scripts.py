@@ -15,7 +15,7 @@ from pathlib import Path
 from tests.reliability.helpers import ROOT, kill_group, wait_until
 
 UNGUARDED = """\
-from parcat.evaluate import make_config, evaluate
+from parcat.eval.evaluate import make_config, evaluate
 from parcat.parallel.launch import RunOptions
 
 report = evaluate(make_config(["harvest"], ["random"], 4, 0, {"agents": 2}),

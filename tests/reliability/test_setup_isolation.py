@@ -193,7 +193,7 @@ def test_train_replaces_an_env_worker_that_segfaults_once_and_goes_on(tmp_path: 
 
 def test_a_built_in_only_run_starts_no_process_to_check_its_set_up(tmp_path: Path) -> None:
     code = ("import psutil\n"
-            "from parcat.evaluate import make_config\n"
+            "from parcat.eval.evaluate import make_config\n"
             "make_config(['harvest', 'evade'], ['random', 'greedy', 'noop', 'mlp'])\n"
             "print(len(psutil.Process().children(recursive=True)))\n")
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,

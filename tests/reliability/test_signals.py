@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from parcat.report import strip_timings
+from parcat.eval.report import strip_timings
 from tests.reliability.helpers import (
     ROOT,
     descendants,
@@ -111,7 +111,7 @@ def test_atomic_write_survives_kill_9_mid_write(tmp_path: Path) -> None:
     target = tmp_path / "r.json"
     script = (
         "import json, sys\n"
-        "from parcat.atomic import write_text_atomically\n"
+        "from parcat.core.atomic import write_text_atomically\n"
         "i = 0\n"
         "while True:\n"
         "    i += 1\n"

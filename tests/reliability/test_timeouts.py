@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from parcat.evaluate import EvalConfig, evaluate
+from parcat.episode.results import EpisodeStatus
+from parcat.eval.evaluate import EvalConfig, evaluate
 from parcat.parallel.launch import RunOptions
 from parcat.parallel.planner import PolicyStrategy
 from parcat.policies.specs import parse_policy_spec
-from parcat.results import EpisodeStatus
 from tests.fakes import dying_mission, scripted_mission
 
 HANGING = parse_policy_spec("tests.fakes:HangingPolicy,at_step=2")

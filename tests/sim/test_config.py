@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from parcat.errors import ConfigError
+from parcat.core.errors import ConfigError
 from parcat.sim import load_sim_config
 from tests.sim.helpers import sim_data, write_yaml
 

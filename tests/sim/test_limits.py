@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from parcat.errors import ConfigError, UsageError
+from parcat.core.errors import ConfigError, UsageError
 from parcat.sim import load_sim_config
 from tests.sim.helpers import sim_data, write_yaml
 from tests.sim.test_cli import app

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from parcat.errors import WorkerError
+from parcat.core.errors import WorkerError
 from parcat.sim import SimProgress, run_sim, summarize
 from parcat.sim.parallel import RemoteTraceback
 from tests.sim.helpers import make_config, my_blocks, settles, worker_processes

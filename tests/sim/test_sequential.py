@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from parcat.missions import load_mission
+from parcat.envs.missions import load_mission
+from parcat.episode.rollout import run_episode
 from parcat.policies.specs import parse_policy_spec
-from parcat.rollout import run_episode
 from parcat.sim import SimProgress, SimRecord, run_sim, summarize
 from tests.sim.helpers import make_config
 

@@ -18,7 +18,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from parcat.errors import ConfigError
+from parcat.core.errors import ConfigError
 
 OPTIONS = {"lr": 0.5}
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from parcat import checkpoint
 from parcat.cli.main import main
-from parcat.missions import load_mission
+from parcat.envs.missions import load_mission
+from parcat.policies import checkpoint
 from parcat.train.config import TrainConfig
 from parcat.train.greedy_eval import evaluate_greedy
 from parcat.train.trainer import Trainer

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from parcat.errors import CheckpointError, ConfigError
+from parcat.core.errors import CheckpointError, ConfigError
 from parcat.train.buffer import FIELDS, ReplayBuffer
 from parcat.train.learner import Transitions
 

@@ -21,9 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from parcat import checkpoint
 from parcat.cli.main import main
-from parcat.errors import CheckpointError
+from parcat.core.errors import CheckpointError
+from parcat.policies import checkpoint
 from parcat.train.runs import METRICS_FILES
 
 AGENTS = ("agent_0", "agent_1")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from parcat.missions import load_mission
+from parcat.envs.missions import load_mission
 from parcat.train.config import load_train_config
 from parcat.train.plan import plan_training
 from parcat.train.recipes import make_recipes

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from parcat import checkpoint
+from parcat.policies import checkpoint
 from parcat.train.metrics import read_metrics
 from parcat.train.trainer import Trainer
 from tests.train.test_trainer import assert_same, config, saved_arrays

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from parcat.errors import CheckpointError, ConfigError
+from parcat.core.errors import CheckpointError, ConfigError
 from parcat.policies.base import AgentSpec
 from parcat.policies.builtin import MLPPolicy
 from parcat.train import DQNConfig, DQNLearner, Learner, Transitions

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from parcat.envs.missions import Mission, load_mission
 from parcat.ipc.shm import ArrayBlock
-from parcat.missions import Mission, load_mission
 from parcat.train.envslice import EnvSlice, agent_layouts, array_specs
 
 SEED = 11

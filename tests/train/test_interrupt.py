@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from parcat import checkpoint
+from parcat.policies import checkpoint
 from parcat.train.metrics import read_metrics
 from tests.reliability.helpers import kill_group, loaded_numpy, session_processes, wait_until
 

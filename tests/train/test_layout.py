@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from parcat.cli.main import app
-from parcat.resources import FREE_CPUS_VARIABLE
+from parcat.core.resources import FREE_CPUS_VARIABLE
 from parcat.train.config import TrainConfig, load_train_config
 from parcat.train.plan import FOREIGN_REASON, plan_training
 from parcat.train.trainer import Trainer

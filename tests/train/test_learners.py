@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from parcat import checkpoint
 from parcat.cli.main import main
-from parcat.errors import ConfigError
-from parcat.evaluate import evaluate, make_config
+from parcat.core.errors import ConfigError
+from parcat.eval.evaluate import evaluate, make_config
+from parcat.policies import checkpoint
 from parcat.policies.base import AgentSpec
 from parcat.policies.specs import make_policy, parse_policy_spec
 from parcat.train.config import load_train_config

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from parcat.cli.main import app
-from parcat.resources import FREE_CPUS_VARIABLE
+from parcat.core.resources import FREE_CPUS_VARIABLE
 from parcat.train.config import TrainConfig, load_train_config
 from parcat.train.plan import (
     HANDOFF_S,

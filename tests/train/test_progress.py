@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from parcat.cli.main import app
-from parcat.errors import ConfigError
+from parcat.core.errors import ConfigError
 from parcat.train.config import TrainConfig
 from parcat.train.metrics import read_metrics
 from tests.reliability.helpers import ROOT, kill_group

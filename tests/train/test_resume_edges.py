@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from parcat import checkpoint
 from parcat.cli.main import main
-from parcat.errors import ConfigError
+from parcat.core.errors import ConfigError
+from parcat.policies import checkpoint
 from parcat.train.metrics import MetricsLog, read_metrics
 
 MISSION = ["-m", "goal_tasks", "--set", "agents=2", "--set", "max_steps=10"]

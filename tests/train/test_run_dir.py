@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from parcat import checkpoint
 from parcat.cli.main import main
-from parcat.errors import ConfigError
-from parcat.settings import merge_settings, split_learner_settings
+from parcat.core.errors import ConfigError
+from parcat.core.settings import merge_settings, split_learner_settings
+from parcat.policies import checkpoint
 from parcat.train.config import load_train_config
 
 MISSION = ["-m", "goal_tasks", "--set", "max_steps=10", "--set", "agents=2"]

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from parcat import checkpoint
 from parcat.cli.main import app
-from parcat.errors import ConfigError
-from parcat.evaluate import evaluate, make_config
+from parcat.core.errors import ConfigError
+from parcat.eval.evaluate import evaluate, make_config
+from parcat.policies import checkpoint
 from parcat.train.config import TrainConfig, load_train_config
 from parcat.train.metrics import read_metrics
 from parcat.train.plan import Workload, make_train_plan

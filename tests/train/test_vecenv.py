@@ -17,9 +17,9 @@ import gymnasium
 import numpy as np
 import pytest
 
-from parcat.errors import WorkerError
+from parcat.core.errors import WorkerError
+from parcat.envs.missions import load_mission
 from parcat.ipc.shm_names import block_creator, this_creator
-from parcat.missions import load_mission
 from parcat.train.learner import Transitions
 from parcat.train.learner_process import LearnerWorker
 from parcat.train.vecenv import VecEnv

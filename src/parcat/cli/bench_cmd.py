@@ -11,10 +11,10 @@ from parcat.cli import options as opts
 from parcat.cli.charts import CHART_FORMATS, bar_chart, save_chart
 from parcat.cli.common import EXIT_FAILED, SummaryFormat, print_json, user_errors
 from parcat.cli.lazy import held_imports
-from parcat.outputs import check_output_file, check_output_suffix
+from parcat.core.outputs import check_output_file, check_output_suffix
 
 if TYPE_CHECKING:
-    from parcat.compare import BenchComparison
+    from parcat.eval.compare import BenchComparison
 
 
 def bench_command(
@@ -46,9 +46,9 @@ def bench_command(
     record itself is appended to --history.
     """
     with held_imports():  # here, not at the top: `parcat bench --help` needs none of them
-        from parcat.bench import MEASUREMENTS, append_record, read_history, run_suite
+        from parcat.bench.suite.suite import MEASUREMENTS, append_record, read_history, run_suite
         from parcat.cli.render import progress_bar
-        from parcat.compare import check_threshold, compare_bench
+        from parcat.eval.compare import check_threshold, compare_bench
     with user_errors():
         check_threshold(threshold)
         check_output_file(history, "--history")

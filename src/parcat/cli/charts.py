@@ -7,7 +7,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from parcat.errors import ConfigError
+from parcat.core.errors import ConfigError
 
 WIDTH = 40
 CHART_FORMATS = {".svg": "an SVG image", ".png": "a PNG image", ".pdf": "a PDF"}

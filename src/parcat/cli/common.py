@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 
 import typer
 
-from parcat.errors import ParcatError, RunError, UsageError
+from parcat.core.errors import ParcatError, RunError, UsageError
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -72,7 +72,7 @@ def user_errors() -> Iterator[None]:
 
 def print_json(data: Any) -> None:
     """Pretty JSON on stdout."""
-    from parcat.jsontext import dumps
+    from parcat.core.jsontext import dumps
 
     sys.stdout.write(dumps(data, indent=2) + "\n")
 

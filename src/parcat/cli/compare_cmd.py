@@ -26,7 +26,7 @@ def compare_command(
     """
     with held_imports():  # here, not at the top: `parcat compare --help` needs none of them
         from parcat.cli.render import list_table, stdout_console
-        from parcat.compare import compare, load_scores
+        from parcat.eval.compare import compare, load_scores
     with user_errors():
         policy = opts.one_value(policies, "-p/--policy", "compare") or "*"
         rows = compare(load_scores(a, policy), load_scores(b, policy), seed=seed or 0)

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from parcat import runlock
 from parcat.cli import options as opts
 from parcat.cli.common import (
     EXIT_FAILED,
@@ -22,12 +21,13 @@ from parcat.cli.common import (
 )
 from parcat.cli.lazy import held_imports
 from parcat.cli.output import user_prints_on_stderr
-from parcat.errors import ConfigError
-from parcat.outputs import check_output_file, check_output_folder, check_output_suffix
+from parcat.core import runlock
+from parcat.core.errors import ConfigError
+from parcat.core.outputs import check_output_file, check_output_folder, check_output_suffix
 
 if TYPE_CHECKING:
-    from parcat.eval_args import EvalArgs
-    from parcat.evaluate import EvalReport
+    from parcat.eval.eval_args import EvalArgs
+    from parcat.eval.evaluate import EvalReport
 
 OUTPUT_FORMATS = {".json": "the full results", ".csv": "the summary"}
 """What ``-o`` writes, by extension."""
@@ -76,9 +76,9 @@ def eval_command(
     """
     with held_imports():  # here, not at the top: `parcat eval --help` needs none of them
         from parcat.cli.render import progress_bar
-        from parcat.eval_args import require_count
-        from parcat.evaluate import evaluate, evaluate_to_precision
-        from parcat.trace import write_trace
+        from parcat.core.trace import write_trace
+        from parcat.eval.eval_args import require_count
+        from parcat.eval.evaluate import evaluate, evaluate_to_precision
     args = replace(args, trace=trace)
     with user_errors():
         require_count("--max-episodes", max_episodes)
@@ -172,7 +172,7 @@ def _warn(message: str) -> None:
 def show_report(report: EvalReport, fmt: OutputFormat) -> None:
     """Print the results on stdout and the failures on stderr."""
     from parcat.cli.render import stderr_console, stdout_console, summary_table
-    from parcat.report import dumps_document, summarize, summary_csv
+    from parcat.eval.report import dumps_document, summarize, summary_csv
 
     if fmt is OutputFormat.JSON:
         sys.stdout.write(dumps_document(report.to_document()))

@@ -12,7 +12,7 @@ A key is the flag's long name with ``_`` for ``-`` (``episodes``, ``parallel_pol
     set: {agents: 8}
     output: results.json
 
-The one precedence rule (:func:`parcat.settings.merge_settings`): defaults < the file <
+The one precedence rule (:func:`parcat.core.settings.merge_settings`): defaults < the file <
 flags given on the command line; ``set`` merges key by key (a ``--set`` flag wins over the
 file's value of that key only). ``plan`` reads the file ``eval`` reads and skips the keys
 only ``eval`` has (``output``, ``precision`` and the rest).
@@ -28,8 +28,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from parcat.errors import ConfigError, brief, clip
-from parcat.settings import merge_settings, parse_overrides, parse_settings
+from parcat.core.errors import ConfigError, brief, clip
+from parcat.core.settings import merge_settings, parse_overrides, parse_settings
 
 KEYS = {"missions": "missions", "policies": "policies", "set": "overrides", "format": "fmt"}
 """YAML key → parameter name where the two differ (or where the key is fixed by design)."""
@@ -60,7 +60,7 @@ def apply_config(path: Path, ctx: Any, values: dict[str, Any],
         ConfigError: an unreadable file, an unknown key (named, with the valid ones), a
             value of the wrong type (named, what arrived shown in brief, never the file).
     """
-    from parcat.yamlfile import read_yaml_mapping
+    from parcat.core.yamlfile import read_yaml_mapping
 
     label = f"--config '{path}'"
     data = read_yaml_mapping(path, label, ConfigError)

@@ -33,7 +33,7 @@ def list_command(fmt: opts.Format = OutputFormat.TABLE) -> None:
     """List the missions reachable by name (./missions/ first, then the built-in ones)."""
     with held_imports():
         from parcat.cli.render import list_table, stdout_console
-        from parcat.missions import list_missions
+        from parcat.envs.missions import list_missions
     with user_errors():
         missions = list_missions()
     if fmt is OutputFormat.JSON:
@@ -57,7 +57,7 @@ def show_command(
     """Show a mission: its environment, parameters, agents and spaces."""
     with held_imports():
         from parcat.cli.render import key_value_table, stdout_console
-        from parcat.missions import load_mission
+        from parcat.envs.missions import load_mission
     with user_errors():
         m = load_mission(mission)
         specs = m.agents()

@@ -8,10 +8,10 @@ and one help text in every command; tests/test_cli_flags.py walks every command 
 it so. What a flag does in a given command (which file extensions ``-o`` takes, whether
 ``-m`` repeats) is in that command's own help.
 
-``eval`` and ``plan`` share all of :class:`~parcat.eval_args.EvalArgs`'s flags through
+``eval`` and ``plan`` share all of :class:`~parcat.eval.eval_args.EvalArgs`'s flags through
 :func:`with_eval_args`, which also reads ``-c FILE`` (:mod:`parcat.cli.flag_config`).
 The flags' types come from light modules (the planner, ``parcat.ipc.process``,
-``parcat.raycluster``: the same enums :mod:`parcat.parallel.launch` re-exports), so a
+``parcat.core.raycluster``: the same enums :mod:`parcat.parallel.launch` re-exports), so a
 command's ``--help`` does not import the evaluation stack.
 """
 
@@ -28,13 +28,13 @@ import typer
 
 from parcat.cli.common import OutputFormat, SummaryFormat, user_errors
 from parcat.cli.lazy import held_imports
-from parcat.errors import ConfigError, clip
+from parcat.core.errors import ConfigError, clip
+from parcat.core.raycluster import Backend as BackendKind
 from parcat.ipc.process import StartMethod as StartMethodKind
 from parcat.parallel.planner import ExecutorKind, PolicyStrategy
-from parcat.raycluster import Backend as BackendKind
 
 if TYPE_CHECKING:
-    from parcat.eval_args import EvalArgs
+    from parcat.eval.eval_args import EvalArgs
 
 
 @dataclass(frozen=True)
@@ -217,7 +217,7 @@ def eval_args(
     """The flags ``eval`` and ``plan`` share, as one :class:`EvalArgs` (Typer reads this
     signature through :func:`with_eval_args`)."""
     with held_imports():
-        from parcat.eval_args import EvalArgs
+        from parcat.eval.eval_args import EvalArgs
         from parcat.parallel.launch import RunOptions
     options = RunOptions(
         jobs=jobs,

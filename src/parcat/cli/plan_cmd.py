@@ -9,10 +9,10 @@ import typer
 from parcat.cli import options as opts
 from parcat.cli.common import SummaryFormat, print_json, user_errors
 from parcat.cli.lazy import held_imports
-from parcat.resources import available_cpus, visible_gpus
+from parcat.core.resources import available_cpus, visible_gpus
 
 if TYPE_CHECKING:
-    from parcat.eval_args import EvalArgs
+    from parcat.eval.eval_args import EvalArgs
 
 
 @opts.with_eval_args
@@ -24,7 +24,7 @@ def plan_command(args: EvalArgs, fmt: opts.TableOrJson = SummaryFormat.TABLE) ->
     """
     with held_imports():  # here, not at the top: `parcat plan --help` needs none of them
         from parcat.cli.render import key_value_table, stdout_console
-        from parcat.evaluate import make_tasks, plan_to_dict
+        from parcat.eval.evaluate import make_tasks, plan_to_dict
         from parcat.parallel.launch import plan_run
     with user_errors():
         config, options = args.build()

@@ -12,8 +12,8 @@ from parcat.cli import options as opts
 from parcat.cli.charts import CHART_FORMATS, line_chart, matrix_text, save_chart, save_matrix
 from parcat.cli.common import user_errors
 from parcat.cli.lazy import held_imports
-from parcat.errors import ConfigError
-from parcat.outputs import check_output_file, check_output_suffix
+from parcat.core.errors import ConfigError
+from parcat.core.outputs import check_output_file, check_output_suffix
 
 
 def plot_command(

@@ -20,7 +20,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from parcat.report import Summary
+from parcat.eval.report import Summary
 
 
 def stdout_console() -> Console:

@@ -13,7 +13,7 @@ import typer
 
 from parcat.cli import options as opts
 from parcat.cli.common import user_errors
-from parcat.outputs import check_output_file, check_output_suffix
+from parcat.core.outputs import check_output_file, check_output_suffix
 
 OUTPUT_FORMATS = {".svg": "an animated SVG"}
 """What ``-o`` writes, by extension."""
@@ -34,7 +34,7 @@ def replay_command(
     --trust-code: the replay may rebuild an environment from outside parcat (by default
     only parcat's own missions play back).
     """
-    from parcat import replay
+    from parcat.episode import replay
 
     with user_errors():
         if output is not None:
@@ -82,7 +82,7 @@ def _play(title: str, drawn: Iterable[tuple[int, str, list[str]]], steps: int, f
 
 def write_svg(path: Path, title: str, frames: list[str], fps: float) -> None:
     """An animated SVG: one text block per frame, each shown for ``1 / fps`` seconds, looping."""
-    from parcat.atomic import write_text_atomically
+    from parcat.core.atomic import write_text_atomically
 
     rows = max(len(f.splitlines()) for f in frames) + 2
     cols = max(max((len(line) for line in f.splitlines()), default=0) for f in frames)

@@ -26,8 +26,8 @@ from parcat.cli.render import (
     stderr_console,
     stdout_console,
 )
-from parcat.errors import ConfigError
-from parcat.settings import parse_overrides
+from parcat.core.errors import ConfigError
+from parcat.core.settings import parse_overrides
 from parcat.sim import SimMode, SimProgress, load_sim_config, run_sim, summarize
 from parcat.sim.config import SimConfig
 

@@ -11,11 +11,11 @@ from typing import Any
 
 from parcat.cli.common import EXIT_FAILED, EXIT_OK, OutputFormat
 from parcat.cli.output import user_prints_on_stderr
-from parcat.evaluate import EvalConfig
-from parcat.jsontext import dumps
+from parcat.core.jsontext import dumps
+from parcat.eval.evaluate import EvalConfig
+from parcat.eval.stats import Interval
+from parcat.eval.tournament import CrossResult, EachResult, cross_play, evaluate_each
 from parcat.parallel.launch import RunOptions
-from parcat.stats import Interval
-from parcat.tournament import CrossResult, EachResult, cross_play, evaluate_each
 
 
 def run_tournament(kind: str, config: EvalConfig, options: RunOptions, fmt: OutputFormat,
@@ -29,7 +29,7 @@ def run_tournament(kind: str, config: EvalConfig, options: RunOptions, fmt: Outp
             result = cross_play(config, options, on_result, seed=config.seed)
     document = {"schema": f"parcat.{kind}/1", **result.to_document()}
     if output is not None:
-        from parcat.atomic import write_text_atomically
+        from parcat.core.atomic import write_text_atomically
 
         write_text_atomically(output, dumps(document, indent=1) + "\n")
     if fmt is OutputFormat.JSON:

@@ -13,8 +13,8 @@ from parcat.cli.common import EXIT_INTERRUPTED, SummaryFormat, print_json, user_
 from parcat.cli.output import user_prints_on_stderr
 from parcat.cli.render import stderr_console
 from parcat.cli.train_progress import epoch_progress
-from parcat.errors import ConfigError
-from parcat.settings import parse_overrides, split_learner_settings
+from parcat.core.errors import ConfigError
+from parcat.core.settings import parse_overrides, split_learner_settings
 from parcat.train.config import LearningMode, LoggerKind, MetricsFormat, load_train_config
 from parcat.train.run_dir import RunDirChoice, claim_run_dir
 from parcat.train.runs import BEST
@@ -208,7 +208,7 @@ def _frame_printer(console: Any) -> Any:
 
 def trainer_done(cfg: Any) -> bool:
     """Whether the run directory's checkpoint already has ``cfg.epochs`` epochs."""
-    from parcat import checkpoint
+    from parcat.policies import checkpoint
 
     try:
         return int(checkpoint.read_manifest(cfg.run_path).get("epoch", 0)) >= cfg.epochs

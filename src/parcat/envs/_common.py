@@ -17,8 +17,8 @@ import gymnasium
 import numpy as np
 from numpy.typing import NDArray
 
-from parcat.errors import MissionError, brief
-from parcat.limits import MAX_ENV_NUMBER, MAX_OBSERVATION_FLOATS
+from parcat.core.errors import MissionError, brief
+from parcat.core.limits import MAX_ENV_NUMBER, MAX_OBSERVATION_FLOATS
 
 StepResult = tuple[
     dict[str, NDArray[np.float32]],
@@ -73,7 +73,7 @@ def require_positive(env: str, name: str, value: Any) -> float:
 
 def require_observation_size(env: str, agents: int, length: int, fix: str) -> None:
     """Refuse an environment whose agents together observe more than
-    :data:`~parcat.limits.MAX_OBSERVATION_FLOATS` numbers a step, before it allocates them.
+    :data:`~parcat.core.limits.MAX_OBSERVATION_FLOATS` numbers a step, before it allocates them.
 
     Args:
         env: Environment name that starts the message.

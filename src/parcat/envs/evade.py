@@ -22,6 +22,8 @@ import gymnasium
 import numpy as np
 from numpy.typing import NDArray
 
+from parcat.core.errors import MissionError, brief
+from parcat.core.limits import MAX_AGENTS, MAX_EPISODE_STEPS
 from parcat.envs._common import (
     BuiltinEnv,
     invalid_parameter,
@@ -29,8 +31,6 @@ from parcat.envs._common import (
     require_observation_size,
     require_positive,
 )
-from parcat.errors import MissionError, brief
-from parcat.limits import MAX_AGENTS, MAX_EPISODE_STEPS
 
 EVADER = "evader"
 """The evader's agent id; pursuers are ``"pursuer_0"``, ``"pursuer_1"``, ..."""
@@ -59,7 +59,7 @@ class EvadeEnv(BuiltinEnv, name="evade"):
 
     Args:
         pursuers: Number of pursuers; all agents' observations together stay within
-            :data:`~parcat.limits.MAX_OBSERVATION_FLOATS` (about 2,900 pursuers).
+            :data:`~parcat.core.limits.MAX_OBSERVATION_FLOATS` (about 2,900 pursuers).
         arena: Side of the square arena.
         pursuer_speed: Maximum distance a pursuer moves per unit time.
         evader_speed: Maximum distance the evader moves per unit time.

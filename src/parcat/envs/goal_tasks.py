@@ -23,9 +23,9 @@ import gymnasium
 import numpy as np
 from numpy.typing import NDArray
 
+from parcat.core.errors import MissionError, brief
+from parcat.core.limits import MAX_AGENTS, MAX_EPISODE_STEPS
 from parcat.envs._common import BuiltinEnv, invalid_parameter, require_int, require_positive
-from parcat.errors import MissionError, brief
-from parcat.limits import MAX_AGENTS, MAX_EPISODE_STEPS
 
 TASK_KINDS = ("position", "direction")
 ACTION_MOVES = ((0, 0), (0, 1), (0, -1), (-1, 0), (1, 0))

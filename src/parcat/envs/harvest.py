@@ -20,9 +20,9 @@ import gymnasium
 import numpy as np
 from numpy.typing import NDArray
 
+from parcat.core.errors import MissionError, brief
+from parcat.core.limits import MAX_AGENTS, MAX_EPISODE_STEPS, MAX_GRID_SIDE, MAX_VIEW_RADIUS
 from parcat.envs._common import BuiltinEnv, require_int, require_observation_size
-from parcat.errors import MissionError, brief
-from parcat.limits import MAX_AGENTS, MAX_EPISODE_STEPS, MAX_GRID_SIDE, MAX_VIEW_RADIUS
 
 NUM_CHANNELS = 4
 """Window channels, in order: walls, resources, base, other agents (count per cell)."""
@@ -53,13 +53,13 @@ class HarvestEnv(BuiltinEnv, name="harvest"):
 
     Args:
         size: Side of the square map in cells, wall border included (5 to
-            :data:`~parcat.limits.MAX_GRID_SIDE`).
+            :data:`~parcat.core.limits.MAX_GRID_SIDE`).
         agents: Number of agents (``"agent_0"``, ``"agent_1"``, ...), at most
-            :data:`~parcat.limits.MAX_AGENTS`.
+            :data:`~parcat.core.limits.MAX_AGENTS`.
         resources: Resources on the map at any time.
         view: Window radius; the window is ``(2*view+1)`` cells wide (at most
-            :data:`~parcat.limits.MAX_VIEW_RADIUS`). All agents' windows together stay
-            within :data:`~parcat.limits.MAX_OBSERVATION_FLOATS`.
+            :data:`~parcat.core.limits.MAX_VIEW_RADIUS`). All agents' windows together stay
+            within :data:`~parcat.core.limits.MAX_OBSERVATION_FLOATS`.
         max_steps: Steps after which the episode is truncated.
     """
 

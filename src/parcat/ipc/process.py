@@ -41,9 +41,9 @@ from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from parcat import errors
-from parcat.errors import USER_CODE_ERRORS, ResourceLimitError, WorkerError
-from parcat.resources import BLAS_VARIABLES, limit_blas_threads, pids_headroom
+from parcat.core import errors
+from parcat.core.errors import USER_CODE_ERRORS, ResourceLimitError, WorkerError
+from parcat.core.resources import BLAS_VARIABLES, limit_blas_threads, pids_headroom
 
 
 class StartMethod(str, enum.Enum):
@@ -54,18 +54,19 @@ class StartMethod(str, enum.Enum):
 
 
 START_METHODS = tuple(m.value for m in StartMethod)
-# modules the fork server imports once, so each worker it forks starts warm
-PRELOAD = [
-    "parcat.parallel.episode_worker",
-    "parcat.stepping.policy_worker",
-    "parcat.rollout",
-    "parcat.policies.builtin",
-    "parcat.envs.harvest",
-    "parcat.envs.evade",
-    "parcat.envs.goal_tasks",
-    "threadpoolctl",
-    "parcat.ipc.quiet_start",  # last: its hook is the fork server's, no one else's
-]
+PRELOAD: list[str] = ["threadpoolctl"]
+"""Modules the fork server imports once, so each worker it forks starts warm: the modules
+that workers run register themselves (:func:`preload`) when this process imports them."""
+QUIET_START = "parcat.ipc.quiet_start"
+"""Imported last by the fork server: its hook is the fork server's, no one else's."""
+
+
+def preload(module: str) -> None:
+    """Have the fork server import ``module`` (a module calls this with its own ``__name__``)."""
+    if module not in PRELOAD:
+        PRELOAD.append(module)
+
+
 STOP_GRACE_S = 2.0
 """How long each step of stopping a worker (close, SIGTERM, SIGKILL) waits."""
 BEAT_S = 0.2
@@ -187,7 +188,7 @@ def get_context(method: str | None = None) -> BaseContext:
         os.environ.setdefault(name, "1")
     _own_temp_dir()
     if method == "forkserver":
-        ctx.set_forkserver_preload(PRELOAD)
+        ctx.set_forkserver_preload([*PRELOAD, QUIET_START])
         _start_fork_server()
     return ctx
 
@@ -526,7 +527,7 @@ def call_in_worker(function: Callable[..., Any], args: tuple[Any, ...], name: st
     """``function(*args)`` in a worker process, where user code's ``sys.exit``, crash or
     hang ends the worker, not this process; its return value comes back pickled.
 
-    A parcat error it raises (:mod:`parcat.errors`) is raised here again, message kept.
+    A parcat error it raises (:mod:`parcat.core.errors`) is raised here again, message kept.
 
     Raises:
         SetupFailedError: it raised something else, ended its process, froze, or ran past

@@ -13,11 +13,13 @@ from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any
 
-from parcat.ipc.process import Terminated, become_worker, serve
-from parcat.results import EpisodeResult, EpisodeStatus, ErrorInfo
-from parcat.rollout import EpisodeRunner
+from parcat.core.trace import Tracer
+from parcat.episode.results import EpisodeResult, EpisodeStatus, ErrorInfo
+from parcat.episode.rollout import EpisodeRunner
+from parcat.ipc.process import Terminated, become_worker, preload, serve
 from parcat.stepping.config import StepperConfig
-from parcat.trace import Tracer
+
+preload(__name__)  # the fork server imports it and all it imports, once
 
 
 def episode_worker_main(

@@ -3,7 +3,7 @@
 ``InlineExecutor`` runs tasks in this process; ``ThreadExecutor`` on threads (for
 environments that release the GIL); ``ProcessExecutor`` (in
 :mod:`parcat.parallel.process_executor`) on persistent worker processes, each of which runs
-the same :class:`~parcat.rollout.EpisodeRunner` as the inline path.
+the same :class:`~parcat.episode.rollout.EpisodeRunner` as the inline path.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import replace
 from typing import Any
 
-from parcat import seeding
-from parcat.errors import ConfigError
+from parcat.core import seeding
+from parcat.core.errors import ConfigError
+from parcat.core.trace import Tracer
+from parcat.episode.results import EpisodeResult, EpisodeStatus, ErrorInfo
+from parcat.episode.rollout import EpisodeRunner, EpisodeTask
 from parcat.ipc.process import Terminated
-from parcat.results import EpisodeResult, EpisodeStatus, ErrorInfo
-from parcat.rollout import EpisodeRunner, EpisodeTask
 from parcat.stepping.config import StepperConfig
 from parcat.stepping.thread import DaemonThreadPool
-from parcat.trace import Tracer
 
 ResultCallback = Callable[[int, EpisodeResult], None]
 

@@ -25,13 +25,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from parcat.core.trace import Tracer
+from parcat.episode.results import EpisodeResult
+from parcat.episode.rollout import EpisodeRunner, EpisodeTask
 from parcat.ipc.process import wait_any
 from parcat.parallel.executors import ResultCallback
 from parcat.parallel.process_executor import ProcessExecutor, _check_picklable, _Lane, _Run
-from parcat.results import EpisodeResult
-from parcat.rollout import EpisodeRunner, EpisodeTask
 from parcat.stepping.config import StepperConfig
-from parcat.trace import Tracer
 
 WORTH_STARTING_S = 1.0
 """Workers start only when the run's remaining work, estimated from the episodes run here,

@@ -12,7 +12,11 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from parcat.errors import USER_CODE_ERRORS, ConfigError
+from parcat.core.errors import USER_CODE_ERRORS, ConfigError
+from parcat.core.raycluster import Backend
+from parcat.core.resources import available_cpus, free_cpus, pids_headroom, visible_gpus
+from parcat.envs.missions import Mission, is_foreign
+from parcat.episode.rollout import EpisodeRunner, EpisodeTask
 from parcat.ipc.process import (
     TASKS_PER_WORKER,
     StartMethod,
@@ -22,14 +26,10 @@ from parcat.ipc.process import (
     become_worker,
     report_error,
 )
-from parcat.missions import Mission, is_foreign
 from parcat.parallel.executors import Executor, InlineExecutor, ThreadExecutor
 from parcat.parallel.planner import ExecutorKind, Plan, PolicyStrategy, Workload, make_plan
 from parcat.parallel.process_executor import ProcessExecutor
 from parcat.policies.specs import PolicySpec, foreign_code
-from parcat.raycluster import Backend
-from parcat.resources import available_cpus, free_cpus, pids_headroom, visible_gpus
-from parcat.rollout import EpisodeRunner, EpisodeTask
 from parcat.stepping.config import StepperConfig
 
 # Backend and StartMethod are the words of RunOptions; they are defined where they are used

@@ -1,6 +1,6 @@
 """The resource planner: a pure function from resources × workload to a plan.
 
-Measuring the machine (CPUs, GPUs) lives in :mod:`parcat.resources` and measuring the
+Measuring the machine (CPUs, GPUs) lives in :mod:`parcat.core.resources` and measuring the
 workload in :mod:`parcat.parallel.launch`; this module only decides. The rules come from
 what was measured on the target machines (BENCHMARKS.md):
 

@@ -24,8 +24,10 @@ from dataclasses import dataclass, field, replace
 from multiprocessing.context import BaseContext
 from typing import Any
 
-from parcat import seeding
-from parcat.errors import ConfigError
+from parcat.core import seeding
+from parcat.core.errors import ConfigError
+from parcat.episode.results import EpisodeResult, EpisodeStatus, ErrorInfo
+from parcat.episode.rollout import EpisodeTask, TaskList
 from parcat.ipc.process import (
     START_METHODS,
     Worker,
@@ -36,8 +38,6 @@ from parcat.ipc.process import (
 )
 from parcat.parallel.episode_worker import episode_worker_main
 from parcat.parallel.executors import Executor, ResultCallback
-from parcat.results import EpisodeResult, EpisodeStatus, ErrorInfo
-from parcat.rollout import EpisodeTask, TaskList
 from parcat.stepping.config import StepperConfig
 
 PREFETCH = 2

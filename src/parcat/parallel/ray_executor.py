@@ -7,7 +7,7 @@ again an episode whose node died; because an episode is a pure function of its s
 retry reproduces it, and results are de-duplicated by task index. An episode past
 ``episode_timeout_s`` is cancelled with ``ray.cancel(force=True)`` and recorded as a
 timeout. With ``trace``, each episode's events are on the lane of the node that ran it.
-Connecting to the cluster: :mod:`parcat.raycluster`.
+Connecting to the cluster: :mod:`parcat.core.raycluster`.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from parcat import raycluster, seeding
+from parcat.core import raycluster, seeding
+from parcat.core.raycluster import import_ray
+from parcat.core.trace import Tracer
+from parcat.episode.results import EpisodeResult, EpisodeStatus, ErrorInfo
+from parcat.episode.rollout import EpisodeRunner, EpisodeTask
 from parcat.parallel.executors import Executor, ResultCallback
-from parcat.raycluster import import_ray
-from parcat.results import EpisodeResult, EpisodeStatus, ErrorInfo
-from parcat.rollout import EpisodeRunner, EpisodeTask
 from parcat.stepping.config import StepperConfig
-from parcat.trace import Tracer
 
 __all__ = ["RayExecutor", "import_ray"]
 _RUNNER: EpisodeRunner | None = None

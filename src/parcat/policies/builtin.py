@@ -11,8 +11,8 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from parcat.errors import PolicyError, brief
-from parcat.limits import MAX_NET_DEPTH, MAX_NET_WIDTH, dense_sizes, network_parameters
+from parcat.core.errors import PolicyError, brief
+from parcat.core.limits import MAX_NET_DEPTH, MAX_NET_WIDTH, dense_sizes, network_parameters
 from parcat.policies.base import AgentSpec
 
 _BLOCK = 256
@@ -230,7 +230,7 @@ def mlp_sizes(n_in: int, n_out: int, width: Any, depth: Any) -> list[int]:
 
     Raises:
         PolicyError: ``width`` or ``depth`` is not an integer in its range, or the network
-            would have more than :data:`~parcat.limits.MAX_NET_PARAMETERS` parameters.
+            would have more than :data:`~parcat.core.limits.MAX_NET_PARAMETERS` parameters.
     """
     for name, value, high in (("width", width, MAX_NET_WIDTH), ("depth", depth, MAX_NET_DEPTH)):
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= high:

@@ -12,9 +12,9 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
+from parcat.core.errors import PolicyError
 from parcat.envs.harvest import ACTION_MOVES as HARVEST_MOVES
 from parcat.envs.harvest import HarvestEnv
-from parcat.errors import PolicyError
 from parcat.policies.base import AgentSpec
 
 NOOP, UP, DOWN, LEFT, RIGHT = range(5)

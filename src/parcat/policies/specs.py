@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from parcat import checkpoint
-from parcat.errors import CheckpointError, PolicyError, clip
-from parcat.imports import import_reference, is_reference, require_trusted
+from parcat.core.errors import CheckpointError, PolicyError, clip
+from parcat.core.imports import import_reference, is_reference, require_trusted
+from parcat.core.settings import parse_settings
+from parcat.envs.missions import Mission
 from parcat.ipc.process import SetupFailedError, call_in_worker, in_worker, mark_acting
-from parcat.missions import Mission
+from parcat.policies import checkpoint
 from parcat.policies.base import AgentSpec, Policy
-from parcat.settings import parse_settings
 
 BUILTINS: dict[str, tuple[str | None, str]] = {
     "random": ("parcat.policies.builtin:RandomPolicy", "uniformly random actions (seeded)"),

@@ -17,9 +17,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from parcat import seeding
-from parcat.errors import USER_CODE_ERRORS
-from parcat.missions import Mission
+from parcat.core import seeding
+from parcat.core.errors import USER_CODE_ERRORS
+from parcat.envs.missions import Mission
 from parcat.policies.builtin import noop_action
 from parcat.policies.specs import make_policy
 from parcat.sim.config import AgentConfig

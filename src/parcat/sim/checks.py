@@ -17,8 +17,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from parcat.errors import ConfigError
-from parcat.yamlfile import read_yaml_mapping
+from parcat.core.errors import ConfigError
+from parcat.core.yamlfile import read_yaml_mapping
 
 
 def read_mapping(path: Path, what: str) -> dict[str, Any]:

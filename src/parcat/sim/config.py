@@ -26,7 +26,7 @@ heuristic, else ``noop``) computed inside the environment's process on the curre
 observation at every step — no process of its own, action age always 0 — in both modes.
 
 Everything is validated here, before any process starts or any array is allocated (sizes
-are capped: :mod:`parcat.sim.limits`): every error is one :class:`~parcat.errors.ConfigError`
+are capped: :mod:`parcat.sim.limits`): every error is one :class:`~parcat.core.errors.ConfigError`
 line naming the file and the key, never echoing what a file holds (:mod:`parcat.sim.checks`).
 """
 
@@ -38,8 +38,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from parcat.errors import ConfigError, MissionError, PolicyError, WorkerError
-from parcat.missions import Mission, load_mission
+from parcat.core.errors import ConfigError, MissionError, PolicyError, WorkerError
+from parcat.envs.missions import Mission, load_mission
 from parcat.policies.base import AgentSpec
 from parcat.policies.specs import PolicySpec, check_builds, parse_policy_spec
 from parcat.sim import limits

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from parcat.errors import ConfigError
+from parcat.core.errors import ConfigError
 from parcat.ipc.shm import Codec
 
 if TYPE_CHECKING:

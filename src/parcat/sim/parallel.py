@@ -5,7 +5,7 @@ and one process per non-lockstep agent (:mod:`parcat.sim.workers`), waits until 
 is ready, sends them all the same start instant, and then only watches: the pipes for
 ``done`` or ``error`` and the process sentinels for a death, with a timeout on every wait.
 A failure anywhere — an agent that raises or dies, an environment that stops making
-progress — ends the run with a :class:`~parcat.errors.WorkerError` naming the agent;
+progress — ends the run with a :class:`~parcat.core.errors.WorkerError` naming the agent;
 whatever happens, every process is stopped (STOP flag, ``close``, SIGTERM, SIGKILL) and the
 block is unlinked before this returns. Ctrl-C (or the CLI's SIGTERM) stops the run and
 returns the steps done so far, marked ``interrupted`` — none if it came before the first.
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from multiprocessing import resource_tracker
 from typing import Any, NoReturn
 
-from parcat.errors import WorkerError
+from parcat.core.errors import WorkerError
 from parcat.ipc.process import (
     SHUTTING_DOWN,
     ErrorReport,

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from parcat.atomic import write_atomically
+from parcat.core.atomic import write_atomically
 from parcat.sim.agent import CycleStats
 from parcat.sim.config import SimConfig
 from parcat.sim.world import WorldResult

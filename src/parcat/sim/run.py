@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from parcat import jsontext, runlock
-from parcat.atomic import write_text_atomically
-from parcat.errors import ConfigError
-from parcat.outputs import check_output_folder, missing_folders, remove_empty
+from parcat.core import jsontext, runlock
+from parcat.core.atomic import write_text_atomically
+from parcat.core.errors import ConfigError
+from parcat.core.outputs import check_output_folder, missing_folders, remove_empty
 from parcat.sim.config import SimConfig, load_sim_config
 from parcat.sim.metrics import summarize
 from parcat.sim.parallel import StalledError, run_parallel

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from parcat.errors import USER_CODE_ERRORS, EpisodeError
+from parcat.core.errors import USER_CODE_ERRORS, EpisodeError
 from parcat.ipc.process import SHUTTING_DOWN
 from parcat.sim.agent import AgentFailure, AgentRunner, CycleClock
 from parcat.sim.config import SimConfig

@@ -15,7 +15,7 @@ from xml.sax.saxutils import escape
 
 import numpy as np
 
-from parcat.atomic import write_text_atomically
+from parcat.core.atomic import write_text_atomically
 from parcat.sim.record import SimRecord
 
 SIZE = 560

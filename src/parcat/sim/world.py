@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from parcat import seeding
+from parcat.core import seeding
+from parcat.envs.missions import close_env
 from parcat.ipc.shm import Codec
-from parcat.missions import close_env
 from parcat.policies.builtin import noop_action
 from parcat.sim.agent import AgentRunner, CycleStats, InForce
 from parcat.sim.config import SimConfig

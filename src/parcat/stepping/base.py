@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from parcat.errors import USER_CODE_ERRORS
+from parcat.core.errors import USER_CODE_ERRORS
+from parcat.envs.missions import Mission
 from parcat.ipc.process import ACTING, ErrorReport, acting_marker
-from parcat.missions import Mission
 from parcat.policies.base import AgentSpec, Policy
 from parcat.policies.specs import PolicySpec, make_policy
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from parcat.errors import USER_CODE_ERRORS
-from parcat.missions import Mission
+from parcat.core.errors import USER_CODE_ERRORS
+from parcat.envs.missions import Mission
 from parcat.policies.specs import PolicySpec
 from parcat.stepping.base import InlineStepper, PolicyStepError, Seat
 

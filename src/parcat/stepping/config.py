@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from parcat.core.trace import Tracer
 from parcat.stepping.base import InlineStepper, Stepper
 from parcat.stepping.batch import BatchStepper
 from parcat.stepping.strategy import PolicyStrategy
 from parcat.stepping.thread import ThreadStepper
-from parcat.trace import Tracer
 
 
 @dataclass(frozen=True)

@@ -12,19 +12,22 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from parcat.errors import USER_CODE_ERRORS
+from parcat.core.errors import USER_CODE_ERRORS
+from parcat.envs.missions import Mission
 from parcat.ipc.handoff import Serving
 from parcat.ipc.process import (
     ACTING,
     ErrorReport,
     acting_marker,
     become_worker,
+    preload,
     report_error,
     serve,
 )
 from parcat.ipc.shm import Codec, SlotBlock
-from parcat.missions import Mission
 from parcat.stepping.base import PolicyCache, Seat
+
+preload(__name__)  # the fork server imports it and all it imports, once
 
 
 class _PolicyHost:

@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from parcat.core.trace import Tracer, now_us
+from parcat.envs.missions import Mission
 from parcat.ipc.handoff import Handoff
 from parcat.ipc.process import (
     ErrorReport,
@@ -31,13 +33,11 @@ from parcat.ipc.process import (
     get_context,
 )
 from parcat.ipc.shm import Codec, SlotBlock
-from parcat.missions import Mission
 from parcat.policies.builtin import noop_action
 from parcat.stepping.base import InlineStepper, PolicyStepError, Seat, straggler_wait
 from parcat.stepping.payoff import CHECK_STEPS, PAYOFF_RATIO, REPLAY_STEPS, Payoff, Replay
 from parcat.stepping.policy_worker import policy_worker_main
 from parcat.stepping.replay import rebuild
-from parcat.trace import Tracer, now_us
 
 SETUP_TIMEOUT_S = 120.0
 # a worker that cannot build a policy which this process could build has an environment

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from parcat.errors import USER_CODE_ERRORS
+from parcat.core.errors import USER_CODE_ERRORS
+from parcat.envs.missions import Mission
 from parcat.ipc.shm import Codec
-from parcat.missions import Mission
 from parcat.policies.base import Policy
 from parcat.stepping.base import PolicyCache, Seat
 

@@ -11,8 +11,8 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from parcat.errors import USER_CODE_ERRORS, ResourceLimitError
-from parcat.missions import Mission
+from parcat.core.errors import USER_CODE_ERRORS, ResourceLimitError
+from parcat.envs.missions import Mission
 from parcat.policies.builtin import noop_action
 from parcat.stepping.base import InlineStepper, PolicyStepError, Seat, straggler_wait
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from parcat.errors import CheckpointError, ConfigError
+from parcat.core.errors import CheckpointError, ConfigError
 from parcat.train.learner import Transitions, decode_rng, encode_rng
 
 FIELDS = ("obs", "actions", "rewards", "next_obs", "terminated")

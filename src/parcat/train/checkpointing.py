@@ -8,7 +8,7 @@ memory (arrays copied) until a later one replaces it. In async mode the acting l
 refreshed from the learner process first, as for any async checkpoint.
 
 Every write replaces the checkpoint in the run directory in one atomic swap
-(:func:`parcat.checkpoint.save_run`): a second Ctrl-C during the final write leaves the
+(:func:`parcat.policies.checkpoint.save_run`): a second Ctrl-C during the final write leaves the
 previous checkpoint, never half of one; a full disk leaves it too, and is one line.
 """
 
@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from parcat import checkpoint
-from parcat.errors import CheckpointError, ParcatError, WriteError
+from parcat.core.errors import CheckpointError, ParcatError, WriteError
+from parcat.envs.missions import Mission, is_foreign
 from parcat.ipc.process import SetupFailedError
-from parcat.missions import Mission, is_foreign
+from parcat.policies import checkpoint
 from parcat.train.config import TrainConfig
 from parcat.train.greedy_eval import (
     TOTAL,

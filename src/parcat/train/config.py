@@ -8,13 +8,13 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from parcat.errors import ConfigError, brief, clip
-from parcat.limits import MAX_COUNT, MAX_TRAIN_ENVS, MAX_WORKERS
-from parcat.missions import GYMNASIUM_PREFIX
-from parcat.raycluster import Backend
-from parcat.settings import merge_settings
+from parcat.core.errors import ConfigError, brief, clip
+from parcat.core.limits import MAX_COUNT, MAX_TRAIN_ENVS, MAX_WORKERS
+from parcat.core.raycluster import Backend
+from parcat.core.settings import merge_settings
+from parcat.core.yamlfile import read_yaml_mapping
+from parcat.envs.missions import GYMNASIUM_PREFIX
 from parcat.train.recipes import check_learner_options
-from parcat.yamlfile import read_yaml_mapping
 
 
 class LearningMode(str, enum.Enum):
@@ -133,7 +133,7 @@ class TrainConfig:
             object.__setattr__(self, "mode", LearningMode.SYNC)
 
     def _check_numbers(self) -> None:
-        """Every count within its range (:mod:`parcat.limits`), before anything starts."""
+        """Every count within its range (:mod:`parcat.core.limits`), before anything starts."""
         for name in ("epochs", "steps_per_epoch", "train_interval", "checkpoint_every"):
             _require_int(name, getattr(self, name), 1, MAX_COUNT)
         _require_int("envs_per_worker", self.envs_per_worker, 1, MAX_TRAIN_ENVS)
@@ -208,7 +208,7 @@ NESTED_KEYS = ("overrides", "learner")
 def load_train_config(path: str | Path | None, flags: Mapping[str, Any]) -> TrainConfig:
     """Read a train YAML file (optional) and apply flags that were given (not ``None``).
 
-    The precedence rule of :func:`parcat.settings.merge_settings`: built-in defaults <
+    The precedence rule of :func:`parcat.core.settings.merge_settings`: built-in defaults <
     the file < flags (``overrides`` and ``learner`` key by key, so ``--set
     learner.lr=0.01`` changes one learner key of the file's); ``jobs`` or
     ``env_workers`` given as a flag replaces the file's layout, both keys.

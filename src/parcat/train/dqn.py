@@ -20,8 +20,8 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from parcat.errors import ConfigError
-from parcat.seeding import derive_seed
+from parcat.core.errors import ConfigError
+from parcat.core.seeding import derive_seed
 from parcat.train.buffer import ReplayBuffer
 from parcat.train.dqn_config import DQNConfig, check_sizes
 from parcat.train.learner import Transitions, decode_rng, encode_rng

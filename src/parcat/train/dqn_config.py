@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from parcat.errors import ConfigError, brief
-from parcat.limits import (
+from parcat.core.errors import ConfigError, brief
+from parcat.core.limits import (
     MAX_BATCH_SIZE,
     MAX_BUFFER_BYTES,
     MAX_COUNT,
@@ -119,8 +119,8 @@ def check_sizes(config: DQNConfig, obs_dim: int, num_actions: int) -> list[int]:
     """The Q-network's layer sizes, once its size and a full buffer's are within the limits.
 
     Raises:
-        ConfigError: more than :data:`~parcat.limits.MAX_NET_PARAMETERS` parameters, or a
-            full replay buffer larger than :data:`~parcat.limits.MAX_BUFFER_BYTES`.
+        ConfigError: more than :data:`~parcat.core.limits.MAX_NET_PARAMETERS` parameters, or a
+            full replay buffer larger than :data:`~parcat.core.limits.MAX_BUFFER_BYTES`.
     """
     sizes = dense_sizes("dqn", obs_dim, config.width, config.depth, num_actions, ConfigError)
     per_transition = transition_bytes(obs_dim)

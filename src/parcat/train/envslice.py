@@ -17,8 +17,8 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from parcat import seeding
-from parcat.missions import Mission, close_env
+from parcat.core import seeding
+from parcat.envs.missions import Mission, close_env
 
 RESET_STREAM = 101
 TASK_STREAM = 102

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from parcat.report import nan_to_none
+from parcat.core.jsontext import finite
 
 
 @dataclass
@@ -66,19 +66,19 @@ class EpochStats:
         return {
             "epoch": self.epoch, "env_steps": self.env_steps,
             "total_env_steps": self.total_env_steps, "episodes": self.episodes,
-            "reward": nan_to_none(self.reward),
-            "reward_min": nan_to_none(self.reward_min),
-            "reward_max": nan_to_none(self.reward_max),
+            "reward": finite(self.reward),
+            "reward_min": finite(self.reward_min),
+            "reward_max": finite(self.reward_max),
             "episode_length": None if math.isnan(self.episode_length) else self.episode_length,
-            "loss": nan_to_none(self.loss),
+            "loss": finite(self.loss),
             "epsilon": None if math.isnan(self.epsilon) else self.epsilon,
             "collect_s": self.collect_s, "train_s": self.train_s,
             "idle_s": self.idle_s, "env_steps_per_s": self.env_steps_per_s,
             "discarded_episodes": self.discarded_episodes,
             "overlap_steps": self.overlap_steps,
             "time_s": self.time_s, "timestamp": self.timestamp,
-            "learner_metrics": {name: nan_to_none(m) for name, m in self.learner_metrics.items()},
-            "eval_return": nan_to_none(self.eval_return),
+            "learner_metrics": {name: finite(m) for name, m in self.learner_metrics.items()},
+            "eval_return": finite(self.eval_return),
         }
 
 

@@ -14,9 +14,9 @@ from typing import Any, cast
 
 import numpy as np
 
-from parcat import seeding
+from parcat.core import seeding
+from parcat.envs.missions import Mission
 from parcat.ipc.process import call_in_worker
-from parcat.missions import Mission
 from parcat.train.learner import Learner
 from parcat.train.recipes import SHARED, LearnerRecipe, with_agent_id
 

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from parcat.errors import CheckpointError
+from parcat.core.errors import CheckpointError
 from parcat.train.envslice import AgentLayout
 
 FILE = "envs.npz"
-"""The file in the run directory (see :func:`parcat.checkpoint.save_run`)."""
+"""The file in the run directory (see :func:`parcat.policies.checkpoint.save_run`)."""
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class InFlight:
         return columns
 
     def to_arrays(self) -> dict[str, np.ndarray]:
-        """For :func:`parcat.checkpoint.save_run`."""
+        """For :func:`parcat.policies.checkpoint.save_run`."""
         arrays = {"episodes": self.episodes, "lengths": self.lengths, "returns": self.returns}
         for i, (actions, obs) in enumerate(zip(self.actions, self.obs, strict=True)):
             arrays[f"act{i}"], arrays[f"obs{i}"] = actions, obs

@@ -4,14 +4,14 @@ parcat ships two numpy learners, :class:`~parcat.train.dqn.DQNLearner` (``dqn``,
 actions) and :class:`~parcat.train.ppo.PPOLearner` (``ppo``, Discrete and Box actions); a
 user may bring any other (torch, jax) by implementing :class:`Learner` and naming its class
 in the train YAML (``learner: {class: my_pkg.learners:MyLearner, ...options}``) or with
-``--learner my_pkg.learners:MyLearner``. :func:`parcat.testing.check_learner` checks one.
+``--learner my_pkg.learners:MyLearner``. :func:`parcat.testing.checks.check_learner` checks one.
 
 **Building.** The trainer builds one learner per agent (seeded ``seed * 1000 + agent
 index``) or, with ``--shared-learner``, one for all agents (seeded ``seed``), as
 ``Class.from_spaces(observation_space, action_space, options, seed)`` if the class has
 that classmethod, else ``Class(observation_space, action_space, options, seed)``.
 ``options`` is the ``learner`` mapping without ``class``; an unknown key or a bad value
-raises :class:`~parcat.errors.ConfigError` naming it. A class may also have a
+raises :class:`~parcat.core.errors.ConfigError` naming it. A class may also have a
 ``check_config(options)`` classmethod, which the train config calls before anything
 starts. Observations are ``Box`` spaces; with ``--shared-learner`` the trainer appends
 a one-hot agent id to every observation (the space it passes is the wider one), so the
@@ -59,7 +59,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 import gymnasium
 import numpy as np
 
-from parcat.errors import CheckpointError
+from parcat.core.errors import CheckpointError
 
 _BIT_GENERATORS = ("PCG64", "PCG64DXSM", "Philox", "SFC64", "MT19937")
 

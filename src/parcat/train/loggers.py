@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from parcat.errors import ConfigError, OutputError, WriteError
+from parcat.core.errors import ConfigError, OutputError, WriteError
 from parcat.train.config import LoggerKind, TrainConfig
 from parcat.train.metrics import MetricsLog, read_metrics
 

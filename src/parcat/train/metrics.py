@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from parcat import jsontext
-from parcat.atomic import write_text_atomically
-from parcat.errors import ConfigError
+from parcat.core import jsontext
+from parcat.core.atomic import write_text_atomically
+from parcat.core.errors import ConfigError
 
 
 class MetricsLog:

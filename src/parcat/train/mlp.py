@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
-from parcat.errors import CheckpointError
+from parcat.core.errors import CheckpointError
 
 BETA1, BETA2, ADAM_EPS = 0.9, 0.999, 1e-8
 

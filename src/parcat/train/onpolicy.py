@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from parcat.errors import CheckpointError
+from parcat.core.errors import CheckpointError
 
 FIELDS = ("obs", "actions", "logp", "values", "next_values", "rewards", "terminated",
           "truncated", "env")

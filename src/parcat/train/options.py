@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any, ClassVar, TypeVar
 
-from parcat.errors import ConfigError, brief, clip
+from parcat.core.errors import ConfigError, brief, clip
 
 T = TypeVar("T")
 

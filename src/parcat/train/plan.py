@@ -18,11 +18,11 @@ import math
 from dataclasses import dataclass, replace
 from typing import cast
 
-from parcat.errors import USER_CODE_ERRORS, ParcatError, clip
+from parcat.core.errors import USER_CODE_ERRORS, ParcatError, clip
+from parcat.core.raycluster import Backend
+from parcat.core.resources import available_cpus, free_cpus
+from parcat.envs.missions import Mission, is_foreign, load_mission
 from parcat.ipc.process import SetupFailedError, call_in_worker
-from parcat.missions import Mission, is_foreign, load_mission
-from parcat.raycluster import Backend
-from parcat.resources import available_cpus, free_cpus
 from parcat.train.config import LearningMode, TrainConfig
 from parcat.train.steptime import StepTime, time_env_step
 
@@ -226,7 +226,7 @@ def plan_training(
         config: The training configuration.
         mission: Its mission, when already loaded (the plan needs the number of agents).
         cpus: CPUs this process may use (default: measured); other processes' load is
-            subtracted (:func:`parcat.resources.free_cpus`).
+            subtracted (:func:`parcat.core.resources.free_cpus`).
     """
     cpus = available_cpus() if cpus is None else cpus
     free = free_cpus(cpus)

@@ -35,9 +35,9 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from parcat.errors import ConfigError
-from parcat.limits import dense_sizes
-from parcat.seeding import derive_seed
+from parcat.core.errors import ConfigError
+from parcat.core.limits import dense_sizes
+from parcat.core.seeding import derive_seed
 from parcat.train.distributions import categorical, gaussian, softmax
 from parcat.train.learner import Transitions, decode_rng, encode_rng
 from parcat.train.mlp import (

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from parcat.errors import ConfigError, brief
-from parcat.limits import MAX_BATCH_SIZE, MAX_COUNT, MAX_NET_DEPTH, MAX_NET_WIDTH
+from parcat.core.errors import ConfigError, brief
+from parcat.core.limits import MAX_BATCH_SIZE, MAX_COUNT, MAX_NET_DEPTH, MAX_NET_WIDTH
 from parcat.train.options import check_int_ranges, from_mapping, is_number
 
 

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 import gymnasium
 import numpy as np
 
-from parcat.errors import ConfigError, brief, clip
-from parcat.imports import import_reference, is_reference
+from parcat.core.errors import ConfigError, brief, clip
+from parcat.core.imports import import_reference, is_reference
 from parcat.train.learner import Learner
 
 if TYPE_CHECKING:
-    from parcat.missions import Mission
+    from parcat.envs.missions import Mission
 
 BUILTIN_LEARNERS = {
     "dqn": "parcat.train.dqn:DQNLearner",

@@ -11,7 +11,7 @@ log, the TensorBoard folder); any other file in the folder stays. A folder that 
 run may be used when it is empty; one holding files parcat did not write is refused, with
 or without ``--force``: a run is never mixed into a folder of the user's.
 
-The run holds the directory's lock (:mod:`parcat.runlock`) from the choice to its end: a
+The run holds the directory's lock (:mod:`parcat.core.runlock`) from the choice to its end: a
 second run into it is one line, exit 2. The default name is claimed under that lock, so
 runs started together get ``runs/<mission>``, ``-2``, ... each. A run that is refused or
 leaves nothing in the folders it made removes them again.
@@ -26,10 +26,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from parcat import checkpoint, runlock
-from parcat.checkpoint_manifest import parse_manifest
-from parcat.errors import CheckpointError, ConfigError, RunLockedError
-from parcat.outputs import check_output_folder, missing_folders, remove_empty
+from parcat.core import runlock
+from parcat.core.errors import CheckpointError, ConfigError, RunLockedError
+from parcat.core.outputs import check_output_folder, missing_folders, remove_empty
+from parcat.policies import checkpoint
+from parcat.policies.checkpoint_manifest import parse_manifest
 from parcat.train.config import TrainConfig
 from parcat.train.loggers import TENSORBOARD_DIR
 from parcat.train.runs import BEST, METRICS_FILES
@@ -229,5 +230,5 @@ def _is_metrics_log(file: Path) -> bool:
 
 
 def _is_temporary(name: str) -> bool:
-    # what a killed write of a metrics log or a checkpoint leaves (parcat.atomic, checkpoint)
+    # what a killed write of a metrics log or a checkpoint leaves (parcat.core.atomic, checkpoint)
     return name.startswith((".metrics.", ".checkpoint.", ".parcat-probe."))

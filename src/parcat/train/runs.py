@@ -1,6 +1,6 @@
 """Run directories: checkpoints ``parcat eval -p runs/NAME`` can load, and resuming.
 
-A run directory is a run checkpoint (see :mod:`parcat.checkpoint`): one directory per agent
+A run directory is a run checkpoint (see :mod:`parcat.policies.checkpoint`): one directory per agent
 holding the greedy policy as ``MLPPolicy`` arrays, plus ``state.npz`` with everything the
 learner needs to continue bit-identically, and the metrics log, carried along.
 """
@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from parcat import checkpoint, runlock
-from parcat.errors import CheckpointError
+from parcat.core import runlock
+from parcat.core.errors import CheckpointError
+from parcat.policies import checkpoint
 from parcat.train.learner import Learner
 
 if TYPE_CHECKING:
-    from parcat.missions import Mission
+    from parcat.envs.missions import Mission
     from parcat.train.config import TrainConfig
 
 METRICS_FILES = ("metrics.jsonl", "metrics.csv")
@@ -47,7 +48,7 @@ class RunSnapshot:
 def save_checkpoint(config: TrainConfig, mission: Mission, learners: dict[Any, Learner],
                     epoch: int, arrays: dict[str, dict[str, np.ndarray]] | None = None) -> Path:
     """Write the run directory atomically after ``epoch`` epochs (with more ``arrays``
-    files, e.g. the episodes in flight: :func:`parcat.checkpoint.save_run`)."""
+    files, e.g. the episodes in flight: :func:`parcat.policies.checkpoint.save_run`)."""
     return write_snapshot(config.run_path, capture(config, mission, learners, epoch,
                                                    arrays=arrays))
 

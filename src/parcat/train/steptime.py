@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from parcat.missions import Mission
+from parcat.envs.missions import Mission
 from parcat.train.envslice import EnvSlice, agent_layouts, array_specs
 
 BUDGET_S = 0.03

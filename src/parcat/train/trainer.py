@@ -22,10 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from parcat import checkpoint, raycluster
-from parcat.errors import WorkerError
+from parcat.core import raycluster
+from parcat.core.errors import WorkerError
+from parcat.envs.missions import Mission, is_foreign, load_mission
 from parcat.ipc.process import SHUTTING_DOWN
-from parcat.missions import Mission, is_foreign, load_mission
+from parcat.policies import checkpoint
 from parcat.train import inflight
 from parcat.train.async_learning import AsyncLearning
 from parcat.train.checkpointing import Checkpointer

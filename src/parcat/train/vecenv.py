@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from parcat.errors import WorkerError
+from parcat.core.errors import WorkerError
+from parcat.envs.missions import Mission
 from parcat.ipc.process import get_context
-from parcat.missions import Mission
 from parcat.train.envslice import AgentLayout, agent_layouts, array_specs
 from parcat.train.inflight import EpisodeHistory, InFlight
 from parcat.train.lanes.base import Command, EnvLane, LaneLostError, LocalLane

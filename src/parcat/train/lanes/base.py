@@ -7,8 +7,8 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-from parcat.errors import USER_CODE_ERRORS
-from parcat.missions import Mission
+from parcat.core.errors import USER_CODE_ERRORS
+from parcat.envs.missions import Mission
 from parcat.train.envslice import ArraySpecs, EnvSlice
 
 

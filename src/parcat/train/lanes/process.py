@@ -11,7 +11,8 @@ from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 from typing import Any
 
-from parcat.errors import USER_CODE_ERRORS
+from parcat.core.errors import USER_CODE_ERRORS
+from parcat.envs.missions import Mission
 from parcat.ipc.handoff import Handoff, Serving
 from parcat.ipc.layout import EnvCommandSlots
 from parcat.ipc.process import (
@@ -24,7 +25,6 @@ from parcat.ipc.process import (
     serve,
 )
 from parcat.ipc.shm import ArrayBlock
-from parcat.missions import Mission
 from parcat.train.envslice import ArraySpecs, EnvSlice
 from parcat.train.lanes.base import Command, EnvLane, LaneLostError
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from parcat.missions import Mission
-from parcat.raycluster import import_ray
+from parcat.core.raycluster import import_ray
+from parcat.envs.missions import Mission
 from parcat.train.envslice import ArraySpecs, EnvSlice
 from parcat.train.lanes.base import Command, EnvLane, LaneLostError, zero_arrays
 

@@ -38,11 +38,11 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from parcat import jsontext
-from parcat.atomic import write_atomically, write_text_atomically
-from parcat.errors import UsageError, brief, clip
-from parcat.imports import require_trusted
-from parcat.limits import (
+from parcat.core import jsontext
+from parcat.core.atomic import write_atomically, write_text_atomically
+from parcat.core.errors import UsageError, brief, clip
+from parcat.core.imports import require_trusted
+from parcat.core.limits import (
     MAX_AGENTS,
     MAX_COUNT,
     MAX_EPISODE_STEPS,
@@ -259,7 +259,7 @@ def read(path: str | Path) -> Replay:
 
     Raises:
         ReplayError: the file is missing, not a replay, of another format version, larger
-            than :data:`~parcat.limits.MAX_REPLAY_BYTES` unpacked, or damaged (one line
+            than :data:`~parcat.core.limits.MAX_REPLAY_BYTES` unpacked, or damaged (one line
             naming the key or array).
     """
     path = Path(path)
@@ -395,7 +395,7 @@ def frames(replay: Replay, trust_code: bool = False) -> Iterator[tuple[int, str,
         ReplayError: it draws no text, is turn-based, has other agents than the replay, is
             given an action outside its space, or fails while it is replayed.
     """
-    from parcat.missions import builtin_code, close_env, make_env
+    from parcat.envs.missions import builtin_code, close_env, make_env
 
     meta = replay.meta
     if meta.get("turn_based"):

@@ -5,7 +5,7 @@ each other (``--cross``).
 so the runs are paired episode by episode. Each policy gets, per mission, its mean and
 IQM with bootstrap 95% intervals, and against the first policy (the baseline) the
 difference of means and the probability of improvement P(policy > baseline), each with
-its interval (:mod:`parcat.compare`'s statistics). Across missions, scores are first
+its interval (:mod:`parcat.eval.compare`'s statistics). Across missions, scores are first
 normalised per mission (rliable's convention): 0 is the lowest episode score any policy
 had on that mission, 1 the highest.
 
@@ -26,18 +26,18 @@ from typing import Any
 
 import numpy as np
 
-from parcat.compare import OVERALL, compare
-from parcat.evaluate import EvalConfig, EvalReport, evaluate
-from parcat.missions import Mission
-from parcat.parallel.launch import RunOptions
-from parcat.results import EpisodeResult
-from parcat.stats import (
+from parcat.envs.missions import Mission
+from parcat.episode.results import EpisodeResult
+from parcat.eval.compare import OVERALL, compare
+from parcat.eval.evaluate import EvalConfig, EvalReport, evaluate
+from parcat.eval.stats import (
     Interval,
     aggregate_iqm,
     aggregate_mean,
     normalised,
     stratified_bootstrap,
 )
+from parcat.parallel.launch import RunOptions
 
 Scores = dict[str, np.ndarray]
 OnResult = Callable[[EpisodeResult], None]

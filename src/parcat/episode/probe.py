@@ -22,10 +22,10 @@ from typing import Any, cast
 
 import numpy as np
 
+from parcat.core.errors import USER_CODE_ERRORS, ParcatError
+from parcat.envs.missions import Mission, close_env
 from parcat.envs.turns import is_turn_based, sample_legal
-from parcat.errors import USER_CODE_ERRORS, ParcatError
 from parcat.ipc.process import SetupFailedError, call_in_worker
-from parcat.missions import Mission, close_env
 
 PROBE_SEED = 20_261_126
 PROBE_STEPS = 8

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from parcat.atomic import write_text_atomically
+from parcat.core.atomic import write_text_atomically
 
 
 def now_us() -> float:

@@ -2,7 +2,7 @@
 
 A run checkpoint's manifest records the mission and its parameters (``mission_params``).
 Evaluating the run on that mission uses them as the layer below ``--set`` (the precedence
-rule of :func:`parcat.settings.merge_settings`); without ``-m`` the run's own mission is
+rule of :func:`parcat.core.settings.merge_settings`); without ``-m`` the run's own mission is
 evaluated. Parameters that change an agent's observation or action space against what the
 run was trained on are one error.
 """
@@ -15,11 +15,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from parcat import checkpoint
-from parcat.errors import ConfigError, clip
-from parcat.imports import require_trusted
-from parcat.missions import Mission, builtin_code, load_mission
-from parcat.settings import merge_settings
+from parcat.core.errors import ConfigError, clip
+from parcat.core.imports import require_trusted
+from parcat.core.settings import merge_settings
+from parcat.envs.missions import Mission, builtin_code, load_mission
+from parcat.policies import checkpoint
 
 BEST = "best"
 

@@ -1,7 +1,7 @@
 """The flags of ``parcat eval`` and ``parcat plan`` as one value.
 
 ``EvalArgs(("harvest",), options=RunOptions(jobs=4)).build()`` gives what
-``parcat eval -m harvest --jobs 4`` runs: the :class:`~parcat.evaluate.EvalConfig` (what,
+``parcat eval -m harvest --jobs 4`` runs: the :class:`~parcat.eval.evaluate.EvalConfig` (what,
 built from the command line's words) and the :class:`~parcat.parallel.launch.RunOptions`
 (where and how).
 """
@@ -13,15 +13,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from parcat.errors import ConfigError, brief
-from parcat.evaluate import EvalConfig, check_policies
-from parcat.limits import MAX_COUNT
-from parcat.missions import Mission
+from parcat.core.errors import ConfigError, brief
+from parcat.core.limits import MAX_COUNT
+from parcat.core.settings import parse_overrides
+from parcat.envs.missions import Mission
+from parcat.eval.evaluate import EvalConfig, check_policies
+from parcat.eval.run_mission import load_missions
 from parcat.parallel.launch import RunOptions
 from parcat.parallel.planner import ExecutorKind
 from parcat.policies.specs import parse_policy_spec
-from parcat.run_mission import load_missions
-from parcat.settings import parse_overrides
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class EvalArgs:
         """Validate the words and build what runs, before anything runs.
 
         A run directory given with ``-p`` brings its mission parameters (below ``--set``)
-        and, without ``-m``, its mission (:func:`parcat.run_mission.load_missions`).
+        and, without ``-m``, its mission (:func:`parcat.eval.run_mission.load_missions`).
 
         Args:
             on_note: Told, one line each, which checkpoint a run directory loads and which
@@ -98,7 +98,7 @@ def default_policies(missions: Sequence[Mission],
 
 
 def require_count(flag: str, value: Any) -> int:
-    """``value`` if it is an integer from 1 to :data:`~parcat.limits.MAX_COUNT`.
+    """``value`` if it is an integer from 1 to :data:`~parcat.core.limits.MAX_COUNT`.
 
     Raises:
         ConfigError: naming ``flag`` and the range.

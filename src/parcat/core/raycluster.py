@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from parcat.errors import ConfigError
+from parcat.core.errors import ConfigError
 
 
 class Backend(str, enum.Enum):

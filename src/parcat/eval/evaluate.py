@@ -14,23 +14,23 @@ from typing import Any, cast
 
 import numpy as np
 
-from parcat.errors import ConfigError, PolicyError, WriteError
+from parcat.core.errors import ConfigError, PolicyError, WriteError
+from parcat.core.limits import MAX_EPISODE_PARAMETERS
+from parcat.core.outputs import check_output_file, check_output_folder
+from parcat.envs.missions import Mission, is_foreign, load_mission
+from parcat.episode.probe import EnvCheck, check_in_a_worker
+from parcat.episode.replay import file_name as replay_file_name
+from parcat.episode.replay import write_index
+from parcat.episode.results import EpisodeResult
+from parcat.episode.rollout import EpisodeTask, TaskList
+from parcat.eval.report import ALL_POLICIES, make_document, summarize
+from parcat.eval.results_file import ResultsWriter, load_finished
 from parcat.ipc.process import SHUTTING_DOWN
 from parcat.ipc.shm import remove_stale_blocks
-from parcat.limits import MAX_EPISODE_PARAMETERS
-from parcat.missions import Mission, is_foreign, load_mission
-from parcat.outputs import check_output_file, check_output_folder
 from parcat.parallel.launch import RunOptions, make_executor, plan_run
 from parcat.parallel.planner import ExecutorKind, Plan
 from parcat.policies.builtin import mlp_parameters
 from parcat.policies.specs import PolicySpec, check_builds, check_weights, parse_policy_spec
-from parcat.probe import EnvCheck, check_in_a_worker
-from parcat.replay import file_name as replay_file_name
-from parcat.replay import write_index
-from parcat.report import ALL_POLICIES, make_document, summarize
-from parcat.results import EpisodeResult
-from parcat.results_file import ResultsWriter, load_finished
-from parcat.rollout import EpisodeTask, TaskList
 
 ResultCallback = Callable[[EpisodeResult], None]
 PlanCallback = Callable[[Plan], None]
@@ -173,11 +173,11 @@ class EvalReport:
 
 def check_environments(missions: Sequence[Mission], start_method: str | None = None,
                        timeout_s: float | None = None) -> dict[str, EnvCheck]:
-    """Check each mission's environment for reproducibility (:mod:`parcat.probe`).
+    """Check each mission's environment for reproducibility (:mod:`parcat.episode.probe`).
 
     parcat's own environments are checked by its tests and skipped; environments from
     outside parcat are checked in a worker process, where a crash cannot end the run,
-    for at most ``timeout_s`` seconds each (default :data:`parcat.probe.PROBE_TIMEOUT_S`).
+    for at most ``timeout_s`` seconds each (default :data:`parcat.episode.probe.PROBE_TIMEOUT_S`).
     """
     checks = {}
     for mission in missions:
@@ -325,7 +325,7 @@ def evaluate(
         resume: Keep the finished episodes already in ``output`` and run only the rest.
         keep: Episodes already run (by ``(mission, episode_index)``); only the rest run.
         on_warning: Told when a write of ``output`` failed mid-run and will be retried.
-        replay_dir: Record every episode run into this folder (:mod:`parcat.replay`),
+        replay_dir: Record every episode run into this folder (:mod:`parcat.episode.replay`),
             with an ``index.json`` of them at the end.
         seating: The policy index of each agent (every mission must have that many
             agents); default: policies drawn by weight per episode.

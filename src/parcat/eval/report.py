@@ -31,8 +31,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from parcat import __version__, jsontext
-from parcat.results import EpisodeResult
+from parcat import __version__
+from parcat.core import jsontext
+from parcat.episode.results import EpisodeResult
 
 SCHEMA = "parcat.eval"
 SCHEMA_VERSION = 1
@@ -147,7 +148,7 @@ def make_document(
         "parcat_version": __version__,
         "status": status,
         "config": dict(config),
-        "summary": [nan_to_none(asdict(s)) for s in summarize(episodes)],
+        "summary": [jsontext.finite(asdict(s)) for s in summarize(episodes)],
         "episodes": [e.to_dict() for e in episodes],
         "reproducible": reproducible,
         "environments": {name: dict(check) for name, check in checks.items()},
@@ -192,11 +193,3 @@ def summary_csv(summaries: Iterable[Summary]) -> str:
     for summary in summaries:
         writer.writerow(asdict(summary))
     return buffer.getvalue()
-
-
-def nan_to_none(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``row`` with every float NaN replaced by ``None``.
-
-    JSON has no NaN, so a statistic over nothing (zero episodes, no update yet) is null.
-    """
-    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}

@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from parcat.errors import ConfigError, clip
-from parcat.results import EpisodeResult
-from parcat.results_file import read_results
-from parcat.stats import (
+from parcat.core.errors import ConfigError, clip
+from parcat.episode.results import EpisodeResult
+from parcat.eval.results_file import read_results
+from parcat.eval.stats import (
     Interval,
     aggregate_iqm,
     aggregate_mean,
@@ -88,7 +88,7 @@ def compare(a: dict[str, np.ndarray], b: dict[str, np.ndarray], seed: int = 0,
             reps: int = 2000, normalise: bool = True) -> list[Comparison]:
     """Rows for every mission both sides evaluated, then ``overall``.
 
-    The ``overall`` row aggregates per-mission normalised scores (:func:`~parcat.stats.
+    The ``overall`` row aggregates per-mission normalised scores (:func:`~parcat.eval.stats.
     normalised`: 0 the lowest episode of either side on that mission, 1 the highest), so
     missions on different scales weigh alike; ``normalise=False`` when the scores are
     normalised already.

@@ -1,10 +1,10 @@
 """Reading user YAML safely, with one-line errors that name the file, never its content.
 
-A file is read as at most :data:`~parcat.limits.MAX_YAML_BYTES` bytes, decoded as UTF-8 and
+A file is read as at most :data:`~parcat.core.limits.MAX_YAML_BYTES` bytes, decoded as UTF-8 and
 parsed by a safe loader that refuses documents nested deeper than
-:data:`~parcat.limits.MAX_YAML_DEPTH`, alias bombs (more than
-:data:`~parcat.limits.MAX_YAML_NODES` values once aliases are expanded), recursive aliases and
-integers of more than :data:`~parcat.limits.MAX_NUMBER_DIGITS` digits, each before it costs
+:data:`~parcat.core.limits.MAX_YAML_DEPTH`, alias bombs (more than
+:data:`~parcat.core.limits.MAX_YAML_NODES` values once aliases are expanded), recursive aliases and
+integers of more than :data:`~parcat.core.limits.MAX_NUMBER_DIGITS` digits, each before it costs
 memory or time.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from parcat.errors import UsageError, clip
-from parcat.limits import MAX_NUMBER_DIGITS, MAX_YAML_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES
+from parcat.core.errors import UsageError, clip
+from parcat.core.limits import MAX_NUMBER_DIGITS, MAX_YAML_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES
 
 
 class YAMLLimitError(yaml.YAMLError):

@@ -38,8 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from parcat import jsontext, runlock
-from parcat.checkpoint_manifest import (
+from parcat.core import jsontext, runlock
+from parcat.core.errors import CheckpointError, OutputError
+from parcat.policies.checkpoint_manifest import (
     FIX,
     MANIFEST,
     POLICY_FORMAT,
@@ -47,7 +48,6 @@ from parcat.checkpoint_manifest import (
     VERSION,
     parse_manifest,
 )
-from parcat.errors import CheckpointError, OutputError
 
 __all__ = [
     "ARRAYS", "MANIFEST", "POLICY_FORMAT", "RUN_FORMAT", "STATE", "VERSION", "PolicyCheckpoint",

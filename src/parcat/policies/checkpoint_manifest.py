@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from parcat.errors import CheckpointError
+from parcat.core.errors import CheckpointError
 
 POLICY_FORMAT = "parcat.policy"
 RUN_FORMAT = "parcat.run"

@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
-from parcat.errors import ConfigError, MissionError, ParcatError
-from parcat.yamlfile import load_yaml
+from parcat.core.errors import ConfigError, MissionError, ParcatError
+from parcat.core.yamlfile import load_yaml
 
 
 def parse_settings(
@@ -40,7 +40,7 @@ def parse_settings(
 
 def parse_value(text: str) -> Any:
     """A setting's value as a YAML scalar, or the text itself when it is not valid YAML (or
-    past a limit of :func:`parcat.yamlfile.load_yaml`: deeper, longer numbers)."""
+    past a limit of :func:`parcat.core.yamlfile.load_yaml`: deeper, longer numbers)."""
     try:
         return load_yaml(text)
     except yaml.YAMLError:

@@ -19,16 +19,16 @@ from typing import Any
 
 import gymnasium
 
+from parcat.core.errors import MissionError, brief, clip
+from parcat.core.imports import import_module, import_reference
+from parcat.core.limits import MAX_EPISODE_STEPS, MAX_NAME_LENGTH, MAX_PATH_LENGTH
+from parcat.core.yamlfile import read_yaml_mapping
 from parcat.envs.adapters import make_gymnasium_env
 from parcat.envs.base import AgentSpec, ParallelEnv
 from parcat.envs.turns import is_turn_based
-from parcat.errors import MissionError, brief, clip
-from parcat.imports import import_module, import_reference
-from parcat.ipc.process import SetupFailedError, call_in_worker, in_worker
-from parcat.limits import MAX_EPISODE_STEPS, MAX_NAME_LENGTH, MAX_PATH_LENGTH
-from parcat.yamlfile import read_yaml_mapping
+from parcat.ipc.process import SetupFailedError, call_in_worker, in_worker, preload
 
-BUILTIN_DIR = Path(__file__).parent / "missions"
+BUILTIN_DIR = Path(__file__).parents[1] / "missions"
 GYMNASIUM_PREFIX = "gymnasium:"
 """``-m gymnasium:CartPole-v1``: a registered Gymnasium environment as a one-agent mission."""
 DEFAULT_MAX_STEPS = 1000
@@ -125,7 +125,7 @@ class Mission:
 def builtin_code() -> tuple[frozenset[str], frozenset[str]]:
     """The environment factories and the heuristics of parcat's built-in missions (the
     YAML files in ``src/parcat/missions/``): the only code a file (a replay, a run's
-    manifest) may name without the user's leave (:func:`parcat.imports.require_trusted`)."""
+    manifest) may name without the user's leave (:func:`parcat.core.imports.require_trusted`)."""
     missions = [read_mission(path) for path in sorted(BUILTIN_DIR.glob("*.yaml"))]
     return (frozenset(m.env for m in missions),
             frozenset(m.heuristic for m in missions if m.heuristic))
@@ -143,6 +143,8 @@ def make_env(reference: str, params: Mapping[str, Any], mission_name: str = "?")
         if module == "gymnasium":
             return make_gymnasium_env(target, **params)
         factory = import_reference(reference)
+        if module.startswith("parcat."):
+            preload(module)  # parcat's own: workers fork with it imported
     except MissionError:
         raise
     except (ImportError, AttributeError, ValueError) as exc:
@@ -296,7 +298,7 @@ def load_mission(name_or_path: str, overrides: Mapping[str, Any] | None = None,
         overrides: ``--set`` parameters.
         check_code: Called with every code reference the mission would import (its
             environment and heuristic, or the name itself) before anything is imported;
-            raises to refuse it (a mission a file named: :func:`parcat.imports.
+            raises to refuse it (a mission a file named: :func:`parcat.core.imports.
             require_trusted`).
 
     Raises:

@@ -4,7 +4,7 @@ Everything that runs episodes in parallel only decides *where* this code runs, a
 agent-level strategies (:mod:`parcat.stepping`) only decide where each policy
 step runs. An episode is a pure function of (mission, policy specs, run seed, episode
 index): the environment seed, the policy assignment and every policy's seed are derived
-from those four with ``numpy.random.SeedSequence`` (see :mod:`parcat.seeding`).
+from those four with ``numpy.random.SeedSequence`` (see :mod:`parcat.core.seeding`).
 """
 
 from __future__ import annotations
@@ -20,19 +20,19 @@ from typing import Any, overload
 
 import numpy as np
 
-from parcat import seeding
+from parcat.core import seeding
+from parcat.core.errors import USER_CODE_ERRORS
+from parcat.core.trace import Tracer, now_us
 from parcat.envs.base import ParallelEnv
+from parcat.envs.missions import Mission, close_env
 from parcat.envs.turns import is_turn_based, play_turns
-from parcat.errors import USER_CODE_ERRORS
+from parcat.episode.replay import Recorder
+from parcat.episode.replay import file_name as replay_file
+from parcat.episode.results import AgentResult, EpisodeResult, EpisodeStatus, ErrorInfo
 from parcat.ipc.process import Terminated
-from parcat.missions import Mission, close_env
 from parcat.policies.assignment import assign_policies
 from parcat.policies.specs import PolicySpec
-from parcat.replay import Recorder
-from parcat.replay import file_name as replay_file
-from parcat.results import AgentResult, EpisodeResult, EpisodeStatus, ErrorInfo
 from parcat.stepping.base import InlineStepper, PolicyStepError, Seat, Stepper
-from parcat.trace import Tracer, now_us
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class EpisodeTask:
     episode_index: int
     """The episode's index within its mission."""
     replay_dir: str | None = None
-    """Write the episode's replay (:mod:`parcat.replay`) into this folder."""
+    """Write the episode's replay (:mod:`parcat.episode.replay`) into this folder."""
     seating: tuple[int, ...] | None = None
     """The policy (index into ``policies``) of each agent, in ``possible_agents`` order;
     ``None``: drawn by weight from the seed (cross-play seats policies itself)."""

@@ -14,7 +14,7 @@ A killed run leaves a valid document and a journal holding every episode that fi
 ``--resume`` reads both, keeps the episodes that finished for good and runs the rest; the
 final file equals an uninterrupted run's. A write that fails mid-run (a full disk) is
 reported once and tried again later; a final write that fails raises
-:class:`~parcat.errors.WriteError` naming what was saved, after the run's results are
+:class:`~parcat.core.errors.WriteError` naming what was saved, after the run's results are
 complete in memory.
 """
 
@@ -29,13 +29,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from parcat import jsontext, runlock, seeding
-from parcat.atomic import write_text_atomically
-from parcat.errors import ConfigError, WriteError, brief, clip
-from parcat.outputs import check_output_file
-from parcat.report import SCHEMA, dumps_document, summarize, summary_csv
-from parcat.results import EpisodeResult, EpisodeStatus
-from parcat.rollout import TaskList
+from parcat.core import jsontext, runlock, seeding
+from parcat.core.atomic import write_text_atomically
+from parcat.core.errors import ConfigError, WriteError, brief, clip
+from parcat.core.outputs import check_output_file
+from parcat.episode.results import EpisodeResult, EpisodeStatus
+from parcat.episode.rollout import TaskList
+from parcat.eval.report import SCHEMA, dumps_document, summarize, summary_csv
 
 JOURNAL_SCHEMA = "parcat.eval.journal"
 JOURNAL_SUFFIX = ".episodes.jsonl"
@@ -77,7 +77,7 @@ class ResultsWriter:
     """Journals episodes as they finish and rewrites the document now and then.
 
     Args:
-        path: The results file (checked with :func:`parcat.outputs.check_output_file`).
+        path: The results file (checked with :func:`parcat.core.outputs.check_output_file`).
         document: The whole results document for a status (``"running"`` while going).
         config: The run's config (the journal's header, checked by ``--resume``).
         every_s: Shortest time between two snapshots of the document.
@@ -378,7 +378,7 @@ def _episode(where: str, data: Any) -> EpisodeResult:
 
 
 def remove_stale_temp_files(path: Path) -> None:
-    """Remove temp files a killed run left beside ``path`` (see :mod:`parcat.atomic`)."""
+    """Remove temp files a killed run left beside ``path`` (see :mod:`parcat.core.atomic`)."""
     if not path.parent.is_dir():
         return
     for leftover in path.parent.glob(f".{path.name}.*.tmp"):

@@ -9,7 +9,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from parcat.errors import UntrustedCodeError, clip
+from parcat.core.errors import UntrustedCodeError, clip
 
 
 def is_reference(text: str) -> bool:

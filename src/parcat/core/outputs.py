@@ -24,7 +24,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from parcat.errors import OutputError
+from parcat.core.errors import OutputError
 
 MIN_FREE_BYTES = 1 << 20
 """Room a file system must have left before a run writes its first file there."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
-from parcat.errors import UsageError
+from parcat.core.errors import UsageError
 
 # --- user files -------------------------------------------------------------------------------
 

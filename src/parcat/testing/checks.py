@@ -2,7 +2,7 @@
 
 Use them in your own tests the way PettingZoo's ``parallel_api_test`` is used::
 
-    from parcat.testing import check_env, check_learner, check_policy
+    from parcat.testing.checks import check_env, check_learner, check_policy
     check_env(MyEnv())
     check_policy(MyPolicy(agent_spec), agent_spec)
     check_learner(MyLearner, agent_spec, {"lr": 0.01})
@@ -20,7 +20,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from parcat.errors import ConformanceError
+from parcat.core.errors import ConformanceError
 from parcat.policies.base import AgentSpec, Policy
 
 
@@ -308,7 +308,7 @@ class _LearnerCheck:
             self.problems.append(f"after load_state_dict() {into} acts differently")
 
     def loads_into_policy(self) -> None:
-        from parcat.imports import import_reference
+        from parcat.core.imports import import_reference
 
         try:
             policy = import_reference(self.learner.policy)(self.spec,

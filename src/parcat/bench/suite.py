@@ -2,7 +2,7 @@
 
 Each run measures the same figures on the built-in missions and appends one JSON record
 (machine, versions, git commit, the machine's load, figures) to a history file, so cron
-jobs build a series and CI can gate on regressions (:func:`parcat.compare.compare_bench`).
+jobs build a series and CI can gate on regressions (:func:`parcat.eval.compare.compare_bench`).
 
 Every figure is measured ``repeats`` times and stored as the median with the range of the
 repeats, its direction (higher or lower is better) and the load it ran under. Each repeat
@@ -31,15 +31,15 @@ from pathlib import Path
 from typing import Any
 
 from parcat import __version__
-from parcat.compare import spread, under_load
-from parcat.errors import ConfigError, brief
-from parcat.evaluate import EvalConfig, evaluate
-from parcat.missions import load_mission
+from parcat.core.errors import ConfigError, brief
+from parcat.core.resources import available_cpus, other_busy_cpus
+from parcat.envs.missions import load_mission
+from parcat.episode.rollout import EpisodeRunner, EpisodeTask
+from parcat.eval.compare import spread, under_load
+from parcat.eval.evaluate import EvalConfig, evaluate
 from parcat.parallel.launch import RunOptions
 from parcat.parallel.planner import ExecutorKind
 from parcat.policies.specs import parse_policy_spec
-from parcat.resources import available_cpus, other_busy_cpus
-from parcat.rollout import EpisodeRunner, EpisodeTask
 from parcat.stepping.base import InlineStepper
 from parcat.stepping.process import ProcessStepper
 

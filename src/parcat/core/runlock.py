@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from types import TracebackType
 
-from parcat.errors import OutputError, RunLockedError
+from parcat.core.errors import OutputError, RunLockedError
 
 LOCK_FILE = ".parcat.lock"
 """The lock file inside a folder a run writes (a run directory, a sim output folder)."""

@@ -1,0 +1,1 @@
+"""``parcat bench``: the versioned benchmark suite, its history and regression check."""
