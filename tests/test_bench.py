@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from parcat.bench.suite.suite import (
+from parcat.bench.suite import (
     MEASUREMENTS,
     SLOWDOWN_VARIABLE,
     Work,

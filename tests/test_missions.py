@@ -10,7 +10,7 @@ import pytest
 from parcat.core.errors import MissionError
 from parcat.core.settings import parse_overrides
 from parcat.envs.missions import BUILTIN_DIR, list_missions, load_mission
-from parcat.testing.checks import check_env
+from parcat.testing import check_env
 
 BUILTINS = ["evade", "goal_tasks", "harvest"]
 

@@ -14,7 +14,7 @@ from parcat.policies import checkpoint
 from parcat.policies.base import AgentSpec
 from parcat.policies.builtin import MLPPolicy
 from parcat.policies.specs import make_policy, parse_policy_spec
-from parcat.testing.checks import check_policy
+from parcat.testing import check_policy
 
 
 def agent_spec(mission_name: str = "harvest", index: int = 0) -> AgentSpec:

@@ -12,7 +12,7 @@ from pettingzoo.utils.conversions import parallel_to_aec
 
 from parcat.core.errors import ConformanceError
 from parcat.envs.missions import load_mission
-from parcat.testing.checks import check_env
+from parcat.testing import check_env
 
 SETTINGS = [
     ("harvest", {}), ("harvest", {"agents": 7, "max_steps": 40}),

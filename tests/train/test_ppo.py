@@ -11,7 +11,7 @@ from gymnasium import spaces
 
 from parcat.core.errors import ConfigError, ConformanceError
 from parcat.policies.base import AgentSpec
-from parcat.testing.checks import check_learner
+from parcat.testing import check_learner
 from parcat.train import DQNLearner, Learner, PPOConfig, PPOLearner, Transitions
 from parcat.train.onpolicy import gae
 from tests.train.external_learner import OneStepReinforce

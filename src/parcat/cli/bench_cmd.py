@@ -46,7 +46,7 @@ def bench_command(
     record itself is appended to --history.
     """
     with held_imports():  # here, not at the top: `parcat bench --help` needs none of them
-        from parcat.bench.suite.suite import MEASUREMENTS, append_record, read_history, run_suite
+        from parcat.bench.suite import MEASUREMENTS, append_record, read_history, run_suite
         from parcat.cli.render import progress_bar
         from parcat.eval.compare import check_threshold, compare_bench
     with user_errors():

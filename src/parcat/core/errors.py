@@ -55,7 +55,7 @@ class UntrustedCodeError(UsageError):
 
 
 class ConformanceError(ParcatError):
-    """An environment or policy breaks the contract that parcat.testing.checks checks."""
+    """An environment or policy breaks the contract that parcat.testing checks."""
 
 
 class RunError(ParcatError):

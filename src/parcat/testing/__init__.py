@@ -6,6 +6,6 @@ PettingZoo's ``pettingzoo.test`` is.
 
 from __future__ import annotations
 
-from parcat.testing.checks.checks import check_env, check_learner, check_policy
+from parcat.testing.checks import check_env, check_learner, check_policy
 
 __all__ = ["check_env", "check_learner", "check_policy"]

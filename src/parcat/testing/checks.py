@@ -2,7 +2,7 @@
 
 Use them in your own tests the way PettingZoo's ``parallel_api_test`` is used::
 
-    from parcat.testing.checks import check_env, check_learner, check_policy
+    from parcat.testing import check_env, check_learner, check_policy
     check_env(MyEnv())
     check_policy(MyPolicy(agent_spec), agent_spec)
     check_learner(MyLearner, agent_spec, {"lr": 0.01})

@@ -4,7 +4,7 @@ parcat ships two numpy learners, :class:`~parcat.train.dqn.DQNLearner` (``dqn``,
 actions) and :class:`~parcat.train.ppo.PPOLearner` (``ppo``, Discrete and Box actions); a
 user may bring any other (torch, jax) by implementing :class:`Learner` and naming its class
 in the train YAML (``learner: {class: my_pkg.learners:MyLearner, ...options}``) or with
-``--learner my_pkg.learners:MyLearner``. :func:`parcat.testing.checks.check_learner` checks one.
+``--learner my_pkg.learners:MyLearner``. :func:`parcat.testing.check_learner` checks one.
 
 **Building.** The trainer builds one learner per agent (seeded ``seed * 1000 + agent
 index``) or, with ``--shared-learner``, one for all agents (seeded ``seed``), as
