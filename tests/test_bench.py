@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
+
 from parcat.bench.suite import (
     MEASUREMENTS,
     SLOWDOWN_VARIABLE,
@@ -21,8 +23,6 @@ from parcat.bench.suite import (
     read_slowdown,
     run_suite,
 )
-from typer.testing import CliRunner
-
 from parcat.cli.charts import bar_chart, line_chart
 from parcat.cli.main import app
 from parcat.core.errors import ConfigError

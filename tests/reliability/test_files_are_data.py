@@ -486,7 +486,6 @@ def test_the_code_a_file_may_name_is_parcat_s_own_built_ins() -> None:
 ])
 def test_a_damaged_bench_history_is_one_error(tmp_path: Path, content: bytes, line: str) -> None:
     from parcat.bench.suite import read_history
-
     from parcat.core.errors import ConfigError
 
     damaged = tmp_path / "history.jsonl"
