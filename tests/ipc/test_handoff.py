@@ -10,7 +10,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
@@ -21,10 +20,11 @@ from parcat.ipc.layout import HandoffSlots
 from parcat.ipc.process import (
     START_METHODS,
     ErrorReport,
-    Terminated,
+    Handlers,
     Worker,
     WorkerLostError,
-    become_worker,
+    start_worker,
+    worker_pipe,
 )
 from parcat.ipc.shm import ArrayBlock
 
@@ -61,26 +61,20 @@ LONG_FAILURE = ErrorReport("ValueError", LONG_MESSAGE, "", agent="agent_1")
 """What the worker reports for a FAIL_LONG request."""
 
 
-def serve_requests(conn: Connection, parent_pid: int, block_name: str, spin: bool) -> None:
+def serve_requests(block_name: str, spin: bool) -> Handlers:
     """A worker: each request runs the command in the block, then flags it done."""
-    become_worker(parent_pid)
     block = ArrayBlock(SPECS, name=block_name)
-    try:
-        serving = Serving(block.header, conn, spin)
-        conn.send(("ready",))
-        while True:
-            if not serving.wait_request():
-                if conn.recv()[0] == "close":
-                    break
-                continue
-            request = serving.take()
-            block.arrays["taken"][0] = request
-            _run(block, serving, request)
-    except (EOFError, OSError, SystemExit, Terminated):
-        pass
-    finally:
-        block.close()
-        conn.close()
+    serving = Serving(block.header, worker_pipe(), spin)
+
+    def idle() -> bool:
+        if not serving.wait_request():
+            return False
+        request = serving.take()
+        block.arrays["taken"][0] = request
+        _run(block, serving, request)
+        return True
+
+    return Handlers(idle=idle, close=block.close)
 
 
 def _run(block: ArrayBlock, serving: Serving, request: int) -> None:
@@ -131,10 +125,11 @@ def serve(spin: bool, method: str = "forkserver") -> Iterator[Served]:
     """A worker serving requests, stopped (and its block freed) at the end."""
     block = ArrayBlock(SPECS)
     try:
-        worker = Worker(serve_requests, (block.name, spin), "test-handoff", start_method=method)
+        worker = start_worker(serve_requests, (block.name, spin), "test-handoff",
+                              start_method=method)
         try:
             served = Served(block, Handoff(block.header, worker, spin), worker)
-            assert worker.wait_ready(TIMEOUT_S) == ()
+            assert worker.wait_ready(TIMEOUT_S) is None
             yield served
         finally:
             block.arrays["release"][0] = 1

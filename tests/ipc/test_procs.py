@@ -51,13 +51,13 @@ def say_excepthook(conn: Connection, parent_pid: int) -> None:
     with contextlib.redirect_stderr(printed):
         hook(kind, value, traceback)  # type: ignore[arg-type]
         hook(ValueError, ValueError("kept"), None)
-    conn.send(("ready", hook.__module__, printed.getvalue()))
+    conn.send(("ok", (hook.__module__, printed.getvalue())))
 
 
 def obey_close(conn: Connection, parent_pid: int) -> None:
     """Exit 0 on the polite ``close`` message."""
     become_worker(parent_pid)
-    conn.send(("ready",))
+    conn.send(("ok", None))
     if conn.poll(TIMEOUT_S):
         conn.recv()
 
@@ -72,7 +72,7 @@ def sleep_deaf(conn: Connection, parent_pid: int, ignore_sigterm: bool, worker: 
         become_worker(parent_pid)
     if ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    conn.send(("ready",))
+    conn.send(("ok", None))
     end = time.monotonic() + TIMEOUT_S
     while time.monotonic() < end:
         time.sleep(0.01)
@@ -81,11 +81,11 @@ def sleep_deaf(conn: Connection, parent_pid: int, ignore_sigterm: bool, worker: 
 def answer_pings(conn: Connection, parent_pid: int) -> None:
     """Say who started us, then answer ``ping`` with ``pong`` until ``close``."""
     become_worker(parent_pid)
-    conn.send(("ready", parent_pid))
+    conn.send(("ok", parent_pid))
     while conn.poll(TIMEOUT_S):
         if conn.recv()[0] != "ping":
             return
-        conn.send(("pong",))
+        conn.send(("ok", "pong"))
 
 
 def clean_up_when_orphaned(conn: Connection, parent_pid: int, marker: str) -> None:
@@ -168,10 +168,9 @@ def test_a_worker_gets_our_pid_and_a_pipe_and_leaves_on_close(method: str, start
     process = worker.process
     assert process.name == "test-ping" and not process.daemon
     assert worker.pid == process.pid and worker.alive and worker.state is WorkerState.STARTING
-    assert worker.wait_ready(TIMEOUT_S) == (os.getpid(),)
+    assert worker.wait_ready(TIMEOUT_S) == os.getpid()
     assert worker.state is WorkerState.READY
-    worker.send(("ping",))
-    assert receive(worker) == ("pong",)
+    assert worker.call("ping", timeout=TIMEOUT_S) == "pong"
     assert psutil.Process(process.pid).ppid() in {os.getpid(),  # spawn
                                                   *(p.pid for p in psutil.Process().children())}
     worker.stop()
@@ -182,21 +181,21 @@ def test_a_worker_gets_our_pid_and_a_pipe_and_leaves_on_close(method: str, start
 
 def test_stop_asks_politely_first(start: Start) -> None:
     worker = start(obey_close)
-    assert worker.wait_ready(TIMEOUT_S) == ()
+    assert worker.wait_ready(TIMEOUT_S) is None
     worker.stop(grace_s=TIMEOUT_S)
     assert worker.process.exitcode == 0
 
 
 def test_stop_terminates_a_worker_that_does_not_listen(start: Start) -> None:
     worker = start(sleep_deaf, False, False)
-    assert worker.wait_ready(TIMEOUT_S) == ()
+    assert worker.wait_ready(TIMEOUT_S) is None
     worker.stop(grace_s=1.0)  # a deaf worker dies of SIGTERM at once
     assert describe_exit(worker.process) == "signal SIGTERM"
 
 
 def test_stop_kills_a_worker_that_ignores_sigterm(start: Start) -> None:
     worker = start(sleep_deaf, True, False)
-    assert worker.wait_ready(TIMEOUT_S) == ()  # SIGTERM is ignored from here on
+    assert worker.wait_ready(TIMEOUT_S) is None  # SIGTERM is ignored from here on
     worker.stop(grace_s=0.2)
     assert worker.process.exitcode == -signal.SIGKILL
     assert describe_exit(worker.process) == "signal SIGKILL"
@@ -206,7 +205,7 @@ def test_stop_kills_a_worker_that_ignores_sigterm(start: Start) -> None:
 
 def test_become_worker_turns_sigterm_into_system_exit(start: Start) -> None:
     worker = start(sleep_deaf, False, True)
-    assert worker.wait_ready(TIMEOUT_S) == ()
+    assert worker.wait_ready(TIMEOUT_S) is None
     worker.process.terminate()
     worker.process.join(TIMEOUT_S)
     worker.stop()
@@ -216,7 +215,7 @@ def test_become_worker_turns_sigterm_into_system_exit(start: Start) -> None:
 
 def test_stop_with_terminate_sends_sigterm_at_once(start: Start) -> None:
     worker = start(sleep_deaf, False, True)  # a worker: SIGTERM ends it with exit code 143
-    assert worker.wait_ready(TIMEOUT_S) == ()
+    assert worker.wait_ready(TIMEOUT_S) is None
     worker.stop(grace_s=TIMEOUT_S, terminate=True)
     assert describe_exit(worker.process) == "exit code 143"
     assert worker.conn.closed and worker.state is WorkerState.STOPPED
@@ -240,7 +239,7 @@ def test_stop_on_a_dead_worker_just_reaps_it(start: Start) -> None:
 def test_describe_exit_names_the_signal(how: int, expected: str, start: Start) -> None:
     worker = start(sleep_deaf, False, False)
     process = worker.process
-    assert worker.wait_ready(TIMEOUT_S) == ()
+    assert worker.wait_ready(TIMEOUT_S) is None
     assert describe_exit(process) == "still running"
     os.kill(process.pid, how)
     process.join(TIMEOUT_S)
@@ -252,10 +251,10 @@ def test_describe_exit_names_the_signal(how: int, expected: str, start: Start) -
 
 def test_a_worker_ignores_ctrl_c(start: Start) -> None:
     worker = start(answer_pings)
-    assert worker.wait_ready(TIMEOUT_S) == (os.getpid(),)
+    assert worker.wait_ready(TIMEOUT_S) == os.getpid()
     os.kill(worker.pid, signal.SIGINT)
-    worker.send(("ping",))  # the signal is delivered before the worker can read this
-    assert receive(worker) == ("pong",)
+    # the signal is delivered before the worker can read the ping
+    assert worker.call("ping", timeout=TIMEOUT_S) == "pong"
     assert worker.process.is_alive()
     worker.stop()
     assert worker.process.exitcode == 0

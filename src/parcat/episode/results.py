@@ -6,7 +6,12 @@ import copy
 import enum
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from parcat.core import seeding
+
+if TYPE_CHECKING:
+    from parcat.episode.rollout import EpisodeTask
 
 
 class EpisodeStatus(str, enum.Enum):
@@ -137,6 +142,16 @@ class EpisodeResult:
             warnings=tuple(_text(w, "warnings") for w in _items(data.get("warnings") or [],
                                                                 "warnings")),
         )
+
+
+def failed_result(task: EpisodeTask, kind: str, message: str,
+                  status: EpisodeStatus = EpisodeStatus.FAILED, agent: str | None = None,
+                  phase: str = "worker") -> EpisodeResult:
+    """The record of ``task``'s episode when it produced nothing (its worker died, it timed
+    out or was cancelled): no steps, the error ``kind: message``."""
+    seed = seeding.episode_seed(task.seed, task.mission.key, task.episode_index)
+    return EpisodeResult(task.mission.name, task.episode_index, seed, 0, (), status=status,
+                         error=ErrorInfo(kind, message, "", agent, phase))
 
 
 def _agent(data: Any) -> AgentResult:

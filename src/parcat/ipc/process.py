@@ -6,10 +6,13 @@ which copies locks held by other threads. Every worker is ``target(conn, parent_
 its state (:class:`WorkerState`). Every wait on a worker has a timeout and also watches
 the process sentinel, so a dead worker is noticed at once (:class:`WorkerLostError`).
 
-The messages a worker sends are tuples whose first item names them; the two every worker
-uses are ``("ready", ...)`` once it is set up and ``("error", ErrorReport)`` when something
-it ran raised — with the original formatted traceback. :meth:`Worker.wait_ready` is the
-handshake; :func:`report_error` the worker's side of an error.
+Every worker kind is one command loop (:func:`start_worker`, in the manner of Gymnasium's
+``_async_worker``): its set-up returns :class:`Handlers`, a handler per command name; the
+parent sends ``(command, *payload)`` and gets ``("ok", result)`` or ``("error",
+ErrorReport)`` — with the original formatted traceback. The set-up's own reply is the
+handshake (:meth:`Worker.wait_ready`); :meth:`Worker.call` is one command's round trip.
+Per-step data of the policy and environment workers travels in shared memory
+(:mod:`parcat.ipc.handoff`), served by :attr:`Handlers.idle` between commands.
 
 Liveness: every worker runs a watch thread (:func:`become_worker`) that bumps a shared
 heartbeat counter several times a second and ends the worker when its parent is gone (also
@@ -27,6 +30,7 @@ import enum
 import errno
 import multiprocessing as mp
 import os
+import pickle
 import shutil
 import signal
 import sys
@@ -35,7 +39,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
@@ -83,6 +87,8 @@ BEAT, ACTING = 0, 1
 code it runs now (0: none), so a parent can name the agent a dying worker was stepping."""
 _status: Any = None
 """This worker's status cells (shared with the parent), set by :func:`_bootstrap`."""
+_pipe: Connection | None = None
+"""This worker's end of its pipe, set by :func:`_bootstrap`."""
 
 
 class WorkerLostError(Exception):
@@ -160,9 +166,9 @@ class WorkerState(enum.Enum):
     """Where a worker is in its life."""
 
     STARTING = "starting"
-    """Started; has not said ``ready`` yet."""
+    """Started; has not answered its set-up yet."""
     READY = "ready"
-    """Said ``ready``: set up and serving."""
+    """Set up and serving."""
     STOPPED = "stopped"
     """Stopped by the parent and reaped."""
     DEAD = "dead"
@@ -456,24 +462,44 @@ class Worker:
             elif ready:
                 raise WorkerLostError(f"{self.name} {self.describe()}")
 
-    def wait_ready(self, timeout: float) -> tuple[Any, ...]:
-        """The handshake: wait for ``("ready", ...)`` and return what follows it.
+    def wait_ready(self, timeout: float) -> Any:
+        """The handshake: wait for the set-up's ``("ok", ready)`` and return ``ready``.
 
         Raises:
             WorkerRaisedError: the worker's set-up raised (its report is attached).
             WorkerLostError: it died, or was not ready in time.
         """
         try:
-            message = self.recv(timeout)
+            result = self._reply(timeout)
         except WorkerLostError:
             raise_if_unguarded_main(self)
             raise
-        if message[0] == "ready":
-            self._ready = True
-            return message[1:]
+        self._ready = True
+        return result
+
+    def reply(self, timeout: float) -> Any:
+        """The result of the last command (the handshake is read first if still unread).
+
+        Raises:
+            WorkerRaisedError: the command raised in the worker (its report is attached).
+            WorkerLostError: the worker died, or did not answer in time.
+        """
+        if not self._ready:
+            self.wait_ready(timeout)
+        return self._reply(timeout)
+
+    def call(self, command: str, *payload: Any, timeout: float) -> Any:
+        """Send ``command`` and return its result (see :meth:`reply`)."""
+        self.send((command, *payload))
+        return self.reply(timeout)
+
+    def _reply(self, timeout: float) -> Any:
+        message = self.recv(timeout, skip=("done", "wake"))
+        if message[0] == "ok":
+            return message[1]
         if message[0] == "error":
             raise WorkerRaisedError(self.name, message[1])
-        raise WorkerLostError(f"{self.name} sent {message[0]!r} instead of 'ready'")
+        raise WorkerLostError(f"{self.name} sent {message[0]!r} instead of a reply")
 
     # -- stopping ---------------------------------------------------------------------
 
@@ -535,10 +561,9 @@ def call_in_worker(function: Callable[..., Any], args: tuple[Any, ...], name: st
         TypeError, AttributeError, pickle.PicklingError: ``args`` cannot reach a worker.
     """
     timeout_s = SETUP_TIMEOUT_S if timeout_s is None else timeout_s
-    worker = Worker(_call_main, (function, args), name, start_method=start_method)
+    worker = start_worker(_call, (function, args), name, start_method=start_method)
     try:
-        (result,) = worker.wait_ready(timeout_s)
-        return result
+        return worker.wait_ready(timeout_s)
     except WorkerRaisedError as exc:
         report = exc.report
         known = getattr(errors, report.kind, None)
@@ -573,14 +598,8 @@ def _how_it_ended(worker: Worker, timeout_s: float) -> str:
     return f"crashed ({describe_exit(worker.process)})"
 
 
-def _call_main(conn: Connection, parent_pid: int, function: Callable[..., Any],
-               args: tuple[Any, ...]) -> None:
-    become_worker(parent_pid)
-    try:
-        result = function(*args)
-        conn.send(("ready", result))
-    except USER_CODE_ERRORS as exc:
-        report_error(conn, exc, _acting_now())
+def _call(function: Callable[..., Any], args: tuple[Any, ...]) -> Handlers:
+    return Handlers(ready=function(*args))
 
 
 def in_worker() -> bool:
@@ -757,6 +776,12 @@ def become_worker(parent_pid: int, blas_threads: int = 1,
     threading.Thread(target=watch, name="parcat-parent-watch", daemon=True).start()
 
 
+def worker_pipe() -> Connection:
+    """In a worker: its end of the pipe to its parent (a handoff's wake-ups travel on it)."""
+    assert _pipe is not None, "not in a worker process"
+    return _pipe
+
+
 def acting_marker() -> Any:
     """In a worker: a writable view of its status cells (``marker[ACTING] = index + 1``
     while agent ``index``'s code runs, 0 after), or ``None`` outside a worker."""
@@ -766,8 +791,8 @@ def acting_marker() -> Any:
 def _bootstrap(target: Callable[..., Any], status: Any, conn: Connection, parent_pid: int,
                *args: Any) -> None:
     """Every worker's first frame: keep its status cells for :func:`become_worker`, run."""
-    global _status
-    _status = status
+    global _status, _pipe
+    _status, _pipe = status, conn
     try:
         target(conn, parent_pid, *args)
     except Terminated as stop:
@@ -778,26 +803,95 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
     raise Terminated(128 + signum)
 
 
-def report_error(conn: Connection, exc: BaseException, agent: Any = None) -> None:
-    """Send ``("error", ErrorReport)`` for ``exc``; a broken pipe is ignored (parent gone)."""
-    with contextlib.suppress(OSError, ValueError):
-        conn.send(("error", ErrorReport.from_exception(exc, agent)))
+# -- the command loop: every worker kind is a set of handlers ---------------------------
 
 
-def serve(conn: Connection, loop: Callable[[], None], cleanup: Callable[[], None]) -> None:
-    """Run a worker's loop; exit quietly when the parent is gone or stops us, cleaned up.
+class ReportedError(Exception):
+    """Raised by a handler to send back ``report`` as it is (its own wording or agent)."""
 
-    Code the loop runs must report its own errors (:func:`report_error`); anything that
-    escapes is reported here before the worker exits.
+    def __init__(self, report: ErrorReport) -> None:
+        super().__init__(report.summary)
+        self.report = report
+
+
+@dataclass
+class Handlers:
+    """One worker kind: what its set-up function (run once in the worker) returns.
+
+    The worker replies ``("ok", ready)`` when set up, then serves ``(command, *payload)``
+    messages: ``("ok", commands[command](*payload))``, or ``("error", ErrorReport)`` when a
+    handler raised. ``close``, a parent gone and SIGTERM end every worker kind alike.
     """
+
+    commands: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    """The handler of each command name."""
+    ready: Any = None
+    """Sent with the set-up's ``("ok", ready)``."""
+    idle: Callable[[], bool] | None = None
+    """Serves the per-step data path (a shared-memory handoff) between commands; returns
+    False when it stopped for a message on the pipe."""
+    close: Callable[[], None] | None = None
+    """Releases what the set-up acquired (shared memory, environments)."""
+
+
+def start_worker(setup: Callable[..., Handlers], args: tuple[Any, ...], name: str,
+                 blas_threads: int = 1, start_method: str | None = None,
+                 ctx: BaseContext | None = None) -> Worker:
+    """A worker process serving the :class:`Handlers` that ``setup(*args)`` returns there."""
+    return Worker(_command_loop, (setup, args, blas_threads), name, start_method, ctx)
+
+
+def _command_loop(conn: Connection, parent_pid: int, setup: Callable[..., Handlers],
+                  args: tuple[Any, ...], blas_threads: int) -> None:
+    become_worker(parent_pid, blas_threads)
+    handlers = Handlers()
     try:
-        loop()
-    except (EOFError, OSError, SystemExit, Terminated):
-        pass
-    except Exception as exc:
-        report_error(conn, exc)
+        try:
+            handlers = setup(*args)
+        except USER_CODE_ERRORS as exc:
+            _reply_error(conn, exc)
+            return
+        _reply(conn, handlers.ready)
+        while True:
+            if handlers.idle is not None and handlers.idle():
+                continue
+            command, *payload = conn.recv()
+            if command == "close":
+                return
+            if command == "wake":  # a handoff's wake-up: the next idle() serves its request
+                continue
+            try:
+                result = handlers.commands[command](*payload)
+            except USER_CODE_ERRORS as exc:
+                _reply_error(conn, exc)
+                continue
+            _reply(conn, result)
+    except Terminated as stop:  # the parent keeps what the interrupted work had got
+        if stop.partial is not None:
+            with contextlib.suppress(OSError, ValueError):
+                conn.send(("partial", stop.partial))
+    except (EOFError, OSError):
+        pass  # the parent is gone
+    except Exception as exc:  # the data path broke: say so before going
+        _reply_error(conn, exc)
     finally:
-        cleanup()
+        if handlers.close is not None:
+            handlers.close()
         with contextlib.suppress(OSError):
             conn.close()
-    sys.exit(0)
+
+
+def _reply(conn: Connection, result: Any) -> None:
+    try:
+        data = pickle.dumps(("ok", result))
+    except Exception as exc:  # a result that cannot be pickled is the handler's error
+        _reply_error(conn, exc)
+        return
+    conn.send_bytes(data)
+
+
+def _reply_error(conn: Connection, exc: BaseException) -> None:
+    report = exc.report if isinstance(exc, ReportedError) \
+        else ErrorReport.from_exception(exc, _acting_now())
+    with contextlib.suppress(OSError, ValueError):
+        conn.send(("error", report))

@@ -1,67 +1,34 @@
 """The episode worker process: runs the inline episode path on tasks sent by its parent.
 
-Imports nothing for the CLI or rendering. Each result goes back pickled, with the trace
-events recorded while it ran; a result that cannot be pickled comes back as a failure of
-its episode.
+Imports nothing for the CLI or rendering. Command ``task(task)`` replies ``(result, trace
+events recorded while it ran)``; a result that cannot be pickled comes back as an error of
+its episode. A timeout's SIGTERM sends back what the episode had got (``("partial", ...)``).
 """
 
 from __future__ import annotations
 
 import os
-import pickle
-from dataclasses import replace
-from multiprocessing.connection import Connection
 from typing import Any
 
 from parcat.core.trace import Tracer
-from parcat.episode.results import EpisodeResult, EpisodeStatus, ErrorInfo
 from parcat.episode.rollout import EpisodeRunner
-from parcat.ipc.process import Terminated, become_worker, preload, serve
+from parcat.ipc.process import Handlers, preload
 from parcat.stepping.config import StepperConfig
 
 preload(__name__)  # the fork server imports it and all it imports, once
 
 
-def episode_worker_main(
-    conn: Connection,
-    parent_pid: int,
-    stepper: StepperConfig,
-    blas_threads: int,
-    gpu: str | None,
-    lane: str,
-    trace: bool,
-) -> None:
-    """Run episodes sent by the parent until told to close or the parent goes away."""
-    become_worker(parent_pid, blas_threads)
+def make_episode_worker(stepper: StepperConfig, gpu: str | None, lane: str,
+                        trace: bool) -> Handlers:
+    """Build the worker's stepper and runner; serve ``task`` commands."""
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     tracer = Tracer(lane) if trace else None
     runner = EpisodeRunner(stepper.make_stepper(tracer), tracer=tracer, lane=lane,
                            retries=stepper.retries)
 
-    def loop() -> None:
-        while True:
-            message = conn.recv()
-            if message[0] == "close":
-                return
-            _, index, task = message
-            try:
-                result = runner.run(task)
-            except Terminated as stop:  # a timeout: the parent keeps what the episode got
-                if stop.partial is not None:
-                    conn.send(("partial", index, stop.partial, []))
-                raise
-            events = tracer.take() if tracer else []
-            try:
-                payload = pickle.dumps(("result", index, result, events))
-            except Exception as exc:
-                payload = pickle.dumps(("result", index, _unsendable(result, exc), []))
-            conn.send_bytes(payload)
+    def task(episode: Any) -> tuple[Any, list[Any]]:
+        result = runner.run(episode)
+        return result, tracer.take() if tracer else []
 
-    serve(conn, loop, runner.close)
-
-
-def _unsendable(result: EpisodeResult, exc: Exception) -> Any:
-    message = f"the episode's result cannot be sent back: {type(exc).__name__}: {exc}"
-    error = ErrorInfo("ResultError", message, "", None, "worker")
-    return replace(result, status=EpisodeStatus.FAILED, error=error, stats={}, task=None)
+    return Handlers({"task": task}, close=runner.close)

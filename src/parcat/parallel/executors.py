@@ -18,10 +18,9 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import replace
 from typing import Any
 
-from parcat.core import seeding
 from parcat.core.errors import ConfigError
 from parcat.core.trace import Tracer
-from parcat.episode.results import EpisodeResult, EpisodeStatus, ErrorInfo
+from parcat.episode.results import EpisodeResult, EpisodeStatus, failed_result
 from parcat.episode.rollout import EpisodeRunner, EpisodeTask
 from parcat.ipc.process import Terminated
 from parcat.stepping.config import StepperConfig
@@ -120,10 +119,8 @@ class InlineExecutor(Executor):
         self.runner = self._new_runner()
         message = f"episode exceeded --episode-timeout {self.timeout:g} s"
         if partial is None or partial.error is None:
-            seed = seeding.episode_seed(task.seed, task.mission.key, task.episode_index)
-            return EpisodeResult(task.mission.name, task.episode_index, seed, 0, (),
-                                 status=EpisodeStatus.TIMEOUT,
-                                 error=ErrorInfo("EpisodeTimeout", message, "", None, "step"))
+            return failed_result(task, "EpisodeTimeout", message, EpisodeStatus.TIMEOUT,
+                                 phase="step")
         return replace(partial, status=EpisodeStatus.TIMEOUT, error=replace(
             partial.error, type="EpisodeTimeout",
             message=f"{message}; stopped at step {partial.steps}"))

@@ -9,22 +9,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from typing import Any
 
-from parcat.core.errors import USER_CODE_ERRORS, ConfigError
+from parcat.core.errors import ConfigError
 from parcat.core.raycluster import Backend
 from parcat.core.resources import available_cpus, free_cpus, pids_headroom, visible_gpus
 from parcat.envs.missions import Mission, is_foreign
 from parcat.episode.rollout import EpisodeRunner, EpisodeTask
 from parcat.ipc.process import (
     TASKS_PER_WORKER,
+    Handlers,
     StartMethod,
-    Worker,
     WorkerLostError,
     WorkerRaisedError,
-    become_worker,
-    report_error,
+    start_worker,
 )
 from parcat.parallel.executors import Executor, InlineExecutor, ThreadExecutor
 from parcat.parallel.planner import ExecutorKind, Plan, PolicyStrategy, Workload, make_plan
@@ -273,31 +271,24 @@ def measure_policy_step(mission: Mission, policies: tuple[PolicySpec, ...]) -> f
 def measure_in_a_worker(mission: Mission, policies: tuple[PolicySpec, ...],
                         start_method: str | None = None) -> float | None:
     """:func:`measure_policy_step` in a worker process; ``None`` if it failed there."""
-    worker = Worker(_measure_main, (mission, policies), "parcat-calibration",
-                    start_method=start_method)
+    worker = start_worker(_calibration_worker, (), "parcat-calibration",
+                          start_method=start_method)
     try:
         worker.wait_ready(CALIBRATION_TIMEOUT_S)
         try:
-            message = worker.recv(CALIBRATION_WAIT_S)
+            return float(worker.call("measure", mission, policies, timeout=CALIBRATION_WAIT_S))
         except WorkerLostError:
             if worker.alive:  # still in its first steps: a policy step is that slow
                 return CALIBRATION_WAIT_S
             raise
-        return float(message[1]) if message[0] == "measured" else None
     except (WorkerLostError, WorkerRaisedError):
         return None
     finally:
         worker.stop(grace_s=0.5, terminate=True)
 
 
-def _measure_main(conn: Connection, parent_pid: int, mission: Mission,
-                  policies: tuple[PolicySpec, ...]) -> None:
-    become_worker(parent_pid)
-    conn.send(("ready",))
-    try:
-        conn.send(("measured", measure_policy_step(mission, policies)))
-    except USER_CODE_ERRORS as exc:
-        report_error(conn, exc)
+def _calibration_worker() -> Handlers:
+    return Handlers({"measure": measure_policy_step})
 
 
 class _Enough(Exception):

@@ -24,19 +24,20 @@ from dataclasses import dataclass, field, replace
 from multiprocessing.context import BaseContext
 from typing import Any
 
-from parcat.core import seeding
 from parcat.core.errors import ConfigError
-from parcat.episode.results import EpisodeResult, EpisodeStatus, ErrorInfo
+from parcat.episode.results import EpisodeResult, EpisodeStatus, failed_result
 from parcat.episode.rollout import EpisodeTask, TaskList
 from parcat.ipc.process import (
     START_METHODS,
+    ErrorReport,
     Worker,
     WorkerLostError,
     get_context,
     raise_if_unguarded_main,
+    start_worker,
     wait_any,
 )
-from parcat.parallel.episode_worker import episode_worker_main
+from parcat.parallel.episode_worker import make_episode_worker
 from parcat.parallel.executors import Executor, ResultCallback
 from parcat.stepping.config import StepperConfig
 
@@ -56,6 +57,8 @@ class _Lane:
     worker: Worker
     inflight: collections.deque[int] = field(default_factory=collections.deque)
     head_started: float = 0.0
+    setup: ErrorReport | bool = False
+    """The reply to the worker's set-up once read: True, or the report of its failure."""
 
 
 class ProcessExecutor(Executor):
@@ -108,11 +111,9 @@ class ProcessExecutor(Executor):
             # when a worker is really needed (a hybrid run may never need one)
             self._ctx = get_context(self._start_method)
         gpu = self.gpus[index % len(self.gpus)] if self.gpus else None
-        worker = Worker(
-            episode_worker_main,
-            (self.stepper, self.blas_threads, gpu, f"episode-worker-{index}", self.trace),
-            f"parcat-episode-{index}",
-            ctx=self._ctx,
+        worker = start_worker(
+            make_episode_worker, (self.stepper, gpu, f"episode-worker-{index}", self.trace),
+            f"parcat-episode-{index}", self.blas_threads, ctx=self._ctx,
         )
         return _Lane(index, worker)
 
@@ -143,7 +144,7 @@ class ProcessExecutor(Executor):
                 worker.head_started = time.monotonic()
             worker.inflight.append(index)
             try:
-                worker.worker.conn.send(("task", index, run.tasks[index]))
+                worker.worker.conn.send(("task", run.tasks[index]))
             except OSError:
                 return  # the worker is dead: _collect notices and requeues
 
@@ -163,10 +164,9 @@ class ProcessExecutor(Executor):
             except (EOFError, OSError):
                 break  # the worker died: handled below
             except Exception as exc:  # a result that cannot be unpickled
-                index = worker.inflight[0]
-                message = ("result", index, _failed(
-                    run.tasks[index], "ResultError",
-                    f"the result could not be read: {type(exc).__name__}: {exc}"), [])
+                message = ("ok", (failed_result(
+                    run.tasks[worker.inflight[0]], "ResultError",
+                    f"the result could not be read: {type(exc).__name__}: {exc}"), []))
             # outside the try: an error in the caller's callback is not a dead worker
             self._receive_one(worker, run, message)
         if not worker.inflight:
@@ -177,28 +177,37 @@ class ProcessExecutor(Executor):
             self._lost(worker, run, timed_out=True)
 
     def _receive_one(self, worker: _Lane, run: _Run, message: Any) -> None:
-        kind, index, payload, events = message
-        if kind != "result" or index not in worker.inflight:
+        kind, payload = message[0], message[1]
+        if worker.setup is False:  # the first reply is the set-up's
+            worker.setup = payload if kind == "error" else True
             return
-        worker.inflight.remove(index)
+        if kind not in ("ok", "error"):
+            return
+        index = worker.inflight.popleft()
         worker.head_started = time.monotonic()
-        self._events.extend(events)
-        run.finish(index, payload)
+        if kind == "error":  # the episode's result could not be pickled
+            result = failed_result(run.tasks[index], "ResultError",
+                             f"the episode's result cannot be sent back: {payload.summary}")
+        else:
+            result, events = payload
+            self._events.extend(events)
+        run.finish(index, result)
 
     def _lost(self, worker: _Lane, run: _Run, timed_out: bool) -> None:
         """The worker's current episode ended it (death or timeout): replace the worker."""
         index = worker.inflight.popleft()
         task = run.tasks[index]
-        how = worker.worker.describe()
+        how = worker.worker.describe() if not isinstance(worker.setup, ErrorReport) \
+            else f"failed to set up ({worker.setup.summary})"
         raise_if_unguarded_main(worker.worker)
         agent = _agent_id(task, worker.worker.acting())
-        partial = _partial_result(worker.worker, index) if timed_out else None
+        partial = _partial_result(worker.worker, task) if timed_out else None
         worker.worker.stop(grace_s=1.0, terminate=True)
         run.pending.extendleft(reversed(worker.inflight))
         worker.inflight.clear()
         self._workers[self._workers.index(worker)] = self._start(worker.index)
         if timed_out:
-            timeout = _failed(
+            timeout = failed_result(
                 task, "EpisodeTimeout",
                 f"episode exceeded --episode-timeout {self.timeout:g} s; worker stopped",
                 status=EpisodeStatus.TIMEOUT, agent=agent,
@@ -215,7 +224,7 @@ class ProcessExecutor(Executor):
             return
         tries = run.attempts[index]
         doing = f"agent '{agent}' was acting" if agent is not None else "running this episode"
-        run.finish(index, _failed(
+        run.finish(index, failed_result(
             task, "WorkerError",
             f"episode worker {how} while {doing} ({tries} attempt{'s' if tries > 1 else ''})",
             agent=agent,
@@ -308,14 +317,15 @@ def _check_picklable(tasks: Sequence[EpisodeTask]) -> None:
             ) from exc
 
 
-def _partial_result(worker: Worker, index: int) -> EpisodeResult | None:
+def _partial_result(worker: Worker, task: EpisodeTask) -> EpisodeResult | None:
     """SIGTERM a timed-out worker and take what its episode had got (None if nothing came)."""
     worker.process.terminate()
     try:
         while True:
             message = worker.recv(PARTIAL_WAIT_S)
-            if message[0] == "partial" and message[1] == index:
-                result: EpisodeResult = message[2]
+            result: EpisodeResult = message[1]
+            if message[0] == "partial" and (result.mission, result.episode_index) == (
+                    task.mission.name, task.episode_index):
                 return result
     except WorkerLostError:
         return None
@@ -325,19 +335,3 @@ def _agent_id(task: EpisodeTask, index: int | None) -> str | None:
     """The id of agent ``index`` of the task's mission (``None`` when unknown)."""
     agents = task.mission.agents()
     return str(agents[index].agent_id) if index is not None and index < len(agents) else None
-
-
-def _failed(
-    task: EpisodeTask, kind: str, message: str, status: EpisodeStatus = EpisodeStatus.FAILED,
-    agent: str | None = None,
-) -> EpisodeResult:
-    seed = seeding.episode_seed(task.seed, task.mission.key, task.episode_index)
-    return EpisodeResult(
-        mission=task.mission.name,
-        episode_index=task.episode_index,
-        seed=seed,
-        steps=0,
-        agents=(),
-        status=status,
-        error=ErrorInfo(kind, message, "", agent, "worker"),
-    )

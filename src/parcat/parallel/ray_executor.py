@@ -18,10 +18,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from parcat.core import raycluster, seeding
+from parcat.core import raycluster
 from parcat.core.raycluster import import_ray
 from parcat.core.trace import Tracer
-from parcat.episode.results import EpisodeResult, EpisodeStatus, ErrorInfo
+from parcat.episode.results import EpisodeResult, EpisodeStatus, failed_result
 from parcat.episode.rollout import EpisodeRunner, EpisodeTask
 from parcat.parallel.executors import Executor, ResultCallback
 from parcat.stepping.config import StepperConfig
@@ -149,16 +149,16 @@ class RayExecutor(Executor):
             self._events.extend(outcome[1])
             return outcome[0]
         except self.ray.exceptions.TaskCancelledError:
-            return _failed(task, "EpisodeTimeout", f"episode exceeded {self.timeout} s; "
+            return failed_result(task, "EpisodeTimeout", f"episode exceeded {self.timeout} s; "
                            "cancelled", EpisodeStatus.TIMEOUT)
         except self.ray.exceptions.NodeDiedError as exc:
             if resubmit:
                 return None
-            return _failed(task, "WorkerError", f"the Ray node running the episode died "
+            return failed_result(task, "WorkerError", f"the Ray node running the episode died "
                            f"{NODE_LOSSES + 1} times: {_first_line(exc)}")
         except self.ray.exceptions.RayError as exc:
             kind = type(exc).__name__
-            return _failed(task, "WorkerError",
+            return failed_result(task, "WorkerError",
                            f"Ray task failed after retries ({kind}): {_first_line(exc)}")
 
     def _cancel_late(self, inflight: dict[Any, tuple[int, float]], tasks: Sequence[EpisodeTask],
@@ -172,7 +172,7 @@ class RayExecutor(Executor):
             if running.get(index, 0.0) > self.timeout:
                 self.ray.cancel(ref, force=True)
                 del inflight[ref]
-                self._finish(results, index, _failed(
+                self._finish(results, index, failed_result(
                     tasks[index], "EpisodeTimeout",
                     f"episode exceeded --episode-timeout {self.timeout:g} s; cancelled",
                     EpisodeStatus.TIMEOUT), on_result)
@@ -204,11 +204,3 @@ class RayExecutor(Executor):
 
 def _first_line(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else ""
-
-
-def _failed(task: EpisodeTask, kind: str, message: str,
-            status: EpisodeStatus = EpisodeStatus.FAILED) -> EpisodeResult:
-    seed = seeding.episode_seed(task.seed, task.mission.key, task.episode_index)
-    return EpisodeResult(task.mission.name, task.episode_index, seed, 0, (), status=status,
-                         error=ErrorInfo(kind, message, "", None, "worker"))
-

@@ -30,8 +30,10 @@ from parcat.core.errors import WorkerError
 from parcat.ipc.process import (
     SHUTTING_DOWN,
     ErrorReport,
+    Handlers,
     Worker,
     get_context,
+    start_worker,
     stop_all,
     wait_any,
 )
@@ -40,7 +42,7 @@ from parcat.sim.config import SimConfig
 from parcat.sim.progress import SimProgress
 from parcat.sim.record import SimRecord, make_record
 from parcat.sim.slots import H_EPISODE, H_STEP, SimBlock
-from parcat.sim.workers import agent_main, attach_block, env_main
+from parcat.sim.workers import attach_block, make_agent, make_env
 from parcat.sim.world import WorldResult, empty_result
 
 READY_TIMEOUT_S = 120.0
@@ -148,9 +150,9 @@ def _run(config: SimConfig, block: SimBlock, held: set[int | signal.Signals],
     try:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a held signal is raised here
         ctx = get_context(start_method)
-        children.append(_start(ctx, "the environment", env_main, (config, block.name, fast)))
+        children.append(_start(ctx, "the environment", make_env, (config, block.name, fast)))
         for slot, agent in enumerate(config.process_agents):
-            children.append(_start(ctx, describe_agent(agent), agent_main,
+            children.append(_start(ctx, describe_agent(agent), make_agent,
                                    (config, slot, block.name)))
         _await_ready(children)
         t0_ns = time.monotonic_ns() + START_MARGIN_NS
@@ -166,9 +168,10 @@ def _run(config: SimConfig, block: SimBlock, held: set[int | signal.Signals],
         return _collect(children[0]), True
 
 
-def _start(ctx: Any, label: str, target: Callable[..., None], args: tuple[Any, ...]) -> _Child:
-    name = "parcat-sim-env" if target is env_main else f"parcat-sim-agent-{args[1]}"
-    return _Child(label, Worker(target, args, name, ctx=ctx))
+def _start(ctx: Any, label: str, setup: Callable[..., Handlers], args: tuple[Any, ...],
+           ) -> _Child:
+    name = "parcat-sim-env" if setup is make_env else f"parcat-sim-agent-{args[1]}"
+    return _Child(label, start_worker(setup, args, name, ctx=ctx))
 
 
 def _await_ready(children: list[_Child]) -> None:
@@ -183,7 +186,7 @@ def _await_ready(children: list[_Child]) -> None:
         for child in list(waiting.values()):
             alive = child.worker.alive
             message = _poll(child)
-            if message is not None and message[0] == "ready":
+            if message is not None and message[0] == "ok":
                 del waiting[id(child)]
             elif message is not None:
                 _raise_for(child, message, 0)
@@ -221,8 +224,8 @@ def _check(child: _Child, is_env: bool, step: int,
     """The environment's result if it is done; raise if the child failed or died."""
     alive = child.worker.alive
     message = _poll(child)  # after is_alive: a child that reported and exited is read
-    if message is not None and message[0] == "done" and is_env:
-        return message[1], message[2], message[3]
+    if message is not None and message[0] == "ok":
+        return message[1] if is_env else None  # an agent's reply: it stopped with the run
     if message is not None:
         _raise_for(child, message, step)
     if not alive:
@@ -236,8 +239,9 @@ def _collect(env: _Child) -> tuple[WorldResult, dict[int, CycleStats], float]:
     while time.monotonic() < deadline:
         wait_any([env.worker], timeout=0.25)
         message = _poll(env)
-        if message is not None and message[0] == "done":
-            return message[1], message[2], message[3]
+        if message is not None and message[0] == "ok":
+            result: tuple[WorldResult, dict[int, CycleStats], float] = message[1]
+            return result
         if message is not None or not env.worker.alive:
             break
     raise KeyboardInterrupt

@@ -1,34 +1,32 @@
 """Entry points of a parallel simulation's processes: the environment and each agent.
 
-Both start with ``(conn, parent_pid, ...)`` (see :class:`parcat.ipc.process.Worker`),
-build what they need, attach the shared block, send ``("ready",)`` and wait for
-``("start", t0_ns)``: ``t0_ns`` is a ``time.monotonic_ns()`` instant (the clock is shared by
+Both are worker kinds of the command loop (:func:`parcat.ipc.process.start_worker`): their
+set-up builds what they need and attaches the shared block; their one command is
+``start(t0_ns)``: ``t0_ns`` is a ``time.monotonic_ns()`` instant (the clock is shared by
 every process of the machine) from which all schedules count.
 
 - The environment steps at ``t0 + k * period`` (absolute deadlines: a late step does not
   shift the ones after it; ``fast`` only waits for ``t0``), applies each agent's latest
   action (the neutral action before its first), publishes every agent's new observation
-  tagged with the step and episode, and finally sends ``("done", result, cycles, wall_s)``.
+  tagged with the step and episode, and finally replies ``(result, cycles, wall_s)``.
 - An agent sleeps until its next cycle boundary ``t0 + m * cycle_time``, reads its latest
   observation, computes an action, publishes it with the step it was based on, its compute
   time and its cycle statistics, and moves to the first boundary after the computation
   ended (boundaries it ran past are counted as missed; the record counts missed cycles
   from wall time too, as an agent frozen in a computation never updates its own count).
 
-A process that raises sends ``("error", ErrorReport)`` (the agent, a message naming it,
-and the traceback); the shared STOP flag
-ends every loop; SIGTERM (the parent's last resort) exits through ``SystemExit``.
+A process that raises replies ``("error", ErrorReport)`` (the agent, a message naming it,
+and the traceback); the shared STOP flag ends every loop; SIGTERM (the parent's last
+resort) ends the environment's run with the steps before it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import sys
 import time
-from multiprocessing.connection import Connection
+from collections.abc import Callable
 from typing import Any
 
-from parcat.ipc.process import ErrorReport, Terminated, become_worker
+from parcat.ipc.process import ErrorReport, Handlers, ReportedError, Terminated
 from parcat.ipc.shm import Codec
 from parcat.sim.agent import (
     AgentFailure,
@@ -63,37 +61,34 @@ def sleep_until(deadline_ns: int, block: SimBlock) -> bool:
     return False
 
 
-def env_main(conn: Connection, parent_pid: int, config: SimConfig, block_name: str,
-             fast: bool) -> None:
-    """Run the environment of a parallel simulation."""
-    become_worker(parent_pid)  # one BLAS thread: one process per agent already
+def make_env(config: SimConfig, block_name: str, fast: bool) -> Handlers:
+    """The environment of a parallel simulation: ``start(t0_ns)`` runs it and replies
+    ``(result, cycles, wall_s)``."""
     world: World | None = None
     block: SimBlock | None = None
-    try:
-        world = World(config)
-        block = attach_block(config, block_name)
-        _publish_obs(world, block, 0, 0)
-        conn.send(("ready",))
-        message = conn.recv()
-        if message[0] == "start":
-            conn.send(("done", *_run_env(world, block, config, message[1], fast)))
-    except AgentFailure as failure:
-        _report(conn, str(failure.agent.agent_id), str(failure), failure.cause)
-    except (SystemExit, Terminated):
-        pass
-    except Exception as exc:
+
+    def failed(exc: BaseException) -> ReportedError:
+        if isinstance(exc, AgentFailure):
+            return _reported(str(exc.agent.agent_id), str(exc), exc.cause)
         step = int(block.header[H_STEP]) if block is not None else 0
-        text = (f"the environment of mission '{config.mission.name}' raised at step {step}: "
-                f"{type(exc).__name__}: {exc}")
-        _report(conn, None, text, exc)
-    finally:
+        return _reported(None, f"the environment of mission '{config.mission.name}' raised "
+                               f"at step {step}: {type(exc).__name__}: {exc}", exc)
+
+    def close() -> None:
         if world is not None:
             world.close()
         if block is not None:
             block.close()
-        with contextlib.suppress(OSError):
-            conn.close()
-    sys.exit(0)
+
+    try:
+        world = World(config)
+        block = attach_block(config, block_name)
+        _publish_obs(world, block, 0, 0)
+    except Exception as exc:
+        close()
+        raise failed(exc) from None
+    run = _with_errors(lambda t0_ns: _run_env(world, block, config, t0_ns, fast), failed)
+    return Handlers({"start": run}, close=close)
 
 
 def _run_env(world: World, block: SimBlock, config: SimConfig, t0_ns: int,
@@ -138,32 +133,35 @@ def _publish_obs(world: World, block: SimBlock, step: int, now_ns: int) -> None:
             block.obs[j].write(obs, (step, world.episode, now_ns))
 
 
-def agent_main(conn: Connection, parent_pid: int, config: SimConfig, slot: int,
-               block_name: str) -> None:
-    """Run one agent of a parallel simulation (``slot``: its index among process agents)."""
-    become_worker(parent_pid)
+def make_agent(config: SimConfig, slot: int, block_name: str) -> Handlers:
+    """One agent of a parallel simulation (``slot``: its index among process agents):
+    ``start(t0_ns)`` runs it until the run stops."""
     agent = config.process_agents[slot]
-    block: SimBlock | None = None
+
+    def failed(exc: BaseException) -> ReportedError:
+        if isinstance(exc, AgentFailure):
+            return _reported(str(agent.agent_id), str(exc), exc.cause)
+        text = f"{describe_agent(agent)} failed: {type(exc).__name__}: {exc}"
+        return _reported(str(agent.agent_id), text, exc)
+
     try:
         runner = AgentRunner(agent, config.mission, config.seed)
         block = attach_block(config, block_name)
-        conn.send(("ready",))
-        message = conn.recv()
-        if message[0] == "start":
-            _run_agent(runner, block, slot, message[1])
-    except AgentFailure as failure:
-        _report(conn, str(agent.agent_id), str(failure), failure.cause)
-    except (SystemExit, Terminated):
-        pass
     except Exception as exc:
-        text = f"{describe_agent(agent)} failed: {type(exc).__name__}: {exc}"
-        _report(conn, str(agent.agent_id), text, exc)
-    finally:
-        if block is not None:
-            block.close()
-        with contextlib.suppress(OSError):
-            conn.close()
-    sys.exit(0)
+        raise failed(exc) from None
+    run = _with_errors(lambda t0_ns: _run_agent(runner, block, slot, t0_ns), failed)
+    return Handlers({"start": run}, close=block.close)
+
+
+def _with_errors(run: Callable[[int], Any],
+                 failed: Callable[[BaseException], ReportedError]) -> Callable[[int], Any]:
+    def guarded(t0_ns: int) -> Any:
+        try:
+            return run(t0_ns)
+        except Exception as exc:
+            raise failed(exc) from None
+
+    return guarded
 
 
 def _run_agent(runner: AgentRunner, block: SimBlock, slot: int, t0_ns: int) -> None:
@@ -183,7 +181,6 @@ def _run_agent(runner: AgentRunner, block: SimBlock, slot: int, t0_ns: int) -> N
         act_slot.write(item.action, (item.based_on, compute_ns, *runner.stats.as_fields()))
 
 
-def _report(conn: Connection, agent: str | None, text: str, exc: BaseException) -> None:
+def _reported(agent: str | None, text: str, exc: BaseException) -> ReportedError:
     report = ErrorReport.from_exception(exc, agent)
-    with contextlib.suppress(OSError, ValueError):
-        conn.send(("error", ErrorReport(report.kind, text, report.traceback, agent)))
+    return ReportedError(ErrorReport(report.kind, text, report.traceback, agent))

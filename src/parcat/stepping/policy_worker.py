@@ -1,15 +1,14 @@
 """The policy worker process: hosts some agents of each episode for :mod:`.process`.
 
-It waits for a step request in shared memory (spinning while the plan allows a spinner
-per core, parked on its pipe otherwise), steps its agents' policies and flags the actions
-done. Control messages (a new episode, wake, close) travel on the pipe; a policy that
-raises is reported with the agent and its traceback.
+Between commands it waits for a step request in shared memory (spinning while the plan
+allows a spinner per core, parked on its pipe otherwise), steps its agents' policies and
+flags the actions done. Its one command, ``episode``, sets up the agents of a new episode;
+a policy that raises is reported with the agent and its traceback.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from multiprocessing.connection import Connection
 from typing import Any
 
 from parcat.core.errors import USER_CODE_ERRORS
@@ -18,11 +17,11 @@ from parcat.ipc.handoff import Serving
 from parcat.ipc.process import (
     ACTING,
     ErrorReport,
+    Handlers,
+    ReportedError,
     acting_marker,
-    become_worker,
     preload,
-    report_error,
-    serve,
+    worker_pipe,
 )
 from parcat.ipc.shm import Codec, SlotBlock
 from parcat.stepping.base import PolicyCache, Seat
@@ -31,8 +30,7 @@ preload(__name__)  # the fork server imports it and all it imports, once
 
 
 class _PolicyHost:
-    def __init__(self, conn: Connection, spin: bool) -> None:
-        self.conn = conn
+    def __init__(self, spin: bool) -> None:
         self.spin = spin
         self.cache = PolicyCache()
         self.block: SlotBlock | None = None
@@ -44,19 +42,13 @@ class _PolicyHost:
         self.marks: list[int] = []
         self.marker = acting_marker()
 
-    def serve(self) -> None:
-        while True:
-            if self.serving is not None and self.serving.wait_request():
-                self._step(self.serving)
-                continue
-            message = self.conn.recv()
-            kind = message[0]
-            if kind == "close":
-                return
-            if kind == "episode":
-                self._start_episode(message[1], message[2], message[3])
+    def idle(self) -> bool:
+        if self.serving is not None and self.serving.wait_request():
+            self._step(self.serving)
+            return True
+        return False
 
-    def _start_episode(self, mission: Mission, seats: Sequence[Seat], block_name: str) -> None:
+    def start_episode(self, mission: Mission, seats: Sequence[Seat], block_name: str) -> None:
         try:
             if self.block is None or self.block.name != block_name:
                 if self.block is not None:
@@ -64,19 +56,17 @@ class _PolicyHost:
                 codecs = [(Codec.for_space(s.agent.observation_space),
                            Codec.for_space(s.agent.action_space)) for s in seats]
                 self.block = SlotBlock(codecs, name=block_name, create=False)
-                self.serving = Serving(self.block.header, self.conn, self.spin)
+                self.serving = Serving(self.block.header, worker_pipe(), self.spin)
             self.obs_codecs = [c[0] for c in self.block.codecs]
             self.act_codecs = [c[1] for c in self.block.codecs]
             policies = self.cache.reset(mission, seats, self.marker)
             self.agent_ids = [s.agent.agent_id for s in seats]
             self.marks = [s.agent.agent_index + 1 for s in seats]
             self.step_fns = [policies[a].step for a in self.agent_ids]
-        except BaseException as exc:
+        except USER_CODE_ERRORS as exc:
             cause = exc.__cause__ if exc.__cause__ is not None else exc
-            report_error(self.conn, cause, getattr(exc, "agent", None))
-            return
-        self.conn.send(("ready",))
-
+            report = ErrorReport.from_exception(cause, getattr(exc, "agent", None))
+            raise ReportedError(report) from None
     def _step(self, serving: Serving) -> None:
         block = self.block
         assert block is not None
@@ -104,8 +94,7 @@ class _PolicyHost:
             self.block = None
 
 
-def policy_worker_main(conn: Connection, parent_pid: int, spin: bool, blas_threads: int) -> None:
-    """Run a policy worker until told to close or its parent goes away."""
-    become_worker(parent_pid, blas_threads)
-    host = _PolicyHost(conn, spin)
-    serve(conn, host.serve, host.close)
+def make_policy_worker(spin: bool) -> Handlers:
+    """Serve ``episode(mission, seats, block_name)`` commands, and the steps between."""
+    host = _PolicyHost(spin)
+    return Handlers({"episode": host.start_episode}, idle=host.idle, close=host.close)

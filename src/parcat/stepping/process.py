@@ -4,7 +4,7 @@ The episode's process keeps one share of the agents and hands the others to poli
 workers. Each step it writes the workers' observations into shared memory and raises
 their request flags (all dispatched before any is awaited), steps its own agents, then
 waits for the done flags and reads the actions (see :mod:`parcat.ipc.handoff`). The
-workers run :func:`~parcat.stepping.policy_worker.policy_worker_main`.
+workers run :func:`~parcat.stepping.policy_worker.make_policy_worker`.
 
 While it runs it compares each step's wall time with an estimate of stepping every agent
 here (:mod:`parcat.stepping.payoff`). When a whole window of steps was lost to the
@@ -31,12 +31,13 @@ from parcat.ipc.process import (
     WorkerLostError,
     WorkerRaisedError,
     get_context,
+    start_worker,
 )
 from parcat.ipc.shm import Codec, SlotBlock
 from parcat.policies.builtin import noop_action
 from parcat.stepping.base import InlineStepper, PolicyStepError, Seat, straggler_wait
 from parcat.stepping.payoff import CHECK_STEPS, PAYOFF_RATIO, REPLAY_STEPS, Payoff, Replay
-from parcat.stepping.policy_worker import policy_worker_main
+from parcat.stepping.policy_worker import make_policy_worker
 from parcat.stepping.replay import rebuild
 
 SETUP_TIMEOUT_S = 120.0
@@ -164,8 +165,8 @@ class ProcessStepper(InlineStepper):
             self._workers.append(self._spawn(len(self._workers)))
 
     def _spawn(self, index: int) -> _Host:
-        worker = Worker(policy_worker_main, (self.spin, self.blas_threads),
-                        f"parcat-policy-{index}", ctx=self._ctx)
+        worker = start_worker(make_policy_worker, (self.spin,), f"parcat-policy-{index}",
+                              self.blas_threads, ctx=self._ctx)
         return _Host(index, worker)
 
     def _replace(self, worker: _Host) -> None:
@@ -191,7 +192,7 @@ class ProcessStepper(InlineStepper):
         if worker.block is None:
             return []  # a replacement for one that died hosting no one: it has no episode
         try:
-            worker.worker.wait_ready(SETUP_TIMEOUT_S)
+            worker.worker.reply(SETUP_TIMEOUT_S)
             return []
         except WorkerLostError:
             self._lost(worker)
@@ -213,7 +214,7 @@ class ProcessStepper(InlineStepper):
         self._send_episode(worker, mission)
         if worker.worker.alive:  # else already replaced: it hosts no one
             try:
-                worker.worker.wait_ready(SETUP_TIMEOUT_S)
+                worker.worker.reply(SETUP_TIMEOUT_S)
             except (WorkerLostError, WorkerRaisedError):
                 self._lost(worker)
         return moved

@@ -47,7 +47,7 @@ class AsyncLearning:
     def step_done(self) -> None:
         """Count a collection step; take new weights if a round has just finished."""
         self.process.collected()
-        if self.process.busy and self.process.conn.poll():
+        if self.process.round_done():
             self._apply(self.process.result())
 
     def submit(self, epoch: int) -> float:

@@ -15,18 +15,17 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
 
 from parcat.ipc.process import (
-    Worker,
+    Handlers,
     WorkerLostError,
-    become_worker,
+    WorkerRaisedError,
+    WorkerState,
     get_context,
-    report_error,
-    serve,
+    start_worker,
 )
 from parcat.train.learner import Learner, Transitions
 from parcat.train.recipes import LearnerRecipe
@@ -70,9 +69,9 @@ class LearnerWorker:
         self.counter: Any = ctx.Value("q", 0, lock=False)
         payload = {name: (recipes[name], lr.state_dict()) for name, lr in learners.items()}
         pool_size = (threads or len(payload)) if parallel else 0
-        self.worker = Worker(learner_main, (payload, train_steps, self.counter, pool_size),
-                             "parcat-learner", ctx=ctx)
-        self.conn = self.worker.conn
+        self.worker = start_worker(make_learner_worker,
+                                   (payload, train_steps, self.counter, pool_size),
+                                   "parcat-learner", ctx=ctx)
         self.busy = False
 
     def collected(self) -> None:
@@ -84,15 +83,21 @@ class LearnerWorker:
         self._send(("train", epoch, batches))
         self.busy = True
 
+    def round_done(self) -> bool:
+        """Whether the running round's result waits to be read (returns at once)."""
+        if self.worker.state is WorkerState.STARTING and self.worker.poll():
+            self._recv(setup=True)  # the set-up's reply: no wait
+        return self.busy and self.worker.poll()
+
     def result(self) -> Round:
         """Wait for the running round and return it.
 
         Raises:
             RuntimeError: the learner process died or raised.
         """
-        message = self._recv()
+        result: Round = self._recv()
         self.busy = False
-        return message[1]
+        return result
 
     def states(self, on_round: Callable[[Round], None] | None = None,
                timeout_s: float | None = None) -> dict[str, dict[str, np.ndarray]]:
@@ -110,12 +115,12 @@ class LearnerWorker:
         self._send(("state",))
         end = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
-            message: Any = self._recv(end)
-            if message[0] == "state":
-                return message[1]
+            reply: Any = self._recv(end)
+            if not isinstance(reply, Round):
+                return reply
             self.busy = False
             if on_round is not None:
-                on_round(message[1])
+                on_round(reply)
 
     def _send(self, message: Any) -> None:
         try:
@@ -123,7 +128,7 @@ class LearnerWorker:
         except WorkerLostError as exc:
             raise RuntimeError(f"learner process {self.worker.describe()}") from exc
 
-    def _recv(self, end: float | None = None) -> tuple[Any, ...]:
+    def _recv(self, end: float | None = None, setup: bool = False) -> Any:
         # a round may take as long as training does: no deadline unless ``end`` (a
         # monotonic time) is given, but a death or a freeze is seen at once
         while True:
@@ -131,51 +136,43 @@ class LearnerWorker:
             if wait_s <= 0:
                 raise RuntimeError(f"learner process did not answer in time ({self.worker.name})")
             try:
-                message = self.worker.recv(timeout=wait_s)
+                read = self.worker.wait_ready if setup else self.worker.reply
+                return read(wait_s)
+            except WorkerRaisedError as exc:
+                report = exc.report
+                raise RuntimeError(
+                    f"learner process raised {report.summary}\n{report.traceback}") from None
             except WorkerLostError as exc:
                 if self.worker.alive and not self.worker.frozen():
                     continue
                 raise RuntimeError(f"learner process {self.worker.describe()}") from exc
-            if message[0] == "error":
-                report = message[1]
-                raise RuntimeError(f"learner process raised {report.summary}\n{report.traceback}")
-            return message
 
     def close(self) -> None:
         """Stop the learner process."""
         self.worker.stop()
 
 
-def learner_main(conn: Connection, parent_pid: int, payload: dict[str, Any], train_steps: int,
-                 counter: Any, threads: int = 0) -> None:
-    """Serve training rounds until told to close or the parent is gone."""
-    become_worker(parent_pid)
+def make_learner_worker(payload: dict[str, Any], train_steps: int, counter: Any,
+                        threads: int = 0) -> Handlers:
+    """Rebuild the learners; serve ``train(epoch, batches)`` and ``state`` commands."""
     pool = ThreadPoolExecutor(threads) if threads > 1 and len(payload) > 1 else None
     learners: dict[str, Learner] = {}
-    for name, (recipe, state) in payload.items():
+    for name, (recipe, saved) in payload.items():
         learner = recipe.build()
-        learner.load_state_dict(state)
+        learner.load_state_dict(saved)
         learners[name] = learner
 
-    def loop() -> None:
-        while True:
-            message = conn.recv()
-            try:
-                if message[0] == "close":
-                    return
-                if message[0] == "state":
-                    conn.send(("state", {n: lr.state_dict() for n, lr in learners.items()}))
-                    continue
-                conn.send(("trained", _train(learners, message[1], message[2], train_steps,
-                                             counter, pool)))
-            except Exception as exc:
-                report_error(conn, exc)
+    def train(epoch: int, batches: dict[str, Transitions]) -> Round:
+        return _train(learners, epoch, batches, train_steps, counter, pool)
 
-    def cleanup() -> None:
+    def state() -> dict[str, dict[str, np.ndarray]]:
+        return {n: lr.state_dict() for n, lr in learners.items()}
+
+    def close() -> None:
         if pool is not None:
             pool.shutdown(wait=False)
 
-    serve(conn, loop, cleanup)
+    return Handlers({"train": train, "state": state}, close=close)
 
 
 def _train(learners: dict[str, Learner], epoch: int, batches: dict[str, Transitions],

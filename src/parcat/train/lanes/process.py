@@ -7,7 +7,6 @@ results straight into the block. A set-up or step error comes back with its trac
 
 from __future__ import annotations
 
-from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 from typing import Any
 
@@ -17,12 +16,11 @@ from parcat.ipc.handoff import Handoff, Serving
 from parcat.ipc.layout import EnvCommandSlots
 from parcat.ipc.process import (
     ErrorReport,
-    Worker,
+    Handlers,
     WorkerLostError,
     WorkerRaisedError,
-    become_worker,
-    report_error,
-    serve,
+    start_worker,
+    worker_pipe,
 )
 from parcat.ipc.shm import ArrayBlock
 from parcat.train.envslice import ArraySpecs, EnvSlice
@@ -52,8 +50,8 @@ class ProcessLane(EnvLane):
         self.block = ArrayBlock(specs)
         self.arrays = self.block.arrays
         try:
-            self.worker = Worker(
-                env_worker_main, (mission, first, count, seed, specs, self.block.name, spin),
+            self.worker = start_worker(
+                make_env_worker, (mission, first, count, seed, specs, self.block.name, spin),
                 f"parcat-env-{first // max(1, count)}", ctx=ctx,
             )
         except BaseException:  # a refused start or an interrupt: the block is still ours
@@ -98,51 +96,35 @@ class ProcessLane(EnvLane):
         self.block.close()
 
 
-def env_worker_main(
-    conn: Connection,
-    parent_pid: int,
-    mission: Mission,
-    first: int,
-    count: int,
-    seed: int,
-    specs: Any,
-    block_name: str,
-    spin: bool,
-) -> None:
-    """Run ``count`` environments on request until told to close or the parent is gone."""
-    become_worker(parent_pid)
+def make_env_worker(mission: Mission, first: int, count: int, seed: int, specs: Any,
+                    block_name: str, spin: bool) -> Handlers:
+    """Build ``count`` environments; step or reset them on each request in the block."""
     block = ArrayBlock(specs, name=block_name)
-    envs: EnvSlice | None = None
+    try:
+        envs = EnvSlice(mission, first, count, seed, block.arrays)
+    except BaseException:
+        block.close()
+        raise
+    serving = Serving(block.header, worker_pipe(), spin)  # before "ok": no request is missed
+    reset = int(Command.RESET)  # a plain int: numpy compares one with an enum in ~4 us
 
-    def loop() -> None:
-        nonlocal envs
+    def idle() -> bool:
+        if not serving.wait_request():
+            return False
+        request = serving.take()
         try:
-            envs = EnvSlice(mission, first, count, seed, block.arrays)
-        except USER_CODE_ERRORS as exc:  # could not even build the environments
-            report_error(conn, exc)
-            return
-        serving = Serving(block.header, conn, spin)  # before "ready": no request is missed
-        conn.send(("ready",))
-        reset = int(Command.RESET)  # a plain int: numpy compares one with an enum in ~4 us
-        while True:
-            if not serving.wait_request():
-                if conn.recv()[0] == "close":
-                    return
-                continue
-            request = serving.take()
-            try:
-                if int(block.header[CMD]) == reset:
-                    envs.reset_all()
-                else:
-                    envs.step()
-            except USER_CODE_ERRORS as exc:
-                serving.finish(request, ErrorReport.from_exception(exc))
-                continue
-            serving.finish(request)
+            if int(block.header[CMD]) == reset:
+                envs.reset_all()
+            else:
+                envs.step()
+        except USER_CODE_ERRORS as exc:
+            serving.finish(request, ErrorReport.from_exception(exc))
+            return True
+        serving.finish(request)
+        return True
 
-    def cleanup() -> None:
-        if envs is not None:
-            envs.close()
+    def close() -> None:
+        envs.close()
         block.close()
 
-    serve(conn, loop, cleanup)
+    return Handlers(idle=idle, close=close)
