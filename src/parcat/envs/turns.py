@@ -25,14 +25,15 @@ def is_turn_based(env: Any) -> bool:
 
 
 def play_turns(env: Any, act: Act, totals: dict[Any, float], max_moves: int,
-               on_move: Callable[[int], None] | None = None,
+               on_move: Callable[[int], bool | None] | None = None,
                on_turn: Callable[[Any, float], None] | None = None) -> int:
     """Play a reset AEC ``env`` to its end (or ``max_moves`` moves); return the moves made.
 
     Agents that are done are stepped with ``None``, as the API asks, and their final
     rewards counted; a move is a live agent's action. At the move limit, each agent is
     credited what it has accumulated but not yet been shown. ``on_move(moves)`` is called
-    after every move, ``on_turn(agent, reward shown)`` once the agent has moved.
+    after every move (a true return ends the game there), ``on_turn(agent, reward shown)``
+    once the agent has moved.
     """
     moves = 0
     for agent in env.agent_iter():
@@ -49,8 +50,8 @@ def play_turns(env: Any, act: Act, totals: dict[Any, float], max_moves: int,
         if on_turn is not None:
             on_turn(agent, float(reward))
         moves += 1
-        if on_move is not None:
-            on_move(moves)
+        if on_move is not None and on_move(moves):
+            break
     return moves
 
 

@@ -145,7 +145,8 @@ class EpisodeRunner:
 
     Args:
         stepper: Where policy steps run (default: inline, in this process).
-        on_step: Called after every environment step (tests).
+        on_step: Called with ``(task, steps)`` after every environment step; a true
+            return ends the episode there (calibration times only its first steps).
         tracer: Records a timeline of episodes and steps, if given.
         lane: The timeline row of this runner's episodes.
         retries: Times an episode is run again when a worker process it used was lost
@@ -155,7 +156,7 @@ class EpisodeRunner:
     def __init__(
         self,
         stepper: Stepper | None = None,
-        on_step: Callable[[EpisodeTask, int], None] | None = None,
+        on_step: Callable[[EpisodeTask, int], bool | None] | None = None,
         tracer: Tracer | None = None,
         lane: str = "episodes",
         retries: int = 0,
@@ -293,8 +294,8 @@ class EpisodeRunner:
                 totals[agent_id] += reward
             steps += 1
             progress.steps = steps
-            if on_step is not None:
-                on_step(task, steps)
+            if on_step is not None and on_step(task, steps):
+                break
         return obs
 
     def _save_replay(self, task: EpisodeTask, progress: _Progress,
@@ -323,10 +324,9 @@ class EpisodeRunner:
             act = recorder.wrap_act(act)
         on_step = self.on_step
 
-        def moved(moves: int) -> None:
+        def moved(moves: int) -> bool | None:
             progress.steps = moves
-            if on_step is not None:
-                on_step(task, moves)
+            return on_step(task, moves) if on_step is not None else None
 
         play_turns(env, act, progress.totals, task.mission.max_steps, moved,
                    recorder.turn if recorder is not None else None)

@@ -8,6 +8,7 @@ plan into an executor.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,7 @@ from parcat.parallel.executors import Executor, InlineExecutor, ThreadExecutor
 from parcat.parallel.planner import ExecutorKind, Plan, PolicyStrategy, Workload, make_plan
 from parcat.parallel.process_executor import ProcessExecutor
 from parcat.policies.specs import PolicySpec, foreign_code
+from parcat.stepping.base import InlineStepper
 from parcat.stepping.config import StepperConfig
 
 # Backend and StartMethod are the words of RunOptions; they are defined where they are used
@@ -243,29 +245,36 @@ def make_executor(plan: Plan, options: RunOptions) -> Executor:
 
 
 def measure_policy_step(mission: Mission, policies: tuple[PolicySpec, ...]) -> float:
-    """Mean seconds of one agent's policy step over the first steps of a throwaway episode."""
-    timings: list[float] = []
+    """Median seconds of one agent's policy step over the first steps of a throwaway
+    episode (:data:`CALIBRATION_STEPS`, or fewer once they took :data:`CALIBRATION_BUDGET_S`)."""
+    stepper = _TimedStepper()
 
-    runner = EpisodeRunner()
-    act = runner.stepper.act
+    def enough(task: EpisodeTask, steps: int) -> bool:
+        timings = stepper.timings
+        return len(timings) >= CALIBRATION_STEPS or sum(timings) > CALIBRATION_BUDGET_S
 
-    def timed_act(obs: Any, live: Any) -> dict[Any, Any]:
-        begin = time.perf_counter()
-        actions = act(obs, live)
-        timings.append((time.perf_counter() - begin) / max(1, len(actions)))
-        if len(timings) >= CALIBRATION_STEPS or sum(timings) > CALIBRATION_BUDGET_S:
-            raise _Enough
-        return actions
-
-    runner.stepper.act = timed_act  # type: ignore[method-assign]
+    runner = EpisodeRunner(stepper, on_step=enough)
     try:
         runner.run(EpisodeTask(mission, policies, seed=0, episode_index=0))
     finally:
         runner.close()
-    if not timings:
+    if not stepper.timings:
         return 0.0
-    timings.sort()
-    return timings[len(timings) // 2]
+    return sorted(stepper.timings)[len(stepper.timings) // 2]
+
+
+class _TimedStepper(InlineStepper):
+    """Steps inline and keeps each step's time per agent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timings: list[float] = []
+
+    def act(self, obs: dict[Any, Any], live: Sequence[Any]) -> dict[Any, Any]:
+        begin = time.perf_counter()
+        actions = super().act(obs, live)
+        self.timings.append((time.perf_counter() - begin) / max(1, len(actions)))
+        return actions
 
 
 def measure_in_a_worker(mission: Mission, policies: tuple[PolicySpec, ...],
@@ -289,8 +298,3 @@ def measure_in_a_worker(mission: Mission, policies: tuple[PolicySpec, ...],
 
 def _calibration_worker() -> Handlers:
     return Handlers({"measure": measure_policy_step})
-
-
-class _Enough(Exception):
-    """Calibration has seen enough steps."""
-

@@ -1,0 +1,56 @@
+"""Calibration: timing a policy step before the plan, here or in a worker process."""
+
+from __future__ import annotations
+
+import pytest
+
+from parcat.parallel import launch
+from parcat.parallel.launch import measure_in_a_worker, measure_policy_step
+from parcat.policies.specs import parse_policy_spec
+from tests.fakes import scripted_mission
+
+RANDOM = (parse_policy_spec("random"),)
+
+
+@pytest.fixture
+def steps_seen(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The steps of the calibration episode, as its runner's ``on_step`` saw them."""
+    seen: list[int] = []
+    original = launch.EpisodeRunner
+
+    def runner(*args: object, **kwargs: object) -> object:
+        made = original(*args, **kwargs)  # type: ignore[arg-type]
+        enough = made.on_step
+        assert enough is not None
+
+        def counted(task: object, steps: int) -> bool | None:
+            seen.append(steps)
+            return enough(task, steps)  # type: ignore[arg-type]
+
+        made.on_step = counted
+        return made
+
+    monkeypatch.setattr(launch, "EpisodeRunner", runner)
+    return seen
+
+
+def test_calibration_times_only_the_first_steps_of_its_episode(steps_seen: list[int]) -> None:
+    step_s = measure_policy_step(scripted_mission(max_steps=500), RANDOM)
+    assert step_s > 0.0
+    assert steps_seen == list(range(1, launch.CALIBRATION_STEPS + 1))  # then it stopped
+
+
+def test_the_budget_ends_calibration_of_a_slow_policy_early(
+        steps_seen: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(launch, "CALIBRATION_BUDGET_S", 0.005)
+    slow = (parse_policy_spec("tests.fakes:HangingPolicy,at_step=0,seconds=0.01"),)
+    assert measure_policy_step(scripted_mission(max_steps=500, agents=1), slow) >= 0.01
+    assert steps_seen == [1]
+
+
+@pytest.mark.usefixtures("clean_machine")
+def test_calibration_in_a_worker_returns_the_step_time_or_none_when_it_failed() -> None:
+    step_s = measure_in_a_worker(scripted_mission(), RANDOM)
+    assert step_s is not None and step_s > 0.0
+    crashing = (parse_policy_spec("tests.fakes:ExitingPolicy"),)
+    assert measure_in_a_worker(scripted_mission(), crashing) is None
