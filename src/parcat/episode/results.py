@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import enum
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from parcat.core import seeding
@@ -152,6 +152,18 @@ def failed_result(task: EpisodeTask, kind: str, message: str,
     seed = seeding.episode_seed(task.seed, task.mission.key, task.episode_index)
     return EpisodeResult(task.mission.name, task.episode_index, seed, 0, (), status=status,
                          error=ErrorInfo(kind, message, "", agent, phase))
+
+
+def timed_out_result(task: EpisodeTask, timeout_s: float, how: str,
+                     partial: EpisodeResult | None = None, agent: str | None = None,
+                     phase: str = "worker") -> EpisodeResult:
+    """The record of ``task``'s episode stopped at its deadline (``how``: what was done to
+    it, e.g. ``worker stopped``), keeping what it had got when the executor could save it."""
+    message = f"episode exceeded --episode-timeout {timeout_s:g} s; {how}"
+    if partial is None:
+        return failed_result(task, "EpisodeTimeout", message, EpisodeStatus.TIMEOUT, agent, phase)
+    error = ErrorInfo("EpisodeTimeout", f"{message} at step {partial.steps}", "", agent, phase)
+    return replace(partial, status=EpisodeStatus.TIMEOUT, error=error)
 
 
 def _agent(data: Any) -> AgentResult:

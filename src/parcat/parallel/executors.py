@@ -15,12 +15,11 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from dataclasses import replace
 from typing import Any
 
 from parcat.core.errors import ConfigError
 from parcat.core.trace import Tracer
-from parcat.episode.results import EpisodeResult, EpisodeStatus, failed_result
+from parcat.episode.results import EpisodeResult, timed_out_result
 from parcat.episode.rollout import EpisodeRunner, EpisodeTask
 from parcat.ipc.process import Terminated
 from parcat.stepping.config import StepperConfig
@@ -117,13 +116,9 @@ class InlineExecutor(Executor):
         with contextlib.suppress(Exception):
             self.runner.close()
         self.runner = self._new_runner()
-        message = f"episode exceeded --episode-timeout {self.timeout:g} s"
-        if partial is None or partial.error is None:
-            return failed_result(task, "EpisodeTimeout", message, EpisodeStatus.TIMEOUT,
-                                 phase="step")
-        return replace(partial, status=EpisodeStatus.TIMEOUT, error=replace(
-            partial.error, type="EpisodeTimeout",
-            message=f"{message}; stopped at step {partial.steps}"))
+        assert self.timeout is not None
+        phase = partial.error.phase if partial is not None and partial.error else "step"
+        return timed_out_result(task, self.timeout, "stopped", partial, phase=phase)
 
     def trace_events(self) -> list[dict[str, Any]]:
         """Events recorded so far."""

@@ -20,12 +20,12 @@ import pickle
 import time
 import weakref
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from multiprocessing.context import BaseContext
 from typing import Any
 
 from parcat.core.errors import ConfigError
-from parcat.episode.results import EpisodeResult, EpisodeStatus, failed_result
+from parcat.episode.results import EpisodeResult, failed_result, timed_out_result
 from parcat.episode.rollout import EpisodeTask, TaskList
 from parcat.ipc.process import (
     START_METHODS,
@@ -207,16 +207,9 @@ class ProcessExecutor(Executor):
         worker.inflight.clear()
         self._workers[self._workers.index(worker)] = self._start(worker.index)
         if timed_out:
-            timeout = failed_result(
-                task, "EpisodeTimeout",
-                f"episode exceeded --episode-timeout {self.timeout:g} s; worker stopped",
-                status=EpisodeStatus.TIMEOUT, agent=agent,
-            )
-            if partial is not None and timeout.error is not None:
-                steps = f" at step {partial.steps}"
-                timeout = replace(partial, status=EpisodeStatus.TIMEOUT, error=replace(
-                    timeout.error, message=timeout.error.message + steps))
-            run.finish(index, timeout)
+            assert self.timeout is not None
+            run.finish(index, timed_out_result(task, self.timeout, "worker stopped", partial,
+                                               agent))
             return
         run.attempts[index] += 1
         if run.attempts[index] <= self.retries:

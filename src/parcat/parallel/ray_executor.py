@@ -21,7 +21,7 @@ from typing import Any
 from parcat.core import raycluster
 from parcat.core.raycluster import import_ray
 from parcat.core.trace import Tracer
-from parcat.episode.results import EpisodeResult, EpisodeStatus, failed_result
+from parcat.episode.results import EpisodeResult, failed_result, timed_out_result
 from parcat.episode.rollout import EpisodeRunner, EpisodeTask
 from parcat.parallel.executors import Executor, ResultCallback
 from parcat.stepping.config import StepperConfig
@@ -149,8 +149,8 @@ class RayExecutor(Executor):
             self._events.extend(outcome[1])
             return outcome[0]
         except self.ray.exceptions.TaskCancelledError:
-            return failed_result(task, "EpisodeTimeout", f"episode exceeded {self.timeout} s; "
-                           "cancelled", EpisodeStatus.TIMEOUT)
+            assert self.timeout is not None  # only a timeout cancels a task
+            return timed_out_result(task, self.timeout, "cancelled")
         except self.ray.exceptions.NodeDiedError as exc:
             if resubmit:
                 return None
@@ -172,10 +172,8 @@ class RayExecutor(Executor):
             if running.get(index, 0.0) > self.timeout:
                 self.ray.cancel(ref, force=True)
                 del inflight[ref]
-                self._finish(results, index, failed_result(
-                    tasks[index], "EpisodeTimeout",
-                    f"episode exceeded --episode-timeout {self.timeout:g} s; cancelled",
-                    EpisodeStatus.TIMEOUT), on_result)
+                self._finish(results, index,
+                             timed_out_result(tasks[index], self.timeout, "cancelled"), on_result)
 
     @staticmethod
     def _finish(results: dict[int, EpisodeResult], index: int, result: EpisodeResult,
