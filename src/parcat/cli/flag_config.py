@@ -87,6 +87,12 @@ def apply_config(path: Path, ctx: Any, values: dict[str, Any],
     return merged
 
 
+def given_flags(ctx: Any) -> dict[str, Any]:
+    """The command's parameters that the command line gave (not their defaults), by name:
+    what goes on top of a ``-c`` file."""
+    return {name: value for name, value in ctx.params.items() if _given(ctx, name)}
+
+
 def _given(ctx: Any, name: str) -> bool:
     """Whether parameter ``name`` came from the command line (or its environment variable)."""
     source = ctx.get_parameter_source(name)

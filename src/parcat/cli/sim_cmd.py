@@ -18,6 +18,7 @@ from parcat.cli.common import (
     said_interrupted,
     user_errors,
 )
+from parcat.cli.flag_config import given_flags
 from parcat.cli.output import user_prints_on_stderr
 from parcat.cli.render import (
     key_value_table,
@@ -47,7 +48,12 @@ RenderOpt = Annotated[
 ]
 
 
+SIM_FLAGS = ("iters", "seed", "output", "render")
+"""Flags that change the sim YAML's keys of the same name."""
+
+
 def sim_command(
+    ctx: typer.Context,
     config: opts.Config = Path("configs/sim.yaml"),
     mode: ModeOpt = SimMode.PARALLEL,
     fast: FastOpt = False,
@@ -70,10 +76,9 @@ def sim_command(
     with user_errors():
         if config is None:
             raise ConfigError("parcat sim needs -c FILE, a sim YAML (e.g. configs/sim.yaml)")
-        cfg = load_sim_config(config, parse_overrides(overrides or []),
-                              trust_code).with_options(
-            iters, seed, output, render
-        )
+        given = given_flags(ctx)
+        cfg = load_sim_config(config, parse_overrides(overrides or []), trust_code
+                              ).with_options(**{k: given[k] for k in SIM_FLAGS if k in given})
     with user_errors(), _progress(cfg, mode, progress) as on_progress, user_prints_on_stderr():
         record = run_sim(cfg, mode, fast=fast, on_progress=on_progress)
     summary = summarize(record)
