@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,7 +11,7 @@ import typer
 
 from parcat.cli import options as opts
 from parcat.cli.common import EXIT_INTERRUPTED, SummaryFormat, print_json, user_errors
-from parcat.cli.flag_config import given_flags
+from parcat.cli.flag_config import Settings, settings_command
 from parcat.cli.output import user_prints_on_stderr
 from parcat.cli.render import stderr_console
 from parcat.cli.train_progress import epoch_progress
@@ -22,65 +23,67 @@ from parcat.train.runs import BEST
 from parcat.train.trainer import Trainer, TrainReport
 
 N = "N"
-NOT_SETTINGS = ("config", "resume", "force", "fmt", "progress")
-"""Parameters of ``train_command`` that are not keys of the train YAML."""
 
 
-def train_command(
-    ctx: typer.Context,
-    missions: opts.Missions = None,
-    config: opts.Config = None,
-    overrides: opts.Overrides = None,
-    epochs: Annotated[int | None, typer.Option(metavar=N, help="Collect-then-learn rounds.")]
-    = None,
-    steps_per_epoch: Annotated[int | None, typer.Option(metavar=N,
-                                                        help="Vector steps per epoch.")] = None,
-    jobs: opts.Jobs = None,
+@dataclass(frozen=True)
+class TrainSettings(Settings):
+    """Everything ``parcat train`` is told (the flags given go on top of its YAML)."""
+
+    missions: opts.Missions = None
+    config: opts.Config = None
+    overrides: opts.Overrides = None
+    epochs: Annotated[int | None, typer.Option(
+        metavar=N, help="Collect-then-learn rounds.")] = None
+    steps_per_epoch: Annotated[int | None, typer.Option(
+        metavar=N, help="Vector steps per epoch.")] = None
+    jobs: opts.Jobs = None
     env_workers: Annotated[int | None, typer.Option(
         metavar=N, help="Environment worker processes (0: in-process; default: planned from "
-        "the measured env step and free CPUs).")] = None,
+        "the measured env step and free CPUs).")] = None
     envs_per_worker: Annotated[int | None, typer.Option(
-        metavar=N, help="Environments per worker.")] = None,
-    mode: Annotated[LearningMode | None, typer.Option(help="sync (reference) or async.")] = None,
+        metavar=N, help="Environments per worker.")] = None
+    mode: Annotated[LearningMode | None, typer.Option(help="sync (reference) or async.")] = None
     train_interval: Annotated[int | None, typer.Option(
-        metavar=N, help="Async: train every N epochs.")] = None,
+        metavar=N, help="Async: train every N epochs.")] = None
     train_steps: Annotated[int | None, typer.Option(
-        metavar=N, help="Gradient updates per agent per round.")] = None,
+        metavar=N, help="Gradient updates per agent per round.")] = None
     parallel_training: Annotated[bool | None, typer.Option(
-        "--parallel-training/--no-parallel-training", help="Train agents concurrently.")] = None,
+        "--parallel-training/--no-parallel-training", help="Train agents concurrently.")] = None
     shared_learner: Annotated[bool | None, typer.Option(
-        "--shared-learner/--independent", help="One learner for all agents.")] = None,
-    learner: Annotated[str | None, typer.Option(
-        metavar="NAME", help="Learner: dqn, ppo, or module:Class (the YAML's learner.class).")]
-    = None,
-    seed: opts.Seed = None,
+        "--shared-learner/--independent", help="One learner for all agents.")] = None
+    learner: Annotated[str | None, typer.Option(metavar="NAME", help=(
+        "Learner: dqn, ppo, or module:Class (the YAML's learner.class)."))] = None
+    seed: opts.Seed = None
     checkpoint_every: Annotated[int | None, typer.Option(
-        metavar=N, help="Checkpoint every N epochs.")] = None,
-    run_dir: Annotated[str | None, opts.SHARED["output"].option("DIR", aliases=("--run-dir",))]
-    = None,
+        metavar=N, help="Checkpoint every N epochs.")] = None
+    run_dir: Annotated[str | None, opts.SHARED["output"].option(
+        "DIR", aliases=("--run-dir",))] = None
     metrics_format: Annotated[MetricsFormat | None, typer.Option(
-        help="The per-epoch metrics file's format.")] = None,
+        help="The per-epoch metrics file's format.")] = None
     logger: Annotated[list[LoggerKind] | None, typer.Option(
         metavar="KIND", help="Where epoch metrics go (repeatable): jsonl, csv, tensorboard "
         "(RUN/tensorboard; pip install 'parcat\\[tensorboard]'), wandb. A metrics file is "
-        "always written.")] = None,
+        "always written.")] = None
     init_from: Annotated[str | None, typer.Option(
-        metavar="DIR", help="Start from this checkpoint's weights.")] = None,
+        metavar="DIR", help="Start from this checkpoint's weights.")] = None
     resume: Annotated[bool, typer.Option(
-        "--resume", help="Continue from the run directory's checkpoint.")] = False,
+        "--resume", help="Continue from the run directory's checkpoint.")] = False
     force: Annotated[bool, typer.Option(
         "--force", help="Replace the run already in -o DIR (what parcat wrote there is "
-        "deleted first; other files stay).")] = False,
+        "deleted first; other files stay).")] = False
     eval_episodes: Annotated[int | None, typer.Option(
         metavar=N, help="Greedy evaluation episodes at every checkpoint; the best checkpoint "
-        "goes to RUN/best (0: none).")] = None,
+        "goes to RUN/best (0: none).")] = None
     render: Annotated[bool | None, typer.Option(
-        help="Show one environment; runs in one process.")] = None,
-    backend: opts.Backend = None,
-    address: opts.Address = None,
-    fmt: opts.TableOrJson = SummaryFormat.TABLE,
-    progress: opts.Progress = True,
-) -> None:
+        help="Show one environment; runs in one process.")] = None
+    backend: opts.Backend = None
+    address: opts.Address = None
+    fmt: opts.TableOrJson = SummaryFormat.TABLE
+    progress: opts.Progress = True
+
+
+@settings_command(TrainSettings, flag_keys=False)
+def train_command(s: TrainSettings) -> None:
     """Train one independent learner per agent; checkpoints load with `parcat eval -p RUN`.
 
     -o DIR (also --run-dir): the run directory, default runs/<mission>. -c FILE: a train
@@ -88,17 +91,21 @@ def train_command(
     """
     err = stderr_console()
     with user_errors():
-        cfg = load_train_config(config, train_flags(given_flags(ctx)))
-    with user_errors(), claim_run_dir(cfg, resume=resume, force=force) as choice:
-        report, trainer = _train(choice, resume, progress, fmt, err)
-    _show(report, trainer, fmt)
+        cfg = load_train_config(s.config, train_flags(s))
+    with user_errors(), claim_run_dir(cfg, resume=s.resume, force=s.force) as choice:
+        report, trainer = _train(choice, s.resume, s.progress, s.fmt, err)
+    _show(report, trainer, s.fmt)
     if report.interrupted:
         raise typer.Exit(EXIT_INTERRUPTED)
 
 
-def train_flags(given: dict[str, Any]) -> dict[str, Any]:
-    """The flags given on the command line as keys of the train YAML (below them)."""
-    flags = {name: value for name, value in given.items() if name not in NOT_SETTINGS}
+NOT_SETTINGS = ("config", "resume", "force", "fmt", "progress")
+"""Flags of ``train`` that are not keys of its YAML."""
+
+
+def train_flags(s: TrainSettings) -> dict[str, Any]:
+    """The flags the command line gave, as keys of the train YAML (they go on top)."""
+    flags = {name: getattr(s, name) for name in s.given if name not in NOT_SETTINGS}
     mission_sets, learner_sets = split_learner_settings(
         parse_overrides(flags.pop("overrides", None) or []))
     if "learner" in flags:
