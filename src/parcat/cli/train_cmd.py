@@ -29,7 +29,7 @@ N = "N"
 class TrainSettings(Settings):
     """Everything ``parcat train`` is told (the flags given go on top of its YAML)."""
 
-    missions: opts.Missions = None
+    mission: opts.Missions = None
     config: opts.Config = None
     overrides: opts.Overrides = None
     epochs: Annotated[int | None, typer.Option(
@@ -60,10 +60,10 @@ class TrainSettings(Settings):
         "DIR", aliases=("--run-dir",))] = None
     metrics_format: Annotated[MetricsFormat | None, typer.Option(
         help="The per-epoch metrics file's format.")] = None
-    logger: Annotated[list[LoggerKind] | None, typer.Option(
-        metavar="KIND", help="Where epoch metrics go (repeatable): jsonl, csv, tensorboard "
-        "(RUN/tensorboard; pip install 'parcat\\[tensorboard]'), wandb. A metrics file is "
-        "always written.")] = None
+    loggers: Annotated[list[LoggerKind] | None, typer.Option(
+        "--logger", metavar="KIND", help="Where epoch metrics go (repeatable): jsonl, csv, "
+        "tensorboard (RUN/tensorboard; pip install 'parcat\\[tensorboard]'), wandb. A metrics "
+        "file is always written.")] = None
     init_from: Annotated[str | None, typer.Option(
         metavar="DIR", help="Start from this checkpoint's weights.")] = None
     resume: Annotated[bool, typer.Option(
@@ -110,9 +110,8 @@ def train_flags(s: TrainSettings) -> dict[str, Any]:
         parse_overrides(flags.pop("overrides", None) or []))
     if "learner" in flags:
         learner_sets["class"] = flags.pop("learner")
-    if "logger" in flags:
-        flags["loggers"] = tuple(flags.pop("logger"))
-    flags["mission"] = opts.one_value(flags.pop("missions", None), "-m/--mission", "train")
+    if "mission" in flags:
+        flags["mission"] = opts.one_value(flags["mission"], "-m/--mission", "train")
     return {**flags, "overrides": mission_sets or None, "learner": learner_sets or None}
 
 
