@@ -108,6 +108,26 @@ def test_root_help_offers_shell_completion(capsys: pytest.CaptureFixture[str],
     assert "_parcat_completion" in shown.stdout and "complete " in shown.stdout
 
 
+@pytest.mark.parametrize(("line", "expected"), [
+    ("parcat ev", "eval"),
+    ("parcat eval --jo", "--jobs"),  # a lazy command's flags complete too
+])
+def test_bash_completion_completes_commands_and_flags(line: str, expected: str) -> None:
+    # what bash's completion function (parcat --install-completion bash) runs on <TAB>
+    env = {**os.environ, "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
+    script = subprocess.run([sys.executable, "-m", "parcat", "--show-completion", "bash"],
+                            capture_output=True, text=True, timeout=60, env=env).stdout
+    instruction = re.search(r"_PARCAT_COMPLETE=(\w+)", script)
+    assert instruction is not None, script
+    env = {**env, "_PARCAT_COMPLETE": instruction[1], "COMP_WORDS": line,
+           "COMP_CWORD": str(len(line.split()) - 1)}
+    done = subprocess.run([sys.executable, "-m", "parcat"], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert expected in done.stdout.split(), done.stdout
+    assert "Usage" not in done.stdout
+
+
 def test_policy_help_shows_the_whole_spec_syntax(capsys: pytest.CaptureFixture[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "300")

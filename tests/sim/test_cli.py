@@ -1,4 +1,4 @@
-"""``parcat sim`` through Typer's CliRunner on a local app, and one direct call."""
+"""``parcat sim`` through Typer's CliRunner on parcat's app, and one direct call."""
 
 from __future__ import annotations
 
@@ -6,22 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
 from parcat.cli.common import SummaryFormat
-from parcat.cli.sim_cmd import sim_command
+from parcat.cli.main import app
+from parcat.cli.sim_cmd import SimSettings, sim_command
 from parcat.sim import SimMode
 from tests.sim.helpers import sim_data, write_yaml
-
-app = typer.Typer(add_completion=False, pretty_exceptions_show_locals=False)
-app.command("sim")(sim_command)
-
-
-@app.callback()
-def root() -> None:
-    """A local app: the real one registers the same command."""
-
 
 runner = CliRunner()
 AGENTS = [{"agent": "evader", "policy": "greedy", "cycle_time": 0.02}]
@@ -70,8 +61,9 @@ def test_agent_crash_is_one_line_and_exit_1(tmp_path: Path) -> None:
 
 
 def test_direct_call(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    sim_command(config=Path(config_file(tmp_path)), mode=SimMode.SEQUENTIAL, fast=False,
-                iters=20, seed=1, output="", render=False, fmt=SummaryFormat.JSON)
+    sim_command.run(SimSettings(config=Path(config_file(tmp_path)), mode=SimMode.SEQUENTIAL,
+                                iters=20, seed=1, output="", render=False,
+                                fmt=SummaryFormat.JSON))
     document = json.loads(capsys.readouterr().out)
     assert document["steps"] == 20 and document["seed"] == 1 and document["files"] == []
 

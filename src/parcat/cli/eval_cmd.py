@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from dataclasses import replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -19,6 +19,7 @@ from parcat.cli.common import (
     said_interrupted,
     user_errors,
 )
+from parcat.cli.flag_config import settings_command
 from parcat.cli.lazy import held_imports
 from parcat.cli.output import user_prints_on_stderr
 from parcat.core import runlock
@@ -26,46 +27,41 @@ from parcat.core.errors import ConfigError
 from parcat.core.outputs import check_output_file, check_output_folder, check_output_suffix
 
 if TYPE_CHECKING:
-    from parcat.eval.eval_args import EvalArgs
-    from parcat.eval.evaluate import EvalReport
+    from parcat.eval.evaluate import EvalConfig, EvalReport
+    from parcat.parallel.launch import RunOptions
 
 OUTPUT_FORMATS = {".json": "the full results", ".csv": "the summary"}
 """What ``-o`` writes, by extension."""
 
 
-@opts.with_eval_args
-def eval_command(
-    args: EvalArgs,
-    fmt: opts.Format = OutputFormat.TABLE,
-    output: opts.OutputFile = None,
-    trace: opts.Trace = None,
-    progress: opts.Progress = True,
-    precision: Annotated[
-        float | None,
-        typer.Option("--precision", metavar="HALF_WIDTH", help="Add episodes until each "
-                     "mission's 95% CI half-width is below this."),
-    ] = None,
-    max_episodes: Annotated[
-        int, typer.Option("--max-episodes", metavar="N", help="Cap for --precision.")
-    ] = 10_000,
-    resume: Annotated[
-        bool, typer.Option("--resume", help="Keep the finished episodes in --output; run the rest.")
-    ] = False,
-    each: Annotated[
-        bool, typer.Option("--each", help="Evaluate every -p on its own (all agents play it) "
-                           "on the same episodes; one row per policy, compared with the first.")
-    ] = False,
-    cross: Annotated[
-        bool, typer.Option("--cross", help="Play every pair of -p policies against each other "
-                           "across the mission's two sides; print the matrix.")
-    ] = False,
-    replay_dir: Annotated[
-        Path | None,
-        typer.Option("--replay-dir", metavar="DIR",
-                     help="Record every episode into DIR (one .npz each, and index.json); "
-                     "play one back with `parcat replay DIR/FILE`."),
-    ] = None,
-) -> None:
+@dataclass(frozen=True)
+class EvalSettings(opts.EvalFlags):
+    """Everything ``parcat eval`` is told: the flags it shares with ``plan``, and its own."""
+
+    fmt: opts.Format = OutputFormat.TABLE
+    output: opts.OutputFile = None
+    trace: opts.Trace = None
+    progress: opts.Progress = True
+    precision: Annotated[float | None, typer.Option(
+        "--precision", metavar="HALF_WIDTH",
+        help="Add episodes until each mission's 95% CI half-width is below this.")] = None
+    max_episodes: Annotated[int, typer.Option(
+        "--max-episodes", metavar="N", help="Cap for --precision.")] = 10_000
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Keep the finished episodes in --output; run the rest.")] = False
+    each: Annotated[bool, typer.Option(
+        "--each", help="Evaluate every -p on its own (all agents play it) on the same "
+        "episodes; one row per policy, compared with the first.")] = False
+    cross: Annotated[bool, typer.Option(
+        "--cross", help="Play every pair of -p policies against each other across the "
+        "mission's two sides; print the matrix.")] = False
+    replay_dir: Annotated[Path | None, typer.Option(
+        "--replay-dir", metavar="DIR", help="Record every episode into DIR (one .npz each, "
+        "and index.json); play one back with `parcat replay DIR/FILE`.")] = None
+
+
+@settings_command(EvalSettings)
+def eval_command(s: EvalSettings) -> None:
     """Evaluate policies on missions and print per-mission, per-policy statistics.
 
     -o FILE: .json (the full results) or .csv (the summary). -c FILE: a YAML file with
@@ -76,60 +72,70 @@ def eval_command(
     """
     with held_imports():  # here, not at the top: `parcat eval --help` needs none of them
         from parcat.cli.render import progress_bar
-        from parcat.core.trace import write_trace
-        from parcat.eval.eval_args import require_count
         from parcat.eval.evaluate import evaluate, evaluate_to_precision
-    args = replace(args, trace=trace)
     with user_errors():
-        require_count("--max-episodes", max_episodes)
-        if output is not None:
-            check_output_suffix(output, "--output", OUTPUT_FORMATS)
-        config, options = args.build(on_note=_note)
-        if resume and output is None:
-            raise ConfigError("--resume needs --output FILE (the file to continue)")
-        if resume and precision is not None:
-            raise ConfigError("--resume and --precision cannot be combined yet; rerun "
-                              "--precision (its batches are deterministic)")
-        # a bad path is refused before anything runs
-        if output is not None:
-            check_output_file(output, "--output")
-        if args.trace is not None:
-            check_output_file(args.trace, "--trace")
-        if replay_dir is not None:
-            check_output_folder(replay_dir, "--replay-dir")
-        tournament = _tournament(each, cross, resume, precision, replay_dir, args, output)
-        lock = _lock(output)
+        config, options = _checked(s)
+        tournament = _tournament(s)
+        lock = _lock(s.output)
     if tournament is not None:
         from parcat.cli.tournament_view import run_tournament
 
         total = len(config.missions) * config.episodes * (
             len(config.policies) ** (2 if tournament == "cross" else 1))
-        with user_errors(), lock, progress_bar(total, "episodes", enabled=progress) as advance:
-            code = run_tournament(tournament, config, options, fmt, output,
-                                  lambda _: advance())
-        raise typer.Exit(code)
+        with user_errors(), lock, progress_bar(total, "episodes", enabled=s.progress) as step:
+            raise typer.Exit(run_tournament(tournament, config, options, s.fmt, s.output,
+                                            lambda _: step()))
     total = len(config.missions) * config.episodes
-    with user_errors(), lock, progress_bar(total, "episodes", enabled=progress) as advance, \
+    with user_errors(), lock, progress_bar(total, "episodes", enabled=s.progress) as step, \
             user_prints_on_stderr():
-        if precision is not None:
-            report = evaluate_to_precision(config, precision, options, max_episodes=max_episodes,
-                                           on_result=lambda _: advance(), output=output,
-                                           on_warning=_warn, replay_dir=replay_dir)
+        if s.precision is not None:
+            report = evaluate_to_precision(config, s.precision, options,
+                                           max_episodes=s.max_episodes,
+                                           on_result=lambda _: step(), output=s.output,
+                                           on_warning=_warn, replay_dir=s.replay_dir)
         else:
-            report = evaluate(config, options, on_result=lambda _: advance(), output=output,
-                              resume=resume, on_warning=_warn, replay_dir=replay_dir)
+            report = evaluate(config, options, on_result=lambda _: step(), output=s.output,
+                              resume=s.resume, on_warning=_warn, replay_dir=s.replay_dir)
+    raise typer.Exit(_finish(report, s))
+
+
+def _checked(s: EvalSettings) -> tuple[EvalConfig, RunOptions]:
+    """What runs, every flag checked before anything runs (a bad path too)."""
+    from parcat.eval.eval_args import require_count
+
+    require_count("--max-episodes", s.max_episodes)
+    if s.output is not None:
+        check_output_suffix(s.output, "--output", OUTPUT_FORMATS)
+    config, options = s.args(trace=s.trace).build(on_note=_note)
+    if s.resume and s.output is None:
+        raise ConfigError("--resume needs --output FILE (the file to continue)")
+    if s.resume and s.precision is not None:
+        raise ConfigError("--resume and --precision cannot be combined yet; rerun "
+                          "--precision (its batches are deterministic)")
+    if s.output is not None:
+        check_output_file(s.output, "--output")
+    if s.trace is not None:
+        check_output_file(s.trace, "--trace")
+    if s.replay_dir is not None:
+        check_output_folder(s.replay_dir, "--replay-dir")
+    return config, options
+
+
+def _finish(report: EvalReport, s: EvalSettings) -> int:
+    """Write the trace, show the report; the exit code."""
+    from parcat.core.trace import write_trace
+
     write_failures = [] if report.write_error is None else [report.write_error]
-    if args.trace is not None:
+    if s.trace is not None:
         try:
-            write_trace(args.trace, report.trace_events)
+            write_trace(s.trace, report.trace_events)
         except OSError as exc:
-            write_failures.append(f"could not write --trace '{args.trace}' ({exc.strerror})")
-    show_report(report, fmt)
+            write_failures.append(f"could not write --trace '{s.trace}' ({exc.strerror})")
+    show_report(report, s.fmt)
     for failure in write_failures:
         # the results are on stdout above: only the file is missing
         print(f"parcat: error: {failure}", file=sys.stderr)
-    raise typer.Exit(EXIT_FAILED if write_failures and exit_code(report) == EXIT_OK
-                     else exit_code(report))
+    return EXIT_FAILED if write_failures and exit_code(report) == EXIT_OK else exit_code(report)
 
 
 def _lock(output: Path | None) -> contextlib.AbstractContextManager[object]:
@@ -140,22 +146,21 @@ def _lock(output: Path | None) -> contextlib.AbstractContextManager[object]:
                            "give another --output")
 
 
-def _tournament(each: bool, cross: bool, resume: bool, precision: float | None,
-                replay_dir: Path | None, args: EvalArgs, output: Path | None) -> str | None:
+def _tournament(s: EvalSettings) -> str | None:
     """``each``, ``cross`` or ``None``; refuses what they cannot be combined with."""
-    if not (each or cross):
+    if not (s.each or s.cross):
         return None
-    if each and cross:
+    if s.each and s.cross:
         raise ConfigError("--each and --cross are two ways to compare: give one")
-    flag = "--each" if each else "--cross"
-    for given, name in ((resume, "--resume"), (precision is not None, "--precision"),
-                        (replay_dir is not None, "--replay-dir"),
-                        (args.trace is not None, "--trace")):
+    flag = "--each" if s.each else "--cross"
+    for given, name in ((s.resume, "--resume"), (s.precision is not None, "--precision"),
+                        (s.replay_dir is not None, "--replay-dir"),
+                        (s.trace is not None, "--trace")):
         if given:
             raise ConfigError(f"{flag} cannot be combined with {name} yet")
-    if output is not None and output.suffix.lower() != ".json":
+    if s.output is not None and s.output.suffix.lower() != ".json":
         raise ConfigError(f"{flag} writes its results as JSON: give -o FILE.json")
-    return "each" if each else "cross"
+    return "each" if s.each else "cross"
 
 
 def _note(message: str) -> None:

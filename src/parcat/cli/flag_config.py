@@ -1,35 +1,39 @@
-"""``-c FILE`` for ``eval`` and ``plan``: a YAML file whose keys are the command's flags.
+"""One way to build a command's settings: defaults < the ``-c`` file < flags given.
 
-A key is the flag's long name with ``_`` for ``-`` (``episodes``, ``parallel_policy``,
-``replay_dir``), except the repeatable ``missions`` and ``policies`` (``-m``, ``-p``),
-``set`` (``--set``: a mapping, or a list of ``KEY=VALUE``) and ``format`` (``-f``)::
+A command's settings are a frozen :class:`Settings` dataclass whose fields are its flags,
+each written once (its ``Annotated`` type carries its ``typer.Option``); the command is
+built from it (:class:`SettingsCommand`) through Typer, and Click tells which flags the
+command line gave (:attr:`Settings.given`). For ``eval`` and ``plan`` the file's keys are
+the flags' long names with ``_`` for ``-``, except ``missions`` and ``policies`` (``-m``,
+``-p``), ``set`` (a mapping, or a list of ``KEY=VALUE``) and ``format`` (``-f``)::
 
     missions: [harvest, evade]
-    policies: [greedy, random]
     episodes: 20
-    seed: 7
-    jobs: 4
     set: {agents: 8}
     output: results.json
 
-The one precedence rule (:func:`parcat.core.settings.merge_settings`): defaults < the file <
-flags given on the command line; ``set`` merges key by key (a ``--set`` flag wins over the
-file's value of that key only). ``plan`` reads the file ``eval`` reads and skips the keys
-only ``eval`` has (``output``, ``precision`` and the rest).
+``set`` merges key by key (:func:`parcat.core.settings.merge_settings`); ``plan`` skips the
+keys only ``eval`` has. ``train`` and ``sim`` read YAML files of their own keys and put
+the flags given on top.
 """
 
 from __future__ import annotations
 
 import enum
+import inspect
 import json
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import typer
+from typer.core import TyperCommand
+
+from parcat.cli.common import user_errors
 from parcat.core.errors import ConfigError, brief, clip
-from parcat.core.settings import merge_settings, parse_overrides, parse_settings
 
 KEYS = {"missions": "missions", "policies": "policies", "set": "overrides", "format": "fmt"}
 """YAML key → parameter name where the two differ (or where the key is fixed by design)."""
@@ -39,6 +43,63 @@ EVAL_ONLY = ("output", "format", "precision", "max_episodes", "resume", "progres
 COMMAND_LINE_ONLY = ("trust_code",)
 """Flags a file cannot set: a file must not allow the code that files name."""
 _FROM_COMMAND_LINE = ("COMMANDLINE", "ENVIRONMENT")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The base of a command's settings: a frozen dataclass whose fields are its flags."""
+
+    given: frozenset[str] = field(default=frozenset(), init=False, compare=False)
+    """The fields given: on the command line, those it gave (not defaults), which go on top
+    of a file; made in Python, every field."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "given", frozenset(f.name for f in fields(self) if f.init))
+
+
+@dataclass(frozen=True)
+class SettingsCommand:
+    """A command that builds its :class:`Settings` once and gives them to :attr:`run`."""
+
+    settings: type[Settings]
+    """The command's settings."""
+    run: Callable[[Any], Any]
+    """What the command does with them; its docstring is the command's help."""
+    flag_keys: bool = True
+    """The ``-c`` file's keys are the flags' names (``eval``, ``plan``); else ``run`` reads
+    the file itself (train's and sim's YAML have keys of their own)."""
+
+    def command(self, name: str) -> Any:
+        """This command as Click's, named ``name``."""
+        holder = typer.Typer(add_completion=False)
+        holder.command(name, cls=_SettingsClick, help=inspect.getdoc(self.run))(self.settings)
+        command: Any = typer.main.get_group(holder).commands[name]
+        command.spec = self
+        return command
+
+
+def settings_command(settings: type[Settings], flag_keys: bool = True
+                     ) -> Callable[[Callable[[Any], Any]], SettingsCommand]:
+    """Decorate a command's function, which takes one ``settings`` object."""
+    return lambda run: SettingsCommand(settings, run, flag_keys)
+
+
+class _SettingsClick(TyperCommand):
+    """Click's command for a :class:`SettingsCommand`: the file applied, then the run."""
+
+    spec: SettingsCommand
+
+    def invoke(self, ctx: Any) -> Any:
+        given = frozenset(name for name in ctx.params if _given(ctx, name))
+        with user_errors():
+            if self.spec.flag_keys and ctx.params.get("config") is not None:
+                types = typing.get_type_hints(self.spec.settings, include_extras=True)
+                flags = {k: v for k, v in ctx.params.items() if k != "config"}
+                path = ctx.params["config"]
+                ctx.params = {**apply_config(path, ctx, flags, types), "config": path}
+            settings = super().invoke(ctx)  # the settings' own checks: one line, exit 2
+        object.__setattr__(settings, "given", given)  # once, before anyone reads it
+        return self.spec.run(settings)
 
 
 def key_of(name: str) -> str:
@@ -60,6 +121,7 @@ def apply_config(path: Path, ctx: Any, values: dict[str, Any],
         ConfigError: an unreadable file, an unknown key (named, with the valid ones), a
             value of the wrong type (named, what arrived shown in brief, never the file).
     """
+    from parcat.core.settings import merge_settings, parse_overrides  # yaml: not for --help
     from parcat.core.yamlfile import read_yaml_mapping
 
     label = f"--config '{path}'"
@@ -95,6 +157,8 @@ def _given(ctx: Any, name: str) -> bool:
 
 def _settings(label: str, value: Any) -> dict[str, Any]:
     """``set:`` as a mapping: given as one, or as a list of ``KEY=VALUE``."""
+    from parcat.core.settings import parse_settings
+
     if isinstance(value, Mapping):
         return {str(k): v for k, v in value.items()}
     items = value if isinstance(value, list) else [value]

@@ -46,7 +46,7 @@ class LazyCommand:
     name: str
     """The word on the command line (``eval``)."""
     target: str
-    """``module:attribute``: a command function, or a ``typer.Typer`` with sub-commands."""
+    """``module:attribute``: a command function, a ``SettingsCommand`` or a ``typer.Typer``."""
     summary: str
     """The first paragraph of the command's help, listed by the group's ``--help`` (a test
     checks that the two agree)."""
@@ -60,6 +60,8 @@ class LazyCommand:
         with held_imports():
             target = getattr(importlib.import_module(module), attribute)
             holder = typer.Typer(add_completion=False)
+            if hasattr(target, "settings"):  # a flag_config.SettingsCommand
+                return plain_flags(target.command(self.name))
             if isinstance(target, typer.Typer):
                 holder.add_typer(target, name=self.name)
             else:

@@ -61,10 +61,27 @@ COMMANDS = (
 first paragraph of its own help: tests/test_cli_lazy.py keeps the two the same)."""
 
 
+class Carried(BaseException):
+    """What a command raised that Click's ``main`` would reword (an ``EOFError`` into
+    ``Abort``, indistinguishable from Ctrl-D; Ctrl-C into exit 130; a broken pipe into exit
+    1), carried past it to :func:`main`, which maps it itself (:func:`_exit_code`)."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(exc)
+        self.exc = exc
+
+
 class ParcatGroup(LazyGroup):
     """The ``parcat`` group: :data:`COMMANDS`, imported when used."""
 
     lazy_commands = COMMANDS
+
+    def invoke(self, ctx: Any) -> Any:
+        """Run the sub-command; what Click's ``main`` would reword passes it unchanged."""
+        try:
+            return super().invoke(ctx)
+        except (EOFError, KeyboardInterrupt, OSError) as exc:
+            raise Carried(exc) from None
 
 
 app = typer.Typer(
@@ -176,20 +193,17 @@ def _one_line_warning(message: Warning | str, category: type[Warning], filename:
 
 
 def _invoke(argv: Sequence[str] | None) -> int:
-    """Parse and run one command line.
-
-    Not ``command.main()``: even with ``standalone_mode=False`` it turns an ``EOFError`` from
-    anywhere (an empty file given to ``np.load``) into ``Abort``, indistinguishable from a
-    Ctrl-C; parcat maps what its commands raise itself (:func:`_exit_code`).
-    """
+    """Parse and run one command line through Click's own ``main`` (which also answers
+    shell completion, ``_PARCAT_COMPLETE``); what a command raised reaches the caller as
+    raised (:class:`Carried`)."""
     command = typer.main.get_command(app)
-    args = list(argv) if argv is not None else sys.argv[1:]
     try:
-        with command.make_context("parcat", args) as ctx:
-            result = command.invoke(ctx)
-    except typer.Exit as exc:
-        return int(exc.exit_code)
-    return result if isinstance(result, int) else 0
+        result = command.main(argv, prog_name="parcat", standalone_mode=False)
+    except Carried as carried:
+        exc = carried.exc
+    else:
+        return result if isinstance(result, int) else 0
+    raise exc  # outside the handler: the exception keeps its own context
 
 
 def _exit_code(exc: BaseException) -> int:

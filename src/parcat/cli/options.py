@@ -8,25 +8,24 @@ and one help text in every command; tests/test_cli_flags.py walks every command 
 it so. What a flag does in a given command (which file extensions ``-o`` takes, whether
 ``-m`` repeats) is in that command's own help.
 
-``eval`` and ``plan`` share all of :class:`~parcat.eval.eval_args.EvalArgs`'s flags through
-:func:`with_eval_args`, which also reads ``-c FILE`` (:mod:`parcat.cli.flag_config`).
+``eval`` and ``plan`` share all of :class:`~parcat.eval.eval_args.EvalArgs`'s flags as the
+fields of :class:`EvalFlags`, which their settings extend (:mod:`parcat.cli.flag_config`
+reads ``-c FILE``).
 The flags' types come from light modules (the planner, ``parcat.ipc.process``,
 ``parcat.core.raycluster``: the same enums :mod:`parcat.parallel.launch` re-exports), so a
 command's ``--help`` does not import the evaluation stack.
 """
 
-from __future__ import annotations
-
-import functools
-import inspect
-from collections.abc import Callable
+# No `from __future__ import annotations`: the fields of EvalFlags keep their types as
+# objects, so a subclass's generated __init__ (which Typer reads) resolves them in any module.
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from parcat.cli.common import OutputFormat, SummaryFormat, user_errors
+from parcat.cli.common import OutputFormat, SummaryFormat
+from parcat.cli.flag_config import Settings
 from parcat.cli.lazy import held_imports
 from parcat.core.errors import ConfigError, clip
 from parcat.core.raycluster import Backend as BackendKind
@@ -124,58 +123,17 @@ Overrides = Annotated[list[str] | None, SHARED["set"].option()]
 Seed = Annotated[int | None, SHARED["seed"].option()]
 Jobs = Annotated[int | None, SHARED["jobs"].option()]
 OutputFile = Annotated[Path | None, SHARED["output"].option("FILE")]
-OutputDir = Annotated[Path | None, SHARED["output"].option("DIR")]
 Format = Annotated[OutputFormat, SHARED["format"].option()]
 TableOrJson = Annotated[SummaryFormat, SHARED["format"].option()]
 Progress = Annotated[bool, SHARED["progress"].option()]
 Trace = Annotated[Path | None, SHARED["trace"].option()]
 TrustCode = Annotated[bool, SHARED["trust_code"].option()]
-
-Episodes = Annotated[
-    int, typer.Option("--episodes", "-n", metavar="N", help="Episodes per mission.")
-]
-Executor = Annotated[
-    ExecutorKind, typer.Option("--executor", help="Where episodes run (auto: the planner picks).")
-]
-ParallelPolicy = Annotated[
-    bool, typer.Option("--parallel-policy", help="Also parallelise agents within episodes.")
-]
-Strategy = Annotated[
-    PolicyStrategy,
-    typer.Option("--policy-strategy", help="Agent-level strategy with --parallel-policy."),
-]
-ActionTimeout = Annotated[
-    float | None,
-    typer.Option("--action-timeout-ms", metavar="MS",
-                 help="Late actions get the mission's default action."),
-]
-Gpus = Annotated[
-    int | None, typer.Option("--gpus", metavar="N", help="GPUs to use (default: detected).")
-]
-StartMethod = Annotated[
-    StartMethodKind | None,
-    typer.Option("--start-method", help="How worker processes start (default: forkserver "
-                 "where the platform has it)."),
-]
-Backend = Annotated[
-    BackendKind | None,
-    typer.Option("--backend", help="local: worker processes on this machine; ray: on a Ray "
-                 "cluster (episodes as tasks, environment workers as actors)."),
-]
-Address = Annotated[
-    str | None,
-    typer.Option("--address", metavar="HOST:PORT", help="Ray cluster address with --backend "
-                 "ray (default: start a local cluster)."),
-]
-Retries = Annotated[
-    int, typer.Option("--retries", metavar="N", help="Re-runs of an episode whose worker died.")
-]
-EpisodeTimeout = Annotated[
-    float | None,
-    typer.Option("--episode-timeout", metavar="SECONDS",
-                 help="Stop an episode after this many seconds."),
-]
-FailFast = Annotated[bool, typer.Option("--fail-fast", help="Stop at the first failed episode.")]
+Backend = Annotated[BackendKind | None, typer.Option(
+    "--backend", help="local: worker processes on this machine; ray: on a Ray cluster "
+    "(episodes as tasks, environment workers as actors).")]
+Address = Annotated[str | None, typer.Option(
+    "--address", metavar="HOST:PORT",
+    help="Ray cluster address with --backend ray (default: start a local cluster).")]
 
 
 def one_value(values: list[str] | None, flag: str, command: str) -> str | None:
@@ -194,90 +152,59 @@ def one_value(values: list[str] | None, flag: str, command: str) -> str | None:
     return values[0]
 
 
-def eval_args(
-    missions: Missions = None,
-    policies: Policies = None,
-    episodes: Episodes = 10,
-    seed: Seed = 0,
-    overrides: Overrides = None,
-    jobs: Jobs = None,
-    executor: Executor = ExecutorKind.AUTO,
-    parallel_policy: ParallelPolicy = False,
-    policy_strategy: Strategy = PolicyStrategy.AUTO,
-    action_timeout_ms: ActionTimeout = None,
-    gpus: Gpus = None,
-    start_method: StartMethod = None,
-    retries: Retries = 1,
-    episode_timeout: EpisodeTimeout = None,
-    fail_fast: FailFast = False,
-    backend: Backend = BackendKind.LOCAL,
-    address: Address = None,
-    trust_code: TrustCode = False,
-) -> EvalArgs:
-    """The flags ``eval`` and ``plan`` share, as one :class:`EvalArgs` (Typer reads this
-    signature through :func:`with_eval_args`)."""
-    with held_imports():
-        from parcat.eval.eval_args import EvalArgs
-        from parcat.parallel.launch import RunOptions
-    options = RunOptions(
-        jobs=jobs,
-        # --backend ray is the CLI's other word for --executor ray
-        executor=ExecutorKind.RAY if backend is BackendKind.RAY else executor,
-        parallel_policy=parallel_policy, policy_strategy=policy_strategy,
-        action_timeout_ms=action_timeout_ms, gpus=gpus, start_method=start_method,
-        retries=retries, episode_timeout_s=episode_timeout, fail_fast=fail_fast,
-        address=address,
-    )
-    return EvalArgs(
-        missions=tuple(missions or ()), policies=tuple(policies or ()), episodes=episodes,
-        seed=0 if seed is None else seed, overrides=tuple(overrides or ()), options=options,
-        trust_code=trust_code,
-    )
+@dataclass(frozen=True)
+class EvalFlags(Settings):
+    """The flags ``eval`` and ``plan`` share (their settings classes extend it)."""
 
+    missions: Missions = None
+    policies: Policies = None
+    config: Config = None
+    episodes: Annotated[int, typer.Option(
+        "--episodes", "-n", metavar="N", help="Episodes per mission.")] = 10
+    seed: Seed = 0
+    overrides: Overrides = None
+    jobs: Jobs = None
+    executor: Annotated[ExecutorKind, typer.Option(
+        help="Where episodes run (auto: the planner picks).")] = ExecutorKind.AUTO
+    parallel_policy: Annotated[bool, typer.Option(
+        "--parallel-policy", help="Also parallelise agents within episodes.")] = False
+    policy_strategy: Annotated[PolicyStrategy, typer.Option(
+        help="Agent-level strategy with --parallel-policy.")] = PolicyStrategy.AUTO
+    action_timeout_ms: Annotated[float | None, typer.Option(
+        metavar="MS", help="Late actions get the mission's default action.")] = None
+    gpus: Annotated[int | None, typer.Option(
+        metavar="N", help="GPUs to use (default: detected).")] = None
+    start_method: Annotated[StartMethodKind | None, typer.Option(
+        help="How worker processes start (default: forkserver where the platform has it).")
+    ] = None
+    retries: Annotated[int, typer.Option(
+        metavar="N", help="Re-runs of an episode whose worker died.")] = 1
+    episode_timeout: Annotated[float | None, typer.Option(
+        metavar="SECONDS", help="Stop an episode after this many seconds.")] = None
+    fail_fast: Annotated[bool, typer.Option(
+        "--fail-fast", help="Stop at the first failed episode.")] = False
+    backend: Backend = BackendKind.LOCAL
+    address: Address = None
+    trust_code: TrustCode = False
 
-def with_eval_args(command: Callable[..., None]) -> Callable[..., None]:
-    """Give ``command`` the flags of :func:`eval_args` and ``-c FILE`` as well as its own.
-
-    Typer sees ``-c``, every flag of :func:`eval_args`, then ``command``'s own parameters
-    but the first; ``command`` is called with one validated :class:`EvalArgs` first, then
-    its own parameters, the ``-c`` file's keys applied below the flags given
-    (:mod:`parcat.cli.flag_config`). A bad flag or key is one line on stderr and exit
-    code 2, as in the command.
-    """
-    shared = {p.name: p for p in _parameters(eval_args)}
-    own = _parameters(command, skip=1)
-    keyword = inspect.Parameter.KEYWORD_ONLY
-    config = inspect.Parameter("config", keyword, default=None, annotation=Config)
-    context = inspect.Parameter("ctx", keyword, annotation=typer.Context)
-    types = {p.name: p.annotation for p in [*shared.values(), *own]}
-
-    @functools.wraps(command)
-    def run(ctx: typer.Context, config: Path | None = None, **values: Any) -> None:
-        with user_errors():
-            if config is not None:
-                from parcat.cli.flag_config import apply_config
-
-                values = apply_config(config, ctx, values, types)
-            args = eval_args(**{name: values.pop(name) for name in shared})
-        command(args, **values)
-
-    parameters = [p.replace(kind=keyword) for p in [*shared.values(), *own]]
-    parameters = [context, parameters[0], parameters[1], config, *parameters[2:]]
-    run.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
-    # Typer reads the types with typing.get_type_hints: give it the evaluated ones, not
-    # the strings functools.wraps copied (the first among them names EvalArgs)
-    run.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": None}
-    return run
-
-
-def _parameters(function: Callable[..., Any], skip: int = 0) -> list[inspect.Parameter]:
-    """``function``'s parameters but the first ``skip``, annotations evaluated for Typer.
-
-    What ``inspect.signature(eval_str=True)`` does, but only for the parameters Typer
-    reads: the return type and a command's first parameter name classes (``EvalArgs``)
-    imported when the command runs, not when its ``--help`` is shown.
-    """
-    names = getattr(function, "__globals__", {})
-    kept = list(inspect.signature(function).parameters.values())[skip:]
-    return [p.replace(annotation=eval(p.annotation, names)) if isinstance(p.annotation, str)
-            else p for p in kept]
+    def args(self, trace: Path | None = None) -> "EvalArgs":
+        """These flags as one :class:`EvalArgs` (not yet validated: its ``build`` does)."""
+        with held_imports():
+            from parcat.eval.eval_args import EvalArgs
+            from parcat.parallel.launch import RunOptions
+        options = RunOptions(
+            jobs=self.jobs,
+            # --backend ray is the CLI's other word for --executor ray
+            executor=ExecutorKind.RAY if self.backend is BackendKind.RAY else self.executor,
+            parallel_policy=self.parallel_policy, policy_strategy=self.policy_strategy,
+            action_timeout_ms=self.action_timeout_ms, gpus=self.gpus,
+            start_method=self.start_method, retries=self.retries,
+            episode_timeout_s=self.episode_timeout, fail_fast=self.fail_fast,
+            address=self.address,
+        )
+        return EvalArgs(
+            missions=tuple(self.missions or ()), policies=tuple(self.policies or ()),
+            episodes=self.episodes, seed=0 if self.seed is None else self.seed,
+            overrides=tuple(self.overrides or ()), options=options, trace=trace,
+            trust_code=self.trust_code,
+        )

@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import typer
 
 from parcat.cli import options as opts
 from parcat.cli.common import SummaryFormat, print_json, user_errors
+from parcat.cli.flag_config import settings_command
 from parcat.cli.lazy import held_imports
 from parcat.core.resources import available_cpus, visible_gpus
 
-if TYPE_CHECKING:
-    from parcat.eval.eval_args import EvalArgs
+
+@dataclass(frozen=True)
+class PlanSettings(opts.EvalFlags):
+    """Everything ``parcat plan`` is told: eval's shared flags and how to print."""
+
+    fmt: opts.TableOrJson = SummaryFormat.TABLE
 
 
-@opts.with_eval_args
-def plan_command(args: EvalArgs, fmt: opts.TableOrJson = SummaryFormat.TABLE) -> None:
+@settings_command(PlanSettings)
+def plan_command(settings: PlanSettings) -> None:
     """Show how `parcat eval` with the same flags would use the machine, and why.
 
     -c FILE: the YAML file eval reads (the flags' names as keys); keys only eval has
@@ -27,13 +32,13 @@ def plan_command(args: EvalArgs, fmt: opts.TableOrJson = SummaryFormat.TABLE) ->
         from parcat.eval.evaluate import make_tasks, plan_to_dict
         from parcat.parallel.launch import plan_run
     with user_errors():
-        config, options = args.build()
+        config, options = settings.args().build()
         plan = plan_run(config.missions, config.policies, len(make_tasks(config)), options)
     info = plan_to_dict(plan)
     info["cpus_available"] = available_cpus()
     info["gpus_visible"] = visible_gpus() if options.gpus is None else options.gpus
     info["tasks"] = len(config.missions) * config.episodes
-    if fmt is SummaryFormat.JSON:
+    if settings.fmt is SummaryFormat.JSON:
         print_json(info)
         return
     rows = [(k, v) for k, v in info.items() if k != "reasons"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,6 +19,7 @@ from parcat.cli.common import (
     said_interrupted,
     user_errors,
 )
+from parcat.cli.flag_config import Settings, settings_command
 from parcat.cli.output import user_prints_on_stderr
 from parcat.cli.render import (
     key_value_table,
@@ -31,35 +33,35 @@ from parcat.core.settings import parse_overrides
 from parcat.sim import SimMode, SimProgress, load_sim_config, run_sim, summarize
 from parcat.sim.config import SimConfig
 
-ModeOpt = Annotated[
-    SimMode, typer.Option("--mode", help="parallel: a process each, real time; "
-                          "sequential: one process, simulated time.")
-]
-FastOpt = Annotated[
-    bool, typer.Option("--fast", help="Parallel: step the environment as fast as it goes.")
-]
-ItersOpt = Annotated[
-    int | None, typer.Option("--iters", metavar="N", help="Environment steps.")
-]
-OutputOpt = Annotated[str | None, opts.SHARED["output"].option("DIR")]
-RenderOpt = Annotated[
-    bool | None, typer.Option("--render/--no-render", help="Live line and trajectories.svg.")
-]
+
+@dataclass(frozen=True)
+class SimSettings(Settings):
+    """Everything ``parcat sim`` is told (the flags given go on top of its YAML)."""
+
+    config: opts.Config = Path("configs/sim.yaml")
+    mode: Annotated[SimMode, typer.Option(
+        "--mode", help="parallel: a process each, real time; sequential: one process, "
+        "simulated time.")] = SimMode.PARALLEL
+    fast: Annotated[bool, typer.Option(
+        "--fast", help="Parallel: step the environment as fast as it goes.")] = False
+    iters: Annotated[int | None, typer.Option(
+        "--iters", metavar="N", help="Environment steps.")] = None
+    seed: opts.Seed = None
+    output: Annotated[str | None, opts.SHARED["output"].option("DIR")] = None
+    render: Annotated[bool | None, typer.Option(
+        "--render/--no-render", help="Live line and trajectories.svg.")] = None
+    fmt: opts.TableOrJson = SummaryFormat.TABLE
+    overrides: opts.Overrides = None
+    progress: opts.Progress = True
+    trust_code: opts.TrustCode = False
 
 
-def sim_command(
-    config: opts.Config = Path("configs/sim.yaml"),
-    mode: ModeOpt = SimMode.PARALLEL,
-    fast: FastOpt = False,
-    iters: ItersOpt = None,
-    seed: opts.Seed = None,
-    output: OutputOpt = None,
-    render: RenderOpt = None,
-    fmt: opts.TableOrJson = SummaryFormat.TABLE,
-    overrides: opts.Overrides = None,
-    progress: opts.Progress = True,
-    trust_code: opts.TrustCode = False,
-) -> None:
+SIM_FLAGS = ("iters", "seed", "output", "render")
+"""Flags that change the sim YAML's keys of the same name."""
+
+
+@settings_command(SimSettings, flag_keys=False)
+def sim_command(s: SimSettings) -> None:
     """Simulate a mission in real time, each agent at its own cycle_time, and evaluate it.
 
     -c FILE: the sim YAML (default configs/sim.yaml). -o DIR: the folder for record.npz and
@@ -68,16 +70,16 @@ def sim_command(
     Exit codes: 0 done, 1 an agent or the environment failed, 2 bad input, 130 interrupted.
     """
     with user_errors():
-        if config is None:
+        if s.config is None:
             raise ConfigError("parcat sim needs -c FILE, a sim YAML (e.g. configs/sim.yaml)")
-        cfg = load_sim_config(config, parse_overrides(overrides or []),
-                              trust_code).with_options(
-            iters, seed, output, render
-        )
-    with user_errors(), _progress(cfg, mode, progress) as on_progress, user_prints_on_stderr():
-        record = run_sim(cfg, mode, fast=fast, on_progress=on_progress)
+        cfg = load_sim_config(s.config, parse_overrides(s.overrides or []), s.trust_code
+                              ).with_options(**{k: getattr(s, k) for k in SIM_FLAGS
+                                                if k in s.given})
+    with user_errors(), _progress(cfg, s.mode, s.progress) as on_progress, \
+            user_prints_on_stderr():
+        record = run_sim(cfg, s.mode, fast=s.fast, on_progress=on_progress)
     summary = summarize(record)
-    if fmt is SummaryFormat.JSON:
+    if s.fmt is SummaryFormat.JSON:
         print_json(summary)
     else:
         show_summary(summary, record.meta["wall_s"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,6 +11,7 @@ import typer
 
 from parcat.cli import options as opts
 from parcat.cli.common import EXIT_INTERRUPTED, SummaryFormat, print_json, user_errors
+from parcat.cli.flag_config import Settings, settings_command
 from parcat.cli.output import user_prints_on_stderr
 from parcat.cli.render import stderr_console
 from parcat.cli.train_progress import epoch_progress
@@ -20,103 +22,68 @@ from parcat.train.run_dir import RunDirChoice, claim_run_dir
 from parcat.train.runs import BEST
 from parcat.train.trainer import Trainer, TrainReport
 
-EpochsOpt = Annotated[
-    int | None, typer.Option("--epochs", metavar="N", help="Collect-then-learn rounds.")
-]
-StepsPerEpochOpt = Annotated[
-    int | None, typer.Option("--steps-per-epoch", metavar="N", help="Vector steps per epoch.")
-]
-EnvWorkersOpt = Annotated[
-    int | None, typer.Option("--env-workers", metavar="N", help="Environment worker processes "
-                             "(0: in-process; default: planned from the measured env step and "
-                             "free CPUs).")
-]
-EnvsPerWorkerOpt = Annotated[
-    int | None, typer.Option("--envs-per-worker", metavar="N", help="Environments per worker.")
-]
-ModeOpt = Annotated[LearningMode | None, typer.Option(help="sync (reference) or async.")]
-TrainIntervalOpt = Annotated[
-    int | None, typer.Option("--train-interval", metavar="N", help="Async: train every N epochs.")
-]
-TrainStepsOpt = Annotated[
-    int | None, typer.Option("--train-steps", metavar="N",
-                             help="Gradient updates per agent per round.")
-]
-ParallelTrainingOpt = Annotated[
-    bool | None,
-    typer.Option("--parallel-training/--no-parallel-training", help="Train agents concurrently."),
-]
-SharedLearnerOpt = Annotated[
-    bool | None, typer.Option("--shared-learner/--independent", help="One learner for all agents.")
-]
-LearnerOpt = Annotated[
-    str | None, typer.Option("--learner", metavar="NAME", help="Learner: dqn, ppo, or module:Class "
-                             "(the YAML's learner.class).")
-]
-CheckpointEveryOpt = Annotated[
-    int | None, typer.Option("--checkpoint-every", metavar="N", help="Checkpoint every N epochs.")
-]
-RunDirOpt = Annotated[str | None, opts.SHARED["output"].option("DIR", aliases=("--run-dir",))]
-MetricsFormatOpt = Annotated[
-    MetricsFormat | None, typer.Option(help="The per-epoch metrics file's format.")
-]
-LoggerOpt = Annotated[
-    list[LoggerKind] | None,
-    typer.Option("--logger", metavar="KIND", help="Where epoch metrics go (repeatable): jsonl, "
-                 "csv, tensorboard (RUN/tensorboard; pip install 'parcat\\[tensorboard]'), wandb. "
-                 "A metrics file is always written."),
-]
-InitFromOpt = Annotated[
-    str | None, typer.Option("--init-from", metavar="DIR",
-                             help="Start from this checkpoint's weights.")
-]
-ResumeOpt = Annotated[
-    bool, typer.Option("--resume", help="Continue from the run directory's checkpoint.")
-]
-ForceOpt = Annotated[
-    bool, typer.Option("--force", help="Replace the run already in -o DIR (what parcat wrote "
-                       "there is deleted first; other files stay).")
-]
-EvalEpisodesOpt = Annotated[
-    int | None, typer.Option("--eval-episodes", metavar="N", help="Greedy evaluation episodes "
-                             "at every checkpoint; the best checkpoint goes to RUN/best (0: "
-                             "none).")
-]
-RenderOpt = Annotated[
-    bool | None, typer.Option("--render", help="Show one environment; runs in one process.")
-]
+N = "N"
 
 
-def train_command(
-    missions: opts.Missions = None,
-    config: opts.Config = None,
-    overrides: opts.Overrides = None,
-    epochs: EpochsOpt = None,
-    steps_per_epoch: StepsPerEpochOpt = None,
-    jobs: opts.Jobs = None,
-    env_workers: EnvWorkersOpt = None,
-    envs_per_worker: EnvsPerWorkerOpt = None,
-    mode: ModeOpt = None,
-    train_interval: TrainIntervalOpt = None,
-    train_steps: TrainStepsOpt = None,
-    parallel_training: ParallelTrainingOpt = None,
-    shared_learner: SharedLearnerOpt = None,
-    learner: LearnerOpt = None,
-    seed: opts.Seed = None,
-    checkpoint_every: CheckpointEveryOpt = None,
-    run_dir: RunDirOpt = None,
-    metrics_format: MetricsFormatOpt = None,
-    logger: LoggerOpt = None,
-    init_from: InitFromOpt = None,
-    resume: ResumeOpt = False,
-    force: ForceOpt = False,
-    eval_episodes: EvalEpisodesOpt = None,
-    render: RenderOpt = None,
-    backend: opts.Backend = None,
-    address: opts.Address = None,
-    fmt: opts.TableOrJson = SummaryFormat.TABLE,
-    progress: opts.Progress = True,
-) -> None:
+@dataclass(frozen=True)
+class TrainSettings(Settings):
+    """Everything ``parcat train`` is told (the flags given go on top of its YAML)."""
+
+    mission: opts.Missions = None
+    config: opts.Config = None
+    overrides: opts.Overrides = None
+    epochs: Annotated[int | None, typer.Option(
+        metavar=N, help="Collect-then-learn rounds.")] = None
+    steps_per_epoch: Annotated[int | None, typer.Option(
+        metavar=N, help="Vector steps per epoch.")] = None
+    jobs: opts.Jobs = None
+    env_workers: Annotated[int | None, typer.Option(
+        metavar=N, help="Environment worker processes (0: in-process; default: planned from "
+        "the measured env step and free CPUs).")] = None
+    envs_per_worker: Annotated[int | None, typer.Option(
+        metavar=N, help="Environments per worker.")] = None
+    mode: Annotated[LearningMode | None, typer.Option(help="sync (reference) or async.")] = None
+    train_interval: Annotated[int | None, typer.Option(
+        metavar=N, help="Async: train every N epochs.")] = None
+    train_steps: Annotated[int | None, typer.Option(
+        metavar=N, help="Gradient updates per agent per round.")] = None
+    parallel_training: Annotated[bool | None, typer.Option(
+        "--parallel-training/--no-parallel-training", help="Train agents concurrently.")] = None
+    shared_learner: Annotated[bool | None, typer.Option(
+        "--shared-learner/--independent", help="One learner for all agents.")] = None
+    learner: Annotated[str | None, typer.Option(metavar="NAME", help=(
+        "Learner: dqn, ppo, or module:Class (the YAML's learner.class)."))] = None
+    seed: opts.Seed = None
+    checkpoint_every: Annotated[int | None, typer.Option(
+        metavar=N, help="Checkpoint every N epochs.")] = None
+    run_dir: Annotated[str | None, opts.SHARED["output"].option(
+        "DIR", aliases=("--run-dir",))] = None
+    metrics_format: Annotated[MetricsFormat | None, typer.Option(
+        help="The per-epoch metrics file's format.")] = None
+    loggers: Annotated[list[LoggerKind] | None, typer.Option(
+        "--logger", metavar="KIND", help="Where epoch metrics go (repeatable): jsonl, csv, "
+        "tensorboard (RUN/tensorboard; pip install 'parcat\\[tensorboard]'), wandb. A metrics "
+        "file is always written.")] = None
+    init_from: Annotated[str | None, typer.Option(
+        metavar="DIR", help="Start from this checkpoint's weights.")] = None
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Continue from the run directory's checkpoint.")] = False
+    force: Annotated[bool, typer.Option(
+        "--force", help="Replace the run already in -o DIR (what parcat wrote there is "
+        "deleted first; other files stay).")] = False
+    eval_episodes: Annotated[int | None, typer.Option(
+        metavar=N, help="Greedy evaluation episodes at every checkpoint; the best checkpoint "
+        "goes to RUN/best (0: none).")] = None
+    render: Annotated[bool | None, typer.Option(
+        help="Show one environment; runs in one process.")] = None
+    backend: opts.Backend = None
+    address: opts.Address = None
+    fmt: opts.TableOrJson = SummaryFormat.TABLE
+    progress: opts.Progress = True
+
+
+@settings_command(TrainSettings, flag_keys=False)
+def train_command(s: TrainSettings) -> None:
     """Train one independent learner per agent; checkpoints load with `parcat eval -p RUN`.
 
     -o DIR (also --run-dir): the run directory, default runs/<mission>. -c FILE: a train
@@ -124,24 +91,32 @@ def train_command(
     """
     err = stderr_console()
     with user_errors():
-        mission = opts.one_value(missions, "-m/--mission", "train")
-        mission_sets, learner_sets = split_learner_settings(parse_overrides(overrides or []))
-        flags: dict[str, Any] = {
-            "mission": mission, "overrides": mission_sets or None,
-            "learner": {**learner_sets, **({"class": learner} if learner is not None else {})}
-            or None,
-            "epochs": epochs, "steps_per_epoch": steps_per_epoch, "jobs": jobs,
-            "env_workers": env_workers, "envs_per_worker": envs_per_worker, "mode": mode,
-            "train_interval": train_interval, "train_steps": train_steps,
-            "parallel_training": parallel_training, "shared_learner": shared_learner,
-            "seed": seed, "checkpoint_every": checkpoint_every, "run_dir": run_dir,
-            "metrics_format": metrics_format, "loggers": tuple(logger) if logger else None,
-            "init_from": init_from, "render": render, "eval_episodes": eval_episodes,
-            "backend": backend, "address": address,
-        }
-        cfg = load_train_config(config, flags)
-    with user_errors(), claim_run_dir(cfg, resume=resume, force=force) as choice:
-        report, trainer = _train(choice, resume, progress, fmt, err)
+        cfg = load_train_config(s.config, train_flags(s))
+    with user_errors(), claim_run_dir(cfg, resume=s.resume, force=s.force) as choice:
+        report, trainer = _train(choice, s.resume, s.progress, s.fmt, err)
+    _show(report, trainer, s.fmt)
+    if report.interrupted:
+        raise typer.Exit(EXIT_INTERRUPTED)
+
+
+NOT_SETTINGS = ("config", "resume", "force", "fmt", "progress")
+"""Flags of ``train`` that are not keys of its YAML."""
+
+
+def train_flags(s: TrainSettings) -> dict[str, Any]:
+    """The flags the command line gave, as keys of the train YAML (they go on top)."""
+    flags = {name: getattr(s, name) for name in s.given if name not in NOT_SETTINGS}
+    mission_sets, learner_sets = split_learner_settings(
+        parse_overrides(flags.pop("overrides", None) or []))
+    if "learner" in flags:
+        learner_sets["class"] = flags.pop("learner")
+    if "mission" in flags:
+        flags["mission"] = opts.one_value(flags["mission"], "-m/--mission", "train")
+    return {**flags, "overrides": mission_sets or None, "learner": learner_sets or None}
+
+
+def _show(report: TrainReport, trainer: Trainer, fmt: SummaryFormat) -> None:
+    """Print where the checkpoint is (and the plan and epochs with ``-f json``)."""
     if fmt is SummaryFormat.JSON:
         print_json(
             {
@@ -153,15 +128,13 @@ def train_command(
                 "epochs": [s.to_dict() for s in report.epochs],
             }
         )
-    else:
-        best = Path(report.checkpoint) / BEST
-        typer.echo(
-            f"checkpoint: {report.checkpoint}\n"
-            f"evaluate it: parcat eval -p {report.checkpoint} (its mission and parameters come "
-            "from the run)" + (f"; the best: parcat eval -p {best}" if best.is_dir() else "")
-        )
-    if report.interrupted:
-        raise typer.Exit(EXIT_INTERRUPTED)
+        return
+    best = Path(report.checkpoint) / BEST
+    typer.echo(
+        f"checkpoint: {report.checkpoint}\n"
+        f"evaluate it: parcat eval -p {report.checkpoint} (its mission and parameters come "
+        "from the run)" + (f"; the best: parcat eval -p {best}" if best.is_dir() else "")
+    )
 
 
 def _train(choice: RunDirChoice, resume: bool, progress: bool, fmt: SummaryFormat,

@@ -136,20 +136,18 @@ class SimConfig:
         """The agents that run in their own process in parallel mode."""
         return tuple(a for a in self.agents if not a.lockstep)
 
-    def with_options(self, iters: int | None = None, seed: int | None = None,
-                     output: str | None = None, render: bool | None = None) -> SimConfig:
-        """This config with command-line values (those not ``None``) on top."""
+    def with_options(self, **flags: Any) -> SimConfig:
+        """This config with the flags the command line gave on top (``iters``, ``seed``,
+        ``output``: ``''`` writes nothing, ``render``)."""
         where = COMMAND_LINE
-        config = replace(
-            self,
-            iters=self.iters if iters is None else check_int(iters, where, "--iters", 1,
-                                                             limits.MAX_ITERS),
-            seed=self.seed if seed is None else check_int(seed, where, "--seed", 0,
-                                                          limits.MAX_SEED),
-            output=self.output if output is None else (output or None),
-            render=self.render if render is None else render,
-        )
-        if iters is not None:
+        if "iters" in flags:
+            check_int(flags["iters"], where, "--iters", 1, limits.MAX_ITERS)
+        if "seed" in flags:
+            check_int(flags["seed"], where, "--seed", 0, limits.MAX_SEED)
+        if "output" in flags:
+            flags["output"] = flags["output"] or None
+        config = replace(self, **flags)
+        if "iters" in flags:
             limits.check_size(config, where, "--iters")
         return config
 
