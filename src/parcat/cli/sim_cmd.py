@@ -18,7 +18,6 @@ from parcat.cli.common import (
     said_interrupted,
     user_errors,
 )
-from parcat.cli.output import user_prints_on_stderr
 from parcat.cli.render import (
     key_value_table,
     list_table,
@@ -26,6 +25,7 @@ from parcat.cli.render import (
     stderr_console,
     stdout_console,
 )
+from parcat.cli.stdout import user_prints_on_stderr
 from parcat.core.errors import ConfigError
 from parcat.core.settings import parse_overrides
 from parcat.sim import SimMode, SimProgress, load_sim_config, run_sim, summarize

@@ -28,15 +28,15 @@ def episode_worker_main(
     stepper: StepperConfig,
     blas_threads: int,
     gpu: str | None,
-    lane: str,
+    track: str,
     trace: bool,
 ) -> None:
     """Run episodes sent by the parent until told to close or the parent goes away."""
     become_worker(parent_pid, blas_threads)
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
-    tracer = Tracer(lane) if trace else None
-    runner = EpisodeRunner(stepper.make_stepper(tracer), tracer=tracer, lane=lane,
+    tracer = Tracer(track) if trace else None
+    runner = EpisodeRunner(stepper.make_stepper(tracer), tracer=tracer, track=track,
                            retries=stepper.retries)
 
     def loop() -> None:

@@ -18,7 +18,7 @@ from parcat.core.limits import (
 )
 from parcat.train.buffer import transition_bytes
 from parcat.train.mlp import INIT_SCHEMES
-from parcat.train.options import check_int_ranges, from_mapping, is_number
+from parcat.train.mlp_learner import check_int_ranges, from_mapping, is_number
 
 
 @dataclass(frozen=True)

@@ -52,8 +52,8 @@ from parcat.train.mlp import (
     single_threaded_blas,
     views,
 )
+from parcat.train.mlp_learner import MLPLearner
 from parcat.train.onpolicy import Rollout, gae
-from parcat.train.options import MLPLearner
 from parcat.train.ppo_config import PPOConfig
 
 __all__ = ["PPOConfig", "PPOLearner"]

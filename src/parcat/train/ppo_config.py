@@ -11,7 +11,7 @@ from typing import Any
 
 from parcat.core.errors import ConfigError, brief
 from parcat.core.limits import MAX_BATCH_SIZE, MAX_COUNT, MAX_NET_DEPTH, MAX_NET_WIDTH
-from parcat.train.options import check_int_ranges, from_mapping, is_number
+from parcat.train.mlp_learner import check_int_ranges, from_mapping, is_number
 
 
 @dataclass(frozen=True)
