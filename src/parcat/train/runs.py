@@ -45,14 +45,6 @@ class RunSnapshot:
         return int(self.meta["epoch"])
 
 
-def save_checkpoint(config: TrainConfig, mission: Mission, learners: dict[Any, Learner],
-                    epoch: int, arrays: dict[str, dict[str, np.ndarray]] | None = None) -> Path:
-    """Write the run directory atomically after ``epoch`` epochs (with more ``arrays``
-    files, e.g. the episodes in flight: :func:`parcat.policies.checkpoint.save_run`)."""
-    return write_snapshot(config.run_path, capture(config, mission, learners, epoch,
-                                                   arrays=arrays))
-
-
 def write_snapshot(path: Path, snapshot: RunSnapshot, best: bool = False) -> Path:
     """Write ``snapshot`` into the run directory atomically (its metrics log, ``best/`` and
     any other file stay); with ``best``, ``best/`` becomes a copy of it."""
