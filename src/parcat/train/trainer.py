@@ -331,8 +331,8 @@ def make_learners(mission: Mission, recipes: dict[str, LearnerRecipe]) -> dict[A
 def load_in_flight(run_path: Any, vec: VecEnv) -> inflight.InFlight | None:
     """The episodes a checkpoint was running, if it kept them for ``vec``'s environments.
 
-    A checkpoint without them (an older parcat) or for another number of environments
-    starts new episodes.
+    A checkpoint without them (``save_run`` called without them) or for another number of
+    environments starts new episodes.
 
     Raises:
         CheckpointError: the file is damaged or holds other agents' arrays.
