@@ -48,13 +48,15 @@ from parcat.policies.checkpoint_manifest import (
 )
 
 __all__ = [
-    "ARRAYS", "MANIFEST", "POLICY_FORMAT", "RUN_FORMAT", "STATE", "VERSION", "PolicyCheckpoint",
-    "check_finite", "load_policy", "load_run_arrays", "load_state", "read_manifest",
-    "recover_swap", "save_run", "signals_deferred",
+    "ARRAYS", "BEST", "MANIFEST", "POLICY_FORMAT", "RUN_FORMAT", "STATE", "VERSION",
+    "PolicyCheckpoint", "check_finite", "load_policy", "load_run_arrays", "load_state",
+    "read_manifest", "recover_swap", "save_run", "signals_deferred",
 ]
 
 ARRAYS = "arrays.npz"
 STATE = "state.npz"
+BEST = "best"
+"""The sub-folder of a run holding the checkpoint with the best evaluation return."""
 _CHUNK = 1 << 20
 
 

@@ -26,8 +26,7 @@ if TYPE_CHECKING:
 METRICS_FILES = ("metrics.jsonl", "metrics.csv")
 
 
-BEST = "best"
-"""The sub-folder of a run directory holding the checkpoint with the best evaluation return."""
+BEST = checkpoint.BEST
 
 
 @dataclass(frozen=True)
