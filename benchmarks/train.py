@@ -517,7 +517,7 @@ def memory_child() -> None:
 def memory(table: Table) -> None:
     """Worker memory (measured in a fresh child process) and replay-buffer sizes."""
     from parcat.envs.missions import load_mission
-    from parcat.train.buffer import ReplayBuffer
+    from parcat.train.buffer import transition_bytes
     from parcat.train.envslice import agent_layouts
 
     code = (
@@ -549,7 +549,7 @@ def memory(table: Table) -> None:
         mission = load_mission(name, overrides)
         layouts = agent_layouts(mission)
         obs_dim = int(np.prod(layouts[0].obs_shape))
-        per = ReplayBuffer(1, obs_dim).bytes_per_transition
+        per = transition_bytes(obs_dim)
         table.row(f"replay buffer, {name} (obs {obs_dim} float32): per transition", per, "B")
         table.row(f"  per 1M transitions (one buffer per agent, {len(layouts)} agents)",
                   per * 1e6 / 2**20, "MB/agent")

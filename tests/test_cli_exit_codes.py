@@ -4,6 +4,7 @@ pipe early gets silence and 141, the shell's code for death by SIGPIPE."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -41,15 +42,17 @@ def run_parcat(args: list[str], stdout: int, unbuffered: bool = False,
 def test_an_empty_checkpoint_file_is_one_line_exit_2_not_an_interrupt(tmp_path: Path) -> None:
     checkpoint = tmp_path / "ckpt"
     checkpoint.mkdir()
+    empty = {"size": 0, "sha256": hashlib.sha256(b"").hexdigest()}
     (checkpoint / "manifest.json").write_text(json.dumps(
-        {"format": "parcat.policy", "version": 1, "policy": "mlp", "kwargs": {}}))
+        {"format": "parcat.policy", "version": 2, "policy": "mlp", "kwargs": {},
+         "files": {"arrays.npz": empty}}))
     (checkpoint / "arrays.npz").write_bytes(b"")  # np.load raises EOFError
     run = run_parcat([*EVAL, "-n", "1", "-p", str(checkpoint)], subprocess.DEVNULL)
     # the checkpoint reader names the damage itself (an EOFError nobody expected is
     # test_an_eof_error_from_anywhere_is_an_error_not_an_interrupt below)
     assert (run.returncode, run.stderr) == (2, (
         f"parcat: error: checkpoint '{checkpoint}' is truncated or corrupted: 'arrays.npz' is "
-        "not a readable numpy archive (BadZipFile); restore the checkpoint from a copy or "
+        "not a readable numpy archive (EOFError); restore the checkpoint from a copy or "
         "train it again (mission 'harvest')\n"))
 
 

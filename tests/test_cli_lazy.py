@@ -58,7 +58,7 @@ def test_importing_the_cli_imports_no_command_nor_library() -> None:
     assert under(modules, (*HEAVY, "rich", "pydantic")) == []
     assert sorted(m for m in modules if m.startswith("parcat")) == [
         "parcat", "parcat.cli", "parcat.cli.common", "parcat.cli.entry", "parcat.cli.lazy",
-        "parcat.cli.main", "parcat.cli.output", "parcat.core", "parcat.core.errors"]
+        "parcat.cli.main", "parcat.cli.stdout", "parcat.core", "parcat.core.errors"]
 
 
 def test_help_lists_every_command_with_its_summary_and_imports_none(tmp_path: Path) -> None:

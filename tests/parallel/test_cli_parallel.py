@@ -54,7 +54,7 @@ def test_trace_file_shows_workers_episodes_and_agent_steps(tmp_path: Path) -> No
     assert any(e["name"] == "harvest #0" for e in spans)
     assert any(lanes[e["pid"], e["tid"]] == "policy-worker-0" and
                e["name"].startswith("step agent_") for e in spans)
-    # env steps nest inside their episode's span, on its lane
+    # env steps nest inside their episode's span, on its track
     episode = next(e for e in spans if e["name"] == "harvest #0")
     steps = [e for e in spans if e["name"] == "env step" and e["pid"] == episode["pid"]
              and e["tid"] == episode["tid"]]

@@ -59,7 +59,7 @@ def test_falling_back_mid_episode_keeps_the_results(
 def test_an_episode_too_long_to_replay_falls_back_at_its_end(
     sequential: list[EpisodeResult], spin: bool
 ) -> None:
-    stepper = ProcessStepper(1, spin=spin, check_steps=8, payoff_ratio=0.0, replay_steps=4)
+    stepper = ProcessStepper(1, spin=spin, check_steps=8, payoff_ratio=0.0, history_steps=4)
     with pytest.warns(RuntimeWarning, match=MOVED + " from the next episode on"):
         assert results(stepper) == sequential
     assert stepper.kept == 0

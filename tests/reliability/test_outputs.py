@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from parcat.core.errors import OutputError
-from parcat.core.outputs import check_output_file, check_output_folder
+from parcat.core.output_paths import check_output_file, check_output_folder
 from parcat.eval.results_file import journal_path, load_finished
 from tests.reliability.helpers import ROOT
 

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from parcat.core.errors import CheckpointError, ConfigError
-from parcat.train.buffer import FIELDS, ReplayBuffer
+from parcat.train.buffer import FIELDS, ReplayBuffer, transition_bytes
 from parcat.train.learner import Transitions
 
 OBS_DIM = 3
@@ -124,12 +124,13 @@ def test_pickle_round_trip_keeps_contents_and_generator() -> None:
 def test_memory_is_reported_per_transition() -> None:
     buffer = ReplayBuffer(1_000_000, (2, 2), seed=0)
     assert buffer.nbytes == 0
-    assert buffer.bytes_per_transition == 2 * 4 * 4 + 8 + 4 + 1
+    per_transition = transition_bytes(4)
+    assert per_transition == 2 * 4 * 4 + 8 + 4 + 1
     buffer.add_batch(Transitions(
         np.zeros((10, 2, 2)), np.zeros(10), np.zeros(10), np.zeros((10, 2, 2)), np.zeros(10)
     ))
     # storage grows on demand rather than allocating the capacity up front
-    assert 10 * buffer.bytes_per_transition <= buffer.nbytes < 10_000 * buffer.bytes_per_transition
+    assert 10 * per_transition <= buffer.nbytes < 10_000 * per_transition
 
 
 def test_loading_another_capacity_fails() -> None:

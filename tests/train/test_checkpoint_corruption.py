@@ -3,11 +3,13 @@
 Each damage is done to a copy of one real (tiny) run directory and read back through
 ``parcat eval -p RUN`` and ``parcat train --resume``; a fuzz test flips and cuts random
 bytes of its files and checks that loading gives the very same arrays or a
-``CheckpointError``, for this version's checkpoints and for version 1 (no hashes).
+``CheckpointError``. Damage recorded in the manifests (``record_as_is``) reaches the readers
+behind the hashes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -88,12 +90,19 @@ def rewrite_run(run: Path, change: Callable[[str, dict[str, np.ndarray]], None])
     checkpoint.save_run(run, agents, meta)  # the metrics log stays where it is
 
 
-def as_version_1(run: Path) -> None:
-    """Turn a run into what parcat wrote before manifests recorded their files."""
-    for file in run.rglob(checkpoint.MANIFEST):
+def record_as_is(run: Path) -> None:
+    """Record every file's size and hash as it is now (the agents' manifests first, then the
+    run's), so that damage reaches the reader behind the checks."""
+    for file in sorted(run.rglob(checkpoint.MANIFEST), key=lambda f: f.parent == run):
         manifest = json.loads(file.read_text())
-        del manifest["files"]
-        file.write_text(json.dumps({**manifest, "version": 1}))
+        manifest["files"] = {name: {"size": (file.parent / name).stat().st_size,
+                                    "sha256": sha256_of(file.parent / name)}
+                             for name in manifest["files"]}
+        file.write_text(json.dumps(manifest))
+
+
+def sha256_of(file: Path) -> str:
+    return hashlib.sha256(file.read_bytes()).hexdigest()
 
 
 def cut(file: Path, size: int) -> None:
@@ -227,15 +236,15 @@ def test_every_damage_is_one_line_and_exit_2(
 
 
 def test_an_empty_arrays_file_in_a_real_process_is_one_line_not_exit_130(run: Path) -> None:
-    as_version_1(run)  # no sizes to compare: the reader itself meets the empty file
     cut(run / "agent_0/arrays.npz", 0)
+    record_as_is(run)  # the reader itself meets the empty file
     for args in (eval_args(run), resume_args(run)):
         proc = subprocess.run([sys.executable, "-m", "parcat", *args], capture_output=True,
                               text=True, timeout=120, check=False)
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.endswith(
             f"checkpoint '{run}/agent_0' is truncated or corrupted: 'arrays.npz' is not a "
-            f"readable numpy archive (BadZipFile); {FIX}{'' if '--resume' in args else SUFFIX}\n"
+            f"readable numpy archive (EOFError); {FIX}{'' if '--resume' in args else SUFFIX}\n"
         )
         assert proc.stderr.count("\n") == 1
 
@@ -244,31 +253,35 @@ def test_an_empty_arrays_file_in_a_real_process_is_one_line_not_exit_130(run: Pa
     ("name", "harm", "error"),
     [
         ("arrays.npz", lambda file: cut(file, 9000), "BadZipFile"),
-        ("arrays.npz", flip_middle_byte, "BadZipFile"),
-        ("state.npz", lambda file: cut(file, 0), "BadZipFile"),
+        ("state.npz", lambda file: cut(file, 0), "EOFError"),
     ],
-    ids=["truncated_arrays", "bad_crc_arrays", "empty_state"],
+    ids=["truncated_arrays", "empty_state"],
 )
-def test_version_1_checkpoints_load_and_their_damage_is_one_line(
+def test_damage_the_manifests_record_is_one_line_from_the_reader(
     run: Path, name: str, harm: Callable[[Path], None], error: str,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    as_version_1(run)
-    undamaged = Path(shutil.copytree(run, run.with_name("v1")))
     harm(run / "agent_0" / name)
+    record_as_is(run)
     line = (f"parcat: error: checkpoint '{run}/agent_0' is truncated or corrupted: '{name}' is "
             f"not a readable numpy archive ({error}); {FIX}")
     assert run_cli(resume_args(run), capsys) == (2, line + "\n")
     if name == "arrays.npz":  # eval reads no training state
         assert run_cli(eval_args(run), capsys) == (2, line + SUFFIX + "\n")
-    assert run_cli(eval_args(undamaged), capsys)[0] == 0
-    code, err = run_cli(resume_args(undamaged), capsys)
-    assert (code, err.split(" episodes")[0]) == (0, "epoch 2/2")  # --format json: on stderr
+
+
+def test_a_checkpoint_of_another_version_is_one_line(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    edit_manifest(run / checkpoint.MANIFEST, lambda manifest: manifest.update(version=1))
+    line = (f"parcat: error: checkpoint '{run}' has version 1; this parcat reads version 2; "
+            "use the parcat that wrote it")
+    assert run_cli(resume_args(run), capsys) == (2, line + "\n")
 
 
 def test_a_pickled_array_is_refused(run: Path) -> None:
-    as_version_1(run)
     np.savez(run / "agent_0/arrays.npz", w0=np.array([{"x": 1}], dtype=object))
+    record_as_is(run)
     message = (f"checkpoint '{run}/agent_0' is truncated or corrupted: 'arrays.npz' is not a "
                f"readable numpy archive (ValueError); {FIX}")
     with pytest.raises(CheckpointError, match=re.escape(message)):
@@ -289,7 +302,6 @@ def test_arrays_a_policy_cannot_take_are_one_line(
 
 
 def test_the_manifest_records_every_file_with_its_size_and_hash(pristine: Path) -> None:
-    import hashlib
 
     files = checkpoint.read_manifest(pristine)["files"]
     on_disk = sorted(name for name in (str(p.relative_to(pristine)) for p in pristine.rglob("*")
@@ -323,14 +335,11 @@ damage = st.tuples(st.integers(0, 10**6), st.sampled_from(["flip", "cut"]),
 
 @settings(max_examples=120, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(version=st.sampled_from([1, 2]), harm=damage)
+@given(harm=damage)
 def test_fuzzed_damage_gives_the_same_arrays_or_a_checkpoint_error(
-    pristine: Path, tmp_path_factory: pytest.TempPathFactory, version: int,
-    harm: tuple[int, str, int, int],
+    pristine: Path, tmp_path_factory: pytest.TempPathFactory, harm: tuple[int, str, int, int],
 ) -> None:
     run = Path(shutil.copytree(pristine, tmp_path_factory.mktemp("fuzz") / "run"))
-    if version == 1:
-        as_version_1(run)
     reference = load_everything(run)
     files = sorted(p for p in run.rglob("*") if p.is_file() and p.name not in METRICS_FILES)
     which, how, where, bit = harm

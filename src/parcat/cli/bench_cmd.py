@@ -11,7 +11,7 @@ from parcat.cli import options as opts
 from parcat.cli.charts import CHART_FORMATS, bar_chart, save_chart
 from parcat.cli.common import EXIT_FAILED, SummaryFormat, print_json, user_errors
 from parcat.cli.lazy import held_imports
-from parcat.core.outputs import check_output_file, check_output_suffix
+from parcat.core.output_paths import check_output_file, check_output_suffix
 
 if TYPE_CHECKING:
     from parcat.eval.compare import BenchComparison

@@ -21,10 +21,10 @@ from parcat.cli.common import (
 )
 from parcat.cli.flag_config import settings_command
 from parcat.cli.lazy import held_imports
-from parcat.cli.output import user_prints_on_stderr
+from parcat.cli.stdout import user_prints_on_stderr
 from parcat.core import runlock
 from parcat.core.errors import ConfigError
-from parcat.core.outputs import check_output_file, check_output_folder, check_output_suffix
+from parcat.core.output_paths import check_output_file, check_output_folder, check_output_suffix
 
 if TYPE_CHECKING:
     from parcat.eval.evaluate import EvalConfig, EvalReport

@@ -30,7 +30,7 @@ from parcat.cli.common import (
     EXIT_USAGE,
 )
 from parcat.cli.lazy import LazyCommand, LazyGroup
-from parcat.cli.output import StdoutError, guarded_stdout
+from parcat.cli.stdout import StdoutError, guarded_stdout
 
 COMMANDS = (
     LazyCommand("eval", "parcat.cli.eval_cmd:eval_command",

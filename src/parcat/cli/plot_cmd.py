@@ -13,7 +13,7 @@ from parcat.cli.charts import CHART_FORMATS, line_chart, matrix_text, save_chart
 from parcat.cli.common import user_errors
 from parcat.cli.lazy import held_imports
 from parcat.core.errors import ConfigError
-from parcat.core.outputs import check_output_file, check_output_suffix
+from parcat.core.output_paths import check_output_file, check_output_suffix
 
 
 def plot_command(

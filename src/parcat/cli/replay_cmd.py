@@ -13,7 +13,7 @@ import typer
 
 from parcat.cli import options as opts
 from parcat.cli.common import user_errors
-from parcat.core.outputs import check_output_file, check_output_suffix
+from parcat.core.output_paths import check_output_file, check_output_suffix
 
 OUTPUT_FORMATS = {".svg": "an animated SVG"}
 """What ``-o`` writes, by extension."""

@@ -20,7 +20,6 @@ from parcat.cli.common import (
     user_errors,
 )
 from parcat.cli.flag_config import Settings, settings_command
-from parcat.cli.output import user_prints_on_stderr
 from parcat.cli.render import (
     key_value_table,
     list_table,
@@ -28,6 +27,7 @@ from parcat.cli.render import (
     stderr_console,
     stdout_console,
 )
+from parcat.cli.stdout import user_prints_on_stderr
 from parcat.core.errors import ConfigError
 from parcat.core.settings import parse_overrides
 from parcat.sim import SimMode, SimProgress, load_sim_config, run_sim, summarize

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from parcat.cli.common import EXIT_FAILED, EXIT_OK, OutputFormat
-from parcat.cli.output import user_prints_on_stderr
+from parcat.cli.stdout import user_prints_on_stderr
 from parcat.core.jsontext import dumps
 from parcat.eval.evaluate import EvalConfig
 from parcat.eval.stats import Interval

@@ -12,8 +12,8 @@ import typer
 from parcat.cli import options as opts
 from parcat.cli.common import EXIT_INTERRUPTED, SummaryFormat, print_json, user_errors
 from parcat.cli.flag_config import Settings, settings_command
-from parcat.cli.output import user_prints_on_stderr
 from parcat.cli.render import stderr_console
+from parcat.cli.stdout import user_prints_on_stderr
 from parcat.cli.train_progress import epoch_progress
 from parcat.core.errors import ConfigError
 from parcat.core.settings import parse_overrides, split_learner_settings

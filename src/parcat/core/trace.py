@@ -2,7 +2,7 @@
 
 Each process records complete events (``"ph": "X"``) against the system-wide monotonic
 clock, so events from different workers line up; workers ship theirs back with each
-episode's result. Events are recorded on named lanes (``episode-worker-0``,
+episode's result. Events are recorded on named tracks (``episode-worker-0``,
 ``episode-worker-0/agents``); the file numbers them as integer thread ids and names each
 with a ``thread_name`` metadata event, as the format specifies.
 """
@@ -27,17 +27,17 @@ def now_us() -> float:
 class Tracer:
     """Collects trace events in one process."""
 
-    def __init__(self, lane: str = "main") -> None:
-        self.lane = lane
+    def __init__(self, track: str = "main") -> None:
+        self.track = track
         self.events: list[dict[str, Any]] = []
         self._lock = threading.Lock()
 
-    def span(self, name: str, start_us: float, end_us: float, lane: str | None = None,
+    def span(self, name: str, start_us: float, end_us: float, track: str | None = None,
              **args: Any) -> None:
-        """Record that ``name`` ran from ``start_us`` to ``end_us`` on ``lane``."""
+        """Record that ``name`` ran from ``start_us`` to ``end_us`` on ``track``."""
         event = {
             "name": name, "ph": "X", "ts": start_us, "dur": max(0.0, end_us - start_us),
-            "pid": os.getpid(), "tid": lane or self.lane, "args": args,
+            "pid": os.getpid(), "tid": track or self.track, "args": args,
         }
         with self._lock:
             self.events.append(event)
@@ -52,21 +52,21 @@ class Tracer:
 def standard_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``events`` as the trace-event format specifies them: integer ``tid``s, numbered per
     process in order of first appearance, each named by a ``thread_name`` metadata event
-    (the lane it was recorded on), and every process by a ``process_name`` event."""
+    (the track it was recorded on), and every process by a ``process_name`` event."""
     tids: dict[tuple[int, str], int] = {}
-    lanes_of: dict[int, int] = {}  # lanes numbered so far, per process
+    tracks_of: dict[int, int] = {}  # tracks numbered so far, per process
     meta: list[dict[str, Any]] = []
     out: list[dict[str, Any]] = []
     for event in events:
-        pid, lane = event["pid"], str(event["tid"])
-        if (pid, lane) not in tids:
-            if pid not in lanes_of:
+        pid, track = event["pid"], str(event["tid"])
+        if (pid, track) not in tids:
+            if pid not in tracks_of:
                 meta.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
                              "args": {"name": f"parcat {pid}"}})
-            lanes_of[pid] = tids[pid, lane] = lanes_of.get(pid, 0) + 1
-            meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tids[pid, lane],
-                         "args": {"name": lane}})
-        out.append({**event, "tid": tids[pid, lane]})
+            tracks_of[pid] = tids[pid, track] = tracks_of.get(pid, 0) + 1
+            meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tids[pid, track],
+                         "args": {"name": track}})
+        out.append({**event, "tid": tids[pid, track]})
     return meta + out
 
 

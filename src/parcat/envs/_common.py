@@ -18,7 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from parcat.core.errors import MissionError, brief
-from parcat.core.limits import MAX_ENV_NUMBER, MAX_OBSERVATION_FLOATS
+from parcat.core.limits import MAX_ENV_NUMBER, MAX_EPISODE_STEPS, MAX_OBSERVATION_FLOATS
 
 StepResult = tuple[
     dict[str, NDArray[np.float32]],
@@ -124,9 +124,8 @@ class BuiltinEnv(ABC):
 
     A subclass names itself in its class statement (``class HarvestEnv(BuiltinEnv,
     name="harvest")``), which gives its ``metadata`` and starts its runtime errors. Its
-    constructor sets ``possible_agents``, ``agents`` (empty), ``max_steps``, ``_obs_space``
-    (one Box for every agent), ``_act_space``, ``_rng`` (``None``) and ``_steps``; it
-    implements :meth:`_start`, :meth:`_advance` and :meth:`_observe`.
+    constructor calls :meth:`_set_agents` and sets ``_obs_space`` (one Box for every agent) and
+    ``_act_space``; it implements :meth:`_start`, :meth:`_advance` and :meth:`_observe`.
     """
 
     metadata: dict[str, Any]
@@ -143,6 +142,15 @@ class BuiltinEnv(ABC):
     def __init_subclass__(cls, *, name: str, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.metadata = make_metadata(name)
+
+    def _set_agents(self, possible_agents: list[str], max_steps: Any) -> None:
+        """Set the agents and the step limit (checked), before any episode."""
+        name = self.metadata["name"]
+        self.max_steps = require_int(name, "max_steps", max_steps, 1, MAX_EPISODE_STEPS)
+        self.possible_agents = possible_agents
+        self.agents = []
+        self._rng = None
+        self._steps = 0
 
     @property
     def unwrapped(self) -> BuiltinEnv:

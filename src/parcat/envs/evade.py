@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from parcat.core.errors import MissionError, brief
-from parcat.core.limits import MAX_AGENTS, MAX_EPISODE_STEPS
+from parcat.core.limits import MAX_AGENTS
 from parcat.envs._common import (
     BuiltinEnv,
     invalid_parameter,
@@ -91,19 +91,14 @@ class EvadeEnv(BuiltinEnv, name="evade"):
             limit = f"< arena / 4 = {self.arena / 4:g}"
             raise invalid_parameter("evade", "capture_radius", limit, capture_radius)
         self.dt = require_positive("evade", "dt", dt)
-        self.max_steps = require_int("evade", "max_steps", max_steps, 1, MAX_EPISODE_STEPS)
-        self.possible_agents: list[str] = [f"pursuer_{i}" for i in range(self.num_pursuers)]
-        self.possible_agents.append(EVADER)
-        self.agents: list[str] = []
+        self._set_agents([*(f"pursuer_{i}" for i in range(self.num_pursuers)), EVADER], max_steps)
         count = len(self.possible_agents)
         self._speeds = np.array([self.pursuer_speed] * self.num_pursuers + [self.evader_speed])
         self._others = np.array([[j for j in range(count) if j != i] for i in range(count)])
         self._obs_space = self._make_obs_space()
         self._act_space = gymnasium.spaces.Box(-1.0, 1.0, (2,), dtype=np.float32)
-        self._rng: np.random.Generator | None = None
         self._pos = np.zeros((count, 2))
         self._vel = np.zeros((count, 2))
-        self._steps = 0
         self._capture_step: int | None = None
         self._min_distance = math.inf
 

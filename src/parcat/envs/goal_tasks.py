@@ -24,7 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from parcat.core.errors import MissionError, brief
-from parcat.core.limits import MAX_AGENTS, MAX_EPISODE_STEPS
+from parcat.core.limits import MAX_AGENTS
 from parcat.envs._common import BuiltinEnv, invalid_parameter, require_int, require_positive
 
 TASK_KINDS = ("position", "direction")
@@ -74,19 +74,15 @@ class GoalTasksEnv(BuiltinEnv, name="goal_tasks"):
         if not isinstance(observe_goal, bool):
             raise invalid_parameter("goal_tasks", "observe_goal", "true or false", observe_goal)
         self.observe_goal = observe_goal
-        self.max_steps = require_int("goal_tasks", "max_steps", max_steps, 1, MAX_EPISODE_STEPS)
-        self.possible_agents: list[str] = [f"agent_{i}" for i in range(self.num_agents)]
-        self.agents: list[str] = []
+        self._set_agents([f"agent_{i}" for i in range(self.num_agents)], max_steps)
         self.task: dict[str, Any] | None = None
         """The task of the current episode (``None`` before the first reset)."""
         self._obs_space = self._make_obs_space()
         self._act_space = gymnasium.spaces.Discrete(len(ACTION_MOVES))
         self._moves = np.array(ACTION_MOVES, dtype=np.int64)
-        self._rng: np.random.Generator | None = None
         self._lattice = np.zeros((self.num_agents, 2), dtype=np.int64)
         self._goals = np.zeros((self.num_agents, 2))
         self._last_reward = np.zeros(self.num_agents)
-        self._steps = 0
 
     def _make_obs_space(self) -> gymnasium.spaces.Box:
         """The Box every agent observes in; slightly loose so rounding never leaves it."""

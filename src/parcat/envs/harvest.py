@@ -21,7 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from parcat.core.errors import MissionError, brief
-from parcat.core.limits import MAX_AGENTS, MAX_EPISODE_STEPS, MAX_GRID_SIDE, MAX_VIEW_RADIUS
+from parcat.core.limits import MAX_AGENTS, MAX_GRID_SIDE, MAX_VIEW_RADIUS
 from parcat.envs._common import BuiltinEnv, require_int, require_observation_size
 
 NUM_CHANNELS = 4
@@ -78,20 +78,16 @@ class HarvestEnv(BuiltinEnv, name="harvest"):
         why = f" (free cells of a size-{self.size} map)"
         self.num_resources = require_int("harvest", "resources", resources, 1, free, why)
         self.view = require_int("harvest", "view", view, 1, MAX_VIEW_RADIUS)
-        self.max_steps = require_int("harvest", "max_steps", max_steps, 1, MAX_EPISODE_STEPS)
         obs_length = NUM_CHANNELS * (2 * self.view + 1) ** 2 + NUM_EXTRAS
         require_observation_size("harvest", self.num_agents, obs_length,
                                  "fewer agents or a smaller view")
-        self.possible_agents: list[str] = [f"agent_{i}" for i in range(self.num_agents)]
-        self.agents: list[str] = []
+        self._set_agents([f"agent_{i}" for i in range(self.num_agents)], max_steps)
         self._build_static()
         self._obs_space = self._make_obs_space()
         self._act_space = gymnasium.spaces.Discrete(len(ACTION_MOVES))
-        self._rng: np.random.Generator | None = None
         self._resource_layer = np.zeros_like(self._wall_layer)
         self._cells = np.zeros(self.num_agents, dtype=np.intp)
         self._carrying = np.zeros(self.num_agents, dtype=bool)
-        self._steps = 0
         self._deliveries = 0
         self._pickups = 0
 

@@ -111,9 +111,7 @@ class Mission:
             )
         params = {**self.params, **overrides}
         max_steps = params.get("max_steps", self.max_steps)
-        if not _is_step_limit(max_steps):
-            raise MissionError(f"mission '{self.name}': max_steps must be an integer between 1 "
-                               f"and {MAX_EPISODE_STEPS:,}, got {brief(max_steps)}")
+        _check_step_limit(f"mission '{self.name}'", "max_steps", max_steps)
         if "max_steps" not in self.params:
             params.pop("max_steps", None)
         mission = replace(self, params=params, max_steps=max_steps)
@@ -360,9 +358,7 @@ def factory_mission(name: str, overrides: Mapping[str, Any]) -> Mission:
         reference = f"{name}:{found[0]}"
     params = dict(overrides)
     max_steps = params.pop("max_steps", DEFAULT_MAX_STEPS)
-    if not _is_step_limit(max_steps):
-        raise MissionError(f"mission '{clip(name)}': max_steps must be an integer between 1 "
-                           f"and {MAX_EPISODE_STEPS:,}, got {brief(max_steps)}")
+    _check_step_limit(f"mission '{clip(name)}'", "max_steps", max_steps)
     mission = Mission(name=name, env=reference, params=params, max_steps=max_steps,
                       description=f"environment {reference}", source=reference)
     validate_env(mission)
@@ -391,9 +387,7 @@ def gymnasium_mission(name: str, overrides: Mapping[str, Any]) -> Mission:
     params = dict(overrides)
     registered = params.get("max_episode_steps", spec.max_episode_steps)
     max_steps = params.pop("max_steps", registered or DEFAULT_MAX_STEPS)
-    if not _is_step_limit(max_steps):
-        raise MissionError(f"mission '{clip(name)}': max_steps must be an integer between 1 "
-                           f"and {MAX_EPISODE_STEPS:,}, got {brief(max_steps)}")
+    _check_step_limit(f"mission '{clip(name)}'", "max_steps", max_steps)
     mission = Mission(name=name, env=name, params=params, max_steps=max_steps,
                       description=f"gymnasium environment {env_id}", source="gymnasium")
     validate_env(mission)
@@ -423,9 +417,11 @@ def _is_file(name_or_path: str) -> bool:
                            "mission name or a shorter YAML path") from None
 
 
-def _is_step_limit(value: Any) -> bool:
-    return (isinstance(value, int) and not isinstance(value, bool)
-            and 1 <= value <= MAX_EPISODE_STEPS)
+def _check_step_limit(where: str, key: str, value: Any) -> None:
+    if not (isinstance(value, int) and not isinstance(value, bool)
+            and 1 <= value <= MAX_EPISODE_STEPS):
+        raise MissionError(f"{where}: {key} must be an integer between 1 and "
+                           f"{MAX_EPISODE_STEPS:,}, got {brief(value)}")
 
 
 def _mission_name(value: Any, path: Path) -> str:
@@ -467,9 +463,7 @@ def read_mission(path: Path) -> Mission:
         raise MissionError(f"mission file '{path}': key 'params' must be a mapping of "
                            "parameter names to values")
     max_steps = params.get("max_steps", data.get("max_steps", DEFAULT_MAX_STEPS))
-    if not _is_step_limit(max_steps):
-        raise MissionError(f"mission file '{path}': 'max_steps' must be an integer between 1 "
-                           f"and {MAX_EPISODE_STEPS:,}, got {brief(max_steps)}")
+    _check_step_limit(f"mission file '{path}'", "'max_steps'", max_steps)
     fresh_env = data.get("fresh_env")
     if fresh_env is not None and not isinstance(fresh_env, bool):
         raise MissionError(f"mission file '{path}': 'fresh_env' must be true or false, "

@@ -73,7 +73,7 @@ class _Track:
     rewards: list[float] = field(default_factory=list)
 
 
-class Recorder:
+class ReplayRecorder:
     """Collects one episode as it is played (see the module docstring for the format).
 
     Args:

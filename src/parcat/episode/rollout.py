@@ -26,7 +26,7 @@ from parcat.core.trace import Tracer, now_us
 from parcat.envs.base import ParallelEnv
 from parcat.envs.missions import Mission, close_env
 from parcat.envs.turns import is_turn_based, play_turns
-from parcat.episode.replay import Recorder
+from parcat.episode.replay import ReplayRecorder
 from parcat.episode.replay import file_name as replay_file
 from parcat.episode.results import AgentResult, EpisodeResult, EpisodeStatus, ErrorInfo
 from parcat.ipc.process import Terminated
@@ -132,7 +132,7 @@ class _Progress:
     totals: dict[Any, float] = field(default_factory=dict)
     steps: int = 0
     phase: str = "setup"
-    recorder: Recorder | None = None
+    recorder: ReplayRecorder | None = None
     turn_based: bool = False
     warnings: list[str] = field(default_factory=list)
 
@@ -148,7 +148,7 @@ class EpisodeRunner:
         on_step: Called with ``(task, steps)`` after every environment step; a true
             return ends the episode there (calibration times only its first steps).
         tracer: Records a timeline of episodes and steps, if given.
-        lane: The timeline row of this runner's episodes.
+        track: The timeline row of this runner's episodes.
         retries: Times an episode is run again when a worker process it used was lost
             (a policy worker that died or froze); the retry reproduces the episode.
     """
@@ -158,14 +158,14 @@ class EpisodeRunner:
         stepper: Stepper | None = None,
         on_step: Callable[[EpisodeTask, int], bool | None] | None = None,
         tracer: Tracer | None = None,
-        lane: str = "episodes",
+        track: str = "episodes",
         retries: int = 0,
     ) -> None:
         self.stepper = stepper or InlineStepper()
         self.retries = retries
         self.on_step = on_step
         self.tracer = tracer
-        self.lane = lane
+        self.track = track
         self._envs: dict[Mission, ParallelEnv] = {}
 
     def run(self, task: EpisodeTask) -> EpisodeResult:
@@ -197,7 +197,7 @@ class EpisodeRunner:
             progress.phase = "reset"
             progress.turn_based = turn_based = is_turn_based(env)
             if task.replay_dir is not None:
-                progress.recorder = Recorder(
+                progress.recorder = ReplayRecorder(
                     progress.agent_ids, [s.agent.observation_space for s in seats],
                     [s.agent.action_space for s in seats])
             reset = env.reset(seed=progress.env_seed)
@@ -241,7 +241,7 @@ class EpisodeRunner:
             self._save_replay(task, progress, error)
         if self.tracer is not None:
             self.tracer.span(f"{mission.name} #{task.episode_index}", progress.started_us, now_us(),
-                             lane=self.lane, steps=progress.steps,
+                             track=self.track, steps=progress.steps,
                              status="ok" if error is None else "failed")
         return EpisodeResult(
             mission=mission.name,
@@ -338,7 +338,7 @@ class EpisodeRunner:
         def traced(obs: Any, live: Any) -> dict[Any, Any]:
             begin = now_us()
             actions = act(obs, live)
-            tracer.span("policies", begin, now_us(), lane=f"{self.lane}/agents",
+            tracer.span("policies", begin, now_us(), track=f"{self.track}/agents",
                         agents=len(actions))
             return actions
 
@@ -352,7 +352,7 @@ class EpisodeRunner:
         def traced(actions: Any) -> Any:
             begin = now_us()
             result = step(actions)
-            tracer.span("env step", begin, now_us(), lane=self.lane)
+            tracer.span("env step", begin, now_us(), track=self.track)
             return result
 
         return traced

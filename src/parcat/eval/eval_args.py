@@ -18,7 +18,7 @@ from parcat.core.limits import MAX_COUNT
 from parcat.core.settings import parse_overrides
 from parcat.envs.missions import Mission
 from parcat.eval.evaluate import EvalConfig, check_policies
-from parcat.eval.run_mission import load_missions
+from parcat.eval.trained_run import load_missions
 from parcat.parallel.launch import RunOptions
 from parcat.parallel.planner import ExecutorKind
 from parcat.policies.specs import parse_policy_spec
@@ -53,7 +53,7 @@ class EvalArgs:
         """Validate the words and build what runs, before anything runs.
 
         A run directory given with ``-p`` brings its mission parameters (below ``--set``)
-        and, without ``-m``, its mission (:func:`parcat.eval.run_mission.load_missions`).
+        and, without ``-m``, its mission (:func:`parcat.eval.trained_run.load_missions`).
 
         Args:
             on_note: Told, one line each, which checkpoint a run directory loads and which

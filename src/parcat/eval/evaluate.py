@@ -16,7 +16,7 @@ import numpy as np
 
 from parcat.core.errors import ConfigError, PolicyError, WriteError
 from parcat.core.limits import MAX_EPISODE_PARAMETERS
-from parcat.core.outputs import check_output_file, check_output_folder
+from parcat.core.output_paths import check_output_file, check_output_folder
 from parcat.envs.missions import Mission, is_foreign, load_mission
 from parcat.episode.probe import EnvCheck, check_in_a_worker
 from parcat.episode.replay import file_name as replay_file_name

@@ -32,7 +32,7 @@ from typing import Any
 from parcat.core import jsontext, runlock, seeding
 from parcat.core.atomic import write_text_atomically
 from parcat.core.errors import ConfigError, WriteError, brief, clip
-from parcat.core.outputs import check_output_file
+from parcat.core.output_paths import check_output_file
 from parcat.episode.results import EpisodeResult, EpisodeStatus
 from parcat.episode.rollout import TaskList
 from parcat.eval.report import SCHEMA, dumps_document, summarize, summary_csv
@@ -77,7 +77,7 @@ class ResultsWriter:
     """Journals episodes as they finish and rewrites the document now and then.
 
     Args:
-        path: The results file (checked with :func:`parcat.core.outputs.check_output_file`).
+        path: The results file (checked with :func:`parcat.core.output_paths.check_output_file`).
         document: The whole results document for a status (``"running"`` while going).
         config: The run's config (the journal's header, checked by ``--resume``).
         every_s: Shortest time between two snapshots of the document.

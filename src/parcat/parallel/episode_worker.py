@@ -18,13 +18,13 @@ from parcat.stepping.config import StepperConfig
 preload(__name__)  # the fork server imports it and all it imports, once
 
 
-def make_episode_worker(stepper: StepperConfig, gpu: str | None, lane: str,
+def make_episode_worker(stepper: StepperConfig, gpu: str | None, track: str,
                         trace: bool) -> Handlers:
     """Build the worker's stepper and runner; serve ``task`` commands."""
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
-    tracer = Tracer(lane) if trace else None
-    runner = EpisodeRunner(stepper.make_stepper(tracer), tracer=tracer, lane=lane,
+    tracer = Tracer(track) if trace else None
+    runner = EpisodeRunner(stepper.make_stepper(tracer), tracer=tracer, track=track,
                            retries=stepper.retries)
 
     def task(episode: Any) -> tuple[Any, list[Any]]:

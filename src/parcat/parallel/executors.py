@@ -147,10 +147,10 @@ class ThreadExecutor(Executor):
     def _runner(self) -> EpisodeRunner:
         runner = getattr(self._local, "runner", None)
         if runner is None:
-            lane = threading.current_thread().name
+            track = threading.current_thread().name
             runner = EpisodeRunner(self.stepper.make_stepper(self.tracer), tracer=self.tracer,
                                    retries=self.stepper.retries,
-                                   lane=lane)
+                                   track=track)
             self._local.runner = runner
             with self._lock:
                 self._runners.append(runner)

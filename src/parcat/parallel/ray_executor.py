@@ -6,7 +6,7 @@ per task. Ray retries a task whose worker died (``max_retries``), and the execut
 again an episode whose node died; because an episode is a pure function of its seeds a
 retry reproduces it, and results are de-duplicated by task index. An episode past
 ``episode_timeout_s`` is cancelled with ``ray.cancel(force=True)`` and recorded as a
-timeout. With ``trace``, each episode's events are on the lane of the node that ran it.
+timeout. With ``trace``, each episode's events are on the track of the node that ran it.
 Connecting to the cluster: :mod:`parcat.core.raycluster`.
 """
 
@@ -31,23 +31,23 @@ _RUNNER: EpisodeRunner | None = None
 NODE_LOSSES = 3
 """Times an episode is submitted again because the node running it died. A lost node is
 not the episode's failure, so these do not count against ``retries``."""
-NODE_LANE = "ray-node-"
-"""The trace names an episode's lane after the Ray node that ran it: this and its node id."""
+NODE_TRACK = "ray-node-"
+"""The trace names an episode's track after the Ray node that ran it: this and its node id."""
 
 
 def _run_task(stepper: StepperConfig, task: EpisodeTask, index: int, clock: Any,
               trace: bool) -> tuple[EpisodeResult, list[dict[str, Any]]]:
     """Body of the Ray task: the inline episode path, with a runner kept per worker.
 
-    Returns the result and, when tracing, the episode's events on the node's lane.
+    Returns the result and, when tracing, the episode's events on the node's track.
     """
     global _RUNNER
     if clock is not None:
         clock.started.remote(index)  # the timeout counts from here, not from submission
     if _RUNNER is None or (_RUNNER.tracer is not None) != trace:
-        lane = NODE_LANE + import_ray().get_runtime_context().get_node_id()
-        tracer = Tracer(lane) if trace else None
-        _RUNNER = EpisodeRunner(stepper.make_stepper(tracer), tracer=tracer, lane=lane,
+        track = NODE_TRACK + import_ray().get_runtime_context().get_node_id()
+        tracer = Tracer(track) if trace else None
+        _RUNNER = EpisodeRunner(stepper.make_stepper(tracer), tracer=tracer, track=track,
                                 retries=stepper.retries)
     result = _RUNNER.run(task)
     return result, _RUNNER.tracer.take() if _RUNNER.tracer is not None else []
@@ -81,7 +81,7 @@ class RayExecutor(Executor):
         gpus_per_task: GPUs Ray reserves per task.
         retries: Times Ray re-runs a task whose worker died.
         episode_timeout_s: Cancel an episode running longer.
-        trace: Record a timeline; each episode's lane names the node that ran it.
+        trace: Record a timeline; each episode's track names the node that ran it.
     """
 
     name = "ray"
@@ -185,7 +185,7 @@ class RayExecutor(Executor):
             on_result(index, result)
 
     def trace_events(self) -> list[dict[str, Any]]:
-        """Events shipped back with the results, on each node's lane."""
+        """Events shipped back with the results, on each node's track."""
         events, self._events = self._events, []
         return events
 

@@ -11,7 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from parcat.envs.base import AgentSpec
 
-__all__ = ["AgentSpec", "BatchPolicy", "Policy", "PolicyFactory"]
+__all__ = ["AgentSpec", "BatchPolicy", "Policy"]
 
 
 @runtime_checkable
@@ -39,9 +39,3 @@ class BatchPolicy(Policy, Protocol):
     def step_batch(self, obs_batch: Sequence[Any]) -> Sequence[Any]:
         """Return one action per observation, in order."""
         ...
-
-
-class PolicyFactory(Protocol):
-    """Builds a policy for one agent; keyword arguments come from the policy spec."""
-
-    def __call__(self, spec: AgentSpec, /, **kwargs: Any) -> Policy: ...

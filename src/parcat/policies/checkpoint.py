@@ -18,7 +18,6 @@ back; a writer killed in between leaves its new checkpoint marked complete and t
 writer (or reader) finishes the swap. Nothing else in the directory is touched: the folder
 itself is never replaced, so files parcat did not write stay where they are. The sizes and
 hashes catch what a rename cannot: a file truncated, overwritten or damaged later.
-Version 1 checkpoints (no ``"files"``) are still read.
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ import shutil
 import signal
 import tempfile
 import threading
-import zipfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,13 +48,15 @@ from parcat.policies.checkpoint_manifest import (
 )
 
 __all__ = [
-    "ARRAYS", "MANIFEST", "POLICY_FORMAT", "RUN_FORMAT", "STATE", "VERSION", "PolicyCheckpoint",
-    "check_finite", "load_policy", "load_run_arrays", "load_state", "read_manifest",
-    "recover_swap", "save_policy", "save_run", "signals_deferred",
+    "ARRAYS", "BEST", "MANIFEST", "POLICY_FORMAT", "RUN_FORMAT", "STATE", "VERSION",
+    "PolicyCheckpoint", "check_finite", "load_policy", "load_run_arrays", "load_state",
+    "read_manifest", "recover_swap", "save_run", "signals_deferred",
 ]
 
 ARRAYS = "arrays.npz"
 STATE = "state.npz"
+BEST = "best"
+"""The sub-folder of a run holding the checkpoint with the best evaluation return."""
 _CHUNK = 1 << 20
 
 
@@ -75,13 +75,6 @@ class PolicyCheckpoint:
     state: Mapping[str, np.ndarray] = field(default_factory=dict)
     """Training state to continue from (optimizer, buffer, counters), in ``state.npz``;
     read only by ``parcat train --resume`` (:func:`load_state`)."""
-
-
-def save_policy(path: str | Path, checkpoint: PolicyCheckpoint) -> Path:
-    """Write one agent's checkpoint directory atomically; return its path."""
-    path = Path(path)
-    _write_dir_atomically(path, lambda tmp: _write_policy(tmp, checkpoint))
-    return path
 
 
 def save_run(
@@ -157,7 +150,7 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
     if not file.is_file():
         raise CheckpointError(f"'{path}' is not a parcat checkpoint: no {MANIFEST} in it")
     manifest = parse_manifest(path)
-    for name, record in manifest.get("files", {}).items():
+    for name, record in manifest["files"].items():
         _check_size(path, name, record)
         if name.endswith(f"/{MANIFEST}"):
             _check_hash(path, name, record)
@@ -200,7 +193,7 @@ def load_run_arrays(path: str | Path, name: str) -> dict[str, np.ndarray] | None
     """
     path = Path(path)
     manifest = read_manifest(path)
-    if name not in manifest.get("files", {}):
+    if name not in manifest["files"]:
         return None
     return _read_npz(path, name, manifest)
 
@@ -213,8 +206,7 @@ def load_state(path: str | Path) -> dict[str, np.ndarray]:
     """
     path = Path(path)
     manifest = read_manifest(path)
-    recorded = "files" in manifest
-    if (STATE not in manifest["files"]) if recorded else not (path / STATE).is_file():
+    if STATE not in manifest["files"]:
         return {}
     return _read_npz(path, STATE, manifest)
 
@@ -320,20 +312,11 @@ def _check_hash(path: Path, name: str, record: Mapping[str, Any]) -> None:
 
 
 def _read_npz(path: Path, name: str, manifest: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """The arrays of ``path/name``, checked against the manifest's record if it has one."""
-    record = manifest.get("files", {}).get(name)
-    if record is not None:
-        _check_size(path, name, record)
-        _check_hash(path, name, record)
-    elif not (path / name).is_file():  # version 1; never open a FIFO or a directory
-        raise CheckpointError(f"checkpoint '{path}' is incomplete: '{name}' is missing; {FIX}")
+    """The arrays of ``path/name``, checked against the manifest's record of it."""
+    record = manifest["files"][name]
+    _check_size(path, name, record)
+    _check_hash(path, name, record)
     try:
-        if record is None:
-            # no hash: read every member to its end so zipfile checks its CRC (numpy
-            # stops reading where the array's header says it ends)
-            with zipfile.ZipFile(path / name) as archive:
-                if archive.testzip() is not None:
-                    raise zipfile.BadZipFile("a member's CRC does not match")
         with np.load(path / name, allow_pickle=False) as data:
             return {key: data[key] for key in data.files}
     except Exception as exc:  # whatever a damaged archive makes numpy or zipfile raise
@@ -428,9 +411,6 @@ def _recover(path: Path) -> None:
 def recover_swap(path: Path) -> None:
     """Finish or undo what a killed checkpoint writer left in ``path``, if anything, unless
     a live writer holds the folder (it does that itself)."""
-    aside = sorted(path.parent.glob(f".{path.name}.old.*")) if path.parent.is_dir() else []
-    if aside and not path.exists():  # a whole-folder swap, as parcat once wrote, cut short
-        aside[-1].rename(path)
     if not path.is_dir() or not any(path.glob(".checkpoint.*")):
         return
     try:

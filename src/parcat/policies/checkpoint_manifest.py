@@ -2,10 +2,9 @@
 
 A manifest is checked before anything in it is used: its format and version, the types of
 the keys parcat reads (``policy``, ``kwargs``, ``agents``, ``epoch``, ``config``, a run's
-``mission``, ``mission_params`` and ``eval_return``) and, from
-version 2, the ``files`` it records. Names in ``files`` and ``agents`` stay inside the
-checkpoint directory. Messages never quote the file's content, only what kind of value
-arrived.
+``mission``, ``mission_params`` and ``eval_return``) and the ``files`` it records. Names in
+``files`` and ``agents`` stay inside the checkpoint directory. Messages never quote the
+file's content, only what kind of value arrived.
 """
 
 from __future__ import annotations
@@ -21,8 +20,7 @@ from parcat.core.errors import CheckpointError
 POLICY_FORMAT = "parcat.policy"
 RUN_FORMAT = "parcat.run"
 VERSION = 2
-"""Written by this parcat; version 2 added ``files`` (each file's size and SHA-256)."""
-READ_VERSIONS = (1, 2)
+"""The one version this parcat writes and reads (``files``: each file's size and SHA-256)."""
 MANIFEST = "manifest.json"
 MAX_MANIFEST_BYTES = 16 * 2**20
 """parcat writes manifests of a few KiB; anything this large is not one."""
@@ -79,13 +77,12 @@ def _checked(path: Path, manifest: Any) -> dict[str, Any]:
     version = manifest.get("version", _MISSING)
     if not _is_int(version):
         raise _wrong_type(file, "'version'", "an integer", version)
-    if version not in READ_VERSIONS:
+    if version != VERSION:
         raise CheckpointError(
-            f"checkpoint '{path}' has version {version}; this parcat reads versions "
-            f"{', '.join(map(str, READ_VERSIONS))}; use the parcat that wrote it"
+            f"checkpoint '{path}' has version {version}; this parcat reads version {VERSION}; "
+            "use the parcat that wrote it"
         )
-    if version != 1:  # version 1 recorded no files
-        _check_files(file, manifest.get("files", _MISSING))
+    _check_files(file, manifest.get("files", _MISSING))
     if fmt == POLICY_FORMAT:
         _check_policy(file, manifest)
     else:
@@ -118,7 +115,7 @@ def _check_policy(file: Path, manifest: Mapping[str, Any]) -> None:
     kwargs = manifest.get("kwargs", {})
     if not isinstance(kwargs, dict):
         raise _wrong_type(file, "'kwargs'", "an object", kwargs)
-    if "files" in manifest and "arrays.npz" not in manifest["files"]:
+    if "arrays.npz" not in manifest["files"]:
         raise CheckpointError(
             f"checkpoint manifest '{file}': 'files' does not record arrays.npz; {FIX}"
         )

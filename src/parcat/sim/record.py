@@ -37,8 +37,6 @@ from parcat.sim.config import SimConfig
 from parcat.sim.world import WorldResult
 
 RECORD_FILE = "record.npz"
-TIMING_ARRAYS = ("step_cost_s", "compute_s")
-"""Arrays that hold measured times even in sequential mode."""
 
 
 @dataclass(frozen=True)
@@ -65,10 +63,6 @@ class SimRecord:
     def agent_index(self, agent_id: Any) -> int:
         """The record column of ``agent_id``."""
         return self.agent_ids.index(str(agent_id))
-
-    def deterministic_arrays(self) -> dict[str, np.ndarray]:
-        """The arrays that do not hold measured times (equal between sequential runs)."""
-        return {k: v for k, v in self.arrays.items() if k not in TIMING_ARRAYS}
 
     def save(self, folder: str | Path) -> Path:
         """Write ``record.npz`` (arrays and a ``meta`` JSON string) atomically into ``folder``."""

@@ -16,7 +16,7 @@ from pathlib import Path
 from parcat.core import jsontext, runlock
 from parcat.core.atomic import write_text_atomically
 from parcat.core.errors import ConfigError
-from parcat.core.outputs import check_output_folder, missing_folders, remove_empty
+from parcat.core.output_paths import check_output_folder, missing_folders, remove_empty
 from parcat.sim.config import SimConfig, load_sim_config
 from parcat.sim.metrics import summarize
 from parcat.sim.parallel import StalledError, run_parallel

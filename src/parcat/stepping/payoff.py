@@ -7,17 +7,11 @@ stretched as this process's own CPU time is stretched into wall time (on a loade
 a second of CPU takes longer than a second here, for the workers' agents too). On a
 machine where the workers must wait for a core, or with policies too quick for a
 handoff, the first exceeds the second: :class:`Payoff` sums both over windows of steps
-and says when a whole window was lost. :class:`Replay` keeps what the workers' agents saw
-and did this episode, so their policies can be rebuilt here, mid-episode, in exactly the
-state the workers left them.
+and says when a whole window was lost; :mod:`parcat.stepping.fallback` then moves the
+workers' agents here.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
-from typing import Any
-
-import numpy as np
 
 CHECK_STEPS = 128
 """Steps in one window of the comparison."""
@@ -25,8 +19,6 @@ PAYOFF_RATIO = 1.0
 """Fall back when a window's wall time exceeds this many times its inline estimate."""
 MAX_STRETCH = 10.0
 """The most the inline estimate stretches CPU time into wall time."""
-REPLAY_STEPS = 4096
-"""Steps of an episode kept for a replay; a later fallback waits for the next episode."""
 
 
 class Payoff:
@@ -79,30 +71,3 @@ class Payoff:
     def _restart(self) -> None:
         self.steps = 0
         self.wall_s = self.local_wall_s = self.local_cpu_s = self.worker_cpu_s = 0.0
-
-
-@dataclass
-class Replay:
-    """The workers' agents' observations (as the workers read them) and encoded actions."""
-
-    limit: int = REPLAY_STEPS
-    steps: list[tuple[dict[Any, Any], dict[Any, np.ndarray]]] = field(default_factory=list)
-    complete: bool = True
-    """False once the episode ran past ``limit`` (no replay possible this episode)."""
-
-    def clear(self) -> None:
-        """Forget the last episode."""
-        self.steps = []
-        self.complete = True
-
-    @property
-    def recording(self) -> bool:
-        """Whether this step should be recorded."""
-        if len(self.steps) >= self.limit:
-            self.complete = False
-            self.steps = []
-        return self.complete
-
-    def add(self, obs: dict[Any, Any], actions: dict[Any, np.ndarray]) -> None:
-        """Record one step."""
-        self.steps.append((obs, actions))

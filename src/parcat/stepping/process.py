@@ -36,9 +36,9 @@ from parcat.ipc.process import (
 from parcat.ipc.shm import Codec, SlotBlock
 from parcat.policies.builtin import noop_action
 from parcat.stepping.base import InlineStepper, PolicyStepError, Seat, straggler_wait
-from parcat.stepping.payoff import CHECK_STEPS, PAYOFF_RATIO, REPLAY_STEPS, Payoff, Replay
+from parcat.stepping.fallback import HISTORY_STEPS, StepHistory, rebuild
+from parcat.stepping.payoff import CHECK_STEPS, PAYOFF_RATIO, Payoff
 from parcat.stepping.policy_worker import make_policy_worker
-from parcat.stepping.replay import rebuild
 
 SETUP_TIMEOUT_S = 120.0
 # a worker that cannot build a policy which this process could build has an environment
@@ -77,7 +77,7 @@ class ProcessStepper(InlineStepper):
         check_steps: Steps in one window of that comparison.
         payoff_ratio: A window is lost when its wall time exceeds this many times the
             inline estimate (0 forces the fallback at the first check).
-        replay_steps: Steps of an episode kept to move its agents here mid-episode; a
+        history_steps: Steps of an episode kept to move its agents here mid-episode; a
             longer episode moves them when it ends.
     """
 
@@ -94,7 +94,7 @@ class ProcessStepper(InlineStepper):
         fallback: bool = True,
         check_steps: int = CHECK_STEPS,
         payoff_ratio: float = PAYOFF_RATIO,
-        replay_steps: int = REPLAY_STEPS,
+        history_steps: int = HISTORY_STEPS,
     ) -> None:
         super().__init__()
         self.num_workers = max(1, workers)
@@ -110,7 +110,7 @@ class ProcessStepper(InlineStepper):
         self._ctx = get_context(start_method)
         watch = fallback and action_timeout_s is None
         self._payoff = Payoff(check_steps, payoff_ratio) if watch else None
-        self._replay = Replay(replay_steps)
+        self._history = StepHistory(history_steps)
         self._mission: Mission | None = None
         self._inline_all = False
         self._move_at_episode_end = False
@@ -122,7 +122,7 @@ class ProcessStepper(InlineStepper):
     def start(self, mission: Mission, seats: Sequence[Seat]) -> None:
         """Share the seats out, send each worker its own, and reset the local ones."""
         self._mission = mission
-        self._replay.clear()
+        self._history.clear()
         if self._move_at_episode_end:
             self._go_inline()
         if self._inline_all:
@@ -229,7 +229,7 @@ class ProcessStepper(InlineStepper):
         deadline = None if self.timeout is None else begin + self.timeout
         live_set = set(live)
         started = now_us() if self.tracer else 0.0
-        record = self._payoff is not None and self._replay.recording
+        record = self._payoff is not None and self._history.recording
         seen: dict[Any, Any] = {}
         dispatched = [w for w in self._workers if self._dispatch(w, obs, live_set, seen, record)]
         local_begin, local_cpu = time.perf_counter(), time.thread_time()
@@ -244,7 +244,7 @@ class ProcessStepper(InlineStepper):
                 if self.tracer:
                     agents = ", ".join(str(s.agent.agent_id) for s in worker.seats)
                     self.tracer.span(f"step {agents}", started, now_us(),
-                                     lane=f"policy-worker-{worker.index}")
+                                     track=f"policy-worker-{worker.index}")
                 continue
             for seat in worker.seats:
                 agent_id = seat.agent.agent_id
@@ -252,7 +252,7 @@ class ProcessStepper(InlineStepper):
                     self._late[agent_id] += 1
                     actions[agent_id] = self._defaults[agent_id]
         if record:
-            self._replay.add(seen, did)
+            self._history.add(seen, did)
         if dispatched and self._payoff is not None and self._payoff.add(
                 time.perf_counter() - begin, local_wall_s, local_cpu_s, worker_cpu_s):
             self._handoffs_lost()
@@ -318,13 +318,13 @@ class ProcessStepper(InlineStepper):
         assert self._payoff is not None and self._mission is not None
         why = self._payoff.verdict
         moved = f"{why}: the agents of policy workers step in the episode's "
-        if not self._replay.complete:
+        if not self._history.complete:
             self._move_at_episode_end = True
             return self._note(moved + "process from the next episode on")
         seats = [s for w in self._workers for s in w.seats]
         codecs = {s.agent.agent_id: c[1] for w in self._workers if w.block is not None
                   for s, c in zip(w.seats, w.block.codecs, strict=True)}
-        policies = rebuild(self.cache, self._mission, seats, codecs, self._replay.steps,
+        policies = rebuild(self.cache, self._mission, seats, codecs, self._history.steps,
                            self._marker)
         if policies is None:
             self._payoff = None
@@ -344,10 +344,10 @@ class ProcessStepper(InlineStepper):
         for worker in self._workers:
             self._stop(worker)
         self._workers = []
-        self._replay.clear()
+        self._history.clear()
         if self.tracer is not None:
             self.tracer.span("policy workers stopped: stepping inline", now_us(), now_us(),
-                             lane="policy-worker-0")
+                             track="policy-worker-0")
 
     def _note(self, text: str) -> None:
         self.notes.append(text)

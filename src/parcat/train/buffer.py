@@ -60,11 +60,6 @@ class ReplayBuffer:
         """Bytes of storage allocated now."""
         return sum(array.nbytes for array in self._data.values())
 
-    @property
-    def bytes_per_transition(self) -> int:
-        """Bytes one stored transition takes (times 1e6 for the memory of 1M transitions)."""
-        return sum(array.itemsize * int(np.prod(array.shape[1:])) for array in self._data.values())
-
     def add_batch(self, batch: Transitions) -> None:
         """Append a batch of transitions, each array with a leading batch dimension.
 

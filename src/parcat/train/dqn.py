@@ -37,7 +37,7 @@ from parcat.train.mlp import (
     single_threaded_blas,
     views,
 )
-from parcat.train.options import MLPLearner, is_int
+from parcat.train.mlp_learner import MLPLearner, is_int
 
 __all__ = ["DQNConfig", "DQNLearner", "check_sizes"]
 

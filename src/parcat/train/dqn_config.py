@@ -3,40 +3,25 @@ and the size check of its network and replay buffer."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
 from parcat.core.errors import ConfigError, brief
-from parcat.core.limits import (
-    MAX_BATCH_SIZE,
-    MAX_BUFFER_BYTES,
-    MAX_COUNT,
-    MAX_NET_DEPTH,
-    MAX_NET_WIDTH,
-    dense_sizes,
-)
+from parcat.core.limits import MAX_BATCH_SIZE, MAX_BUFFER_BYTES, MAX_COUNT, dense_sizes
 from parcat.train.buffer import transition_bytes
 from parcat.train.mlp import INIT_SCHEMES
-from parcat.train.options import check_int_ranges, from_mapping, is_number
+from parcat.train.mlp_learner import MLPOptions, is_number
 
 
 @dataclass(frozen=True)
-class DQNConfig:
-    """Hyperparameters of :class:`DQNLearner`, validated on construction.
+class DQNConfig(MLPOptions):
+    """Hyperparameters of :class:`DQNLearner` (the network's and ``lr``, ``gamma`` in
+    :class:`MLPOptions`), validated on construction.
 
     Raises:
         ConfigError: a field is out of range; the message names it.
     """
 
-    width: int = 64
-    """Units per hidden layer of the Q-network (the ``mlp`` policy's ``width``)."""
-    depth: int = 2
-    """Number of hidden layers (the ``mlp`` policy's ``depth``)."""
-    lr: float = 1e-3
-    """Adam learning rate."""
-    gamma: float = 0.99
-    """Discount factor, in [0, 1]."""
     batch_size: int = 64
     """Transitions sampled per gradient update."""
     buffer_size: int = 50_000
@@ -65,54 +50,34 @@ class DQNConfig:
     seed: int = 0
     """Seed of the initial weights (as ``MLPPolicy``'s ``init_seed``), exploration and replay."""
 
-    def __post_init__(self) -> None:
-        _validate(self)
+    learner: ClassVar[str] = "dqn"
+    int_ranges: ClassVar[dict[str, tuple[int, int | None]]] = {
+        "batch_size": (1, MAX_BATCH_SIZE), "buffer_size": (1, MAX_COUNT),
+        "train_steps": (1, MAX_COUNT), "target_update_every": (1, MAX_COUNT),
+        "learning_starts": (0, MAX_COUNT), "eps_decay_steps": (0, MAX_COUNT), "seed": (0, None),
+    }
+    unit_fields: ClassVar[tuple[str, ...]] = ("eps_start", "eps_end")
 
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> DQNConfig:
-        """Build a config from a mapping (a YAML file, CLI options), naming unknown keys.
-
-        Raises:
-            ConfigError: an unknown key or a value out of range.
-        """
-        return from_mapping(cls, values, "dqn")
-
-
-_INT_RANGES: dict[str, tuple[int, int | None]] = {
-    "width": (1, MAX_NET_WIDTH), "depth": (1, MAX_NET_DEPTH), "batch_size": (1, MAX_BATCH_SIZE),
-    "buffer_size": (1, MAX_COUNT), "train_steps": (1, MAX_COUNT),
-    "target_update_every": (1, MAX_COUNT), "learning_starts": (0, MAX_COUNT),
-    "eps_decay_steps": (0, MAX_COUNT), "seed": (0, None),
-}
-"""The smallest and largest value of each integer field (``None``: no largest)."""
-
-
-def _validate(config: DQNConfig) -> None:
-    check_int_ranges(config, _INT_RANGES, "dqn")
-    if not is_number(config.lr) or config.lr <= 0:
-        raise ConfigError(f"dqn: 'lr' must be a number > 0, got {config.lr!r}")
-    for name in ("gamma", "eps_start", "eps_end"):
-        value = getattr(config, name)
-        if not is_number(value) or not 0 <= value <= 1:
-            raise ConfigError(f"dqn: '{name}' must be a number in [0, 1], got {brief(value)}")
-    for name in ("double", "huber"):
-        if not isinstance(getattr(config, name), bool):
-            raise ConfigError(f"dqn: '{name}' must be true or false, "
-                              f"got {brief(getattr(config, name))}")
-    if config.init not in INIT_SCHEMES:
-        raise ConfigError(f"dqn: 'init' must be {' or '.join(INIT_SCHEMES)}, "
-                          f"got {brief(config.init)}")
-    clip = config.grad_clip
-    if clip is not None and (not is_number(clip) or clip <= 0):
-        raise ConfigError(
-            f"dqn: 'grad_clip' must be a number > 0 or None (off), got {brief(clip)}"
-        )
-    for name in ("learning_starts", "batch_size"):
-        if getattr(config, name) > config.buffer_size:
+    def check(self) -> None:
+        """Booleans, ``init``, ``grad_clip``, and a buffer that can start training."""
+        for name in ("double", "huber"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"dqn: '{name}' must be true or false, "
+                                  f"got {brief(getattr(self, name))}")
+        if self.init not in INIT_SCHEMES:
+            raise ConfigError(f"dqn: 'init' must be {' or '.join(INIT_SCHEMES)}, "
+                              f"got {brief(self.init)}")
+        clip = self.grad_clip
+        if clip is not None and (not is_number(clip) or clip <= 0):
             raise ConfigError(
-                f"dqn: '{name}' must be <= 'buffer_size' ({config.buffer_size}), "
-                f"got {getattr(config, name)}; training would never start"
+                f"dqn: 'grad_clip' must be a number > 0 or None (off), got {brief(clip)}"
             )
+        for name in ("learning_starts", "batch_size"):
+            if getattr(self, name) > self.buffer_size:
+                raise ConfigError(
+                    f"dqn: '{name}' must be <= 'buffer_size' ({self.buffer_size}), "
+                    f"got {getattr(self, name)}; training would never start"
+                )
 
 
 def check_sizes(config: DQNConfig, obs_dim: int, num_actions: int) -> list[int]:

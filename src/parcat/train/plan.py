@@ -43,7 +43,7 @@ is barely better on paper is not worth a timing error or a neighbour's start."""
 
 
 @dataclass(frozen=True)
-class Workload:
+class TrainWorkload:
     """What the planner knows about a training run."""
 
     agents: int
@@ -87,7 +87,7 @@ class TrainPlan:
     """The measured seconds of one environment step the layout was chosen by, if any."""
 
 
-def make_train_plan(work: Workload, free: int, jobs: int | None = None) -> TrainPlan:
+def make_train_plan(work: TrainWorkload, free: int, jobs: int | None = None) -> TrainPlan:
     """Lay out a run on ``free`` CPUs, within ``jobs`` when given (pure).
 
     With ``jobs`` the trainer's own process counts as one job (it acts for every agent and,
@@ -130,7 +130,7 @@ FOREIGN_REASON = ("the environment is code from outside parcat: it steps in an e
                   "worker")
 
 
-def _measured_workers(work: Workload, free: int, budget: int | None, train_workers: int,
+def _measured_workers(work: TrainWorkload, free: int, budget: int | None, train_workers: int,
                       num_envs: int, reasons: list[str]) -> int:
     """Environment workers for the measured step: within the free CPUs and the budget."""
     step_s = work.env_step_s or 0.0
@@ -154,7 +154,7 @@ def _measured_workers(work: Workload, free: int, budget: int | None, train_worke
     return workers
 
 
-def _split_jobs(jobs: int, work: Workload, reasons: list[str]) -> tuple[int, int]:
+def _split_jobs(jobs: int, work: TrainWorkload, reasons: list[str]) -> tuple[int, int]:
     """(jobs left for environment workers, agents trained at once)."""
     reasons.append("the trainer's process acts for every agent: 1 job")
     left = jobs - 1
@@ -235,7 +235,7 @@ def plan_training(
     asynchronous = config.mode is LearningMode.ASYNC
     if config.env_workers is None:
         step_s, note = _measure(mission, config)
-        work = Workload(agents, config.envs_per_worker, asynchronous, config.parallel_training,
+        work = TrainWorkload(agents, config.envs_per_worker, asynchronous, config.parallel_training,
                         1 if config.shared_learner else agents, config.train_threads, step_s,
                         config.epochs * config.steps_per_epoch, is_foreign(mission))
         plan = make_train_plan(work, free, config.jobs)

@@ -38,22 +38,11 @@ import numpy as np
 from parcat.core.errors import ConfigError
 from parcat.core.limits import dense_sizes
 from parcat.core.seeding import derive_seed
+from parcat.train import mlp
 from parcat.train.distributions import categorical, gaussian, softmax
 from parcat.train.learner import Transitions, decode_rng, encode_rng
-from parcat.train.mlp import (
-    Layers,
-    adam_update,
-    backward,
-    clip_grad,
-    expect_array,
-    forward_blas,
-    forward_einsum,
-    init_params,
-    single_threaded_blas,
-    views,
-)
+from parcat.train.mlp_learner import MLPLearner
 from parcat.train.onpolicy import Rollout, gae
-from parcat.train.options import MLPLearner
 from parcat.train.ppo_config import PPOConfig
 
 __all__ = ["PPOConfig", "PPOLearner"]
@@ -95,18 +84,18 @@ class PPOLearner(MLPLearner):
         self.action_dim = 1 if self.discrete else n_out
         actor = dense_sizes("ppo", self.obs_dim, config.width, config.depth, n_out, ConfigError)
         critic = dense_sizes("ppo", self.obs_dim, config.width, config.depth, 1, ConfigError)
-        first = init_params(actor, config.seed)
-        first_views = views(first, actor)
+        first = mlp.init_params(actor, config.seed)
+        first_views = mlp.views(first, actor)
         first_views[-1][0][...] *= np.float32(0.01)
         log_std = np.full(0 if self.discrete else n_out, config.init_log_std, np.float32)
         self._params = np.concatenate(
-            (first, init_params(critic, derive_seed(config.seed, _CRITIC_STREAM)), log_std))
+            (first, mlp.init_params(critic, derive_seed(config.seed, _CRITIC_STREAM)), log_std))
         self._grad = np.zeros_like(self._params)
         self._adam_m, self._adam_v = np.zeros_like(self._params), np.zeros_like(self._params)
         self._adam_step = 0
         self._layers = _split(self._params, actor, critic)
         self._grads = _split(self._grad, actor, critic)
-        self._acting: Layers = []
+        self._acting: mlp.Layers = []
         self._acting_log_std = log_std
         self._publish()
         if not self.discrete:
@@ -138,7 +127,7 @@ class PPOLearner(MLPLearner):
         if x.shape[1] != self.obs_dim:
             raise ValueError(f"ppo: obs_batch must have shape (batch, {self.obs_dim}), "
                              f"got {np.shape(obs_batch)}")
-        out = forward_einsum(self._acting, x)
+        out = mlp.forward_einsum(self._acting, x)
         if self.discrete:
             if not explore:
                 return out.argmax(axis=1).astype(np.int64)
@@ -159,9 +148,9 @@ class PPOLearner(MLPLearner):
         obs = np.asarray(batch.obs, dtype=np.float32).reshape(n, -1)
         next_obs = np.asarray(batch.next_obs, dtype=np.float32).reshape(n, -1)
         actions = self._raw_actions(batch.actions, n)
-        with single_threaded_blas():
-            out = forward_blas(self._layers[0], obs)[-1]
-            values = forward_blas(self._layers[1], np.concatenate((obs, next_obs)))[-1][:, 0]
+        with mlp.single_threaded_blas():
+            out = mlp.forward_blas(self._layers[0], obs)[-1]
+            values = mlp.forward_blas(self._layers[1], np.concatenate((obs, next_obs)))[-1][:, 0]
         logp = self._log_probs(out, actions)[0]
         none = np.zeros(n, dtype=np.bool_)
         self.rollout.add({
@@ -188,7 +177,7 @@ class PPOLearner(MLPLearner):
         n, size = len(data["rewards"]), config.minibatch_size
         totals = np.zeros(5)
         count = 0
-        with single_threaded_blas():
+        with mlp.single_threaded_blas():
             for _ in range(config.update_epochs):
                 order = self.shuffle_rng.permutation(n)
                 for start in range(0, n, size):
@@ -264,8 +253,8 @@ class PPOLearner(MLPLearner):
         size = np.float32(len(batch["rewards"]))
         actor, critic, _ = self._layers
         grad_actor, grad_critic, grad_log_std = self._grads
-        acts = forward_blas(actor, batch["obs"])
-        crits = forward_blas(critic, batch["obs"])
+        acts = mlp.forward_blas(actor, batch["obs"])
+        crits = mlp.forward_blas(critic, batch["obs"])
         adv = batch["advantages"]
         if config.norm_adv and len(adv) > 1:
             adv = (adv - adv.mean()) / (adv.std() + np.float32(1e-8))
@@ -279,15 +268,15 @@ class PPOLearner(MLPLearner):
         g = np.where(unclipped >= clipped, unclipped, np.float32(0.0)) / size
         # the loss is policy_loss - ent_coef * mean(entropy)
         d_out, d_log_std = grad(g, -np.float32(config.ent_coef) / size)
-        backward(actor, grad_actor, acts[:-1], d_out.astype(np.float32))
+        mlp.backward(actor, grad_actor, acts[:-1], d_out.astype(np.float32))
         grad_log_std[...] = d_log_std
         value_error = crits[-1][:, 0] - batch["returns"]
         value_loss = np.float32(0.5) * (value_error * value_error).mean()
         grad_v = (np.float32(config.vf_coef) / size * value_error)[:, None]
-        backward(critic, grad_critic, crits[:-1], grad_v.astype(np.float32))
-        clip_grad(self._grad, config.max_grad_norm)
+        mlp.backward(critic, grad_critic, crits[:-1], grad_v.astype(np.float32))
+        mlp.clip_grad(self._grad, config.max_grad_norm)
         self._adam_step += 1
-        adam_update(self._params, self._grad, self._adam_m, self._adam_v, self._adam_step,
+        mlp.adam_update(self._params, self._grad, self._adam_m, self._adam_v, self._adam_step,
                     config.lr)
         self.num_updates += 1
         mean_entropy = float(entropy.mean())
@@ -347,9 +336,10 @@ def _split(flat: np.ndarray, actor: list[int], critic: list[int]) -> Any:
     """(actor layers, critic layers, log-std) views into one flat parameter vector."""
     n_actor = sum(i * o + o for i, o in itertools.pairwise(actor))
     n_critic = sum(i * o + o for i, o in itertools.pairwise(critic))
-    return (views(flat[:n_actor], actor), views(flat[n_actor : n_actor + n_critic], critic),
-            flat[n_actor + n_critic :])
+    end = n_actor + n_critic
+    return mlp.views(flat[:n_actor], actor), mlp.views(flat[n_actor:end], critic), flat[end:]
 
 
 def _expect(arrays: Mapping[str, np.ndarray], key: str, shape: tuple[int, ...] | None) -> Any:
-    return expect_array(arrays, key, shape, "ppo", "the spaces, width and depth it was saved with")
+    return mlp.expect_array(arrays, key, shape, "ppo",
+                            "the spaces, width and depth it was saved with")

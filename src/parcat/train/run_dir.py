@@ -28,7 +28,7 @@ from pathlib import Path
 
 from parcat.core import runlock
 from parcat.core.errors import CheckpointError, ConfigError, RunLockedError
-from parcat.core.outputs import check_output_folder, missing_folders, remove_empty
+from parcat.core.output_paths import check_output_folder, missing_folders, remove_empty
 from parcat.policies import checkpoint
 from parcat.policies.checkpoint_manifest import parse_manifest
 from parcat.train.config import TrainConfig

@@ -26,8 +26,7 @@ if TYPE_CHECKING:
 METRICS_FILES = ("metrics.jsonl", "metrics.csv")
 
 
-BEST = "best"
-"""The sub-folder of a run directory holding the checkpoint with the best evaluation return."""
+BEST = checkpoint.BEST
 
 
 @dataclass(frozen=True)
@@ -43,14 +42,6 @@ class RunSnapshot:
     def epoch(self) -> int:
         """The epochs it holds."""
         return int(self.meta["epoch"])
-
-
-def save_checkpoint(config: TrainConfig, mission: Mission, learners: dict[Any, Learner],
-                    epoch: int, arrays: dict[str, dict[str, np.ndarray]] | None = None) -> Path:
-    """Write the run directory atomically after ``epoch`` epochs (with more ``arrays``
-    files, e.g. the episodes in flight: :func:`parcat.policies.checkpoint.save_run`)."""
-    return write_snapshot(config.run_path, capture(config, mission, learners, epoch,
-                                                   arrays=arrays))
 
 
 def write_snapshot(path: Path, snapshot: RunSnapshot, best: bool = False) -> Path:

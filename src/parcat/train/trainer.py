@@ -142,7 +142,7 @@ class Trainer:
         checkpoints = Checkpointer(
             self.config, self.mission, self.learners, self._learner_obs,
             lambda: {inflight.FILE: self.vec.in_flight().to_arrays()}, self.recipes)
-        finished = saved = self.start_epoch
+        self._finished = self._saved = self.start_epoch
         self._began = time.perf_counter() - self.metrics.time_offset
         try:
             if self.in_flight is not None:
@@ -151,31 +151,15 @@ class Trainer:
                 self._obs = self.vec.reset()
             self._reset_states(np.ones(self.vec.num_envs, dtype=bool))
             for epoch in range(self.start_epoch, self.config.epochs):
-                stats = self._epoch(epoch, learning)
-                due = (epoch + 1) % self.config.checkpoint_every == 0 or \
-                    epoch + 1 == self.config.epochs
-                if due and learning is not None:
-                    learning.sync_states()
-                stats.eval_return = (checkpoints.evaluate() if due else
-                                     nan_returns(self.config.eval_episodes, self.vec.agents))
-                report.epochs.append(stats)
-                with checkpoint.signals_deferred():  # the log and the capture agree
-                    self.metrics.write(stats.to_dict())
-                    if due or learning is None:
-                        checkpoints.finished(epoch + 1, stats.eval_return if due else None)
-                    finished = epoch + 1
-                if self.on_epoch is not None:
-                    self.on_epoch(stats)
-                if due:
-                    report.checkpoint = str(checkpoints.save())
-                    saved = epoch + 1
+                self._run_epoch(epoch, learning, checkpoints, report)
         except KeyboardInterrupt:
             SHUTTING_DOWN.set()
             report.interrupted = True
-            written = self._save_interrupted(checkpoints, learning, finished, saved)
+            written = self._save_interrupted(checkpoints, learning, self._finished, self._saved)
             report.checkpoint = str(written) if written else report.checkpoint
         except WorkerError as exc:  # an environment that keeps crashing: keep what was learnt
-            written = checkpoints.save_interrupted(finished, saved)  # a captured epoch only
+            finished = self._finished
+            written = checkpoints.save_interrupted(finished, self._saved)  # a captured epoch only
             kept = written or report.checkpoint
             raise WorkerError(f"training stopped after {finished} epoch(s): {exc}; " + (
                 f"the last checkpoint is {kept}" if kept else "no checkpoint was written"
@@ -187,6 +171,27 @@ class Trainer:
             self.metrics.close()
             self.close()
         return report
+
+    def _run_epoch(self, epoch: int, learning: AsyncLearning | None, checkpoints: Checkpointer,
+                   report: TrainReport) -> None:
+        """One epoch: collect and train, log it, evaluate and checkpoint it when due."""
+        stats = self._epoch(epoch, learning)
+        due = (epoch + 1) % self.config.checkpoint_every == 0 or epoch + 1 == self.config.epochs
+        if due and learning is not None:
+            learning.sync_states()
+        stats.eval_return = (checkpoints.evaluate() if due else
+                             nan_returns(self.config.eval_episodes, self.vec.agents))
+        report.epochs.append(stats)
+        with checkpoint.signals_deferred():  # the log and the capture agree
+            self.metrics.write(stats.to_dict())
+            if due or learning is None:
+                checkpoints.finished(epoch + 1, stats.eval_return if due else None)
+            self._finished = epoch + 1
+        if self.on_epoch is not None:
+            self.on_epoch(stats)
+        if due:
+            report.checkpoint = str(checkpoints.save())
+            self._saved = epoch + 1
 
     def _save_interrupted(self, checkpoints: Checkpointer, learning: AsyncLearning | None,
                           finished: int, saved: int) -> Path | None:
@@ -331,8 +336,8 @@ def make_learners(mission: Mission, recipes: dict[str, LearnerRecipe]) -> dict[A
 def load_in_flight(run_path: Any, vec: VecEnv) -> inflight.InFlight | None:
     """The episodes a checkpoint was running, if it kept them for ``vec``'s environments.
 
-    A checkpoint without them (an older parcat) or for another number of environments
-    starts new episodes.
+    A checkpoint without them (``save_run`` called without them) or for another number of
+    environments starts new episodes.
 
     Raises:
         CheckpointError: the file is damaged or holds other agents' arrays.

@@ -21,8 +21,6 @@ from parcat.core.settings import merge_settings
 from parcat.envs.missions import Mission, builtin_code, load_mission
 from parcat.policies import checkpoint
 
-BEST = "best"
-
 
 @dataclass(frozen=True)
 class RunCheckpoint:
@@ -47,9 +45,9 @@ class RunCheckpoint:
         if self.agent_dir:
             return (f"-p {self.path}: one agent's policy of run {self.path.parent} "
                     f"(epoch {self.epoch}{score}), on the run's mission parameters")
-        if self.path.name == BEST:
+        if self.path.name == checkpoint.BEST:
             return f"-p {self.path}: the best checkpoint (epoch {self.epoch}{score})"
-        best = self.path / BEST
+        best = self.path / checkpoint.BEST
         other = f"; the best is -p {best}" if (best / checkpoint.MANIFEST).is_file() else ""
         return f"-p {self.path}: the last checkpoint (epoch {self.epoch}{score}){other}"
 

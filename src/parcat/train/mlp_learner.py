@@ -1,16 +1,17 @@
-"""What the built-in learners share: building their options from a mapping that names
-unknown keys, the range checks of integer and number fields, and the protocol members that
-come from those options (:class:`MLPLearner`)."""
+"""What the built-in learners share: their options' common fields and checks
+(:class:`MLPOptions`, built from a mapping that names unknown keys) and the protocol members
+that come from those options (:class:`MLPLearner`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 from collections.abc import Mapping
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar, TypeVar
 
 from parcat.core.errors import ConfigError, brief, clip
+from parcat.core.limits import MAX_NET_DEPTH, MAX_NET_WIDTH
 
 T = TypeVar("T")
 
@@ -52,6 +53,59 @@ def is_int(value: Any) -> bool:
 def is_number(value: Any) -> bool:
     """A finite ``int`` or ``float`` and not a ``bool``."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+OptionsT = TypeVar("OptionsT", bound="MLPOptions")
+
+
+@dataclass(frozen=True)
+class MLPOptions:
+    """The options every learner on the ``mlp`` network has, checked on construction
+    (integer ranges, ``lr``, the fields in [0, 1], then the subclass's :meth:`check`).
+
+    Raises:
+        ConfigError: a field is out of range; the message names it.
+    """
+
+    width: int = 64
+    """Units per hidden layer of each network (the ``mlp`` policy's ``width``)."""
+    depth: int = 2
+    """Number of hidden layers of each network (the ``mlp`` policy's ``depth``)."""
+    lr: float = 1e-3
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """Discount factor, in [0, 1]."""
+
+    learner: ClassVar[str] = "mlp"
+    """The learner's name, which begins every message."""
+    int_ranges: ClassVar[Mapping[str, tuple[int, int | None]]] = {}
+    """The smallest and largest value of each other integer field (``None``: no largest)."""
+    unit_fields: ClassVar[tuple[str, ...]] = ()
+    """Other fields that must be numbers in [0, 1]."""
+
+    def __post_init__(self) -> None:
+        ranges = {"width": (1, MAX_NET_WIDTH), "depth": (1, MAX_NET_DEPTH), **self.int_ranges}
+        check_int_ranges(self, ranges, self.learner)
+        if not is_number(self.lr) or self.lr <= 0:
+            raise ConfigError(f"{self.learner}: 'lr' must be a number > 0, got {brief(self.lr)}")
+        for name in ("gamma", *self.unit_fields):
+            value = getattr(self, name)
+            if not is_number(value) or not 0 <= value <= 1:
+                raise ConfigError(f"{self.learner}: '{name}' must be a number in [0, 1], "
+                                  f"got {brief(value)}")
+        self.check()
+
+    def check(self) -> None:
+        """The learner's own checks, after the shared ones."""
+
+    @classmethod
+    def from_mapping(cls: type[OptionsT], values: Mapping[str, Any]) -> OptionsT:
+        """Build the options from a mapping (a YAML file, CLI options), naming unknown keys.
+
+        Raises:
+            ConfigError: an unknown key or a value out of range.
+        """
+        return from_mapping(cls, values, cls.learner)
 
 
 class MLPLearner:
