@@ -7,8 +7,6 @@ from collections import defaultdict
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "parcat"
-# the worker protocol's rework merges the two `Terminated`s (ipc/process.py, cli/main.py)
-PENDING = {"Terminated"}
 
 
 def test_no_two_classes_share_a_name() -> None:
@@ -17,6 +15,5 @@ def test_no_two_classes_share_a_name() -> None:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ClassDef):
                 places[node.name].append(f"{path.relative_to(SRC)}:{node.lineno}")
-    shared = {name: where for name, where in places.items()
-              if len(where) > 1 and name not in PENDING}
+    shared = {name: where for name, where in places.items() if len(where) > 1}
     assert shared == {}

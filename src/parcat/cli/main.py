@@ -119,7 +119,7 @@ _CLICK_EXCEPTION: type[Exception] = next(
 )
 
 
-class Terminated(KeyboardInterrupt):
+class SigtermInterrupt(KeyboardInterrupt):
     """SIGTERM arrived: end the run like Ctrl-C, but exit with 143."""
 
 
@@ -138,7 +138,7 @@ def _on_sigterm(signum: int, frame: object) -> None:
         stop_now(EXIT_TERMINATED, "parcat: terminated again: stopping now")
     common.TERMINATED.set()
     threading.Thread(target=_stop_unless_stopping, name="parcat-sigterm", daemon=True).start()
-    raise Terminated
+    raise SigtermInterrupt
 
 
 _RETURNED = threading.Event()
@@ -210,7 +210,7 @@ def _exit_code(exc: BaseException) -> int:
     """The exit code for what a command raised, after one line on stderr (anything else, a
     bug, keeps its traceback)."""
     if isinstance(exc, KeyboardInterrupt):
-        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+        return EXIT_TERMINATED if isinstance(exc, SigtermInterrupt) else EXIT_INTERRUPTED
     if isinstance(exc, typer.Abort):
         if isinstance(exc.__context__, KeyboardInterrupt):  # Ctrl-C at a prompt
             return _exit_code(exc.__context__)
