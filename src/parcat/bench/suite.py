@@ -56,7 +56,7 @@ Measure = Callable[[], dict[str, float]]
 
 
 @dataclass(frozen=True)
-class Settings:
+class BenchSize:
     """How much a run measures."""
 
     repeats: int
@@ -82,7 +82,7 @@ class Measurement:
     """A part of the suite: how to set it up, and what its figures are."""
 
     name: str
-    setup: Callable[[Settings, Work], Any]
+    setup: Callable[[BenchSize, Work], Any]
     """A context manager yielding one repeat (a :data:`Measure`)."""
     better: dict[str, str]
     """Direction of each figure (``higher`` or ``lower``); ``*`` covers the rest."""
@@ -210,7 +210,7 @@ def run_suite(quick: bool = False, max_jobs: int | None = None, repeats: int | N
     """
     if repeats is not None and repeats < 1:
         raise ConfigError(f"repeats must be at least 1; got {repeats}")
-    settings = Settings(repeats=repeats or 5, scale=1 if quick else 3,
+    settings = BenchSize(repeats=repeats or 5, scale=1 if quick else 3,
                         max_jobs=max_jobs or available_cpus(), slowdown=read_slowdown(),
                         settle_s=0.5 if quick else 3.0, patience_s=6.0 if quick else 60.0,
                         budget_s=4.0 if quick else 30.0)
@@ -241,7 +241,7 @@ def run_suite(quick: bool = False, max_jobs: int | None = None, repeats: int | N
     }
 
 
-def _measure(measurement: Measurement, settings: Settings,
+def _measure(measurement: Measurement, settings: BenchSize,
              give_up: float) -> tuple[dict[str, Any], int]:
     """Every repeat of one measurement, summarised per figure; and how many were retried.
 
@@ -269,7 +269,7 @@ def _measure(measurement: Measurement, settings: Settings,
             for figure, series in values.items()}, retried
 
 
-def _repeat(repeat: Measure, work: Work, cpus: int, settings: Settings,
+def _repeat(repeat: Measure, work: Work, cpus: int, settings: BenchSize,
             give_up: float) -> tuple[dict[str, float], float, float, int]:
     """One repeat: its figures, the CPUs other processes used meanwhile, the machine's speed
     (the reference loop's, before, after and during) and how many attempts it took.
@@ -350,7 +350,7 @@ def _wait_for_free(cpus: int, machine: int, limit_s: float) -> None:
 
 
 @contextmanager
-def _rollout(settings: Settings, work: Work) -> Iterator[Measure]:
+def _rollout(settings: BenchSize, work: Work) -> Iterator[Measure]:
     # one process: CPU time, so other processes on the machine barely move it
     mission = load_mission("harvest", {"agents": 24, "size": 32, "resources": 40,
                                        "max_steps": 200})
@@ -374,7 +374,7 @@ def _rollout(settings: Settings, work: Work) -> Iterator[Measure]:
 
 
 @contextmanager
-def _episode_scaling(settings: Settings, work: Work) -> Iterator[Measure]:
+def _episode_scaling(settings: BenchSize, work: Work) -> Iterator[Measure]:
     # CPU-bound episodes (~0.1 s each, weights small enough to stay in cache): whole runs
     # are timed, worker start-up included
     mission = load_mission("harvest", {"max_steps": 200})
@@ -396,7 +396,7 @@ def _episode_scaling(settings: Settings, work: Work) -> Iterator[Measure]:
 
 
 @contextmanager
-def _agent_overhead(settings: Settings, work: Work) -> Iterator[Measure]:
+def _agent_overhead(settings: BenchSize, work: Work) -> Iterator[Measure]:
     steps = 1000 * settings.scale
     mission = load_mission("goal_tasks", {"agents": 2, "max_steps": steps})
     task = EpisodeTask(mission, (parse_policy_spec("noop"),), 0, 0)
@@ -422,7 +422,7 @@ def _agent_overhead(settings: Settings, work: Work) -> Iterator[Measure]:
 
 
 @contextmanager
-def _train_collection(settings: Settings, work: Work) -> Iterator[Measure]:
+def _train_collection(settings: BenchSize, work: Work) -> Iterator[Measure]:
     import numpy as np
 
     from parcat.train.vecenv import VecEnv
