@@ -115,7 +115,8 @@ class EvalReport:
     _document: tuple[Any, dict[str, Any]] | None = field(default=None, repr=False)
 
     def start_clock(self) -> None:
-        """Start timing the run (``elapsed_s``)."""
+        """Start timing the run (``started``, ``elapsed_s``)."""
+        self.started = datetime.now(timezone.utc).isoformat()
         self._clock = time.perf_counter()
 
     def update(self, status: str) -> None:
@@ -335,32 +336,19 @@ def evaluate(
     """
     options = inline_if_unpicklable(config, options or RunOptions(), on_warning)
     remove_stale_blocks()
-    if output is not None:
-        check_output_file(output, "--output")  # before anything runs: a bad path costs nothing
-    if replay_dir is not None:
-        check_output_folder(replay_dir, "--replay-dir")
+    _check_outputs(output, replay_dir)
     report = EvalReport(config, options=options)
-    # the check plays a few steps of an episode: a hang there is bounded like an episode's
     report.checks = check_environments(config.missions, options.start_method_name,
                                        options.episode_timeout_s)
     tasks = with_fresh_envs(make_tasks(config, replay_dir, seating), report.checks)
     done = (load_finished(output, config.to_dict(), tasks) if output is not None and resume
             else {})
-    done.update(keep or {})
-    for key, result in done.items():
-        position = tasks.position(key)
-        if position is not None:
-            report.results[position] = result
-    todo: Sequence[int] = range(len(tasks))
-    if report.results:
-        todo = cast(Sequence[int], np.array(
-            [i for i in range(len(tasks)) if i not in report.results], np.int64))
+    todo = _still_to_run(report, tasks, {**done, **(keep or {})})
     report.plan = plan_run(config.missions, config.policies, len(todo), options)
     if on_plan is not None:
         on_plan(report.plan)
     writer = None if output is None else ResultsWriter(
         output, report.snapshot, config.to_dict(), resume=resume, on_warning=on_warning)
-    report.started = datetime.now(timezone.utc).isoformat()
     report.start_clock()
 
     def finished(index: int, result: EpisodeResult) -> None:
@@ -373,6 +361,34 @@ def evaluate(
             raise StopRun
 
     status = _execute(report.plan, options, tasks.subset(todo), finished, report)
+    _close(report, status, replay_dir, writer)
+    return report
+
+
+def _check_outputs(output: Path | None, replay_dir: Path | None) -> None:
+    """Refuse bad output paths before anything runs, when they cost nothing."""
+    if output is not None:
+        check_output_file(output, "--output")
+    if replay_dir is not None:
+        check_output_folder(replay_dir, "--replay-dir")
+
+
+def _still_to_run(report: EvalReport, tasks: TaskList,
+                  done: dict[tuple[str, int], EpisodeResult]) -> Sequence[int]:
+    """Put the episodes already run into ``report``; the positions of the rest."""
+    for key, result in done.items():
+        position = tasks.position(key)
+        if position is not None:
+            report.results[position] = result
+    if not report.results:
+        return range(len(tasks))
+    return cast(Sequence[int], np.array(
+        [i for i in range(len(tasks)) if i not in report.results], np.int64))
+
+
+def _close(report: EvalReport, status: str, replay_dir: Path | None,
+           writer: ResultsWriter | None) -> None:
+    """The run's final status, replay index and results file."""
     report.update(status)
     if status == "complete" and report.failed:
         report.status = "failed"
@@ -383,7 +399,6 @@ def evaluate(
             writer.finish(report.status)
         except WriteError as exc:
             report.write_error = str(exc)
-    return report
 
 
 def _execute(

@@ -123,21 +123,7 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
         raise ValueError("jobs and cpus must be >= 1, gpus and tasks >= 0, agents >= 1")
     reasons: list[str] = []
     tasks = max(workload.tasks, 1)
-    cap = workload.max_processes
-    if cap is not None and cap < jobs:
-        reasons.append(
-            f"the open-file and process limits allow {max(cap, 1)} worker process(es): "
-            f"--jobs {jobs} "
-            f"trimmed to {max(cap, 1)}"
-        )
-        jobs = max(cap, 1)
-    free = workload.free_cpus
-    if free is not None and free < min(jobs, cpus) and workload.executor is ExecutorKind.AUTO:
-        reasons.append(
-            f"{cpus - free} of the {cpus} CPU(s) are busy with other processes: "
-            f"--jobs {jobs} trimmed to {max(free, 1)}"
-        )
-        jobs = max(free, 1)
+    jobs = _trimmed(jobs, cpus, workload, reasons)
     episode_workers = min(jobs, tasks)
     if episode_workers < jobs:
         reasons.append(
@@ -157,10 +143,6 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
             f"episode starts at once and {episode_workers - 1} worker(s) join as they start"
         )
     strategy, policy_workers = _agent_level(jobs, episode_workers, workload, reasons)
-    if workload.action_deadline and strategy in (PolicyStrategy.INLINE, PolicyStrategy.BATCH):
-        strategy, policy_workers = PolicyStrategy.THREAD, max(1, policy_workers)
-        reasons.append("--action-timeout-ms: agents step on a policy thread, so a late "
-                       "action can be replaced (no extra process)")
     busy = episode_workers * (1 + (policy_workers if strategy is PolicyStrategy.PROCESS else 0))
     spin = busy <= cpus
     if strategy is PolicyStrategy.PROCESS:
@@ -189,6 +171,32 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
     )
 
 
+def _agent_level(jobs: int, episode_workers: int, workload: Workload,
+                 reasons: list[str]) -> tuple[PolicyStrategy, int]:
+    """The agent-level strategy and policy workers; a deadline needs a policy thread."""
+    strategy, policy_workers = _strategy(jobs, episode_workers, workload, reasons)
+    if workload.action_deadline and strategy in (PolicyStrategy.INLINE, PolicyStrategy.BATCH):
+        reasons.append("--action-timeout-ms: agents step on a policy thread, so a late "
+                       "action can be replaced (no extra process)")
+        return PolicyStrategy.THREAD, max(1, policy_workers)
+    return strategy, policy_workers
+
+
+def _trimmed(jobs: int, cpus: int, workload: Workload, reasons: list[str]) -> int:
+    """``jobs`` within the process limits and, for an auto plan, the CPUs left free."""
+    cap = workload.max_processes
+    if cap is not None and cap < jobs:
+        reasons.append(f"the open-file and process limits allow {max(cap, 1)} worker "
+                       f"process(es): --jobs {jobs} trimmed to {max(cap, 1)}")
+        jobs = max(cap, 1)
+    free = workload.free_cpus
+    if free is not None and free < min(jobs, cpus) and workload.executor is ExecutorKind.AUTO:
+        reasons.append(f"{cpus - free} of the {cpus} CPU(s) are busy with other processes: "
+                       f"--jobs {jobs} trimmed to {max(free, 1)}")
+        jobs = max(free, 1)
+    return jobs
+
+
 def _executor(workload: Workload, episode_workers: int, reasons: list[str]) -> ExecutorKind:
     requested, foreign = workload.executor, workload.foreign_code
     if requested is not ExecutorKind.AUTO:
@@ -211,7 +219,7 @@ def _executor(workload: Workload, episode_workers: int, reasons: list[str]) -> E
     return ExecutorKind.PROCESS
 
 
-def _agent_level(
+def _strategy(
     jobs: int, episode_workers: int, workload: Workload, reasons: list[str]
 ) -> tuple[PolicyStrategy, int]:
     requested = workload.strategy
