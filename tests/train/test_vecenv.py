@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import signal
 import tempfile
 from collections.abc import Iterator
@@ -164,7 +165,8 @@ def test_learner_worker_trains_and_reports_its_death() -> None:
         pid = worker.worker.pid
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
-        with pytest.raises(RuntimeError, match="learner process died \\(signal SIGKILL\\)"):
+        died = "the learner process (training parcat.train.dqn:DQNLearner) died (signal SIGKILL)"
+        with pytest.raises(WorkerError, match=re.escape(died)):
             worker.submit(epoch=1, batches={})
             worker.result()
     finally:

@@ -69,8 +69,9 @@ class AsyncLearning:
 
     def sync_states(self, timeout_s: float | None = None) -> None:
         """Make the acting learners full copies of the trained ones (for a checkpoint),
-        after applying the running round; with ``timeout_s``, raise :class:`RuntimeError`
-        when the learner process has not answered by then."""
+        after applying the running round; with ``timeout_s``, raise
+        :class:`~parcat.core.errors.WorkerError` when the learner process has not answered
+        by then."""
         for name, state in self.process.states(self._apply, timeout_s).items():
             self.learners[name].load_state_dict(state)
 

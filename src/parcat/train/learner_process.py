@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from parcat.core.errors import WorkerError
 from parcat.ipc.process import (
     Handlers,
     WorkerLostError,
@@ -28,7 +29,7 @@ from parcat.ipc.process import (
     start_worker,
 )
 from parcat.train.learner import Learner, Transitions
-from parcat.train.recipes import LearnerRecipe
+from parcat.train.recipes import LearnerRecipe, class_reference
 from parcat.train.rounds import train_each
 
 
@@ -69,6 +70,9 @@ class LearnerWorker:
         self.counter: Any = ctx.Value("q", 0, lock=False)
         payload = {name: (recipes[name], lr.state_dict()) for name, lr in learners.items()}
         pool_size = (threads or len(payload)) if parallel else 0
+        classes = sorted({class_reference(recipes[name].cls) for name in learners})
+        self.label = f"the learner process (training {', '.join(classes)})"
+        """How errors name it: the learner classes it trains run their code there."""
         self.worker = start_worker(make_learner_worker,
                                    (payload, train_steps, self.counter, pool_size),
                                    "parcat-learner", ctx=ctx)
@@ -93,7 +97,7 @@ class LearnerWorker:
         """Wait for the running round and return it.
 
         Raises:
-            RuntimeError: the learner process died or raised.
+            WorkerError: the learner process died, froze or raised (one line).
         """
         result: Round = self._recv()
         self.busy = False
@@ -109,7 +113,7 @@ class LearnerWorker:
 
         Args:
             on_round: Called with each round read on the way.
-            timeout_s: Give up (:class:`RuntimeError`) after this long (default: never,
+            timeout_s: Give up (:class:`WorkerError`) after this long (default: never,
                 while the learner process lives).
         """
         self._send(("state",))
@@ -126,7 +130,7 @@ class LearnerWorker:
         try:
             self.worker.send(message)
         except WorkerLostError as exc:
-            raise RuntimeError(f"learner process {self.worker.describe()}") from exc
+            raise WorkerError(f"{self.label} {self.worker.describe()}") from exc
 
     def _recv(self, end: float | None = None, setup: bool = False) -> Any:
         # a round may take as long as training does: no deadline unless ``end`` (a
@@ -134,18 +138,17 @@ class LearnerWorker:
         while True:
             wait_s = 3600.0 if end is None else end - time.monotonic()
             if wait_s <= 0:
-                raise RuntimeError(f"learner process did not answer in time ({self.worker.name})")
+                raise WorkerError(f"{self.label} did not answer in time ({self.worker.name})")
             try:
                 read = self.worker.wait_ready if setup else self.worker.reply
                 return read(wait_s)
             except WorkerRaisedError as exc:
                 report = exc.report
-                raise RuntimeError(
-                    f"learner process raised {report.summary}\n{report.traceback}") from None
+                raise WorkerError(f"{self.label} raised {report.summary}") from None
             except WorkerLostError as exc:
                 if self.worker.alive and not self.worker.frozen():
                     continue
-                raise RuntimeError(f"learner process {self.worker.describe()}") from exc
+                raise WorkerError(f"{self.label} {self.worker.describe()}") from exc
 
     def close(self) -> None:
         """Stop the learner process."""

@@ -9,7 +9,8 @@ recipe pickled (the class by reference) and so rebuilds any learner the same way
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import pickle
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -18,6 +19,7 @@ import numpy as np
 
 from parcat.core.errors import ConfigError, brief, clip
 from parcat.core.imports import import_reference, is_reference
+from parcat.ipc.process import SetupFailedError, call_in_worker, in_worker, mark_acting
 from parcat.train.learner import Learner
 
 if TYPE_CHECKING:
@@ -137,6 +139,42 @@ class LearnerRecipe:
         if self.agent_ids:
             kwargs["agent_ids"] = list(self.agent_ids)
         return kwargs
+
+
+def class_reference(cls: type) -> str:
+    """``module:Class``, the way ``--learner`` names a class."""
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def check_builds(recipes: Mapping[str, LearnerRecipe]) -> None:
+    """Build each learner from outside parcat once in a worker process, before the trainer
+    builds it here: a constructor's exit, crash or hang ends the worker
+    (:func:`~parcat.ipc.process.call_in_worker`) and is one line naming the learner class
+    and agent. parcat's own learners are not built twice.
+
+    Raises:
+        ConfigError: a constructor raised (exit code 2).
+        WorkerError: a constructor ended its process, crashed or hung (exit code 1).
+    """
+    items = list(recipes.items())
+    if in_worker() or all(r.cls.__module__.startswith("parcat.") for _, r in items):
+        return
+    try:
+        call_in_worker(_build_each, ([r for _, r in items],), "parcat-learner-setup")
+    except (TypeError, AttributeError, pickle.PicklingError):
+        return  # defined where a worker cannot import it: the trainer builds it in-process
+    except SetupFailedError as exc:
+        name, recipe = items[exc.acting or 0]
+        whom = "shared by every agent" if name == SHARED else f"for agent '{clip(name)}'"
+        raise exc.as_error(f"learner '{clip(class_reference(recipe.cls), 200)}' {whom}",
+                           "while being built", ConfigError) from None
+
+
+def _build_each(recipes: Sequence[LearnerRecipe]) -> None:
+    for index, recipe in enumerate(recipes):
+        mark_acting(index)
+        recipe.build()
+    mark_acting(None)
 
 
 def with_agent_id(obs: np.ndarray, index: int, num_agents: int) -> np.ndarray:

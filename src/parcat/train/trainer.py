@@ -36,7 +36,13 @@ from parcat.train.greedy_eval import nan_returns
 from parcat.train.learner import Learner, Transitions
 from parcat.train.loggers import RunLoggers, check_installed
 from parcat.train.plan import TrainPlan, plan_training
-from parcat.train.recipes import LearnerRecipe, check_trainable, make_recipes, with_agent_id
+from parcat.train.recipes import (
+    LearnerRecipe,
+    check_builds,
+    check_trainable,
+    make_recipes,
+    with_agent_id,
+)
 from parcat.train.rounds import losses_of, train_each
 from parcat.train.runs import has_checkpoint, init_weights, restore
 from parcat.train.vecenv import VecEnv
@@ -84,6 +90,7 @@ class Trainer:
         check_trainable(self.mission, config)  # before any worker starts
         check_installed(config.loggers)
         self.recipes: dict[str, LearnerRecipe] = make_recipes(self.mission, config)
+        check_builds(self.recipes)  # a foreign constructor that exits ends a worker, not us
         learners = make_learners(self.mission, self.recipes)  # sizes and options checked
         self._agent_index = {spec.agent_id: i for i, spec in enumerate(self.mission.agents())}
         self.plan: TrainPlan = plan_training(config, self.mission)
@@ -201,7 +208,7 @@ class Trainer:
         if learning is not None and finished > saved:
             try:
                 learning.sync_states(LEARNER_SYNC_S)
-            except RuntimeError:
+            except WorkerError:
                 return None
         return checkpoints.save_interrupted(finished, saved, live=learning is not None)
 
