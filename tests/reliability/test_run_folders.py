@@ -118,7 +118,7 @@ KILLED_WRITER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("kill_at", range(1, 12))
+@pytest.mark.parametrize("kill_at", range(1, 17))
 def test_a_writer_killed_at_any_rename_leaves_a_whole_checkpoint_and_the_users_files(
     tmp_path: Path, kill_at: int
 ) -> None:
@@ -126,16 +126,21 @@ def test_a_writer_killed_at_any_rename_leaves_a_whole_checkpoint_and_the_users_f
     agents = {f"agent_{i}": checkpoint.PolicyCheckpoint(
         "parcat.policies.builtin:MLPPolicy", {}, {"w": __import__("numpy").ones(3)})
         for i in range(2)}
-    checkpoint.save_run(run, agents, {"mission": "harvest", "epoch": 1})
-    (run / "notes.txt").write_text("mine\n")
+    checkpoint.save_run(run, agents, {"mission": "harvest", "epoch": 1}, copy_to="best")
+    mine = {run / "notes.txt": "mine\n", run / "agent_0" / "NOTES.txt": "in agent_0\n",
+            run / "best" / "mine.txt": "in best\n", run / "best" / "plots" / "a.png": "png\n"}
+    for file, text in mine.items():  # beside the run, and inside the folders a swap replaces
+        file.parent.mkdir(exist_ok=True)
+        file.write_text(text)
+    path = os.pathsep.join([str(ROOT / "src"), str(ROOT)])  # this tree's parcat, not another
     proc = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(run), str(kill_at)],
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                          env={**os.environ, "PYTHONPATH": path}, capture_output=True,
                           text=True, timeout=TIMEOUT_S)
     assert proc.returncode in (0, -signal.SIGKILL), proc.stderr
     epoch = whole(run)  # a reader finishes (or drops) what the killed writer left
     assert epoch in (1, 2)
     if proc.returncode == 0 or epoch == 2:
         assert whole(run / "best") == 2
-    assert (run / "notes.txt").read_text() == "mine\n"
-    leftovers = sorted(p.name for p in run.iterdir() if p.name.startswith("."))
+    assert {f: f.read_text() for f in mine} == mine
+    leftovers = sorted(p.name for p in run.rglob(".*"))
     assert leftovers == [], leftovers

@@ -4,6 +4,7 @@ tests/reliability/test_run_lock.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -118,6 +119,69 @@ def test_force_and_checkpoints_keep_the_files_parcat_did_not_write(
     assert checkpoint.read_manifest(run)["epoch"] == 1
     assert sorted(p.name for p in run.iterdir()) == [
         "agent_0", "agent_1", "best", "envs.npz", "manifest.json", "metrics.jsonl", "notes.txt"]
+
+
+def test_files_inside_agent_folders_and_best_survive_resume_checkpoints_and_force(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    assert train(capsys, *MISSION, "--epochs", "1", "-o", str(run))[0] == 0
+    mine = {run / "agent_0" / "NOTES.txt": "my notes\n", run / "best" / "mine.txt": "mine\n",
+            run / "best" / "agent_1" / "deep" / "plot.png": "png\n"}
+    for file, text in mine.items():
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text(text)
+    # an ordinary checkpoint every epoch, and --resume, replace agent_0/ and best/ around them
+    assert train(capsys, *MISSION, "--epochs", "3", "-o", str(run), "--resume",
+                 "--checkpoint-every", "1")[0] == 0
+    assert {f: f.read_text() for f in mine} == mine
+    assert checkpoint.read_manifest(run)["epoch"] == 3
+    code, err = train(capsys, *MISSION, "--epochs", "1", "-o", str(run), "--force")
+    assert (code, err) == (0, f"--force: removed the run in '{run}' (kept 2 file(s) parcat did "
+                           "not write, e.g. 'agent_0/NOTES.txt'); starting afresh\n")
+    assert {f: f.read_text() for f in mine} == mine
+    assert checkpoint.read_manifest(run)["epoch"] == 1
+    checkpoint.load_policy(run / "best" / "agent_1", "agent_1")
+    assert not [p for p in run.rglob(".checkpoint.*")]
+
+
+def test_a_file_changed_since_the_checkpoint_is_kept_by_force(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    assert train(capsys, *MISSION, "--epochs", "1", "-o", str(run))[0] == 0
+    (run / "agent_0" / "arrays.npz").unlink()  # best/'s copy is a hard link: it stays parcat's
+    (run / "agent_0" / "arrays.npz").write_bytes(b"the user's own bytes")  # no longer parcat's
+    code, err = train(capsys, *MISSION, "--epochs", "1", "-o", str(run), "--force")
+    assert (code, err) == (0, f"--force: removed the run in '{run}' (kept 1 file(s) parcat did "
+                           "not write, e.g. 'agent_0/arrays.npz'); starting afresh\n")
+    assert (run / "agent_0" / "arrays.npz.kept").read_bytes() == b"the user's own bytes"
+    checkpoint.load_policy(run / "agent_0", "agent_0")
+
+
+@pytest.mark.parametrize("via", ["agents", "files"])
+def test_a_manifest_naming_a_foreign_folder_never_gets_it_deleted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], via: str
+) -> None:
+    run = tmp_path / "run"
+    assert train(capsys, *MISSION, "--epochs", "1", "-o", str(run))[0] == 0
+    (run / "thesis").mkdir()
+    (run / "thesis" / "chapter1.tex").write_text("2 years of work\n")
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["files"]["thesis/chapter1.tex"] = {"sha256": "0" * 64, "size": 16}
+    if via == "agents":
+        manifest["agents"]["agent_1"] = "thesis"
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    code, err = train(capsys, *MISSION, "--epochs", "1", "-o", str(run), "--force")
+    assert (code, err) == (0, f"--force: removed the run in '{run}' (kept 1 file(s) parcat did "
+                           "not write, e.g. 'thesis/chapter1.tex'); starting afresh\n")
+    assert (run / "thesis" / "chapter1.tex").read_text() == "2 years of work\n"
+    # and an ordinary checkpoint over such a manifest moves it aside and back, whole
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    agents = {"agent_0": checkpoint.PolicyCheckpoint("parcat.policies.builtin:MLPPolicy", {},
+                                                     {"w": __import__("numpy").ones(3)})}
+    checkpoint.save_run(run, agents, {"mission": "goal_tasks", "epoch": 5})
+    assert (run / "thesis" / "chapter1.tex").read_text() == "2 years of work\n"
 
 
 def test_the_default_name_passes_over_a_folder_of_the_users(

@@ -18,6 +18,13 @@ back; a writer killed in between leaves its new checkpoint marked complete and t
 writer (or reader) finishes the swap. Nothing else in the directory is touched: the folder
 itself is never replaced, so files parcat did not write stay where they are. The sizes and
 hashes catch what a rename cannot: a file truncated, overwritten or damaged later.
+
+A file is parcat's only when parcat can prove it wrote it (:func:`proven_files`): the run's
+(or ``best/``'s) manifest records its path, size and SHA-256 and the file on disk matches.
+Whatever else the replaced entries held (the user's files, a file changed since) is moved
+back to the same relative path once the new checkpoint is in place (a name the new
+checkpoint took gets ``.kept``); a writer killed before that leaves it in the
+``.checkpoint.old.*`` folder, and the next writer (or reader) moves it back.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import hashlib
 import os
 import shutil
 import signal
+import stat
 import tempfile
 import threading
 from collections.abc import Iterator, Mapping
@@ -50,7 +58,8 @@ from parcat.policies.checkpoint_manifest import (
 __all__ = [
     "ARRAYS", "BEST", "MANIFEST", "POLICY_FORMAT", "RUN_FORMAT", "STATE", "VERSION",
     "PolicyCheckpoint", "check_finite", "load_policy", "load_run_arrays", "load_state",
-    "read_manifest", "recover_swap", "save_run", "signals_deferred",
+    "proven_files", "read_manifest", "recover_swap", "remove_proven", "save_run",
+    "signals_deferred",
 ]
 
 ARRAYS = "arrays.npz"
@@ -373,18 +382,20 @@ def _write_dir_atomically(path: Path, write: Any) -> None:
                 _remove_swap_folders(path)
 
 
-def _swap_in(path: Path, new: Path) -> None:
+def _swap_in(path: Path, new: Path, old: Path | None = None) -> None:
     """Move the entries of ``new`` into ``path``, the manifest last, the replaced ones aside
-    (the old manifest first). A writer killed halfway leaves ``new`` marked complete, and
-    :func:`_recover` finishes the swap."""
-    old = Path(tempfile.mkdtemp(prefix=SWAP_OLD, dir=path))
+    into ``old`` (the old manifest first), then move back what of them parcat cannot prove
+    it wrote. A writer killed halfway leaves ``new`` marked complete, and :func:`_recover`
+    finishes the swap."""
+    old = old or Path(tempfile.mkdtemp(prefix=SWAP_OLD, dir=path))
     replaced = _old_entries(path) | {e.name for e in new.iterdir()}
     for name in sorted(replaced, key=lambda n: n != MANIFEST):
-        if name != ".complete" and (path / name).exists():
+        if name != ".complete" and os.path.lexists(path / name):
             (path / name).rename(old / name)
     for name in sorted((e.name for e in new.iterdir()), key=lambda n: n == MANIFEST):
         if name != ".complete":
             (new / name).rename(path / name)
+    _move_back(old, path, "", proven_files(old))
 
 
 def _old_entries(path: Path) -> set[str]:
@@ -394,17 +405,95 @@ def _old_entries(path: Path) -> set[str]:
         return set()  # a damaged manifest: only what the new checkpoint writes goes
 
 
+def proven_files(path: Path) -> set[str]:
+    """The files in ``path`` parcat can prove it wrote, as relative paths: the run's and
+    ``best/``'s manifests, and the files they record whose size and SHA-256 match."""
+    proven: set[str] = set()
+    for prefix in ("", f"{BEST}/"):
+        folder = path / prefix
+        if not _is_plain_file(path, prefix + MANIFEST):
+            continue
+        try:
+            files = parse_manifest(folder)["files"]
+        except CheckpointError:
+            continue
+        proven.add(prefix + MANIFEST)
+        proven.update(prefix + name for name, record in files.items()
+                      if _is_plain_file(path, prefix + name) and _matches(folder / name, record))
+    return proven
+
+
+def _is_plain_file(root: Path, name: str) -> bool:
+    """Whether ``root/name`` is a regular file reached through real folders only."""
+    parts = name.split("/")
+    if not all(_is_plain_name(part) for part in parts):
+        return False
+    try:
+        for depth in range(1, len(parts) + 1):
+            mode = os.lstat(root.joinpath(*parts[:depth])).st_mode
+            if not (stat.S_ISREG(mode) if depth == len(parts) else stat.S_ISDIR(mode)):
+                return False
+    except OSError:
+        return False
+    return True
+
+
+def _matches(file: Path, record: Mapping[str, Any]) -> bool:
+    try:
+        return file.stat().st_size == record.get("size") and _sha256(file) == record.get("sha256")
+    except OSError:
+        return False
+
+
+def _move_back(source: Path, target: Path, rel: str, proven: set[str]) -> None:
+    """Move what below ``source`` is not in ``proven`` to the same place below ``target``."""
+    for entry in sorted(os.scandir(source), key=lambda e: e.name):
+        name = rel + entry.name
+        if name in proven:
+            continue
+        destination = target / entry.name
+        if entry.is_dir(follow_symlinks=False) and (
+                any(p.startswith(f"{name}/") for p in proven)
+                or (destination.is_dir() and not destination.is_symlink())):
+            _move_back(Path(entry.path), destination, f"{name}/", proven)
+            continue
+        target.mkdir(parents=True, exist_ok=True)
+        number = 1
+        while os.path.lexists(destination):  # the new checkpoint took the name
+            destination = target / f"{entry.name}.kept{'' if number == 1 else f'-{number}'}"
+            number += 1
+        Path(entry.path).rename(destination)
+
+
+def remove_proven(path: Path) -> None:
+    """Delete the files of the checkpoint in ``path`` that parcat proves it wrote
+    (:func:`proven_files`; the manifests last) and the folders this leaves empty; anything
+    else stays where it is."""
+    with signals_deferred():
+        for name in sorted(proven_files(path), key=lambda n: (n.endswith(MANIFEST), -len(n))):
+            (path / name).unlink(missing_ok=True)
+            parent = (path / name).parent
+            while parent != path:
+                with contextlib.suppress(OSError):
+                    parent.rmdir()  # only when empty
+                parent = parent.parent
+
+
 def _remove_swap_folders(path: Path) -> None:
+    for old in sorted(path.glob(f"{SWAP_OLD}*")):
+        _move_back(old, path, "", proven_files(old))
     for folder in path.glob(".checkpoint.*"):
         shutil.rmtree(folder, ignore_errors=True)
 
 
 def _recover(path: Path) -> None:
     """Finish a swap a killed writer left halfway (its new checkpoint is complete, and the
-    manifest, moved last, is not in place yet); drop what else a killed writer left."""
+    manifest, moved last, is not in place yet); move back what it moved aside and parcat
+    cannot prove it wrote; drop what else a killed writer left."""
     for new in path.glob(f"{SWAP_NEW}*"):
         if (new / ".complete").is_file() and not (path / MANIFEST).exists():
-            _swap_in(path, new)
+            olds = sorted(path.glob(f"{SWAP_OLD}*"))
+            _swap_in(path, new, olds[0] if olds else None)
     _remove_swap_folders(path)
 
 

@@ -6,10 +6,13 @@ manifest, or a metrics log whose first record has an ``epoch``. Training into on
 name ``runs/<mission>`` moves to the next free numbered name (``runs/<mission>-2``, ...),
 and the caller says so.
 
-``--force`` deletes only what parcat wrote there (the checkpoint, ``best/``, the metrics
-log, the TensorBoard folder); any other file in the folder stays. A folder that holds no
-run may be used when it is empty; one holding files parcat did not write is refused, with
-or without ``--force``: a run is never mixed into a folder of the user's.
+``--force`` deletes only what parcat wrote there (the metrics log, the TensorBoard folder,
+and of the checkpoint and ``best/`` only the files their manifests record with a matching
+size and SHA-256: :func:`parcat.policies.checkpoint.proven_files`); any other file in the
+folder, or inside the agents' folders and ``best/``, stays, and the note names one. A
+folder that holds no run may be used when it is empty; one holding files parcat did not
+write is refused, with or without ``--force``: a run is never mixed into a folder of the
+user's.
 
 The run holds the directory's lock (:mod:`parcat.core.runlock`) from the choice to its end: a
 second run into it is one line, exit 2. The default name is claimed under that lock, so
@@ -172,15 +175,27 @@ def _pid_of(message: str) -> str:
 
 def _remove_run(path: Path) -> str:
     """Delete what parcat wrote in ``path``; return the line that says so."""
-    for name in sorted(_run_entries(path) - {runlock.LOCK_FILE}):
+    for name in sorted(_run_entries(path) & {*METRICS_FILES, TENSORBOARD_DIR}):
         entry = path / name
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry)
         else:
             entry.unlink(missing_ok=True)
+    checkpoint.remove_proven(path)  # the checkpoint and best/: only the files it proves
     kept = foreign_entries(path)
-    also = f" (kept {len(kept)} file(s) parcat did not write, e.g. '{kept[0]}')" if kept else ""
+    also = (f" (kept {len(kept)} file(s) parcat did not write, e.g. "
+            f"'{_a_file_in(path, kept[0])}')" if kept else "")
     return f"--force: removed the run in '{path}'{also}; starting afresh"
+
+
+def _a_file_in(path: Path, name: str) -> str:
+    """``name``, or when it is a folder the first file in it (e.g. ``agent_0/NOTES.txt``)."""
+    entry = path / name
+    with contextlib.suppress(OSError):
+        if entry.is_dir() and not entry.is_symlink():
+            files = sorted(p for p in entry.rglob("*") if not p.is_dir() or p.is_symlink())
+            return str((files[0] if files else entry).relative_to(path))
+    return name
 
 
 def _run_entries(path: Path) -> set[str]:
