@@ -50,7 +50,7 @@ def shm_blocks() -> set[str]:
 
 def start_cli(args: list[str], cwd: Path) -> subprocess.Popen[str]:
     """``python -m parcat ARGS`` in its own process group, tests importable."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
     return subprocess.Popen(
         [sys.executable, "-m", "parcat", *args], cwd=cwd, env=env, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,

@@ -23,7 +23,7 @@ QUICK = ["-m", "harvest", "-p", "random", "-n", "2", "--set", "max_steps=5", "--
 
 
 def parcat(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
     return subprocess.run([sys.executable, "-m", "parcat", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)
 

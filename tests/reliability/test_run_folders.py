@@ -4,6 +4,7 @@ behind."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -144,3 +145,96 @@ def test_a_writer_killed_at_any_rename_leaves_a_whole_checkpoint_and_the_users_f
     assert {f: f.read_text() for f in mine} == mine
     leftovers = sorted(p.name for p in run.rglob(".*"))
     assert leftovers == [], leftovers
+
+
+SIM = ["sim", "-c", str(ROOT / "configs" / "sim.yaml"), "--mode", "sequential", "--render"]
+QUICK_EVAL = ["eval", "-m", "harvest", "-p", "random", "-n", "2", "--set", "max_steps=5",
+              "--jobs", "1", "--no-progress"]
+
+
+def refused(proc: subprocess.CompletedProcess[str], message: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    assert one_error_line(proc) == f"parcat: error: {message}"
+
+
+@pytest.mark.parametrize("name", ["index.json", "harvest-000001.npz"])
+def test_a_replay_dir_never_replaces_the_users_files(tmp_path: Path, name: str) -> None:
+    folder = tmp_path / "rd"
+    folder.mkdir()
+    (folder / name).write_text('{"mine": true}\n')
+    proc = parcat(*QUICK_EVAL, "--replay-dir", str(folder), cwd=tmp_path)
+    refused(proc, f"--replay-dir '{folder}': '{name}' there is not parcat's (parcat-replay) "
+            "and the run would replace it; move it away or give another --replay-dir")
+    assert sorted(p.name for p in folder.iterdir()) == [name]  # nothing written, no lock left
+    assert (folder / name).read_text() == '{"mine": true}\n'
+
+
+def test_a_replay_dir_of_an_earlier_run_is_written_again(tmp_path: Path) -> None:
+    folder = tmp_path / "rd"
+    for _ in range(2):
+        proc = parcat(*QUICK_EVAL, "--replay-dir", str(folder), cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+    (folder / "notes.txt").write_text("mine\n")  # a file the run does not write is left alone
+    proc = parcat(*QUICK_EVAL, "--replay-dir", str(folder), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "harvest-000000.npz", "harvest-000001.npz", "index.json", "notes.txt"]
+
+
+@pytest.mark.parametrize("name", ["summary.json", "record.npz", "trajectories.svg"])
+def test_sim_never_replaces_the_users_files_in_its_folder(tmp_path: Path, name: str) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / name).write_text("mine\n")
+    refused(parcat(*SIM, "-o", str(out), cwd=tmp_path),
+            f"--output '{out}': '{name}' there is not parcat's and the run would replace it; "
+            "move it away or give another -o DIR")
+    assert sorted(p.name for p in out.iterdir()) == [name]
+    assert (out / name).read_text() == "mine\n"
+
+
+def test_sim_replaces_its_own_earlier_outputs(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    for _ in range(2):
+        proc = parcat(*SIM, "-o", str(out), cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == [
+        "record.npz", "summary.json", "trajectories.svg"]
+
+
+@pytest.mark.parametrize("resume", [[], ["--resume"]])
+@pytest.mark.parametrize("kind", ["file", "symlink", "fifo"])
+def test_eval_never_takes_over_a_journal_that_is_not_parcats(
+    tmp_path: Path, kind: str, resume: list[str]
+) -> None:
+    out, victim = tmp_path / "res.json", tmp_path / "victim.txt"
+    journal = tmp_path / "res.json.episodes.jsonl"
+    victim.write_text("mine\n")
+    if kind == "file":
+        journal.write_text("my own journal\n")
+    elif kind == "symlink":
+        journal.symlink_to(victim.name)
+    else:
+        os.mkfifo(journal)
+    backup = tmp_path / ".res.json.backup.tmp"
+    backup.write_text("mine\n")
+    refused(parcat(*QUICK_EVAL, "-o", str(out), *resume, cwd=tmp_path),
+            f"--output '{out}': '{journal}' is not a parcat eval journal, and the run would "
+            "replace it; move it away or give another --output")
+    assert victim.read_text() == backup.read_text() == "mine\n"
+    assert kind != "file" or journal.read_text() == "my own journal\n"
+    assert journal.is_symlink() == (kind == "symlink") and not out.exists()
+
+
+def test_eval_takes_its_own_journal_over_and_leaves_the_users_temp_files(
+    tmp_path: Path
+) -> None:
+    out = tmp_path / "res.json"
+    backup = tmp_path / ".res.json.backup.tmp"
+    backup.write_text("mine\n")
+    journal = tmp_path / "res.json.episodes.jsonl"
+    journal.write_text('{"schema":"parcat.eval.journal","version":1,"config":{}}\n')
+    proc = parcat(*QUICK_EVAL, "-o", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert not journal.exists() and backup.read_text() == "mine\n"
+    assert len(json.loads(out.read_text())["episodes"]) == 2

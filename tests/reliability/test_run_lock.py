@@ -54,7 +54,7 @@ def wait_holding(lock: Path, proc: subprocess.Popen[str]) -> None:
 def parcat(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "parcat", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=TIMEOUT_S,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          env={**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"})
 
 
 def error_line(proc: subprocess.CompletedProcess[str] | tuple[int, str]) -> str:
@@ -182,3 +182,53 @@ def test_a_second_sim_into_the_same_folder_is_one_line(tmp_path: Path) -> None:
         code, _ = interrupt(first)
     assert code == 130
     assert sorted(p.name for p in out.iterdir()) == ["record.npz", "summary.json"]
+
+
+SIM = ["sim", "-c", str(ROOT / "configs" / "sim.yaml"), "--mode", "sequential"]
+EVAL = ["eval", "-m", "harvest", "-p", "random", "-n", "2", "--set", "max_steps=5", "--jobs",
+        "1", "--no-progress"]
+
+
+@pytest.mark.parametrize("command", ["train", "eval", "sim"])
+@pytest.mark.parametrize("kind", ["symlink", "fifo"])
+def test_a_lock_file_that_is_not_a_file_is_refused_and_never_written_through(
+    tmp_path: Path, command: str, kind: str
+) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine\n")
+    out = tmp_path / ("r.json" if command == "eval" else "out")
+    if command != "eval":
+        out.mkdir()
+    lock = lock_beside(out) if command == "eval" else out / LOCK_FILE
+    if kind == "symlink":
+        lock.symlink_to(victim)
+    else:
+        os.mkfifo(lock)
+    args = {"train": [*TRAIN, "--epochs", "1"], "eval": EVAL, "sim": SIM}[command]
+    proc = parcat([*args, "-o", str(out)], tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    what = f"run directory '{out}'" if command == "train" else f"--output '{out}'"
+    shown = "a symlink, not a regular file" if kind == "symlink" else "not a regular file"
+    line = error_line(proc)
+    assert line.startswith(f"parcat: error: {what}: the lock file "), line
+    assert line.endswith(f"' is {shown}; parcat writes its pid there and removes it, so "
+                         "remove it or give another output"), line
+    assert victim.read_text() == "mine\n"
+    assert lock.is_symlink() if kind == "symlink" else lock.is_fifo()
+
+
+def test_a_second_eval_into_the_same_replay_dir_is_one_line(tmp_path: Path) -> None:
+    mission = write_slow_mission(tmp_path)
+    folder = tmp_path / "rd"
+    args = ["eval", "-m", str(mission), "-p", "random", "-n", "2000", "--jobs", "1",
+            "--no-progress", "-f", "json", "--replay-dir", str(folder)]
+    with running(args, tmp_path) as first:
+        wait_holding(folder / LOCK_FILE, first)
+        refused_as_in_use(parcat([*EVAL, "--replay-dir", str(folder)], tmp_path),
+                          f"--replay-dir '{folder}'", first, "give another --replay-dir")
+        code, _ = interrupt(first)
+    assert code == 130
+    index = json.loads((folder / "index.json").read_text())
+    assert index["episodes"] and all((folder / e["file"]).is_file() for e in index["episodes"])
+    assert not list(folder.glob("harvest-*"))  # the refused run wrote nothing there
+    assert not (folder / LOCK_FILE).exists()

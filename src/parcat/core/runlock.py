@@ -14,8 +14,10 @@ while ``parcat train`` holds it, and that costs nothing.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
+import stat
 from pathlib import Path
 from types import TracebackType
 
@@ -53,7 +55,8 @@ class RunLock:
         # unlink before unlocking: whoever opened this file meanwhile sees it is gone
         # once it gets the lock, and takes a new one (see _open_locked)
         with contextlib.suppress(OSError):
-            os.unlink(key)
+            if _same_file(os.lstat(key), os.fstat(entry[0])):  # never a link put there since
+                os.unlink(key)
         os.close(entry[0])
 
     def __enter__(self) -> RunLock:
@@ -89,11 +92,7 @@ def acquire(file: Path, what: str, fix: str) -> RunLock:
 
 def _open_locked(key: str, what: str, fix: str) -> int:
     while True:
-        try:
-            fd = os.open(key, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-        except OSError as exc:
-            raise OutputError(f"{what}: cannot create the lock file '{key}' "
-                              f"({exc.strerror})") from None
+        fd = _open_file(key, what)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -102,14 +101,42 @@ def _open_locked(key: str, what: str, fix: str) -> int:
             raise RunLockedError(f"{what} is in use by another parcat process{holder}; wait for "
                               f"it to end, or {fix}") from None
         try:
-            current = os.stat(key)
+            current = os.lstat(key)
         except FileNotFoundError:
             current = None
         opened = os.fstat(fd)
-        if current is not None and (current.st_ino, current.st_dev) == (opened.st_ino,
-                                                                        opened.st_dev):
+        if current is not None and _same_file(current, opened):
             return fd
         os.close(fd)  # the holder removed it as we opened it: take the next one
+
+
+def _open_file(key: str, what: str) -> int:
+    """Open (or create) the lock file itself: never a symlink's target, never a FIFO or
+    device (the pid is written into it and it is removed at the end)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        fd = os.open(key, flags, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OutputError(_not_ours(key, what, "a symlink")) from None
+        if exc.errno == errno.ENXIO:  # a FIFO no one reads
+            raise OutputError(_not_ours(key, what, "a FIFO")) from None
+        raise OutputError(f"{what}: cannot create the lock file '{key}' "
+                          f"({exc.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OutputError(_not_ours(key, what, "not a regular file"))
+    return fd
+
+
+def _not_ours(key: str, what: str, kind: str) -> str:
+    kind = kind if kind.startswith("not") else f"{kind}, not a regular file"
+    return (f"{what}: the lock file '{key}' is {kind}; parcat writes its pid there and "
+            "removes it, so remove it or give another output")
+
+
+def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_ino, a.st_dev) == (b.st_ino, b.st_dev)
 
 
 def _holder(fd: int) -> str:

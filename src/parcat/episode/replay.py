@@ -26,10 +26,13 @@ step with ``env.render()``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
+import stat
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,9 +41,9 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from parcat.core import jsontext
+from parcat.core import jsontext, runlock
 from parcat.core.atomic import write_atomically, write_text_atomically
-from parcat.core.errors import UsageError, brief, clip
+from parcat.core.errors import OutputError, UsageError, brief, clip
 from parcat.core.imports import require_trusted
 from parcat.core.limits import (
     MAX_AGENTS,
@@ -373,6 +376,62 @@ def _check_arrays(meta: dict[str, Any], arrays: dict[str, np.ndarray], source: s
     if meta["steps"] > recorded:
         raise ReplayError(f"{source} is damaged: meta 'steps' is {meta['steps']:,}, but actions "
                           f"are recorded for {recorded:,} steps")
+
+
+def claim_folder(folder: Path, missions: Collection[str], episodes: int) -> runlock.RunLock:
+    """Hold the run lock of replay folder ``folder`` (one run records there at a time), and
+    refuse, before anything runs, an ``index.json`` or a replay file the run would write
+    that is not parcat's: parcat replaces its own earlier replays, never the user's files.
+
+    Raises:
+        RunLockedError: another parcat process records into ``folder``.
+        OutputError: a file of that name is not parcat's (one line naming it).
+    """
+    lock = runlock.acquire(folder / runlock.LOCK_FILE, f"--replay-dir '{folder}'",
+                           "give another --replay-dir")
+    try:
+        for path, ours in _would_replace(folder, set(missions), episodes):
+            if not ours(path):
+                raise OutputError(f"--replay-dir '{folder}': '{path.name}' there is not "
+                                  f"parcat's ({FORMAT}) and the run would replace it; move "
+                                  "it away or give another --replay-dir")
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def _would_replace(folder: Path, missions: set[str], episodes: int
+                   ) -> Iterator[tuple[Path, Callable[[Path], bool]]]:
+    """The files there the run would write over, each with its test of being parcat's."""
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.name == INDEX:
+                yield Path(entry.path), _is_index
+                continue
+            mission, _, index = entry.name.removesuffix(".npz").rpartition("-")
+            if (entry.name.endswith(".npz") and mission in missions and index.isdigit()
+                    and int(index) < episodes and file_name(mission, int(index)) == entry.name):
+                yield Path(entry.path), is_replay
+
+
+def _is_index(path: Path) -> bool:
+    with contextlib.suppress(Exception):  # whatever the user's file makes json raise
+        if stat.S_ISREG(path.lstat().st_mode):
+            document = json.loads(path.read_bytes())
+            return isinstance(document, dict) and document.get("format") == FORMAT
+    return False
+
+
+def is_replay(path: Path) -> bool:
+    """Whether ``path`` is a regular file whose ``meta`` names parcat's replay format (its
+    arrays are not read)."""
+    with contextlib.suppress(Exception):  # whatever a foreign file makes zipfile/numpy raise
+        if stat.S_ISREG(path.lstat().st_mode):
+            with np.load(path, allow_pickle=False) as data:
+                meta = json.loads(str(data["meta"][()]))
+            return isinstance(meta, dict) and meta.get("format") == FORMAT
+    return False
 
 
 def write_index(folder: Path, entries: list[dict[str, Any]]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import pickle
 import time
@@ -19,12 +20,13 @@ from parcat.core.limits import MAX_EPISODE_PARAMETERS
 from parcat.core.output_paths import check_output_file, check_output_folder
 from parcat.envs.missions import Mission, is_foreign, load_mission
 from parcat.episode.probe import EnvCheck, check_in_a_worker
+from parcat.episode.replay import claim_folder as claim_replay_folder
 from parcat.episode.replay import file_name as replay_file_name
 from parcat.episode.replay import write_index
 from parcat.episode.results import EpisodeResult
 from parcat.episode.rollout import EpisodeTask, TaskList
 from parcat.eval.report import ALL_POLICIES, make_document, summarize
-from parcat.eval.results_file import ResultsWriter, load_finished
+from parcat.eval.results_file import ResultsWriter, check_journal, load_finished
 from parcat.ipc.process import SHUTTING_DOWN
 from parcat.ipc.shm import remove_stale_blocks
 from parcat.parallel.launch import RunOptions, make_executor, plan_run
@@ -336,14 +338,23 @@ def evaluate(
     """
     options = inline_if_unpicklable(config, options or RunOptions(), on_warning)
     remove_stale_blocks()
-    _check_outputs(output, replay_dir)
-    report = EvalReport(config, options=options)
-    report.checks = check_environments(config.missions, options.start_method_name,
-                                       options.episode_timeout_s)
-    tasks = with_fresh_envs(make_tasks(config, replay_dir, seating), report.checks)
-    done = (load_finished(output, config.to_dict(), tasks) if output is not None and resume
-            else {})
-    todo = _still_to_run(report, tasks, {**done, **(keep or {})})
+    with _claim_outputs(config, output, replay_dir):
+        report = EvalReport(config, options=options)
+        report.checks = check_environments(config.missions, options.start_method_name,
+                                           options.episode_timeout_s)
+        tasks = with_fresh_envs(make_tasks(config, replay_dir, seating), report.checks)
+        done = load_finished(output, config.to_dict(), tasks) if output and resume else {}
+        todo = _still_to_run(report, tasks, {**done, **(keep or {})})
+        return _run(report, options, tasks, todo, on_result, on_plan, output, resume,
+                    on_warning, replay_dir)
+
+
+def _run(report: EvalReport, options: RunOptions, tasks: TaskList, todo: Sequence[int],
+         on_result: ResultCallback | None, on_plan: PlanCallback | None, output: Path | None,
+         resume: bool, on_warning: Callable[[str], None] | None, replay_dir: Path | None,
+         ) -> EvalReport:
+    """Plan and run the episodes ``todo`` of ``tasks``, writing the outputs."""
+    config = report.config
     report.plan = plan_run(config.missions, config.policies, len(todo), options)
     if on_plan is not None:
         on_plan(report.plan)
@@ -365,12 +376,17 @@ def evaluate(
     return report
 
 
-def _check_outputs(output: Path | None, replay_dir: Path | None) -> None:
-    """Refuse bad output paths before anything runs, when they cost nothing."""
+def _claim_outputs(config: EvalConfig, output: Path | None,
+                   replay_dir: Path | None) -> contextlib.AbstractContextManager[object]:
+    """Refuse bad output paths before anything runs, when they cost nothing; hold the
+    replay folder's lock until the run ends (one run records into it at a time)."""
     if output is not None:
         check_output_file(output, "--output")
-    if replay_dir is not None:
-        check_output_folder(replay_dir, "--replay-dir")
+        check_journal(output)
+    if replay_dir is None:
+        return contextlib.nullcontext()
+    check_output_folder(replay_dir, "--replay-dir")
+    return claim_replay_folder(replay_dir, [m.name for m in config.missions], config.episodes)
 
 
 def _still_to_run(report: EvalReport, tasks: TaskList,

@@ -24,6 +24,7 @@ import contextlib
 import errno
 import json
 import os
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +32,7 @@ from typing import Any
 
 from parcat.core import jsontext, runlock, seeding
 from parcat.core.atomic import write_text_atomically
-from parcat.core.errors import ConfigError, WriteError, brief, clip
+from parcat.core.errors import ConfigError, OutputError, WriteError, brief, clip
 from parcat.core.output_paths import check_output_file
 from parcat.episode.results import EpisodeResult, EpisodeStatus
 from parcat.episode.rollout import TaskList
@@ -39,6 +40,8 @@ from parcat.eval.report import SCHEMA, dumps_document, summarize, summary_csv
 
 JOURNAL_SCHEMA = "parcat.eval.journal"
 JOURNAL_SUFFIX = ".episodes.jsonl"
+MAX_HEADER_BYTES = 1 << 24
+"""A journal's first line is read up to this size to tell whether it is parcat's."""
 SNAPSHOT_RATIO = 50.0
 """A snapshot waits at least this many times as long as the last one took to write."""
 
@@ -102,7 +105,7 @@ class ResultsWriter:
         self._next = time.monotonic() + every_s
         self._warned: set[str] = set()
         self._saved: int | None = None  # episodes in the last document written, if any
-        remove_stale_temp_files(path)
+        check_journal(path)
         self.journal = None if path.suffix.lower() == ".csv" else _Journal(
             journal_path(path), config, resume)
         # each episode is encoded once, for the journal, and its text reused by every
@@ -176,7 +179,7 @@ class _Journal:
         """Episode lines in the file (this run's and, when resuming, the earlier run's)."""
         self._backlog: list[bytes] = []  # lines a failed append still owes the file
         self._owed = 0  # episodes among them
-        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
         keep = resume and path.exists() and path.stat().st_size > 0
         if not keep:
             flags |= os.O_TRUNC
@@ -224,11 +227,14 @@ class _Journal:
 
     def remove(self) -> None:
         """Close and delete the journal (the document now holds everything)."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        if self._fd is None:
+            return
         with contextlib.suppress(OSError):
-            self.path.unlink()
+            opened, current = os.fstat(self._fd), os.lstat(self.path)
+            if (opened.st_ino, opened.st_dev) == (current.st_ino, current.st_dev):
+                self.path.unlink()  # still the file this run wrote, nothing put there since
+        os.close(self._fd)
+        self._fd = None
 
 
 def _line(data: dict[str, Any]) -> bytes:
@@ -377,10 +383,34 @@ def _episode(where: str, data: Any) -> EpisodeResult:
                           "use another --output") from None
 
 
-def remove_stale_temp_files(path: Path) -> None:
-    """Remove temp files a killed run left beside ``path`` (see :mod:`parcat.core.atomic`)."""
-    if not path.parent.is_dir():
+def check_journal(path: Path) -> None:
+    """Refuse, before the run, a journal path beside results file ``path`` that holds
+    something else than a parcat journal (which the run would truncate and remove): not
+    a regular file, or a first line that is not a journal header. An empty file is taken.
+
+    Raises:
+        OutputError: naming the file and the fix.
+    """
+    journal = journal_path(path)
+    if path.suffix.lower() == ".csv" or not os.path.lexists(journal):
         return
-    for leftover in path.parent.glob(f".{path.name}.*.tmp"):
-        with contextlib.suppress(OSError):
-            leftover.unlink()
+    try:
+        fd = os.open(journal, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        ours = False
+    else:
+        with os.fdopen(fd, "rb") as file:
+            ours = stat.S_ISREG(os.fstat(fd).st_mode) and _is_journal_header(
+                file.readline(MAX_HEADER_BYTES), os.fstat(fd).st_size)
+    if not ours:
+        raise OutputError(f"--output '{path}': '{journal}' is not a parcat eval journal, and "
+                          "the run would replace it; move it away or give another --output")
+
+
+def _is_journal_header(line: bytes, size: int) -> bool:
+    if size == 0:
+        return True
+    with contextlib.suppress(ValueError, RecursionError):
+        header = json.loads(line)
+        return isinstance(header, dict) and header.get("schema") == JOURNAL_SCHEMA
+    return False

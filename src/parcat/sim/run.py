@@ -9,24 +9,33 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import json
+import os
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+
 from parcat.core import jsontext, runlock
 from parcat.core.atomic import write_text_atomically
-from parcat.core.errors import ConfigError
+from parcat.core.errors import ConfigError, OutputError
 from parcat.core.output_paths import check_output_folder, missing_folders, remove_empty
 from parcat.sim.config import SimConfig, load_sim_config
 from parcat.sim.metrics import summarize
 from parcat.sim.parallel import StalledError, run_parallel
 from parcat.sim.progress import SimProgress
-from parcat.sim.record import SimRecord
+from parcat.sim.record import RECORD_FILE, SimRecord
 from parcat.sim.sequential import run_sequential
 from parcat.sim.svg import write_svg
 
 SUMMARY_FILE = "summary.json"
 SVG_FILE = "trajectories.svg"
+SUMMARY_SCHEMA = "parcat.sim"
+RECORD_SCHEMA = "parcat.sim.record"
+MAX_SUMMARY_BYTES = 1 << 24
+"""A summary.json is read up to this size to tell whether it is parcat's."""
 
 
 class SimMode(str, enum.Enum):
@@ -100,9 +109,52 @@ def _held_output(output: str | None) -> Iterator[None]:
     try:
         with runlock.acquire(folder / runlock.LOCK_FILE, f"--output '{folder}'",
                              "give another -o DIR"):
+            _refuse_foreign_files(folder)
             yield
     finally:
         remove_empty(made)
+
+
+def _refuse_foreign_files(folder: Path) -> None:
+    """A file the run would write there that is not parcat's is refused before the run:
+    parcat replaces its own earlier outputs, never the user's files."""
+    for name, ours in ((RECORD_FILE, _is_record), (SUMMARY_FILE, _is_summary),
+                       (SVG_FILE, _is_svg)):
+        path = folder / name
+        if os.path.lexists(path) and not ours(path):
+            raise OutputError(f"--output '{folder}': '{name}' there is not parcat's and the "
+                              "run would replace it; move it away or give another -o DIR")
+
+
+def _head(path: Path, size: int) -> bytes:
+    """The first ``size`` bytes of a regular file (``b""`` for anything else)."""
+    with contextlib.suppress(OSError):
+        if stat.S_ISREG(path.lstat().st_mode):
+            with path.open("rb") as file:
+                return file.read(size)
+    return b""
+
+
+def _is_summary(path: Path) -> bool:
+    with contextlib.suppress(ValueError, RecursionError):
+        summary = json.loads(_head(path, MAX_SUMMARY_BYTES) or b"null")
+        return isinstance(summary, dict) and summary.get("schema") == SUMMARY_SCHEMA
+    return False
+
+
+def _is_record(path: Path) -> bool:
+    with contextlib.suppress(Exception):  # whatever a foreign file makes zipfile/numpy raise
+        if _head(path, 4) == b"PK\x03\x04":
+            with np.load(path, allow_pickle=False) as data:
+                meta = json.loads(str(data["meta"][()]))
+            return isinstance(meta, dict) and meta.get("schema") == RECORD_SCHEMA
+    return False
+
+
+def _is_svg(path: Path) -> bool:
+    head = _head(path, 512)
+    return head.startswith(b'<svg xmlns="http://www.w3.org/2000/svg" width="') and (
+        b'font-family="sans-serif" font-size="12">' in head.split(b"\n", 1)[0])
 
 
 def write_outputs(record: SimRecord, config: SimConfig) -> SimRecord:
