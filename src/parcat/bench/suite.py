@@ -32,6 +32,7 @@ from typing import Any
 
 from parcat import __version__
 from parcat.core.errors import ConfigError, brief
+from parcat.core.readfile import read_regular
 from parcat.core.resources import available_cpus, other_busy_cpus
 from parcat.envs.missions import load_mission
 from parcat.episode.rollout import EpisodeRunner, EpisodeTask
@@ -467,7 +468,7 @@ def read_history(path: Path) -> list[dict[str, Any]]:
         return []
     records = []
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = read_regular(path).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"history file '{path}' cannot be read ({type(exc).__name__}); pass "
                           "another --history") from None

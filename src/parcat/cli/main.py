@@ -31,6 +31,7 @@ from parcat.cli.common import (
 )
 from parcat.cli.lazy import LazyCommand, LazyGroup
 from parcat.cli.stdout import StdoutError, guarded_stdout
+from parcat.core.errors import NoteWarning
 
 COMMANDS = (
     LazyCommand("eval", "parcat.cli.eval_cmd:eval_command",
@@ -189,7 +190,8 @@ def _one_line_warning(message: Warning | str, category: type[Warning], filename:
                       lineno: int, file: Any = None, line: str | None = None) -> None:
     """A warning shown by the CLI: one line, ``parcat: warning: ...`` (Python's default
     adds the file, the line number and the source line, which mean nothing to a user)."""
-    print(f"parcat: warning: {message}", file=file or sys.stderr)
+    kind = "note" if issubclass(category, NoteWarning) else "warning"
+    print(f"parcat: {kind}: {message}", file=file or sys.stderr)
 
 
 def _invoke(argv: Sequence[str] | None) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -33,20 +34,26 @@ def list_command(fmt: opts.Format = OutputFormat.TABLE) -> None:
     """List the missions reachable by name (./missions/ first, then the built-in ones)."""
     with held_imports():
         from parcat.cli.render import list_table, stdout_console
-        from parcat.envs.missions import list_missions
+        from parcat.envs.missions import list_missions, shadows_builtin
+    problems: list[str] = []
     with user_errors():
-        missions = list_missions()
+        missions = list_missions(problems)
+    for problem in problems:  # one bad file in ./missions/ hides none of the others
+        typer.echo(f"parcat: warning: {problem}; left out", err=True)
+    shadows = [shadows_builtin(Path(m.source)) for m in missions]
     if fmt is OutputFormat.JSON:
-        print_json([{"name": m.name, "description": m.description, "source": m.source}
-                    for m in missions])
+        print_json([{"name": m.name, "description": m.description, "source": m.source,
+                     "shadows_builtin": shadow} for m, shadow in zip(missions, shadows,
+                                                                     strict=True)])
         return
     if fmt is OutputFormat.CSV:
         write_csv(["name", "description", "source"],
                   [(m.name, m.description, m.source) for m in missions])
         return
-    stdout_console().print(
-        list_table(["mission", "description"], [(m.name, m.description) for m in missions])
-    )
+    stdout_console().print(list_table(
+        ["mission", "description"],
+        [(m.name, f"(not the built-in one: {m.source}) {m.description}" if shadow
+          else m.description) for m, shadow in zip(missions, shadows, strict=True)]))
 
 
 @app.command("show")

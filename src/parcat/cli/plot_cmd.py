@@ -14,6 +14,7 @@ from parcat.cli.common import user_errors
 from parcat.cli.lazy import held_imports
 from parcat.core.errors import ConfigError
 from parcat.core.output_paths import check_output_file, check_output_suffix
+from parcat.core.readfile import read_regular
 
 
 def plot_command(
@@ -78,7 +79,7 @@ def _cross_document(path: Path) -> dict[str, Any] | None:
     if not path.is_file() or path.suffix.lower() != ".json":
         return None
     try:
-        document = json.loads(path.read_text())
+        document = json.loads(read_regular(path))
     except (OSError, ValueError, RecursionError) as exc:  # unreadable, not JSON, too deep
         raise ConfigError(f"cannot read '{path}' ({type(exc).__name__}); give a metrics log, "
                           "a run directory or a `parcat eval --cross -o` file") from exc

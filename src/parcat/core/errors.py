@@ -54,6 +54,10 @@ class UntrustedCodeError(UsageError):
     """A file names code from outside parcat that the user did not allow (``--trust-code``)."""
 
 
+class NoteWarning(UserWarning):
+    """Something the user should know that is no fault: the CLI shows ``parcat: note: ...``."""
+
+
 class ConformanceError(ParcatError):
     """An environment or policy breaks the contract that parcat.testing checks."""
 

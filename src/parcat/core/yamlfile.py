@@ -18,6 +18,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from parcat.core.errors import UsageError, clip
 from parcat.core.limits import MAX_NUMBER_DIGITS, MAX_YAML_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES
+from parcat.core.readfile import read_regular
 
 
 class YAMLLimitError(yaml.YAMLError):
@@ -118,8 +119,7 @@ def read_text(path: Path, label: str, error: type[UsageError]) -> str:
         UsageError: (as ``error``) a missing, unreadable, too large or non-UTF-8 file.
     """
     try:
-        with path.open("rb") as stream:
-            data = stream.read(MAX_YAML_BYTES + 1)
+        data = read_regular(path, MAX_YAML_BYTES)
     except FileNotFoundError:
         raise error(f"{label} does not exist") from None
     except OSError as exc:

@@ -11,6 +11,7 @@ import difflib
 import functools
 import pickle
 import re
+import warnings
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -19,14 +20,20 @@ from typing import Any
 
 import gymnasium
 
-from parcat.core.errors import MissionError, brief, clip
+from parcat.core.errors import MissionError, NoteWarning, brief, clip
 from parcat.core.imports import import_module, import_reference
 from parcat.core.limits import MAX_EPISODE_STEPS, MAX_NAME_LENGTH, MAX_PATH_LENGTH
 from parcat.core.yamlfile import read_yaml_mapping
 from parcat.envs.adapters import make_gymnasium_env
 from parcat.envs.base import AgentSpec, ParallelEnv
 from parcat.envs.turns import is_turn_based
-from parcat.ipc.process import SetupFailedError, call_in_worker, in_worker, preload
+from parcat.ipc.process import (
+    SetupFailedError,
+    call_in_worker,
+    in_worker,
+    mark_acting,
+    preload,
+)
 
 BUILTIN_DIR = Path(__file__).parents[1] / "missions"
 GYMNASIUM_PREFIX = "gymnasium:"
@@ -227,7 +234,14 @@ def _read_facts(mission: Mission) -> Facts:
         env.reset(seed=0)
         if not env.possible_agents:
             raise MissionError(f"mission '{mission.name}': the environment has no agents")
-        return tuple(mission.agent_specs(env)), is_turn_based(env)
+        facts = tuple(mission.agent_specs(env)), is_turn_based(env)
+        mark_acting(_CLOSING)  # close() runs as the block ends: a failure names it
+    mark_acting(None)
+    return facts
+
+
+_CLOSING = 0
+"""What :func:`_read_facts` marks acting (in a worker) while the environment is closed."""
 
 
 def is_foreign(mission: Mission) -> bool:
@@ -257,8 +271,8 @@ def validate_env(mission: Mission) -> None:
         return
     except SetupFailedError as exc:
         named = "" if mission.env == mission.name else f" (env '{clip(mission.env)}')"
-        raise exc.as_error(f"mission '{clip(mission.name)}'{named}",
-                           "while being built and reset", MissionError) from None
+        when = "while being closed" if exc.acting == _CLOSING else "while being built and reset"
+        raise exc.as_error(f"mission '{clip(mission.name)}'{named}", when, MissionError) from None
     _remember(mission, facts)
 
 
@@ -281,9 +295,39 @@ def mission_files() -> dict[str, Path]:
     return found
 
 
-def list_missions() -> list[Mission]:
-    """Load every mission reachable by name, sorted by name."""
-    return [read_mission(path) for _, path in sorted(mission_files().items())]
+def shadows_builtin(path: Path) -> bool:
+    """Whether a mission file found by name is a ``./missions/`` one hiding a built-in one."""
+    builtin = BUILTIN_DIR / path.name
+    return builtin.exists() and path.parent.resolve() != BUILTIN_DIR.resolve()
+
+
+def shadow_note(name: str, path: Path) -> str:
+    """The note shown when ``./missions/`` has a file of a built-in mission's name."""
+    return f"mission '{clip(name)}' is {_shown(path)}, not the built-in one"
+
+
+def _shown(path: Path) -> str:
+    with contextlib.suppress(ValueError):
+        return f"./{path.relative_to(Path.cwd())}"
+    return str(path)
+
+
+def list_missions(problems: list[str] | None = None) -> list[Mission]:
+    """Load every mission reachable by name, sorted by name.
+
+    Args:
+        problems: When given, a file that cannot be read is left out and its one-line
+            message appended here (else its :class:`MissionError` is raised).
+    """
+    missions = []
+    for _, path in sorted(mission_files().items()):
+        try:
+            missions.append(read_mission(path))
+        except MissionError as exc:
+            if problems is None:
+                raise
+            problems.append(str(exc))
+    return missions
 
 
 def load_mission(name_or_path: str, overrides: Mapping[str, Any] | None = None,
@@ -318,6 +362,8 @@ def load_mission(name_or_path: str, overrides: Mapping[str, Any] | None = None,
                 return factory_mission(name_or_path, overrides or {})
             raise MissionError(unknown_mission_message(name_or_path, files))
         path = files[name_or_path]
+        if shadows_builtin(path):
+            warnings.warn(shadow_note(name_or_path, path), NoteWarning, stacklevel=2)
     mission = read_mission(path)
     for reference in (mission.env, mission.heuristic):
         if reference is not None:

@@ -128,12 +128,19 @@ class EpisodeResult:
         task = data.get("task")
         if task is not None and not isinstance(task, dict):
             raise TypeError(f"task: expected an object, got {type(task).__name__}")
+        if status == EpisodeStatus.FAILED.value and not error:
+            raise ValueError(f"status '{status[:40]}' without an 'error' saying why")
+        agents = tuple(_agent(a) for a in _items(data["agents"], "agents"))
+        ids = [a.agent_id for a in agents]
+        if len(set(ids)) != len(ids):
+            twice = next(i for i in ids if ids.count(i) > 1)
+            raise ValueError(f"agents: agent '{twice[:40]}' appears more than once")
         return cls(
             mission=_text(data["mission"], "mission"),
             episode_index=_integer(data["episode_index"], "episode_index"),
             seed=_integer(data["seed"], "seed"),
             steps=_integer(data["steps"], "steps"),
-            agents=tuple(_agent(a) for a in _items(data["agents"], "agents")),
+            agents=agents,
             stats={_text(k, "stats"): _number(v, f"stats.{k}") for k, v in stats.items()},
             status=EpisodeStatus(status),
             error=_error(error) if error else None,
@@ -198,7 +205,14 @@ def _number(value: Any, name: str) -> float:
         return math.nan
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
+    if isinstance(value, int) and abs(value) > _EXACT_INT:  # parcat writes these as floats
+        raise ValueError(f"{name}: an integer of {len(str(abs(value))):,} digits, more than a "
+                         "float holds exactly")
     return float(value)
+
+
+_EXACT_INT = 2**53
+"""The largest integer every float next to it holds exactly."""
 
 
 def _error(data: dict[str, Any]) -> ErrorInfo:

@@ -94,13 +94,23 @@ def describe(mission: str, policy: str, values: Sequence[float], failed: int) ->
     if n == 0:
         nan = math.nan
         return Summary(mission, policy, 0, failed, nan, nan, nan, nan, nan, nan, non_finite)
-    mean = math.fsum(values) / n
-    std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
+    mean = _mean(values)
+    squares = _mean([(v - mean) * (v - mean) for v in values])  # inf past the largest float
+    std = math.sqrt(squares * n / (n - 1)) if n > 1 else 0.0
     half = t_quantile_95(n - 1) * std / math.sqrt(n) if n > 1 else 0.0
     return Summary(
         mission, policy, n, failed, mean, std, min(values), max(values), mean - half, mean + half,
         non_finite,
     )
+
+
+def _mean(values: Sequence[float]) -> float:
+    """The mean of finite values; ``math.fsum`` refuses (``OverflowError``) a sum past the
+    largest float, whose mean may still be one."""
+    try:
+        return math.fsum(values) / len(values)
+    except OverflowError:
+        return math.fsum(v / len(values) for v in values)
 
 
 def summarize(episodes: Iterable[EpisodeResult]) -> list[Summary]:

@@ -34,6 +34,7 @@ from parcat.core import jsontext, runlock, seeding
 from parcat.core.atomic import write_text_atomically
 from parcat.core.errors import ConfigError, OutputError, WriteError, brief, clip
 from parcat.core.output_paths import check_output_file
+from parcat.core.readfile import read_regular
 from parcat.episode.results import EpisodeResult, EpisodeStatus
 from parcat.episode.rollout import TaskList
 from parcat.eval.report import SCHEMA, dumps_document, summarize, summary_csv
@@ -261,7 +262,7 @@ def read_results(path: Path, flag: str) -> dict[str, Any]:
             parcat results.
     """
     try:
-        data = path.read_bytes()
+        data = read_regular(path)
     except OSError as exc:
         raise ConfigError(f"{flag}: cannot read '{path}' ({exc.strerror})") from None
     document = _read_json(path, data, flag)
@@ -331,12 +332,18 @@ def _check_task(where: str, episode: EpisodeResult, tasks: TaskList) -> None:
         raise ConfigError(f"--resume: {where} gives episode {index} of mission '{clip(name)}' "
                           f"seed {brief(episode.seed)}, but this run's is {seed}; the file was "
                           "changed: use another --output")
+    known = {str(spec.agent_id) for spec in mission.agents()}
+    stranger = next((a.agent_id for a in episode.agents if a.agent_id not in known), None)
+    if stranger is not None:
+        raise ConfigError(f"--resume: {where} gives a result of agent '{clip(stranger)}', not "
+                          f"an agent of mission '{clip(name)}' ({', '.join(sorted(known))}); "
+                          "the file was changed: use another --output")
 
 
 def _journal_lines(path: Path, config: dict[str, Any]) -> list[tuple[str, Any]]:
     """The episodes in a journal (a last line cut by a kill is ignored)."""
     try:
-        lines = path.read_bytes().split(b"\n")
+        lines = read_regular(path).split(b"\n")
     except FileNotFoundError:
         return []
     except OSError as exc:

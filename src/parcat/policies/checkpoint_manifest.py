@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from parcat.core.errors import CheckpointError
+from parcat.core.readfile import read_regular
 
 POLICY_FORMAT = "parcat.policy"
 RUN_FORMAT = "parcat.run"
@@ -46,7 +47,7 @@ def parse_manifest(path: Path) -> dict[str, Any]:
                 f"checkpoint '{path}' is corrupted: {MANIFEST} has {size} bytes, more than a "
                 f"manifest's {MAX_MANIFEST_BYTES}; {FIX}"
             )
-        data = file.read_bytes()
+        data = read_regular(file)
     except OSError as exc:
         raise CheckpointError(
             f"checkpoint manifest '{file}' is unreadable: {exc.strerror}"

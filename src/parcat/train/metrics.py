@@ -11,6 +11,7 @@ from typing import Any
 from parcat.core import jsontext
 from parcat.core.atomic import write_text_atomically
 from parcat.core.errors import ConfigError
+from parcat.core.readfile import read_regular
 
 
 class MetricsLog:
@@ -79,17 +80,38 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     A last line cut short (parcat killed while it appended a record) is left out.
 
     Raises:
-        ConfigError: the file is unreadable, or a line before the last is not an epoch's
-            record; the message names the line.
+        ConfigError: the file is unreadable, a line before the last is not an epoch's
+            record, or a value is an integer too large for a float; the message names the line.
     """
-    if path.suffix == ".csv":
-        return [_unflatten(row) for row in _csv_rows(path)[1]]
-    return [record for _, _, record in _jsonl_lines(path)]
+    if path.suffix == ".csv":  # row n is line n + 2, after the header
+        numbered = [(n + 2, _unflatten(row)) for n, row in enumerate(_csv_rows(path)[1])]
+    else:
+        numbered = [(n, record) for n, _, record in _jsonl_lines(path)]
+    for line, record in numbered:
+        _check_floats(path, line, record)
+    return [record for _, record in numbered]
+
+
+def _check_floats(path: Path, line: int, value: Any) -> None:
+    """Refuse an integer no float can hold (charts and loggers turn values into floats)."""
+    if isinstance(value, dict):
+        for item in value.values():
+            _check_floats(path, line, item)
+    elif isinstance(value, list):
+        for item in value:
+            _check_floats(path, line, item)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        try:
+            float(value)
+        except OverflowError:
+            raise ConfigError(f"metrics log '{path}' line {line}: an integer of "
+                              f"{len(str(abs(value))):,} digits, too large for a float; fix or "
+                              "delete that line") from None
 
 
 def _read_bytes(path: Path) -> bytes:
     try:
-        return path.read_bytes()
+        return read_regular(path)
     except OSError as exc:
         raise ConfigError(f"cannot read metrics log '{path}': {exc.strerror}") from exc
 
