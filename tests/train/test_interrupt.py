@@ -133,3 +133,25 @@ def test_a_second_ctrl_c_never_leaves_half_a_run(tmp_path: Path) -> None:
     # whichever write the second Ctrl-C cut, the run directory is a whole checkpoint
     assert load_every_agent(run) >= 1
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".run.")]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_whole_process_group_still_checkpoints_the_last_async_epoch(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
+    """``kill -- -PGID`` (systemd, a job control shell) reaches the fork server and the
+    learner process too: neither may go before the trainer has the learners' state."""
+    run = tmp_path / "run"
+    proc = start(run, "--mode", "async", "--env-workers", "1")
+    try:
+        wait_for_epochs(proc, run, 2)
+        os.killpg(proc.pid, signum)
+        _, err = proc.communicate(timeout=TIMEOUT_S)
+        # --format json: the epoch lines go to stderr, then one line for the signal
+        assert (proc.returncode, err.splitlines()[-1]) == (128 + signum, "parcat: interrupted")
+        logged = [record["epoch"] for record in read_metrics(run / "metrics.jsonl")]
+        assert load_every_agent(run) == logged[-1]  # checkpoint_every 1000: the final one
+        assert wait_until(lambda: not session_processes(proc.pid), 30), \
+            session_processes(proc.pid)
+    finally:
+        kill_group(proc)

@@ -89,6 +89,8 @@ _status: Any = None
 """This worker's status cells (shared with the parent), set by :func:`_bootstrap`."""
 _pipe: Connection | None = None
 """This worker's end of its pipe, set by :func:`_bootstrap`."""
+_parent_pid = 0
+"""This worker's parent (the process that started it), set by :func:`_bootstrap`."""
 
 
 class WorkerLostError(Exception):
@@ -790,9 +792,11 @@ def acting_marker() -> Any:
 
 def _bootstrap(target: Callable[..., Any], status: Any, conn: Connection, parent_pid: int,
                *args: Any) -> None:
-    """Every worker's first frame: keep its status cells for :func:`become_worker`, run."""
-    global _status, _pipe
-    _status, _pipe = status, conn
+    """Every worker's first frame: keep its status cells for :func:`become_worker`, run.
+    SIGTERM ends it by default again (the fork server it was forked from ignores it)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    global _status, _pipe, _parent_pid
+    _status, _pipe, _parent_pid = status, conn, parent_pid
     try:
         target(conn, parent_pid, *args)
     except Terminated as stop:
@@ -801,6 +805,27 @@ def _bootstrap(target: Callable[..., Any], status: Any, conn: Connection, parent
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
     raise Terminated(128 + signum)
+
+
+def hold_sigterm(hold_s: float) -> None:
+    """In a worker that holds what its parent still needs (the trained learners): a
+    SIGTERM while the parent lives is held, so that one sent to the whole process group
+    (``kill -- -PGID``, systemd) leaves the parent time to ask for it and close this
+    worker. It ends after ``hold_s`` all the same, at a second SIGTERM (the parent's
+    :meth:`Worker.stop` escalating) or at once when the parent is gone. Outside a worker,
+    nothing changes."""
+    if _pipe is None:
+        return
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        if not parent_alive(_parent_pid):
+            raise Terminated(128 + signum)
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)  # the next one ends it
+        timer = threading.Timer(hold_s, os.kill, (os.getpid(), signal.SIGTERM))
+        timer.daemon = True
+        timer.start()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
 
 
 # -- the command loop: every worker kind is a set of handlers ---------------------------

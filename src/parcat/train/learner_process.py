@@ -26,11 +26,16 @@ from parcat.ipc.process import (
     WorkerRaisedError,
     WorkerState,
     get_context,
+    hold_sigterm,
     start_worker,
 )
 from parcat.train.learner import Learner, Transitions
 from parcat.train.recipes import LearnerRecipe, class_reference
 from parcat.train.rounds import train_each
+
+HOLD_S = 90.0
+"""How long the learner process outlives a SIGTERM while the trainer lives: longer than the
+trainer's wait for its state (``LEARNER_SYNC_S``), so the final checkpoint has it."""
 
 
 @dataclass
@@ -157,7 +162,11 @@ class LearnerWorker:
 
 def make_learner_worker(payload: dict[str, Any], train_steps: int, counter: Any,
                         threads: int = 0) -> Handlers:
-    """Rebuild the learners; serve ``train(epoch, batches)`` and ``state`` commands."""
+    """Rebuild the learners; serve ``train(epoch, batches)`` and ``state`` commands.
+
+    A SIGTERM to the whole process group is held while the trainer lives (up to
+    :data:`HOLD_S`): the trainer asks for the trained state for its final checkpoint."""
+    hold_sigterm(HOLD_S)
     pool = ThreadPoolExecutor(threads) if threads > 1 and len(payload) > 1 else None
     learners: dict[str, Learner] = {}
     for name, (recipe, saved) in payload.items():
