@@ -35,11 +35,3 @@ def read_regular(path: Path, limit: int | None = None) -> bytes:
         os.set_blocking(fd, True)
         return stream.read() if limit is None else stream.read(limit + 1)
 
-
-def is_regular(path: Path) -> bool:
-    """Whether ``path`` (followed through symlinks) is a regular file; False if it cannot be
-    looked at."""
-    try:
-        return stat.S_ISREG(os.stat(path).st_mode)
-    except (OSError, ValueError):
-        return False
