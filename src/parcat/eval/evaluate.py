@@ -340,8 +340,13 @@ def evaluate(
     remove_stale_blocks()
     with _claim_outputs(config, output, replay_dir):
         report = EvalReport(config, options=options)
-        report.checks = check_environments(config.missions, options.start_method_name,
-                                           options.episode_timeout_s)
+        try:
+            report.checks = check_environments(config.missions, options.start_method_name,
+                                               options.episode_timeout_s)
+        except KeyboardInterrupt:
+            if replay_dir is not None:  # the folder is this run's: its index says so
+                write_replay_index(replay_dir, [])
+            raise
         tasks = with_fresh_envs(make_tasks(config, replay_dir, seating), report.checks)
         done = load_finished(output, config.to_dict(), tasks) if output and resume else {}
         todo = _still_to_run(report, tasks, {**done, **(keep or {})})
