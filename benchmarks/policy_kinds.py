@@ -1,0 +1,186 @@
+"""Three kinds of policy, whole ``parcat eval`` commands, quiet and beside a busy neighbour.
+
+Each row is a command timed whole (process start to exit), its variants interleaved repeat
+by repeat; ratios are paired medians against ``--jobs 1``. Each kind is set against its own
+limit:
+
+1. **CPU-bound numpy** (``mlp,width=256``, 4 agents, 64 episodes): the limit is the shell
+   split, two ``--jobs 1`` processes of half the episodes started together.
+2. **A policy that waits** (``wait_policy:Wait,ms=5``: 5 ms of sleep a step; 8 episodes × 4
+   agents × 50 steps, issue 22's workload): the limit is ideal concurrency, every agent's
+   wait overlapped: the ``--jobs 1`` start-up plus the sequential time / (episodes × agents).
+3. **A neural net over many agents** (``mlp,width=256``, 24 agents, 16 episodes, issue 23's
+   workload): the limit is the batched arithmetic, the forward pass of every observation of
+   the run in batches of 1,536, timed alone.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/policy_kinds.py [--repeats N] [--only quiet|load]
+        [--kinds cpu,wait,neural]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from neighbour import busy_neighbour
+
+ROOT = Path(__file__).resolve().parents[1]
+PARCAT = [sys.executable, "-m", "parcat"]
+QUIET = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+ENV = {"PYTHONPATH": f"{ROOT / 'src'}:{ROOT / 'benchmarks'}"}
+
+CPU = ("eval", "-m", "harvest", "-p", "mlp,width=256", "-n", "64")
+WAIT = ("eval", "-m", "harvest", "--set", "agents=4", "--set", "max_steps=50", "-n", "8",
+        "-p", "wait_policy:Wait,ms=5")
+WAIT_CALLS = 8 * 4
+NEURAL = ("eval", "-m", "harvest", "--set", "agents=24", "-n", "16", "-p", "mlp,width=256")
+
+
+def command(*args: str) -> Callable[[], float]:
+    env = {**os.environ, **ENV}
+
+    def run() -> float:
+        start = time.perf_counter()
+        subprocess.run([*PARCAT, *args], cwd=ROOT, check=True, env=env, **QUIET)  # type: ignore[arg-type]
+        return time.perf_counter() - start
+    return run
+
+
+def shell_split(*args: str) -> Callable[[], float]:
+    env = {**os.environ, **ENV}
+
+    def run() -> float:
+        start = time.perf_counter()
+        procs = [subprocess.Popen([*PARCAT, *args, "--seed", str(seed)], cwd=ROOT, env=env,  # type: ignore[call-overload]
+                                  **QUIET) for seed in (1, 2)]
+        if any(proc.wait() != 0 for proc in procs):
+            raise RuntimeError("a shell-split run failed")
+        return time.perf_counter() - start
+    return run
+
+
+def compare(label: str, variants: dict[str, Callable[[], float]], repeats: int,
+            limit: Callable[[dict[str, list[float]]], str] | None = None) -> None:
+    """Time the variants interleaved; print medians, paired ratios to the first, the limit."""
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    order = list(variants)
+    for repeat in range(repeats):
+        for name in order if repeat % 2 == 0 else order[::-1]:
+            times[name].append(variants[name]())
+    base = order[0]
+    print(f"  {label}")
+    for name in order:
+        line = f"    {name:<52} {statistics.median(times[name]):7.2f} s"
+        if name != base:
+            ratio = statistics.median(a / b for a, b in zip(times[base], times[name],
+                                                            strict=True))
+            line += f"   {ratio:5.2f}x faster than --jobs 1"
+        print(line, flush=True)
+    if limit is not None:
+        print(f"    limit: {limit(times)}", flush=True)
+
+
+def startup() -> float:
+    """``parcat eval`` of one one-step episode: the start-up every command pays."""
+    return statistics.median(command("eval", "-m", "harvest", "-n", "1", "--set",
+                                     "max_steps=1", "--jobs", "1")() for _ in range(3))
+
+
+def ideal(startup_s: float, sequential_s: float) -> float:
+    return startup_s + (sequential_s - startup_s) / WAIT_CALLS
+
+
+def batched_forward_s(observations: int) -> tuple[float, float]:
+    """Seconds an observation through mlp,width=256 in batches of 1,536, timed alone: with
+    the policy's own ``step_batch`` and with plain float32 matmuls of its weights (BLAS:
+    the arithmetic limit)."""
+    import numpy as np
+
+    from parcat.envs.missions import load_mission
+    from parcat.policies.specs import make_policy, parse_policy_spec
+
+    mission = load_mission("harvest", {"agents": 24})
+    env = mission.make_env()
+    obs, _ = env.reset(seed=0)
+    agent = mission.agent_specs(env)[0]
+    policy = make_policy(parse_policy_spec("mlp,width=256"), mission, agent)
+    batch = [obs[env.possible_agents[0]]] * 1536
+    calls = max(1, observations // 1536)
+    policy.step_batch(batch)
+    start = time.perf_counter()
+    for _ in range(calls):
+        policy.step_batch(batch)
+    own = (time.perf_counter() - start) / (calls * 1536)
+    x = np.stack([np.asarray(o, np.float32).ravel() for o in batch])
+    start = time.perf_counter()
+    for _ in range(calls):
+        h = x
+        for w, b in zip(policy.weights, policy.biases, strict=True):
+            h = np.maximum(h @ w + b, 0.0)
+    return own, (time.perf_counter() - start) / (calls * 1536)
+
+
+def forward_limit(observations: int) -> str:
+    own, blas = batched_forward_s(observations)
+    return (f"batched forward, batches of 1,536: {own * 1e6:.2f} µs an observation with the "
+            f"policy's step_batch, {blas * 1e6:.2f} µs with BLAS matmuls (the arithmetic "
+            f"limit); the run's {observations:,} observations: {own * observations:.2f} s / "
+            f"{blas * observations:.2f} s")
+
+
+def suite(kinds: set[str], repeats: int) -> None:
+    if "cpu" in kinds:
+        compare("1. CPU-bound numpy: eval -m harvest -n 64 -p mlp,width=256", {
+            "--jobs 1": command(*CPU, "--jobs", "1"),
+            "default": command(*CPU),
+            "--jobs 2": command(*CPU, "--jobs", "2"),
+            "shell split (2 x --jobs 1 -n 32) = the limit": shell_split(
+                *CPU[:-1], "32", "--jobs", "1"),
+        }, repeats)
+    if "wait" in kinds:
+        base = startup()
+        compare("2. waiting policy (5 ms a step): 8 episodes x 4 agents x 50 steps", {
+            "--jobs 1": command(*WAIT, "--jobs", "1"),
+            "default": command(*WAIT),
+            "--jobs 32 --parallel-policy": command(*WAIT, "--jobs", "32", "--parallel-policy"),
+        }, repeats, lambda t: (
+            f"ideal concurrency {ideal(base, statistics.median(t['--jobs 1'])):.2f} s"
+            f" (start-up {base:.2f} s + sequential / {WAIT_CALLS})"))
+    if "neural" in kinds:
+        observations = 16 * 24 * 200  # harvest's max_steps
+        compare("3. neural net over many agents: harvest agents=24 -n 16 -p mlp,width=256", {
+            "--jobs 1": command(*NEURAL, "--jobs", "1"),
+            "default": command(*NEURAL),
+            "--jobs 2": command(*NEURAL, "--jobs", "2"),
+            "--jobs 1 --parallel-policy --policy-strategy batch": command(
+                *NEURAL, "--jobs", "1", "--parallel-policy", "--policy-strategy", "batch"),
+        }, repeats, lambda t: forward_limit(observations))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--only", choices=["quiet", "load"])
+    parser.add_argument("--kinds", default="cpu,wait,neural")
+    args = parser.parse_args()
+    kinds = set(args.kinds.split(","))
+    with open("/proc/loadavg") as handle:
+        print(f"load average before: {handle.read().split()[:3]}")
+    if args.only != "load":
+        print("no other load")
+        suite(kinds, args.repeats)
+    if args.only != "quiet":
+        with busy_neighbour():
+            time.sleep(0.5)
+            print("one foreign busy process")
+            suite(kinds, args.repeats)
+
+
+if __name__ == "__main__":
+    main()
