@@ -112,7 +112,10 @@ def train_flags(s: TrainSettings) -> dict[str, Any]:
         learner_sets["class"] = flags.pop("learner")
     if "mission" in flags:
         flags["mission"] = opts.one_value(flags["mission"], "-m/--mission", "train")
-    return {**flags, "overrides": mission_sets or None, "learner": learner_sets or None}
+    for key, value in (("overrides", mission_sets), ("learner", learner_sets)):
+        if value:
+            flags[key] = value
+    return flags
 
 
 def _show(report: TrainReport, trainer: Trainer, fmt: SummaryFormat) -> None:
