@@ -50,8 +50,8 @@ class SimSettings(Settings):
     output: Annotated[str | None, opts.SHARED["output"].option("DIR")] = None
     render: Annotated[bool | None, typer.Option(
         "--render/--no-render", help="Live line and trajectories.svg.")] = None
-    fmt: opts.TableOrJson = SummaryFormat.TABLE
-    overrides: opts.Overrides = None
+    format: opts.TableOrJson = SummaryFormat.TABLE
+    set: opts.Overrides = None
     progress: opts.Progress = True
     trust_code: opts.TrustCode = False
 
@@ -72,14 +72,14 @@ def sim_command(s: SimSettings) -> None:
     with user_errors():
         if s.config is None:
             raise ConfigError("parcat sim needs -c FILE, a sim YAML (e.g. configs/sim.yaml)")
-        cfg = load_sim_config(s.config, parse_overrides(s.overrides or []), s.trust_code
+        cfg = load_sim_config(s.config, parse_overrides(s.set or []), s.trust_code
                               ).with_options(**{k: getattr(s, k) for k in SIM_FLAGS
                                                 if k in s.given})
     with user_errors(), _progress(cfg, s.mode, s.progress) as on_progress, \
             user_prints_on_stderr():
         record = run_sim(cfg, s.mode, fast=s.fast, on_progress=on_progress)
     summary = summarize(record)
-    if s.fmt is SummaryFormat.JSON:
+    if s.format is SummaryFormat.JSON:
         print_json(summary)
     else:
         show_summary(summary, record.meta["wall_s"])

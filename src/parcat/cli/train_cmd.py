@@ -31,7 +31,7 @@ class TrainSettings(Settings):
 
     mission: opts.Missions = None
     config: opts.Config = None
-    overrides: opts.Overrides = None
+    set: opts.Overrides = None
     epochs: Annotated[int | None, typer.Option(
         metavar=N, help="Collect-then-learn rounds.")] = None
     steps_per_epoch: Annotated[int | None, typer.Option(
@@ -78,7 +78,7 @@ class TrainSettings(Settings):
         help="Show one environment; runs in one process.")] = None
     backend: opts.Backend = None
     address: opts.Address = None
-    fmt: opts.TableOrJson = SummaryFormat.TABLE
+    format: opts.TableOrJson = SummaryFormat.TABLE
     progress: opts.Progress = True
 
 
@@ -93,13 +93,13 @@ def train_command(s: TrainSettings) -> None:
     with user_errors():
         cfg = load_train_config(s.config, train_flags(s))
     with user_errors(), claim_run_dir(cfg, resume=s.resume, force=s.force) as choice:
-        report, trainer = _train(choice, s.resume, s.progress, s.fmt, err)
-    _show(report, trainer, s.fmt)
+        report, trainer = _train(choice, s.resume, s.progress, s.format, err)
+    _show(report, trainer, s.format)
     if report.interrupted:
         raise typer.Exit(EXIT_INTERRUPTED)
 
 
-NOT_SETTINGS = ("config", "resume", "force", "fmt", "progress")
+NOT_SETTINGS = ("config", "resume", "force", "format", "progress")
 """Flags of ``train`` that are not keys of its YAML."""
 
 
@@ -107,7 +107,7 @@ def train_flags(s: TrainSettings) -> dict[str, Any]:
     """The flags the command line gave, as keys of the train YAML (they go on top)."""
     flags = {name: getattr(s, name) for name in s.given if name not in NOT_SETTINGS}
     mission_sets, learner_sets = split_learner_settings(
-        parse_overrides(flags.pop("overrides", None) or []))
+        parse_overrides(flags.pop("set", None) or []))
     if "learner" in flags:
         learner_sets["class"] = flags.pop("learner")
     if "mission" in flags:
