@@ -139,7 +139,6 @@ def _machine_busy_s() -> float | None:
 
 def _own_cpu_s() -> float:
     import psutil
-
     me = psutil.Process()
     total = 0.0
     # a descendant that ended is counted in its parent's children_* times once reaped
@@ -269,7 +268,6 @@ def reference_loop(loops: int) -> float:
     windows by fancy indexing, per-agent Python work every 16 rounds): on a shared machine
     it slows with the neighbours' load as one-process figures do."""
     import numpy as np
-
     grid = np.random.default_rng(0).random((64, 64, 8))
     corners = np.random.default_rng(1).integers(0, 59, size=(24, 2))
     rows = corners[:, 0, None, None] + np.arange(5)[None, :, None]
@@ -328,7 +326,6 @@ def _rollout(settings: BenchSize, work: Work) -> Iterator[Measure]:
             seconds += work.time(partial(runner.run, task), time.process_time)
             work.reference()
         return {"rollout_agent_steps_per_s": len(tasks) * 200 * 24 / seconds}
-
     try:
         yield repeat
     finally:
@@ -353,7 +350,6 @@ def _episode_scaling(settings: BenchSize, work: Work) -> Iterator[Measure]:
                                  else ExecutorKind.PROCESS)
             times[jobs] = work.time(partial(evaluate, config, options), time.perf_counter)
         return {f"speedup_jobs_{jobs}": times[1] / t for jobs, t in times.items()}
-
     yield repeat
 
 
@@ -375,7 +371,6 @@ def _agent_overhead(settings: BenchSize, work: Work) -> Iterator[Measure]:
         # one of the two agents is handed to the worker each step
         return {"agent_overhead_us": (min(runs["process"]) - min(runs["inline"]))
                 / steps * 1e6}
-
     try:
         yield repeat
     finally:
@@ -388,7 +383,6 @@ def _train_collection(settings: BenchSize, work: Work) -> Iterator[Measure]:
     import numpy as np
 
     from parcat.train.vecenv import VecEnv
-
     mission = load_mission("goal_tasks", {"agents": 2, "max_steps": 50})
     with VecEnv(mission, 2, 8, seed=0) as vec:
         vec.reset()
@@ -400,13 +394,11 @@ def _train_collection(settings: BenchSize, work: Work) -> Iterator[Measure]:
         def collect() -> None:
             for step_actions in actions:
                 vec.step(step_actions)
-
         collect()
 
         def repeat() -> dict[str, float]:
             return {"train_collection_steps_per_s":
                     steps * vec.num_envs / work.time(collect, time.perf_counter)}
-
         yield repeat
 
 

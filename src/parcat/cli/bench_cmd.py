@@ -84,7 +84,6 @@ def _scaling(record: dict[str, Any]) -> dict[int, float]:
 
 def _print_record(record: dict[str, Any]) -> None:
     from parcat.cli.render import list_table, stdout_console
-
     console = stdout_console()
     rows = [[name, f"{f['median']:,.3f}", f"{f['low']:,.3f} - {f['high']:,.3f}",
              f"{f['better']} is better", f["unit"]] for name, f in record["figures"].items()]
@@ -101,7 +100,6 @@ def _print_record(record: dict[str, Any]) -> None:
 
 def _print_comparison(comparison: BenchComparison) -> None:
     from parcat.cli.render import list_table, stdout_console
-
     if comparison.incomparable is not None:
         typer.echo(f"nothing comparable: {comparison.incomparable}")
         return

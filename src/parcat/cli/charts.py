@@ -104,7 +104,6 @@ def save_matrix(path: Path, labels: Sequence[str], values: Sequence[Sequence[flo
 def _pyplot(path: Path, what: str) -> Any:
     try:
         import matplotlib
-
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:

@@ -64,7 +64,6 @@ def user_errors() -> Iterator[None]:
 def print_json(data: Any) -> None:
     """Pretty JSON on stdout."""
     from parcat.core.jsontext import dumps
-
     sys.stdout.write(dumps(data, indent=2) + "\n")
 
 

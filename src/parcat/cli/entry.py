@@ -72,7 +72,6 @@ def stop_now(code: int, line: str) -> None:
     try:
         from parcat.ipc.process import kill_descendants
         from parcat.ipc.shm import unlink_own_blocks
-
         kill_descendants()
         unlink_own_blocks()
     finally:

@@ -52,7 +52,6 @@ def eval_command(s: opts.EvalSettings) -> None:
         lock = _lock(s.output)
     if tournament is not None:
         from parcat.cli.tournament_view import run_tournament
-
         total = len(config.missions) * config.episodes * (
             len(config.policies) ** (2 if tournament == "cross" else 1))
         with user_errors(), lock, progress_bar(total, "episodes", enabled=s.progress) as step:
@@ -75,7 +74,6 @@ def eval_command(s: opts.EvalSettings) -> None:
 def _checked(s: opts.EvalSettings) -> tuple[EvalConfig, RunOptions]:
     """What runs, every flag checked before anything runs."""
     from parcat.eval.eval_args import require_count
-
     require_count("--max-episodes", s.max_episodes)
     if s.output is not None:
         check_output_suffix(s.output, "--output", OUTPUT_FORMATS)
@@ -96,7 +94,6 @@ def _checked(s: opts.EvalSettings) -> tuple[EvalConfig, RunOptions]:
 
 def _finish(report: EvalReport, s: opts.EvalSettings) -> int:
     from parcat.core.trace import write_trace
-
     write_failures = [] if report.write_error is None else [report.write_error]
     if s.trace is not None:
         try:
@@ -139,7 +136,6 @@ def _note(message: str) -> None:
 
 def _warn(message: str) -> None:
     from parcat.cli.render import stderr_console
-
     stderr_console().print(f"[yellow]warning[/yellow]: {message}", markup=True, highlight=False,
                            soft_wrap=True)
 
@@ -148,7 +144,6 @@ def show_report(report: EvalReport, fmt: OutputFormat) -> None:
     """Print the results on stdout and the failures on stderr."""
     from parcat.cli.render import stderr_console, stdout_console, summary_table
     from parcat.eval.report import dumps_document, summarize, summary_csv
-
     if fmt is OutputFormat.JSON:
         sys.stdout.write(dumps_document(report.to_document()))
     elif fmt is OutputFormat.CSV:

@@ -96,7 +96,6 @@ def apply_config(path: Path, ctx: Any, spec: SettingsCommand) -> dict[str, Any]:
     """
     from parcat.core.settings import merge_settings, parse_overrides  # yaml: not for --help
     from parcat.core.yamlfile import read_yaml_mapping
-
     label = f"--config '{path}'"
     data = read_yaml_mapping(path, label, ConfigError)
     values = {k: v for k, v in ctx.params.items() if k != "config"}
@@ -129,7 +128,6 @@ def _given(ctx: Any, name: str) -> bool:
 def _settings(label: str, value: Any) -> dict[str, Any]:
     """``set:`` as a mapping: given as one, or as a list of ``KEY=VALUE``."""
     from parcat.core.settings import parse_settings
-
     if isinstance(value, Mapping):
         return {str(k): v for k, v in value.items()}
     items = value if isinstance(value, list) else [value]

@@ -28,7 +28,6 @@ def run_tournament(kind: str, config: EvalConfig, options: RunOptions, fmt: Outp
     document = {"schema": f"parcat.{kind}/1", **result.to_document()}
     if output is not None:
         from parcat.core.atomic import write_text_atomically
-
         write_text_atomically(output, dumps(document, indent=1) + "\n")
     if fmt is OutputFormat.JSON:
         sys.stdout.write(dumps(document) + "\n")
@@ -55,7 +54,6 @@ def _each_out(result: EachResult, fmt: OutputFormat) -> None:
         write_csv(headers, rows)
         return
     from parcat.cli.render import list_table, stdout_console
-
     stdout_console().print(list_table(headers, rows))
     if any(r.mission == "overall" for r in result.rows):
         print("overall: scores normalised per mission (0: the lowest episode of any policy "
@@ -75,7 +73,6 @@ def _cross_out(result: CrossResult, fmt: OutputFormat) -> None:
               "column side [95% CI]"], rows_out)
         return
     from parcat.cli.render import list_table, stdout_console
-
     console = stdout_console()
     for table in result.tables:
         console.print(f"{table.mission}: rows play {', '.join(table.row_agents)}; columns "

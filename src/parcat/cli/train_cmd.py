@@ -178,14 +178,12 @@ def _frame_printer(console: Any) -> Any:
         last[0] = now
         console.file.write("\x1b[H\x1b[J" + frame + "\n")
         console.file.flush()
-
     return show
 
 
 def trainer_done(cfg: Any) -> bool:
     """Whether the run directory's checkpoint already has ``cfg.epochs`` epochs."""
     from parcat.policies import checkpoint
-
     try:
         return int(checkpoint.read_manifest(cfg.run_path).get("epoch", 0)) >= cfg.epochs
     except Exception:

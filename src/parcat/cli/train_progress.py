@@ -69,11 +69,9 @@ def epoch_progress(epochs: int, done: int, to_stderr: bool,
     stream = sys.stderr if to_stderr else sys.stdout
     console = Console(file=stream, highlight=False)
     if not live or not console.is_terminal:
-
         def write(stats: EpochStats) -> None:
             stream.write(epoch_line(stats, epochs) + "\n")
             stream.flush()
-
         yield write
         return
     progress = Progress(*bar_columns(), console=console)
@@ -81,9 +79,7 @@ def epoch_progress(epochs: int, done: int, to_stderr: bool,
     latest: list[Any] = [Text("the first epoch is collecting…")]
     with Live(console=console, get_renderable=lambda: Group(progress, latest[0]),
               refresh_per_second=4):
-
         def show(stats: EpochStats) -> None:
             latest[0] = epoch_table(stats, epochs)
             progress.advance(task)
-
         yield show

@@ -195,7 +195,6 @@ def check_learner(learner: Any, spec: AgentSpec, options: Mapping[str, Any] | No
         ConformanceError: naming every broken rule found, ``; ``-separated.
     """
     from parcat.train.recipes import LearnerRecipe
-
     recipe = None
     if isinstance(learner, type):
         recipe = LearnerRecipe(learner, spec.observation_space,  # type: ignore[arg-type]
@@ -272,7 +271,6 @@ class _LearnerCheck:
 
     def observe_and_train(self, actions: np.ndarray) -> None:
         from parcat.train.learner import Transitions
-
         n = len(self.obs)
         before = int(self.learner.num_observed)
         rewards = np.linspace(-1, 1, n, dtype=np.float32)
@@ -309,7 +307,6 @@ class _LearnerCheck:
 
     def loads_into_policy(self) -> None:
         from parcat.core.imports import import_reference
-
         try:
             policy = import_reference(self.learner.policy)(self.spec,
                                                            **dict(self.learner.policy_kwargs))
