@@ -98,19 +98,20 @@ class TrainConfig:
     """Ray cluster address with ``backend: ray`` (empty: start a local cluster)."""
 
     def __post_init__(self) -> None:
-        for name, kind in (("mode", LearningMode), ("backend", Backend),
-                           ("metrics_format", MetricsFormat)):  # the YAML's words too
+        for name, words in (("mode", LearningMode), ("backend", Backend),
+                            ("metrics_format", MetricsFormat)):  # the YAML's words too
             try:
-                object.__setattr__(self, name, kind(getattr(self, name)))
+                object.__setattr__(self, name, words(getattr(self, name)))
             except ValueError:
-                raise ConfigError(f"{name} must be {' or '.join(k.value for k in kind)}, got "
+                raise ConfigError(f"{name} must be {' or '.join(k.value for k in words)}, got "
                                   f"{getattr(self, name)!r}") from None
         self._check_numbers()
         object.__setattr__(self, "loggers", _logger_kinds(self.loggers))
-        for names, kind, expected in (
+        types: tuple[tuple[tuple[str, ...], type, str], ...] = (
                 (("overrides", "learner"), Mapping, "a mapping of keys to values"),
                 (("parallel_training", "shared_learner", "render"), bool, "true or false"),
-                (("mission", "run_dir", "init_from", "address"), str, "a string")):
+                (("mission", "run_dir", "init_from", "address"), str, "a string"))
+        for names, kind, expected in types:
             for name in names:
                 if not isinstance(getattr(self, name), kind):
                     raise ConfigError(f"{name} must be {expected}, got "
