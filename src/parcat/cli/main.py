@@ -78,14 +78,9 @@ class ParcatGroup(LazyGroup):
             raise Carried(exc) from None
 
 
-app = typer.Typer(
-    name="parcat",
-    help="Parallel evaluation, training and simulation for multi-agent RL.",
-    cls=ParcatGroup,
-    no_args_is_help=True,
-    pretty_exceptions_show_locals=False,
-    add_completion=True,
-)
+app = typer.Typer(name="parcat", cls=ParcatGroup, no_args_is_help=True, add_completion=True,
+                  help="Parallel evaluation, training and simulation for multi-agent RL.",
+                  pretty_exceptions_show_locals=False)
 
 
 def _version(value: bool) -> None:
@@ -95,11 +90,8 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def root(
-    version: bool = typer.Option(
-        False, "--version", callback=_version, is_eager=True, help="Print the version."
-    ),
-) -> None:
+def root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                      help="Print the version.")) -> None:
     """Parallel evaluation, training and simulation for multi-agent RL."""
 
 
