@@ -15,7 +15,7 @@ import inspect
 import json
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,10 @@ class Settings:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "given", frozenset(f.name for f in fields(self) if f.init))
+
+    def given_of(self, names: Iterable[str]) -> dict[str, Any]:
+        """The fields among ``names`` that were given, by name (to go on top of a file)."""
+        return {name: getattr(self, name) for name in names if name in self.given}
 
 
 @dataclass(frozen=True)

@@ -73,8 +73,7 @@ def sim_command(s: SimSettings) -> None:
         if s.config is None:
             raise ConfigError("parcat sim needs -c FILE, a sim YAML (e.g. configs/sim.yaml)")
         cfg = load_sim_config(s.config, parse_overrides(s.set or []), s.trust_code
-                              ).with_options(**{k: getattr(s, k) for k in SIM_FLAGS
-                                                if k in s.given})
+                              ).with_options(**s.given_of(SIM_FLAGS))
     with user_errors(), _progress(cfg, s.mode, s.progress) as on_progress, \
             user_prints_on_stderr():
         record = run_sim(cfg, s.mode, fast=s.fast, on_progress=on_progress)

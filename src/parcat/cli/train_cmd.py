@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,7 +17,13 @@ from parcat.cli.stdout import user_prints_on_stderr
 from parcat.cli.train_progress import epoch_progress
 from parcat.core.errors import ConfigError
 from parcat.core.settings import parse_overrides, split_learner_settings
-from parcat.train.config import LearningMode, LoggerKind, MetricsFormat, load_train_config
+from parcat.train.config import (
+    LearningMode,
+    LoggerKind,
+    MetricsFormat,
+    TrainConfig,
+    load_train_config,
+)
 from parcat.train.run_dir import RunDirChoice, claim_run_dir
 from parcat.train.runs import BEST
 from parcat.train.trainer import Trainer, TrainReport
@@ -99,13 +105,9 @@ def train_command(s: TrainSettings) -> None:
         raise typer.Exit(EXIT_INTERRUPTED)
 
 
-NOT_SETTINGS = ("config", "resume", "force", "format", "progress")
-"""Flags of ``train`` that are not keys of its YAML."""
-
-
 def train_flags(s: TrainSettings) -> dict[str, Any]:
     """The flags the command line gave, as keys of the train YAML (they go on top)."""
-    flags = {name: getattr(s, name) for name in s.given if name not in NOT_SETTINGS}
+    flags = s.given_of(["set", *(f.name for f in fields(TrainConfig))])
     mission_sets, learner_sets = split_learner_settings(
         parse_overrides(flags.pop("set", None) or []))
     if "learner" in flags:
