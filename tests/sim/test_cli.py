@@ -63,7 +63,7 @@ def test_agent_crash_is_one_line_and_exit_1(tmp_path: Path) -> None:
 def test_direct_call(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     sim_command.run(SimSettings(config=Path(config_file(tmp_path)), mode=SimMode.SEQUENTIAL,
                                 iters=20, seed=1, output="", render=False,
-                                fmt=SummaryFormat.JSON))
+                                format=SummaryFormat.JSON))
     document = json.loads(capsys.readouterr().out)
     assert document["steps"] == 20 and document["seed"] == 1 and document["files"] == []
 

@@ -142,7 +142,7 @@ def test_a_layout_flag_replaces_the_files_layout(tmp_path: Path) -> None:
     path = tmp_path / "train.yaml"
     path.write_text("env_workers: 3\nseed: 4\n")
     assert load_train_config(path, {}).env_workers == 3
-    planned = load_train_config(path, {"jobs": 4, "seed": None})
+    planned = load_train_config(path, {"jobs": 4})
     assert (planned.jobs, planned.env_workers, planned.seed) == (4, None, 4)
     path.write_text("jobs: 4\n")
     given = load_train_config(path, {"env_workers": 1})

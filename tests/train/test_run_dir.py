@@ -230,7 +230,7 @@ def test_set_learner_keys_go_to_the_learner_and_win_over_the_file(tmp_path: Path
     file = tmp_path / "train.yaml"
     file.write_text("learner: {lr: 0.5, gamma: 0.9}\noverrides: {agents: 2}\nepochs: 3\n")
     overrides, learner = split_learner_settings({"learner.lr": 0.01, "max_steps": 10})
-    cfg = load_train_config(file, {"overrides": overrides, "learner": learner, "epochs": None})
+    cfg = load_train_config(file, {"overrides": overrides, "learner": learner})
     assert dict(cfg.learner) == {"lr": 0.01, "gamma": 0.9}  # file < flag, key by key
     assert dict(cfg.overrides) == {"agents": 2, "max_steps": 10}
     assert cfg.epochs == 3 and cfg.steps_per_epoch == 100  # the file, the built-in default

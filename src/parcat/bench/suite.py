@@ -1,16 +1,11 @@
 """``parcat bench``: a fixed, versioned benchmark suite with a history to compare against.
 
-Each run measures the same figures on the built-in missions and appends one JSON record
-(machine, versions, git commit, the machine's load, figures) to a history file, so cron
-jobs build a series and CI can gate on regressions (:func:`parcat.eval.compare.compare_bench`).
-
-Every figure is measured ``repeats`` times and stored as the median with the range of the
-repeats, its direction (higher or lower is better) and the load it ran under. Each repeat
-first waits (briefly) for the CPUs it needs to be free, is measured again when other
-processes took them meanwhile, and is flanked by a fixed reference loop that measures the
-machine's speed. Figures that one process computes are timed in CPU time and judged
-relative to that speed; figures that need several processes (speedups, hand-offs to
-workers) are timed on the wall clock, and not judged when measured under load.
+Each run appends one JSON record (machine, versions, commit, load, figures) to a history
+file, which CI compares against (:func:`parcat.eval.compare.compare_bench`). A figure is the
+median and range of its repeats; each repeat waits briefly for free CPUs, is measured again
+when other processes took them, and is flanked by a reference loop that measures the
+machine's speed. One-process figures are timed in CPU time and judged relative to that
+speed; the others on the wall clock, and not judged when measured under load.
 """
 
 from __future__ import annotations
@@ -46,11 +41,8 @@ from parcat.stepping.process import ProcessStepper
 
 SUITE = "parcat-bench"
 SUITE_VERSION = 2
-"""Version 2: figures are ``{median, low, high, values, better, ...}`` over repeats."""
-
 SLOWDOWN_VARIABLE = "PARCAT_BENCH_SLOWDOWN"
-"""Set to e.g. ``0.3`` to make every measured piece of work 30% slower (extra CPU work
-inside the timed region): how the history's regression check is itself tested."""
+"""``0.3`` makes every measured piece of work 30% slower: how the regression check is tested."""
 
 Measure = Callable[[], dict[str, float]]
 """One repeat of a measurement: the figures it yields."""
@@ -61,13 +53,11 @@ class BenchSize:
     """How much a run measures."""
 
     repeats: int
-    """Repeats of every measurement (the median and range are over these)."""
     scale: int
     """Work per repeat (1 for ``--quick``)."""
     max_jobs: int
     """Episode scaling is measured for ``--jobs 1..max_jobs``."""
     slowdown: float = 0.0
-    """Extra work per measured piece, as a fraction of its time (``PARCAT_BENCH_SLOWDOWN``)."""
     settle_s: float = 2.0
     """Longest wait for free CPUs before a repeat."""
     retries: int = 2
@@ -85,25 +75,22 @@ class Measurement:
     name: str
     setup: Callable[[BenchSize, Work], Any]
     """A context manager yielding one repeat (a :data:`Measure`)."""
-    better: dict[str, str]
-    """Direction of each figure (``higher`` or ``lower``); ``*`` covers the rest."""
+    better: str
+    """``higher`` or ``lower`` is better, for every figure it yields."""
     unit: str
     cpus: int | None
-    """CPUs it keeps busy (``None``: ``--max-jobs``); one process's figures are timed in
-    CPU time, the others on the wall clock."""
+    """CPUs it keeps busy (``None``: ``--max-jobs``); with 1, timed in CPU time."""
 
 
 class Work:
-    """Times a piece of measured work, made ``slowdown`` slower by extra CPU work; and
-    measures the machine's speed beside it with a reference loop."""
+    """Times measured work (made ``slowdown`` slower) and the reference loop beside it."""
 
     def __init__(self, slowdown: float) -> None:
         self.slowdown = slowdown
         self._reference = [0, 0.0]  # loops, CPU seconds
 
     def reference(self, loops: int = 150) -> None:
-        """Run the reference loop ``loops`` times (between pieces of a repeat's work, so
-        the speed it measures is the machine's at the same moments)."""
+        """Run the reference loop ``loops`` times (between pieces of a repeat's work)."""
         self._reference[0] += loops
         self._reference[1] += reference_loop(loops)
 
@@ -126,8 +113,8 @@ class Work:
 
 
 class LoadMeter:
-    """CPUs that *other* processes used on average since it was made: the machine's busy
-    time (``/proc/stat``) less this process's and its descendants' (``psutil``)."""
+    """CPUs that *other* processes used on average since it was made (``/proc/stat`` less
+    this process tree's)."""
 
     def __init__(self) -> None:
         self._start = (time.perf_counter(), _machine_busy_s(), _own_cpu_s())
@@ -152,7 +139,6 @@ def _machine_busy_s() -> float | None:
 
 def _own_cpu_s() -> float:
     import psutil
-
     me = psutil.Process()
     total = 0.0
     # a descendant that ended is counted in its parent's children_* times once reaped
@@ -175,11 +161,7 @@ def load_snapshot() -> dict[str, Any]:
 
 
 def read_slowdown(environ: dict[str, str] | None = None) -> float:
-    """The slowdown ``PARCAT_BENCH_SLOWDOWN`` asks for (0 when unset).
-
-    Raises:
-        ConfigError: the variable is not a number from 0 to 10.
-    """
+    """The slowdown ``PARCAT_BENCH_SLOWDOWN`` asks for (0 when unset)."""
     text = (os.environ if environ is None else environ).get(SLOWDOWN_VARIABLE, "").strip()
     if not text:
         return 0.0
@@ -197,17 +179,10 @@ def read_slowdown(environ: dict[str, str] | None = None) -> float:
 def run_suite(quick: bool = False, max_jobs: int | None = None, repeats: int | None = None,
               measurements: Sequence[Measurement] | None = None,
               on_measured: Callable[[], None] | None = None) -> dict[str, Any]:
-    """Measure every figure of the suite; return a history record.
+    """Measure every figure of the suite (or of ``measurements``); return a history record.
 
-    Args:
-        quick: Shorter repeats (a smoke run).
-        max_jobs: Episode scaling runs ``--jobs 1..max_jobs`` (default: the CPUs).
-        repeats: Repeats of each measurement (default 5).
-        measurements: Part of the suite instead of :data:`MEASUREMENTS` (tests).
-        on_measured: Called after each measurement (a progress bar).
-
-    Raises:
-        ConfigError: ``PARCAT_BENCH_SLOWDOWN`` or ``repeats`` is invalid.
+    ``max_jobs``: episode scaling runs ``--jobs 1..max_jobs`` (default: the CPUs);
+    ``on_measured`` is called after each measurement (a progress bar).
     """
     if repeats is not None and repeats < 1:
         raise ConfigError(f"repeats must be at least 1; got {repeats}")
@@ -245,10 +220,7 @@ def run_suite(quick: bool = False, max_jobs: int | None = None, repeats: int | N
 def _measure(measurement: Measurement, settings: BenchSize,
              give_up: float) -> tuple[dict[str, Any], int]:
     """Every repeat of one measurement, summarised per figure; and how many were retried.
-
-    After three repeats, a measurement that has taken ``budget_s`` stops (a loaded machine
-    slows it down).
-    """
+    After three repeats, one that has taken ``budget_s`` stops."""
     values: dict[str, list[float]] = {}
     loads: list[float] = []
     speeds: list[float] = []
@@ -272,12 +244,9 @@ def _measure(measurement: Measurement, settings: BenchSize,
 
 def _repeat(repeat: Measure, work: Work, cpus: int, settings: BenchSize,
             give_up: float) -> tuple[dict[str, float], float, float, int]:
-    """One repeat: its figures, the CPUs other processes used meanwhile, the machine's speed
-    (the reference loop's, before, after and during) and how many attempts it took.
-
-    Until ``give_up`` (a ``time.monotonic()``), it waits for the CPUs it needs to be free
-    and is measured again when other processes took them while it ran.
-    """
+    """One repeat: its figures, the CPUs others used meanwhile, the machine's speed and
+    the attempts it took (until ``give_up`` it waits for free CPUs, and is measured again
+    when others took them)."""
     machine = os.cpu_count() or cpus
     for attempt in range(1, 2 + settings.retries):
         _wait_for_free(cpus, machine, min(settings.settle_s, give_up - time.monotonic()))
@@ -295,16 +264,10 @@ def _repeat(repeat: Measure, work: Work, cpus: int, settings: BenchSize,
 
 
 def reference_loop(loops: int) -> float:
-    """CPU seconds of ``loops`` rounds of a fixed loop like parcat's own stepping: windows
-    of a grid gathered with fancy indexing for 24 agents, and a step of per-agent Python
-    work (dicts, tuples, small objects) every 16 rounds.
-
-    On a shared machine one process's CPU time per unit of work moves with the neighbours'
-    load (caches, the host's cores); the loop moves with it, and one-process figures are
-    judged relative to its speed.
-    """
+    """CPU seconds of ``loops`` rounds of a fixed loop like parcat's own stepping (grid
+    windows by fancy indexing, per-agent Python work every 16 rounds): on a shared machine
+    it slows with the neighbours' load as one-process figures do."""
     import numpy as np
-
     grid = np.random.default_rng(0).random((64, 64, 8))
     corners = np.random.default_rng(1).integers(0, 59, size=(24, 2))
     rows = corners[:, 0, None, None] + np.arange(5)[None, :, None]
@@ -326,13 +289,9 @@ def reference_loop(loops: int) -> float:
 
 def summarise(values: list[float], measurement: Measurement, figure: str,
               loads: list[float], cpus: int, speeds: list[float]) -> dict[str, Any]:
-    """A figure's entry in a record: median and range of its repeats (:func:`spread`),
-    direction, load.
-
-    A one-process figure (timed in CPU time) also has ``relative``: the same over each
-    repeat's value divided (higher is better) or multiplied (lower) by the machine's speed.
-    """
-    better = measurement.better.get(figure, measurement.better.get("*", "higher"))
+    """A figure's entry in a record: median and range of its repeats, direction, load; a
+    one-process figure also has ``relative``, each value scaled by the machine's speed."""
+    better = measurement.better
     entry = {**spread(values), "values": values, "better": better,
              "unit": measurement.unit, "cpus": cpus,
              "other_cpus": round(statistics.median(loads), 3),
@@ -367,7 +326,6 @@ def _rollout(settings: BenchSize, work: Work) -> Iterator[Measure]:
             seconds += work.time(partial(runner.run, task), time.process_time)
             work.reference()
         return {"rollout_agent_steps_per_s": len(tasks) * 200 * 24 / seconds}
-
     try:
         yield repeat
     finally:
@@ -392,7 +350,6 @@ def _episode_scaling(settings: BenchSize, work: Work) -> Iterator[Measure]:
                                  else ExecutorKind.PROCESS)
             times[jobs] = work.time(partial(evaluate, config, options), time.perf_counter)
         return {f"speedup_jobs_{jobs}": times[1] / t for jobs, t in times.items()}
-
     yield repeat
 
 
@@ -414,7 +371,6 @@ def _agent_overhead(settings: BenchSize, work: Work) -> Iterator[Measure]:
         # one of the two agents is handed to the worker each step
         return {"agent_overhead_us": (min(runs["process"]) - min(runs["inline"]))
                 / steps * 1e6}
-
     try:
         yield repeat
     finally:
@@ -427,7 +383,6 @@ def _train_collection(settings: BenchSize, work: Work) -> Iterator[Measure]:
     import numpy as np
 
     from parcat.train.vecenv import VecEnv
-
     mission = load_mission("goal_tasks", {"agents": 2, "max_steps": 50})
     with VecEnv(mission, 2, 8, seed=0) as vec:
         vec.reset()
@@ -439,31 +394,25 @@ def _train_collection(settings: BenchSize, work: Work) -> Iterator[Measure]:
         def collect() -> None:
             for step_actions in actions:
                 vec.step(step_actions)
-
         collect()
 
         def repeat() -> dict[str, float]:
             return {"train_collection_steps_per_s":
                     steps * vec.num_envs / work.time(collect, time.perf_counter)}
-
         yield repeat
 
 
 MEASUREMENTS = (
-    Measurement("rollout", _rollout, {"*": "higher"}, "agent-steps/s (CPU time)", 1),
-    Measurement("episode scaling", _episode_scaling, {"*": "higher"}, "x vs --jobs 1", None),
-    Measurement("agent overhead", _agent_overhead, {"*": "lower"}, "us per agent-step", 2),
-    Measurement("train collection", _train_collection, {"*": "higher"}, "env-steps/s", 2),
+    Measurement("rollout", _rollout, "higher", "agent-steps/s (CPU time)", 1),
+    Measurement("episode scaling", _episode_scaling, "higher", "x vs --jobs 1", None),
+    Measurement("agent overhead", _agent_overhead, "lower", "us per agent-step", 2),
+    Measurement("train collection", _train_collection, "higher", "env-steps/s", 2),
 )
 """The fixed suite, in the order it runs."""
 
 
 def read_history(path: Path) -> list[dict[str, Any]]:
-    """Every record of a history file (JSON lines); an absent file is an empty history.
-
-    Raises:
-        ConfigError: a line is not a JSON object.
-    """
+    """Every record of a history file (JSON lines); an absent file is an empty history."""
     if not path.exists():
         return []
     records = []
@@ -501,7 +450,6 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
 def _versions() -> dict[str, str]:
     import gymnasium
     import numpy
-
     return {"parcat": __version__, "numpy": numpy.__version__,
             "gymnasium": gymnasium.__version__}
 

@@ -18,23 +18,20 @@ if TYPE_CHECKING:
 
 
 def bench_command(
-    history: Annotated[Path, typer.Option("--history", metavar="FILE",
-                                          help="History file (JSON lines).")] = Path(
-        "bench/history.jsonl"
-    ),
-    compare: Annotated[
-        bool, typer.Option("--compare", help="Compare with the repeats of the latest (up to 5) "
-                           "comparable records; exit 1 when a figure is worse past "
-                           "--threshold and beyond the range of both sides' repeats (judged "
-                           "from 3 earlier records on).")
-    ] = False,
+    history: Annotated[Path, typer.Option(
+        "--history", metavar="FILE", help="History file (JSON lines).")
+    ] = Path("bench/history.jsonl"),
+    compare: Annotated[bool, typer.Option(
+        "--compare", help="Compare with the repeats of the latest (up to 5) comparable "
+        "records; exit 1 when a figure is worse past --threshold and beyond the range of both "
+        "sides' repeats (judged from 3 earlier records on).")] = False,
     threshold: Annotated[float, typer.Option(
         "--threshold", metavar="FRACTION",
         help="How much worse counts as a regression (0.2: 1.2 times the time or cost).")] = 0.2,
-    quick: Annotated[bool, typer.Option("--quick", help="Fewer, shorter repeats (smoke "
-                                        "runs).")] = False,
-    max_jobs: Annotated[int | None, typer.Option("--max-jobs", metavar="N",
-                                                 help="Scale episodes over --jobs 1..N.")] = None,
+    quick: Annotated[bool, typer.Option(
+        "--quick", help="Fewer, shorter repeats (smoke runs).")] = False,
+    max_jobs: Annotated[int | None, typer.Option(
+        "--max-jobs", metavar="N", help="Scale episodes over --jobs 1..N.")] = None,
     chart: Annotated[Path | None,
                      opts.SHARED["output"].option("FILE", aliases=("--chart",))] = None,
     fmt: opts.TableOrJson = SummaryFormat.TABLE,
@@ -84,7 +81,6 @@ def _scaling(record: dict[str, Any]) -> dict[int, float]:
 
 def _print_record(record: dict[str, Any]) -> None:
     from parcat.cli.render import list_table, stdout_console
-
     console = stdout_console()
     rows = [[name, f"{f['median']:,.3f}", f"{f['low']:,.3f} - {f['high']:,.3f}",
              f"{f['better']} is better", f["unit"]] for name, f in record["figures"].items()]
@@ -101,7 +97,6 @@ def _print_record(record: dict[str, Any]) -> None:
 
 def _print_comparison(comparison: BenchComparison) -> None:
     from parcat.cli.render import list_table, stdout_console
-
     if comparison.incomparable is not None:
         typer.echo(f"nothing comparable: {comparison.incomparable}")
         return

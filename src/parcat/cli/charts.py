@@ -6,6 +6,7 @@ import math
 import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from parcat.core.errors import ConfigError
 
@@ -56,30 +57,13 @@ def line_chart(series: Mapping[str, Sequence[float]], height: int = 12,
 
 def save_chart(path: Path, series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
                xlabel: str, ylabel: str) -> None:
-    """Write a line chart with matplotlib (SVG or PNG by suffix).
-
-    Raises:
-        ConfigError: matplotlib is not installed.
-    """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise ConfigError(
-            f"writing '{path}' needs matplotlib: pip install 'parcat[plot]' (or pip install "
-            "matplotlib); without -o the chart is drawn in the terminal"
-        ) from exc
+    """Write a line chart with matplotlib (the format by suffix)."""
+    plt = _pyplot(path, "chart")
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, (xs, ys) in series.items():
         ax.plot(xs, ys, marker="o", label=name)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _save(plt, fig, ax, path, xlabel, ylabel)
 
 
 def matrix_text(labels: Sequence[str], values: Sequence[Sequence[float]],
@@ -102,20 +86,8 @@ def matrix_text(labels: Sequence[str], values: Sequence[Sequence[float]],
 
 def save_matrix(path: Path, labels: Sequence[str], values: Sequence[Sequence[float]],
                 title: str, xlabel: str, ylabel: str) -> None:
-    """Write a heat map of ``values`` with matplotlib (SVG, PNG or PDF by suffix).
-
-    Raises:
-        ConfigError: matplotlib is not installed.
-    """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise ConfigError(f"writing '{path}' needs matplotlib: pip install 'parcat[plot]' (or "
-                          "pip install matplotlib); without -o the matrix is drawn in the "
-                          "terminal") from exc
+    """Write a heat map of ``values`` with matplotlib (the format by suffix)."""
+    plt = _pyplot(path, "matrix")
     size = 1.2 + 0.9 * len(labels)
     fig, ax = plt.subplots(figsize=(size + 1.5, size))
     image = ax.imshow(values, cmap="viridis")
@@ -124,10 +96,26 @@ def save_matrix(path: Path, labels: Sequence[str], values: Sequence[Sequence[flo
     for i, row in enumerate(values):
         for j, v in enumerate(row):
             ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="w", fontsize=9)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
     ax.set_title("\n".join(textwrap.wrap(title, 48)), fontsize=10)
     fig.colorbar(image, ax=ax)
+    _save(plt, fig, ax, path, xlabel, ylabel)
+
+
+def _pyplot(path: Path, what: str) -> Any:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ConfigError(f"writing '{path}' needs matplotlib: pip install 'parcat[plot]' (or "
+                          f"pip install matplotlib); without -o the {what} is drawn in the "
+                          "terminal") from exc
+    return plt
+
+
+def _save(plt: Any, fig: Any, ax: Any, path: Path, xlabel: str, ylabel: str) -> None:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -7,13 +7,13 @@ import csv
 import enum
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, NoReturn
+from typing import Any
 
 import typer
 
-from parcat.core.errors import ParcatError, RunError, UsageError
+from parcat.core.errors import ParcatError, UsageError
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -51,33 +51,23 @@ class SummaryFormat(str, enum.Enum):
     JSON = "json"
 
 
-def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
-    """Print one line to stderr and exit."""
-    print(f"parcat: error: {message}", file=sys.stderr)
-    raise typer.Exit(code)
-
-
 @contextmanager
 def user_errors() -> Iterator[None]:
     """Turn parcat's errors into one line on stderr and exit code 2 (input) or 1 (run)."""
     try:
         yield
-    except UsageError as exc:
-        fail(str(exc), EXIT_USAGE)
-    except RunError as exc:
-        fail(str(exc), EXIT_FAILED)
     except ParcatError as exc:
-        fail(str(exc), EXIT_FAILED)
+        print(f"parcat: error: {exc}", file=sys.stderr)
+        raise typer.Exit(EXIT_USAGE if isinstance(exc, UsageError) else EXIT_FAILED) from exc
 
 
 def print_json(data: Any) -> None:
     """Pretty JSON on stdout."""
     from parcat.core.jsontext import dumps
-
     sys.stdout.write(dumps(data, indent=2) + "\n")
 
 
-def write_csv(header: list[str], rows: list[tuple[Any, ...]]) -> None:
+def write_csv(header: list[str], rows: Sequence[Sequence[Any]]) -> None:
     """Rows as CSV on stdout, quoted where a field needs it."""
     writer = csv.writer(sys.stdout, lineterminator="\n")
     writer.writerow(header)

@@ -1,13 +1,10 @@
 """The console script: Ctrl-C and SIGTERM handled from parcat's first line.
 
-Importing the CLI, and then the command that runs, takes a noticeable fraction of a
-second; an interrupt in that window waits until the imports are done, and then, like one
-anywhere later, ends the run with one line and exit code 130 (143 for SIGTERM), never a
-traceback. A second Ctrl-C ends parcat at once: workers are killed, parcat's shared
-memory is unlinked. Python drops an exception raised in a ``__del__`` method or a weakref
-callback (printing "Exception ignored"); a Ctrl-C that lands there is delivered again a
-moment later instead. One that some library swallows still makes the run exit with 130,
-so a script never reads an interrupted run as a success.
+An interrupt while the CLI imports waits until the imports are done; any ends the run with
+one line and exit code 130 (143 for SIGTERM), never a traceback, even when some library
+swallows it. A second Ctrl-C ends parcat at once (workers killed, shared memory unlinked).
+One that lands in a ``__del__`` or a weakref callback, where Python drops it, is delivered
+again a moment later.
 """
 
 from __future__ import annotations
@@ -23,7 +20,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -36,7 +32,7 @@ INTERRUPTS = threading.Event()
 
 def postponed(signum: int) -> bool:
     """For a signal handler: whether the main thread is in a part that must not be cut
-    (a message on a worker's pipe); the signal is then raised again right after it."""
+    (a message on a worker's pipe), after which the signal is raised again."""
     # not imported here: a handler may run in the middle of an import
     ipc = sys.modules.get("parcat.ipc.process")
     postpone = getattr(ipc, "postpone_interrupt", None)
@@ -72,12 +68,10 @@ def _interrupt_again() -> None:
 def stop_now(code: int, line: str) -> None:
     """The second Ctrl-C (or SIGTERM): say ``line``, kill every worker, unlink our shared
     memory, exit with ``code`` — whatever the main thread is doing."""
-    with contextlib.suppress(OSError):
-        print(line, file=sys.stderr)
+    say(line)
     try:
         from parcat.ipc.process import kill_descendants
         from parcat.ipc.shm import unlink_own_blocks
-
         kill_descendants()
         unlink_own_blocks()
     finally:
@@ -88,11 +82,8 @@ def stop_now(code: int, line: str) -> None:
 def signals_held() -> Iterator[None]:
     """Hold Ctrl-C and SIGTERM back while the block runs (an import); they arrive after it.
 
-    A KeyboardInterrupt raised in the middle of an import can be swallowed by the module
-    being imported (and the run then goes on); held back, it arrives right after. Threads
-    that libraries start while importing (BLAS pools) inherit the block, so Ctrl-C always
-    reaches the main thread. Commands are imported when they run (:mod:`parcat.cli.lazy`),
-    after the CLI's SIGTERM handler is set, so SIGTERM is held back too.
+    A module being imported could swallow them; threads that libraries start meanwhile (BLAS
+    pools) inherit the block, so Ctrl-C always reaches the main thread.
     """
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
@@ -105,11 +96,8 @@ def signals_held() -> Iterator[None]:
 
 
 def _raise_if_self_interrupted() -> None:
-    """Raise :class:`MemoryError` if a library loaded in the block sent this process Ctrl-C.
-
-    OpenBLAS does, when it cannot start its threads (``ulimit -v`` too low): that is no
-    user's Ctrl-C. One from elsewhere is sent again, to arrive once the block is done.
-    """
+    """Raise :class:`MemoryError` if a library loaded in the block sent this process Ctrl-C
+    (OpenBLAS does when it cannot start its threads); one from elsewhere is sent again."""
     if signal.SIGINT not in signal.sigpending():
         return
     info = signal.sigtimedwait({signal.SIGINT}, 0)
@@ -121,31 +109,25 @@ def _raise_if_self_interrupted() -> None:
     raise MemoryError("a native library could not start its threads while parcat was loading")
 
 
-def _import_quietly() -> Any:
-    """Import the CLI with Ctrl-C held back until it is done."""
-    with signals_held():
-        from parcat.cli.main import main
-    return main
-
-
 def run() -> None:
     """Entry point of the ``parcat`` command and of ``python -m parcat``."""
     signal.signal(signal.SIGINT, _on_sigint)
     sys.unraisablehook = _on_unraisable
     atexit.register(_ignore_signals)  # registered first: runs after every other handler
     if not _stdout_open():
-        _say("parcat: error: stdout is closed (>&-): parcat prints its results there; "
+        say("parcat: error: stdout is closed (>&-): parcat prints its results there; "
              "redirect it to a file, or to /dev/null")
         sys.exit(EXIT_USAGE)
     try:
-        main = _import_quietly()
+        with signals_held():
+            from parcat.cli.main import main
         code = main()
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
     except Exception as exc:
         line = resource_limit_line(exc)
         if line is not None:
-            _say(line)
+            say(line)
             code = EXIT_FAILED
         elif INTERRUPTS.is_set():
             # a Ctrl-C inside a class body or an import surfaces wrapped (RuntimeError, ...)
@@ -154,8 +136,9 @@ def run() -> None:
             raise
     if INTERRUPTS.is_set() and code == 0:
         code = EXIT_INTERRUPTED  # the interrupt was swallowed on its way up
-    if code == EXIT_INTERRUPTED:
-        _say_interrupted()
+    common = sys.modules.get("parcat.cli.common")
+    if code == EXIT_INTERRUPTED and not (common and common.INTERRUPT_SAID.is_set()):
+        say("parcat: interrupted")  # unless the CLI has said it
     shm = sys.modules.get("parcat.ipc.shm")
     if shm is not None:
         shm.unlink_own_blocks()
@@ -163,9 +146,8 @@ def run() -> None:
 
 
 def _ignore_signals() -> None:
-    """At the very end of the exit: the code is decided, and Python is about to put the
-    default handlers back, by which a late Ctrl-C would kill parcat with the signal instead
-    of the code (a second Ctrl-C before this point still stops a stuck exit at once)."""
+    """At the very end of the exit: a late Ctrl-C must not kill parcat with the signal
+    instead of the code decided (once Python puts the default handlers back)."""
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
 
@@ -179,7 +161,7 @@ def _stdout_open() -> bool:
 
 
 def resource_limit_line(exc: BaseException) -> str | None:
-    """The one line for a failure that a limit of the process caused (memory, open files),
+    """The one line for a failure that a limit of the process (memory, open files) caused,
     naming the limit; ``None`` for any other failure."""
     if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -200,15 +182,7 @@ def resource_limit_line(exc: BaseException) -> str | None:
             "free memory")
 
 
-def _say(line: str) -> None:
+def say(line: str) -> None:
+    """``line`` on stderr, if it is open."""
     with contextlib.suppress(OSError):
         print(line, file=sys.stderr)
-
-
-def _say_interrupted() -> None:
-    """The one line of an interrupted run, unless the CLI has said it."""
-    common = sys.modules.get("parcat.cli.common")
-    said = getattr(common, "INTERRUPT_SAID", None)
-    if said is None or not said.is_set():
-        with contextlib.suppress(OSError):
-            print("parcat: interrupted", file=sys.stderr)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -34,34 +33,8 @@ OUTPUT_FORMATS = {".json": "the full results", ".csv": "the summary"}
 """What ``-o`` writes, by extension."""
 
 
-@dataclass(frozen=True)
-class EvalSettings(opts.EvalFlags):
-    """Everything ``parcat eval`` is told: the flags it shares with ``plan``, and its own."""
-
-    fmt: opts.Format = OutputFormat.TABLE
-    output: opts.OutputFile = None
-    trace: opts.Trace = None
-    progress: opts.Progress = True
-    precision: Annotated[float | None, typer.Option(
-        "--precision", metavar="HALF_WIDTH",
-        help="Add episodes until each mission's 95% CI half-width is below this.")] = None
-    max_episodes: Annotated[int, typer.Option(
-        "--max-episodes", metavar="N", help="Cap for --precision.")] = 10_000
-    resume: Annotated[bool, typer.Option(
-        "--resume", help="Keep the finished episodes in --output; run the rest.")] = False
-    each: Annotated[bool, typer.Option(
-        "--each", help="Evaluate every -p on its own (all agents play it) on the same "
-        "episodes; one row per policy, compared with the first.")] = False
-    cross: Annotated[bool, typer.Option(
-        "--cross", help="Play every pair of -p policies against each other across the "
-        "mission's two sides; print the matrix.")] = False
-    replay_dir: Annotated[Path | None, typer.Option(
-        "--replay-dir", metavar="DIR", help="Record every episode into DIR (one .npz each, "
-        "and index.json); play one back with `parcat replay DIR/FILE`.")] = None
-
-
-@settings_command(EvalSettings)
-def eval_command(s: EvalSettings) -> None:
+@settings_command(opts.EvalSettings)
+def eval_command(s: opts.EvalSettings) -> None:
     """Evaluate policies on missions and print per-mission, per-policy statistics.
 
     -o FILE: .json (the full results) or .csv (the summary). -c FILE: a YAML file with
@@ -79,11 +52,10 @@ def eval_command(s: EvalSettings) -> None:
         lock = _lock(s.output)
     if tournament is not None:
         from parcat.cli.tournament_view import run_tournament
-
         total = len(config.missions) * config.episodes * (
             len(config.policies) ** (2 if tournament == "cross" else 1))
         with user_errors(), lock, progress_bar(total, "episodes", enabled=s.progress) as step:
-            raise typer.Exit(run_tournament(tournament, config, options, s.fmt, s.output,
+            raise typer.Exit(run_tournament(tournament, config, options, s.format, s.output,
                                             lambda _: step()))
     total = len(config.missions) * config.episodes
     with user_errors(), lock, progress_bar(total, "episodes", enabled=s.progress) as step, \
@@ -99,10 +71,9 @@ def eval_command(s: EvalSettings) -> None:
     raise typer.Exit(_finish(report, s))
 
 
-def _checked(s: EvalSettings) -> tuple[EvalConfig, RunOptions]:
-    """What runs, every flag checked before anything runs (a bad path too)."""
+def _checked(s: opts.EvalSettings) -> tuple[EvalConfig, RunOptions]:
+    """What runs, every flag checked before anything runs."""
     from parcat.eval.eval_args import require_count
-
     require_count("--max-episodes", s.max_episodes)
     if s.output is not None:
         check_output_suffix(s.output, "--output", OUTPUT_FORMATS)
@@ -121,17 +92,15 @@ def _checked(s: EvalSettings) -> tuple[EvalConfig, RunOptions]:
     return config, options
 
 
-def _finish(report: EvalReport, s: EvalSettings) -> int:
-    """Write the trace, show the report; the exit code."""
+def _finish(report: EvalReport, s: opts.EvalSettings) -> int:
     from parcat.core.trace import write_trace
-
     write_failures = [] if report.write_error is None else [report.write_error]
     if s.trace is not None:
         try:
             write_trace(s.trace, report.trace_events)
         except OSError as exc:
             write_failures.append(f"could not write --trace '{s.trace}' ({exc.strerror})")
-    show_report(report, s.fmt)
+    show_report(report, s.format)
     for failure in write_failures:
         # the results are on stdout above: only the file is missing
         print(f"parcat: error: {failure}", file=sys.stderr)
@@ -139,25 +108,23 @@ def _finish(report: EvalReport, s: EvalSettings) -> int:
 
 
 def _lock(output: Path | None) -> contextlib.AbstractContextManager[object]:
-    """One writer per results file: its lock, held until the run ends (see runlock)."""
+    """One writer per results file: its lock, held until the run ends."""
     if output is None:
         return contextlib.nullcontext()
     return runlock.acquire(runlock.lock_beside(output), f"--output '{output}'",
                            "give another --output")
 
 
-def _tournament(s: EvalSettings) -> str | None:
+def _tournament(s: opts.EvalSettings) -> str | None:
     """``each``, ``cross`` or ``None``; refuses what they cannot be combined with."""
     if not (s.each or s.cross):
         return None
     if s.each and s.cross:
         raise ConfigError("--each and --cross are two ways to compare: give one")
     flag = "--each" if s.each else "--cross"
-    for given, name in ((s.resume, "--resume"), (s.precision is not None, "--precision"),
-                        (s.replay_dir is not None, "--replay-dir"),
-                        (s.trace is not None, "--trace")):
-        if given:
-            raise ConfigError(f"{flag} cannot be combined with {name} yet")
+    for name in ("resume", "precision", "replay_dir", "trace"):
+        if getattr(s, name) is not None and getattr(s, name) is not False:
+            raise ConfigError(f"{flag} cannot be combined with --{name.replace('_', '-')} yet")
     if s.output is not None and s.output.suffix.lower() != ".json":
         raise ConfigError(f"{flag} writes its results as JSON: give -o FILE.json")
     return "each" if s.each else "cross"
@@ -169,7 +136,6 @@ def _note(message: str) -> None:
 
 def _warn(message: str) -> None:
     from parcat.cli.render import stderr_console
-
     stderr_console().print(f"[yellow]warning[/yellow]: {message}", markup=True, highlight=False,
                            soft_wrap=True)
 
@@ -178,30 +144,24 @@ def show_report(report: EvalReport, fmt: OutputFormat) -> None:
     """Print the results on stdout and the failures on stderr."""
     from parcat.cli.render import stderr_console, stdout_console, summary_table
     from parcat.eval.report import dumps_document, summarize, summary_csv
-
     if fmt is OutputFormat.JSON:
         sys.stdout.write(dumps_document(report.to_document()))
     elif fmt is OutputFormat.CSV:
         sys.stdout.write(summary_csv(summarize(report.episodes)))
     else:
-        plan = report.plan
+        plan, count = report.plan, len(report.episodes)
         where = "" if plan is None else (
             f" on {plan.episode_workers} {plan.executor.value} worker(s), agents "
-            f"{plan.strategy.value}" + (f" x{plan.policy_workers}" if plan.policy_workers else "")
-        )
-        count = len(report.episodes)
+            f"{plan.strategy.value}" + (f" x{plan.policy_workers}" if plan.policy_workers else ""))
         title = f"{count} episode{'' if count == 1 else 's'} in {report.elapsed_s:.2f} s{where}"
         stdout_console().print(summary_table(summarize(report.episodes), title=title))
     err = stderr_console()
     for episode in report.failed:
         assert episode.error is not None
         agent = f", agent {episode.error.agent}" if episode.error.agent else ""
-        err.print(
-            f"[red]failed[/red]: mission {episode.mission}, episode {episode.episode_index}"
-            f"{agent} (seed {episode.seed}): {episode.error.type}: {episode.error.message}",
-            markup=True,
-            highlight=False,
-        )
+        err.print(f"[red]failed[/red]: mission {episode.mission}, episode "
+                  f"{episode.episode_index}{agent} (seed {episode.seed}): {episode.error.type}: "
+                  f"{episode.error.message}", markup=True, highlight=False)
     for warning in report.warnings:
         err.print(f"[yellow]warning[/yellow]: {warning}", markup=True, highlight=False)
     if report.status == "interrupted":
@@ -210,8 +170,7 @@ def show_report(report: EvalReport, fmt: OutputFormat) -> None:
 
 
 def exit_code(report: EvalReport) -> int:
-    """0 when every episode finished with finite returns, 1 when some failed or returned
-    NaN or infinity, 130 when interrupted."""
+    """0: every episode finished with finite returns; 1: some did not; 130: interrupted."""
     if report.status == "interrupted":
         return EXIT_INTERRUPTED
     return EXIT_FAILED if report.failed or report.non_finite else EXIT_OK

@@ -1,20 +1,11 @@
 """One way to build a command's settings: defaults < the ``-c`` file < flags given.
 
 A command's settings are a frozen :class:`Settings` dataclass whose fields are its flags,
-each written once (its ``Annotated`` type carries its ``typer.Option``); the command is
-built from it (:class:`SettingsCommand`) through Typer, and Click tells which flags the
-command line gave (:attr:`Settings.given`). For ``eval`` and ``plan`` the file's keys are
-the flags' long names with ``_`` for ``-``, except ``missions`` and ``policies`` (``-m``,
-``-p``), ``set`` (a mapping, or a list of ``KEY=VALUE``) and ``format`` (``-f``)::
-
-    missions: [harvest, evade]
-    episodes: 20
-    set: {agents: 8}
-    output: results.json
-
-``set`` merges key by key (:func:`parcat.core.settings.merge_settings`); ``plan`` skips the
-keys only ``eval`` has. ``train`` and ``sim`` read YAML files of their own keys and put
-the flags given on top.
+each written once (its ``Annotated`` type carries its ``typer.Option``); Typer builds the
+command from it (:class:`SettingsCommand`) and Click tells which flags the command line gave
+(:attr:`Settings.given`). For ``eval`` and ``plan`` the file's keys are the fields' names
+(``set``: a mapping, or a list of ``KEY=VALUE``, merged key by key with ``--set``); ``train``
+and ``sim`` hand the flags given to their own YAML readers.
 """
 
 from __future__ import annotations
@@ -24,7 +15,7 @@ import inspect
 import json
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -35,14 +26,10 @@ from typer.core import TyperCommand
 from parcat.cli.common import user_errors
 from parcat.core.errors import ConfigError, brief, clip
 
-KEYS = {"missions": "missions", "policies": "policies", "set": "overrides", "format": "fmt"}
-"""YAML key → parameter name where the two differ (or where the key is fixed by design)."""
-EVAL_ONLY = ("output", "format", "precision", "max_episodes", "resume", "progress", "each",
-             "cross", "replay_dir", "trace")
-"""Keys of ``eval``'s file that ``plan`` skips."""
 COMMAND_LINE_ONLY = ("trust_code",)
 """Flags a file cannot set: a file must not allow the code that files name."""
-_FROM_COMMAND_LINE = ("COMMANDLINE", "ENVIRONMENT")
+_EXPECTED = {bool: "true or false", int: "an integer", float: "a number", str: "text",
+             Path: "a path"}
 
 
 @dataclass(frozen=True)
@@ -50,11 +37,14 @@ class Settings:
     """The base of a command's settings: a frozen dataclass whose fields are its flags."""
 
     given: frozenset[str] = field(default=frozenset(), init=False, compare=False)
-    """The fields given: on the command line, those it gave (not defaults), which go on top
-    of a file; made in Python, every field."""
+    """The fields the command line gave (on top of a file); made in Python, every field."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "given", frozenset(f.name for f in fields(self) if f.init))
+
+    def given_of(self, names: Iterable[str]) -> dict[str, Any]:
+        """The fields among ``names`` that were given, by name (to go on top of a file)."""
+        return {name: getattr(self, name) for name in names if name in self.given}
 
 
 @dataclass(frozen=True)
@@ -62,12 +52,12 @@ class SettingsCommand:
     """A command that builds its :class:`Settings` once and gives them to :attr:`run`."""
 
     settings: type[Settings]
-    """The command's settings."""
     run: Callable[[Any], Any]
     """What the command does with them; its docstring is the command's help."""
     flag_keys: bool = True
-    """The ``-c`` file's keys are the flags' names (``eval``, ``plan``); else ``run`` reads
-    the file itself (train's and sim's YAML have keys of their own)."""
+    """The ``-c`` file's keys are the fields' names; else ``run`` reads the file itself."""
+    skips: type[Settings] | None = None
+    """Settings whose fields the file may hold and this command skips (``plan``: eval's)."""
 
     def command(self, name: str) -> Any:
         """This command as Click's, named ``name``."""
@@ -78,10 +68,11 @@ class SettingsCommand:
         return command
 
 
-def settings_command(settings: type[Settings], flag_keys: bool = True
+def settings_command(settings: type[Settings], flag_keys: bool = True,
+                     skips: type[Settings] | None = None
                      ) -> Callable[[Callable[[Any], Any]], SettingsCommand]:
     """Decorate a command's function, which takes one ``settings`` object."""
-    return lambda run: SettingsCommand(settings, run, flag_keys)
+    return lambda run: SettingsCommand(settings, run, flag_keys, skips)
 
 
 class _SettingsClick(TyperCommand):
@@ -92,30 +83,16 @@ class _SettingsClick(TyperCommand):
     def invoke(self, ctx: Any) -> Any:
         given = frozenset(name for name in ctx.params if _given(ctx, name))
         with user_errors():
-            if self.spec.flag_keys and ctx.params.get("config") is not None:
-                types = typing.get_type_hints(self.spec.settings, include_extras=True)
-                flags = {k: v for k, v in ctx.params.items() if k != "config"}
-                path = ctx.params["config"]
-                ctx.params = {**apply_config(path, ctx, flags, types), "config": path}
+            path = ctx.params.get("config")
+            if self.spec.flag_keys and path is not None:
+                ctx.params = {**apply_config(path, ctx, self.spec), "config": path}
             settings = super().invoke(ctx)  # the settings' own checks: one line, exit 2
         object.__setattr__(settings, "given", given)  # once, before anyone reads it
         return self.spec.run(settings)
 
 
-def key_of(name: str) -> str:
-    """The YAML key of parameter ``name``."""
-    return next((key for key, param in KEYS.items() if param == name), name)
-
-
-def apply_config(path: Path, ctx: Any, values: dict[str, Any],
-                 annotations: Mapping[str, Any]) -> dict[str, Any]:
-    """``values`` with the file's keys applied wherever no flag was given.
-
-    Args:
-        path: The ``-c`` file.
-        ctx: The command's Click context (which parameters came from the command line).
-        values: Every parameter's value as the command line (or its default) gave it.
-        annotations: Every parameter's type, by name.
+def apply_config(path: Path, ctx: Any, spec: SettingsCommand) -> dict[str, Any]:
+    """The command line's values with the file's keys applied wherever no flag was given.
 
     Raises:
         ConfigError: an unreadable file, an unknown key (named, with the valid ones), a
@@ -123,42 +100,38 @@ def apply_config(path: Path, ctx: Any, values: dict[str, Any],
     """
     from parcat.core.settings import merge_settings, parse_overrides  # yaml: not for --help
     from parcat.core.yamlfile import read_yaml_mapping
-
     label = f"--config '{path}'"
     data = read_yaml_mapping(path, label, ConfigError)
-    valid = sorted(key_of(name) for name in values if name not in COMMAND_LINE_ONLY)
-    merged = dict(values)
+    values = {k: v for k, v in ctx.params.items() if k != "config"}
+    skipped = {f.name for f in fields(spec.skips)} if spec.skips else set()
+    annotations = typing.get_type_hints(spec.settings, include_extras=True)
     for key, value in data.items():
-        name = KEYS.get(str(key), str(key))
+        name = str(key)
         if name in COMMAND_LINE_ONLY:
             raise ConfigError(f"{label}: key '{key}' is taken from the command line only "
                               f"(--{name.replace('_', '-')}): a file cannot allow code")
+        if name in skipped - values.keys():
+            continue
         if name not in values:
-            if key in EVAL_ONLY:
-                continue
-            raise ConfigError(f"{label}: unknown key '{clip(str(key))}'; valid: "
-                              f"{', '.join(valid)}")
-        given = _given(ctx, name)
-        if name == "overrides":
-            from_file = _settings(label, value)
-            from_flags = parse_overrides(values[name] or [])
-            merged[name] = [f"{k}={_text(v)}" for k, v in
-                            merge_settings(from_file, from_flags).items()]
-        elif not given:
-            merged[name] = _convert(label, key, value, annotations[name])
-    return merged
+            valid = sorted(n for n in values if n not in COMMAND_LINE_ONLY)
+            raise ConfigError(f"{label}: unknown key '{clip(name)}'; valid: {', '.join(valid)}")
+        if name == "set":
+            merged = merge_settings(_settings(label, value), parse_overrides(values[name] or []))
+            values[name] = [f"{k}={json.dumps(v, default=str)}" for k, v in merged.items()]
+        elif not _given(ctx, name):
+            values[name] = _convert(label, name, value, annotations[name])
+    return values
 
 
 def _given(ctx: Any, name: str) -> bool:
     """Whether parameter ``name`` came from the command line (or its environment variable)."""
     source = ctx.get_parameter_source(name)
-    return source is not None and source.name in _FROM_COMMAND_LINE
+    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
 
 
 def _settings(label: str, value: Any) -> dict[str, Any]:
     """``set:`` as a mapping: given as one, or as a list of ``KEY=VALUE``."""
     from parcat.core.settings import parse_settings
-
     if isinstance(value, Mapping):
         return {str(k): v for k, v in value.items()}
     items = value if isinstance(value, list) else [value]
@@ -169,19 +142,17 @@ def _settings(label: str, value: Any) -> dict[str, Any]:
         f"{label}: key 'set' expects KEY=VALUE items, got {brief(item)}"))
 
 
-def _text(value: Any) -> str:
-    """A setting's value as ``--set`` text that reads back as the same value (JSON is YAML)."""
-    return json.dumps(value, default=str)
-
-
 def _convert(label: str, key: str, value: Any, annotation: Any) -> Any:
     """``value`` as the parameter's Python type, or a one-line error naming the key."""
-    kind = _bare(annotation)
+    if typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    kind, optional = annotation, type(None) in typing.get_args(annotation)
+    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+        kind = next(a for a in typing.get_args(kind) if a is not type(None))
     if typing.get_origin(kind) is list:
         items = value if isinstance(value, list) else [value]
-        item_kind = typing.get_args(kind)[0]
-        return [_convert(label, key, item, item_kind) for item in items]
-    if value is None and _optional(annotation):
+        return [_convert(label, key, item, typing.get_args(kind)[0]) for item in items]
+    if value is None and optional:
         return None
     if isinstance(kind, type) and issubclass(kind, enum.Enum):
         choices = [member.value for member in kind]
@@ -189,30 +160,11 @@ def _convert(label: str, key: str, value: Any, annotation: Any) -> Any:
             raise ConfigError(f"{label}: key '{key}' must be one of {', '.join(choices)}, got "
                               f"{brief(value)}")
         return kind(value)
-    expected = {bool: "true or false", int: "an integer", float: "a number",
-                str: "text", Path: "a path"}.get(kind)
-    if expected is None:
+    if kind not in _EXPECTED:
         return value  # a type no flag of eval or plan has: the command checks it
-    ok = (isinstance(value, bool) if kind is bool
-          else isinstance(value, int) and not isinstance(value, bool) if kind is int
-          else isinstance(value, int | float) and not isinstance(value, bool) if kind is float
-          else isinstance(value, str))
+    number = isinstance(value, int) and not isinstance(value, bool)
+    ok = {bool: isinstance(value, bool), int: number,
+          float: number or isinstance(value, float)}.get(kind, isinstance(value, str))
     if not ok:
-        raise ConfigError(f"{label}: key '{key}' must be {expected}, got {brief(value)}")
+        raise ConfigError(f"{label}: key '{key}' must be {_EXPECTED[kind]}, got {brief(value)}")
     return Path(value) if kind is Path else float(value) if kind is float else value
-
-
-def _bare(annotation: Any) -> Any:
-    """The type inside ``Annotated[...]``, without ``| None``."""
-    if typing.get_origin(annotation) is typing.Annotated:
-        annotation = typing.get_args(annotation)[0]
-    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
-        kept = [a for a in typing.get_args(annotation) if a is not type(None)]
-        return kept[0]
-    return annotation
-
-
-def _optional(annotation: Any) -> bool:
-    if typing.get_origin(annotation) is typing.Annotated:
-        annotation = typing.get_args(annotation)[0]
-    return type(None) in typing.get_args(annotation)

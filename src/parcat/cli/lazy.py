@@ -1,12 +1,5 @@
-"""Sub-commands imported only when they are used, so ``parcat --help`` imports none of them.
-
-Each command module imports the library it drives (numpy, gymnasium, the training and
-simulation stacks): together well over a quarter of a second. The ``parcat`` group knows
-its commands as :class:`LazyCommand` entries (a name, where the command lives, and the
-one-line summary its own help starts with); a command's module is imported when that
-command runs or shows its own help, and ``parcat --help`` lists the summaries without
-importing anything.
-"""
+"""Sub-commands imported only when they run or show their own help: ``parcat --help``
+lists their summaries and imports none of them (numpy, gymnasium, the library stacks)."""
 
 from __future__ import annotations
 
@@ -25,12 +18,8 @@ from parcat.cli.entry import signals_held
 
 @contextlib.contextmanager
 def held_imports() -> Iterator[None]:
-    """Import in the block with Ctrl-C and SIGTERM held back (:func:`signals_held`).
-
-    One that arrives meanwhile ends the run right after the block, with the one line
-    ``parcat: interrupted``: the command has not started its work, so nothing else would
-    say why the run ended. Commands import the library they drive in one of these.
-    """
+    """Import in the block with Ctrl-C and SIGTERM held back (:func:`signals_held`); one
+    that arrives meanwhile ends the run right after it, saying ``parcat: interrupted``."""
     try:
         with signals_held():
             yield
@@ -44,18 +33,13 @@ class LazyCommand:
     """A sub-command known by name and summary until it is used."""
 
     name: str
-    """The word on the command line (``eval``)."""
     target: str
     """``module:attribute``: a command function, a ``SettingsCommand`` or a ``typer.Typer``."""
     summary: str
-    """The first paragraph of the command's help, listed by the group's ``--help`` (a test
-    checks that the two agree)."""
+    """The first paragraph of the command's help (a test checks that the two agree)."""
 
     def load(self) -> Any:
-        """Import the command's module and build the command as Typer would have.
-
-        Under :func:`held_imports`: building imports too (Typer's pydantic).
-        """
+        """Import the command's module and build the command (building imports too)."""
         module, _, attribute = self.target.partition(":")
         with held_imports():
             target = getattr(importlib.import_module(module), attribute)
@@ -68,17 +52,10 @@ class LazyCommand:
                 holder.command(self.name)(target)
             return plain_flags(typer.main.get_group(holder).commands[self.name])
 
-    def summary_only(self) -> TyperCommand:
-        """A stand-in that shows the summary in a list of commands and does nothing else."""
-        return TyperCommand(name=self.name, help=self.summary)
-
 
 def plain_flags(command: Any, sub_commands: bool = True) -> Any:
-    """``command`` (and its sub-commands) with no value shown for on/off flags.
-
-    Typer's help shows ``<bool>`` beside every flag, ``--help`` included, as though it
-    took a value; a flag takes none, so its metavar is left empty.
-    """
+    """``command`` (and its sub-commands) without the ``<bool>`` Typer's help shows beside
+    on/off flags, as though they took a value."""
     help_option = command.get_help_option(command.context_class(command))
     for param in [*getattr(command, "params", ()), *([help_option] if help_option else [])]:
         boolean = getattr(getattr(param, "type_descriptor", None), "annotation", None) is bool
@@ -90,11 +67,8 @@ def plain_flags(command: Any, sub_commands: bool = True) -> Any:
 
 
 class LazyCommands(MutableMapping[str, Any]):
-    """A group's commands: the lazy ones in their order, then any added as usual.
-
-    Listing the names imports nothing; looking one up imports its module once. A command
-    added as usual (``@app.command``) wins over a lazy one of the same name.
-    """
+    """A group's commands: the lazy ones in their order, then any added as usual (which win
+    over a lazy one of the same name); looking one up imports its module once."""
 
     def __init__(self, lazy: Sequence[LazyCommand], loaded: Mapping[str, Any]) -> None:
         self._lazy = {entry.name: entry for entry in lazy}
@@ -107,7 +81,7 @@ class LazyCommands(MutableMapping[str, Any]):
             return self._loaded[name]
         entry = self._lazy[name]
         if self.summaries_only:
-            return entry.summary_only()
+            return TyperCommand(name=name, help=entry.summary)
         command = self._loaded[name] = entry.load()
         return command
 
@@ -129,8 +103,7 @@ class LazyCommands(MutableMapping[str, Any]):
 
 
 class LazyGroup(TyperGroup):
-    """A Typer group whose :attr:`lazy_commands` are imported when used (``cls=`` of a
-    ``typer.Typer``); its own help lists their summaries without importing them."""
+    """A Typer group whose :attr:`lazy_commands` are imported when used."""
 
     lazy_commands: ClassVar[tuple[LazyCommand, ...]] = ()
 
@@ -140,8 +113,8 @@ class LazyGroup(TyperGroup):
         self.commands = self._commands
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        """Parse the group's own options, under :func:`held_imports`: converting the first
-        option value imports Typer's pydantic (a tenth of a second)."""
+        """Parse the group's own options (which imports Typer's pydantic) under
+        :func:`held_imports`."""
         with held_imports():
             return super().parse_args(ctx, args)
 

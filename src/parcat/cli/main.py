@@ -1,12 +1,7 @@
-"""The ``parcat`` command: sub-apps composed here; each lives in its own module.
-
-The commands are imported only when used (:mod:`parcat.cli.lazy`): ``parcat --help`` and
-``parcat --version`` import none of them, nor numpy, gymnasium or rich.
-"""
+"""The ``parcat`` command: sub-commands, each in its own module, imported only when used."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sys
@@ -29,6 +24,7 @@ from parcat.cli.common import (
     EXIT_TERMINATED,
     EXIT_USAGE,
 )
+from parcat.cli.entry import postponed, say, stop_now
 from parcat.cli.lazy import LazyCommand, LazyGroup
 from parcat.cli.stdout import StdoutError, guarded_stdout
 from parcat.core.errors import NoteWarning
@@ -58,14 +54,12 @@ COMMANDS = (
     LazyCommand("missions", "parcat.cli.missions_cmd:app", "List and inspect missions."),
     LazyCommand("policies", "parcat.cli.policies_cmd:app", "List the built-in policies."),
 )
-"""Every sub-command, in the order ``parcat --help`` lists them, with its summary (the
-first paragraph of its own help: tests/test_cli_lazy.py keeps the two the same)."""
+"""Every sub-command, in the order ``parcat --help`` lists them, with its summary."""
 
 
 class Carried(BaseException):
-    """What a command raised that Click's ``main`` would reword (an ``EOFError`` into
-    ``Abort``, indistinguishable from Ctrl-D; Ctrl-C into exit 130; a broken pipe into exit
-    1), carried past it to :func:`main`, which maps it itself (:func:`_exit_code`)."""
+    """What a command raised that Click's ``main`` would reword (``EOFError`` as Ctrl-D,
+    Ctrl-C, a broken pipe), carried past it to :func:`main`, which maps it itself."""
 
     def __init__(self, exc: BaseException) -> None:
         super().__init__(exc)
@@ -78,21 +72,15 @@ class ParcatGroup(LazyGroup):
     lazy_commands = COMMANDS
 
     def invoke(self, ctx: Any) -> Any:
-        """Run the sub-command; what Click's ``main`` would reword passes it unchanged."""
         try:
             return super().invoke(ctx)
         except (EOFError, KeyboardInterrupt, OSError) as exc:
             raise Carried(exc) from None
 
 
-app = typer.Typer(
-    name="parcat",
-    help="Parallel evaluation, training and simulation for multi-agent RL.",
-    cls=ParcatGroup,
-    no_args_is_help=True,
-    pretty_exceptions_show_locals=False,
-    add_completion=True,
-)
+app = typer.Typer(name="parcat", cls=ParcatGroup, no_args_is_help=True, add_completion=True,
+                  help="Parallel evaluation, training and simulation for multi-agent RL.",
+                  pretty_exceptions_show_locals=False)
 
 
 def _version(value: bool) -> None:
@@ -102,22 +90,16 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def root(
-    version: bool = typer.Option(
-        False, "--version", callback=_version, is_eager=True, help="Print the version."
-    ),
-) -> None:
+def root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                      help="Print the version.")) -> None:
     """Parallel evaluation, training and simulation for multi-agent RL."""
 
 
-# Typer vendors click from 0.2x on; reach its exception classes through a public name so
-# this works whichever click Typer carries.
+# reached through a public name: whichever click Typer carries (it vendors one from 0.2x on)
 _CLICK_USAGE_ERROR: type[Exception] = next(
-    c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"
-)
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 _CLICK_EXCEPTION: type[Exception] = next(
-    c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"
-)
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
 
 class SigtermInterrupt(KeyboardInterrupt):
@@ -125,14 +107,11 @@ class SigtermInterrupt(KeyboardInterrupt):
 
 
 TERM_GRACE_S = 5.0
-"""How long a run may take to stop after SIGTERM before it is stopped at once, unless parcat
-is cleaning up (its own steps have deadlines): user code that catches the exception (or
-never returns) cannot keep parcat running."""
+"""How long a run may take to stop after SIGTERM before it is stopped at once (unless parcat
+is cleaning up: its own steps have deadlines), whatever user code does."""
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
-    from parcat.cli.entry import postponed, stop_now
-
     if postponed(signum):
         return
     if common.TERMINATED.is_set():
@@ -153,15 +132,13 @@ def _stop_unless_stopping() -> None:
     ipc = sys.modules.get("parcat.ipc.process")
     if ipc is not None and ipc.SHUTTING_DOWN.is_set():
         return
-    from parcat.cli.entry import stop_now
-
     stop_now(EXIT_TERMINATED,
              f"parcat: terminated: the run did not stop within {TERM_GRACE_S:g} s; stopping now")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI and return its exit code: 0 done, 1 failed, 2 bad input, 130 Ctrl-C,
-    141 stdout closed by its reader, 143 SIGTERM; every error is one line on stderr."""
+    """Run the CLI; the exit code: 0 done, 1 failed, 2 bad input, 130 Ctrl-C, 141 stdout
+    closed by its reader, 143 SIGTERM. Every error is one line on stderr."""
     common.TERMINATED.clear()
     common.INTERRUPT_SAID.clear()
     _RETURNED.clear()
@@ -188,16 +165,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _one_line_warning(message: Warning | str, category: type[Warning], filename: str,
                       lineno: int, file: Any = None, line: str | None = None) -> None:
-    """A warning shown by the CLI: one line, ``parcat: warning: ...`` (Python's default
-    adds the file, the line number and the source line, which mean nothing to a user)."""
+    """A warning as one line, ``parcat: warning: ...``, without Python's source location."""
     kind = "note" if issubclass(category, NoteWarning) else "warning"
     print(f"parcat: {kind}: {message}", file=file or sys.stderr)
 
 
 def _invoke(argv: Sequence[str] | None) -> int:
     """Parse and run one command line through Click's own ``main`` (which also answers
-    shell completion, ``_PARCAT_COMPLETE``); what a command raised reaches the caller as
-    raised (:class:`Carried`)."""
+    shell completion); what a command raised reaches the caller as raised."""
     command = typer.main.get_command(app)
     try:
         result = command.main(argv, prog_name="parcat", standalone_mode=False)
@@ -209,22 +184,21 @@ def _invoke(argv: Sequence[str] | None) -> int:
 
 
 def _exit_code(exc: BaseException) -> int:
-    """The exit code for what a command raised, after one line on stderr (anything else, a
-    bug, keeps its traceback)."""
+    """The exit code for what a command raised, after one line on stderr."""
     if isinstance(exc, KeyboardInterrupt):
         return EXIT_TERMINATED if isinstance(exc, SigtermInterrupt) else EXIT_INTERRUPTED
     if isinstance(exc, typer.Abort):
         if isinstance(exc.__context__, KeyboardInterrupt):  # Ctrl-C at a prompt
             return _exit_code(exc.__context__)
-        _say("parcat: aborted")  # Ctrl-D at a prompt
+        say("parcat: aborted")  # Ctrl-D at a prompt
         return EXIT_FAILED
     if isinstance(exc, StdoutError):
         if exc.pipe_closed:
             return EXIT_PIPE_CLOSED
-        _say(f"parcat: error: cannot write results to stdout: {exc}")
+        say(f"parcat: error: cannot write results to stdout: {exc}")
         return EXIT_FAILED
     if isinstance(exc, EOFError):
-        _say(f"parcat: error: {unexpected_eof(exc)}")
+        say(f"parcat: error: {unexpected_eof(exc)}")
         return EXIT_FAILED
     if isinstance(exc, _CLICK_USAGE_ERROR):
         if type(exc).__name__ == "NoArgsIsHelpError":
@@ -232,9 +206,9 @@ def _exit_code(exc: BaseException) -> int:
         ctx = getattr(exc, "ctx", None)
         where = f"{ctx.command_path}: " if ctx is not None else ""
         message = plain_validation(exc.format_message())  # type: ignore[attr-defined]
-        _say(f"parcat: error: {where}{message}")
+        say(f"parcat: error: {where}{message}")
         return EXIT_USAGE
-    _say(f"parcat: error: {exc.format_message()}")  # type: ignore[attr-defined]
+    say(f"parcat: error: {exc.format_message()}")  # type: ignore[attr-defined]
     return int(getattr(exc, "exit_code", EXIT_FAILED))  # another of click's errors
 
 
@@ -244,19 +218,18 @@ _VALIDATION_WORDING = (
     ("Input should be a valid number, unable to parse string as a number", "expected a number"),
     ("Value error, ", ""),
 )
-"""Typer's validation library's phrasings, and what parcat says instead."""
 
 
 def plain_validation(message: str) -> str:
-    """``message`` without the validation library's own wording."""
+    """``message`` in parcat's words, not Typer's validation library's."""
     for theirs, ours in _VALIDATION_WORDING:
         message = message.replace(theirs, ours)
     return message
 
 
 def unexpected_eof(exc: EOFError) -> str:
-    """What to say about an ``EOFError`` nothing handled: which of parcat's functions was
-    reading, and the fix. parcat never prompts and never reads stdin: a file ended early."""
+    """What to say about an ``EOFError`` nothing handled (parcat never reads stdin: a file
+    ended early): which of parcat's functions was reading, and the fix."""
     package = os.path.dirname(os.path.abspath(parcat.__file__))
     readers = [f for f in traceback.extract_tb(exc.__traceback__)
                if os.path.abspath(f.filename).startswith(package + os.sep)
@@ -268,15 +241,3 @@ def unexpected_eof(exc: EOFError) -> str:
     detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     return (f"unexpected end of file ({detail}{where}): a file parcat read is empty or cut "
             "short; check the files and folders given on the command line")
-
-
-def _say(line: str) -> None:
-    with contextlib.suppress(OSError):
-        print(line, file=sys.stderr)
-
-
-def run() -> None:
-    """Run the CLI and exit (the console script is :func:`parcat.cli.entry.run`)."""
-    from parcat.cli.entry import run as entry
-
-    entry()

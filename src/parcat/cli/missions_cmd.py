@@ -19,7 +19,6 @@ def describe_space(space: Any) -> str:
     """A short description of a gymnasium space (bounds summarised, not listed)."""
     import gymnasium
     import numpy as np
-
     if isinstance(space, gymnasium.spaces.Box):
         low, high = float(np.min(space.low)), float(np.max(space.high))
         return f"Box({low:g}..{high:g}, shape={space.shape}, {space.dtype})"

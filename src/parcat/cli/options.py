@@ -1,19 +1,9 @@
 """Flags declared once: every command that takes one of these takes it from here.
 
-:data:`SHARED` is the one source of truth for the flags several commands take (``-m``,
-``-p``, ``-c``, ``--set``, ``--seed``, ``-j``, ``-o``, ``-f``, ``--progress``, ``--trace``,
-``--trust-code``):
-each has one short form, one metavar (``-o``: ``FILE`` or ``DIR``, what the command writes)
-and one help text in every command; tests/test_cli_flags.py walks every command to keep
-it so. What a flag does in a given command (which file extensions ``-o`` takes, whether
-``-m`` repeats) is in that command's own help.
-
-``eval`` and ``plan`` share all of :class:`~parcat.eval.eval_args.EvalArgs`'s flags as the
-fields of :class:`EvalFlags`, which their settings extend (:mod:`parcat.cli.flag_config`
-reads ``-c FILE``).
-The flags' types come from light modules (the planner, ``parcat.ipc.process``,
-``parcat.core.raycluster``: the same enums :mod:`parcat.parallel.launch` re-exports), so a
-command's ``--help`` does not import the evaluation stack.
+:data:`SHARED` holds the flags several commands take: each has one short form, one metavar
+and one help text in every command (tests/test_cli_flags.py walks every command to keep it
+so). ``eval`` and ``plan`` share :class:`EvalFlags`. The flags' types come from light
+modules, so a command's ``--help`` does not import the evaluation stack.
 """
 
 # No `from __future__ import annotations`: the fields of EvalFlags keep their types as
@@ -43,19 +33,13 @@ class Flag:
     decls: tuple[str, ...]
     """The long form (with ``/--no-...`` for an on/off flag), then the short form if any."""
     help: str
-    """The help text, the same in every command."""
     metavars: tuple[str, ...] = ()
-    """What ``--help`` shows for the value: one of these (none: a choice or on/off flag)."""
+    """What ``--help`` may show for the value (none: a choice or on/off flag)."""
 
     def option(self, metavar: str | None = None, aliases: tuple[str, ...] = ()) -> Any:
-        """This flag as a ``typer.Option``.
-
-        Args:
-            metavar: One of :attr:`metavars` (default: the first).
-            aliases: Older long forms the command still accepts (train's ``--run-dir``).
-        """
-        if metavar is None and self.metavars:
-            metavar = self.metavars[0]
+        """This flag as a ``typer.Option`` showing ``metavar`` (default: the first), also
+        accepting the older long forms ``aliases`` (train's ``--run-dir``)."""
+        metavar = metavar or next(iter(self.metavars), None)
         if metavar is not None and metavar not in self.metavars:
             raise ValueError(f"metavar {metavar!r} of {self.decls[0]} not in {self.metavars}")
         return typer.Option(*self.decls, *aliases, metavar=metavar, help=self.help)
@@ -114,7 +98,7 @@ SHARED: dict[str, Flag] = {
         "Write the run's timeline to FILE (Chrome trace-event JSON: ui.perfetto.dev).",
         ("FILE",)),
 }
-"""Every shared flag by name (the YAML key of ``-c``; ``set``: ``--set``)."""
+"""Every shared flag by name."""
 
 Missions = Annotated[list[str] | None, SHARED["mission"].option()]
 Policies = Annotated[list[str] | None, SHARED["policy"].option()]
@@ -137,11 +121,7 @@ Address = Annotated[str | None, typer.Option(
 
 
 def one_value(values: list[str] | None, flag: str, command: str) -> str | None:
-    """The one value of a shared flag a command takes once (``train -m``, ``compare -p``).
-
-    Raises:
-        ConfigError: the flag was given more than once, naming what arrived.
-    """
+    """The one value of a shared flag a command takes once (``train -m``, ``compare -p``)."""
     if not values:
         return None
     if len(values) > 1:
@@ -162,7 +142,7 @@ class EvalFlags(Settings):
     episodes: Annotated[int, typer.Option(
         "--episodes", "-n", metavar="N", help="Episodes per mission.")] = 10
     seed: Seed = 0
-    overrides: Overrides = None
+    set: Overrides = None
     jobs: Jobs = None
     executor: Annotated[ExecutorKind, typer.Option(
         help="Where episodes run (auto: the planner picks).")] = ExecutorKind.AUTO
@@ -205,6 +185,32 @@ class EvalFlags(Settings):
         return EvalArgs(
             missions=tuple(self.missions or ()), policies=tuple(self.policies or ()),
             episodes=self.episodes, seed=0 if self.seed is None else self.seed,
-            overrides=tuple(self.overrides or ()), options=options, trace=trace,
+            overrides=tuple(self.set or ()), options=options, trace=trace,
             trust_code=self.trust_code,
         )
+
+
+@dataclass(frozen=True)
+class EvalSettings(EvalFlags):
+    """Everything ``parcat eval`` is told: the flags it shares with ``plan``, and its own."""
+
+    format: Format = OutputFormat.TABLE
+    output: OutputFile = None
+    trace: Trace = None
+    progress: Progress = True
+    precision: Annotated[float | None, typer.Option(
+        "--precision", metavar="HALF_WIDTH",
+        help="Add episodes until each mission's 95% CI half-width is below this.")] = None
+    max_episodes: Annotated[int, typer.Option(
+        "--max-episodes", metavar="N", help="Cap for --precision.")] = 10_000
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Keep the finished episodes in --output; run the rest.")] = False
+    each: Annotated[bool, typer.Option(
+        "--each", help="Evaluate every -p on its own (all agents play it) on the same "
+        "episodes; one row per policy, compared with the first.")] = False
+    cross: Annotated[bool, typer.Option(
+        "--cross", help="Play every pair of -p policies against each other across the "
+        "mission's two sides; print the matrix.")] = False
+    replay_dir: Annotated[Path | None, typer.Option(
+        "--replay-dir", metavar="DIR", help="Record every episode into DIR (one .npz each, "
+        "and index.json); play one back with `parcat replay DIR/FILE`.")] = None

@@ -17,10 +17,10 @@ from parcat.core.resources import available_cpus, visible_gpus
 class PlanSettings(opts.EvalFlags):
     """Everything ``parcat plan`` is told: eval's shared flags and how to print."""
 
-    fmt: opts.TableOrJson = SummaryFormat.TABLE
+    format: opts.TableOrJson = SummaryFormat.TABLE
 
 
-@settings_command(PlanSettings)
+@settings_command(PlanSettings, skips=opts.EvalSettings)
 def plan_command(settings: PlanSettings) -> None:
     """Show how `parcat eval` with the same flags would use the machine, and why.
 
@@ -38,7 +38,7 @@ def plan_command(settings: PlanSettings) -> None:
     info["cpus_available"] = available_cpus()
     info["gpus_visible"] = visible_gpus() if options.gpus is None else options.gpus
     info["tasks"] = len(config.missions) * config.episodes
-    if settings.fmt is SummaryFormat.JSON:
+    if settings.format is SummaryFormat.JSON:
         print_json(info)
         return
     rows = [(k, v) for k, v in info.items() if k != "reasons"]

@@ -24,12 +24,11 @@ from parcat.eval.report import Summary
 
 
 def stdout_console() -> Console:
-    """Console for results: colour and boxes only on a terminal."""
+    """Console for results: colour and boxes only on a terminal (elsewhere wide enough that
+    no cell is cut)."""
     console = Console(highlight=False)
-    if not console.is_terminal:
-        # a pipe or file: plain text, wide enough that no cell is cut
-        console = Console(highlight=False, width=200, no_color=True)
-    return console
+    return console if console.is_terminal else Console(highlight=False, width=200,
+                                                       no_color=True)
 
 
 def stderr_console() -> Console:
@@ -50,10 +49,15 @@ def bar_columns() -> tuple[Any, ...]:
             TimeElapsedColumn(), TimeRemainingColumn())
 
 
+def _table(title: str | None = None, **options: Any) -> Table:
+    """A table with boxes of plain ASCII off a terminal."""
+    return Table(title=title, title_justify="left",
+                 box=box.SIMPLE_HEAVY if sys.stdout.isatty() else box.ASCII2, **options)
+
+
 def summary_table(summaries: Sequence[Summary], title: str | None = None) -> Table:
     """The per-mission, per-policy statistics as a table."""
-    plain = not sys.stdout.isatty()
-    table = Table(title=title, title_justify="left", box=box.ASCII2 if plain else box.SIMPLE_HEAVY)
+    table = _table(title)
     for name in ("mission", "policy"):
         table.add_column(name)
     odd = any(s.non_finite for s in summaries)
@@ -62,30 +66,16 @@ def summary_table(summaries: Sequence[Summary], title: str | None = None) -> Tab
         table.add_column(name, justify="right")
     for s in summaries:
         ci = "-" if s.episodes == 0 else f"[{number(s.ci95_low)}, {number(s.ci95_high)}]"
-        style = "bold" if s.policy == "*" else None
-        table.add_row(
-            s.mission,
-            s.policy,  # "*": all agents, as in the JSON and CSV
-            str(s.episodes),
-            str(s.failed),
-            *((str(s.non_finite),) if odd else ()),
-            number(s.mean),
-            number(s.std),
-            number(s.min),
-            number(s.max),
-            ci,
-            style=style,
-        )
+        table.add_row(s.mission, s.policy, str(s.episodes), str(s.failed),  # "*": all agents
+                      *((str(s.non_finite),) if odd else ()), number(s.mean), number(s.std),
+                      number(s.min), number(s.max), ci,
+                      style="bold" if s.policy == "*" else None)
     return table
 
 
 def key_value_table(rows: Sequence[tuple[str, Any]], title: str | None = None) -> Table:
     """Two columns: a name and its value."""
-    plain = not sys.stdout.isatty()
-    table = Table(
-        title=title, title_justify="left", box=box.ASCII2 if plain else box.SIMPLE_HEAVY,
-        show_header=False,
-    )
+    table = _table(title, show_header=False)
     table.add_column("key", style="bold")
     table.add_column("value")
     for key, value in rows:
@@ -95,8 +85,7 @@ def key_value_table(rows: Sequence[tuple[str, Any]], title: str | None = None) -
 
 def list_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
     """A plain listing table."""
-    plain = not sys.stdout.isatty()
-    table = Table(box=box.ASCII2 if plain else box.SIMPLE_HEAVY)
+    table = _table()
     for header in headers:
         table.add_column(header)
     for row in rows:
@@ -111,7 +100,6 @@ def progress_bar(total: int, description: str, enabled: bool = True) -> Iterator
     if not enabled or not console.is_terminal:
         yield lambda n=1: None
         return
-    progress = Progress(*bar_columns(), console=console, transient=False)
-    with progress:
+    with Progress(*bar_columns(), console=console, transient=False) as progress:
         task_id = progress.add_task(description, total=total)
         yield lambda n=1: progress.advance(task_id, n)

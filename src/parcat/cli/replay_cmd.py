@@ -35,7 +35,6 @@ def replay_command(
     only parcat's own missions play back).
     """
     from parcat.episode import replay
-
     with user_errors():
         if output is not None:
             check_output_suffix(output, "--output", OUTPUT_FORMATS)
@@ -83,7 +82,6 @@ def _play(title: str, drawn: Iterable[tuple[int, str, list[str]]], steps: int, f
 def write_svg(path: Path, title: str, frames: list[str], fps: float) -> None:
     """An animated SVG: one text block per frame, each shown for ``1 / fps`` seconds, looping."""
     from parcat.core.atomic import write_text_atomically
-
     rows = max(len(f.splitlines()) for f in frames) + 2
     cols = max(max((len(line) for line in f.splitlines()), default=0) for f in frames)
     cols = max(cols, min(len(title), 120))

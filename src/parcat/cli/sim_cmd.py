@@ -50,14 +50,14 @@ class SimSettings(Settings):
     output: Annotated[str | None, opts.SHARED["output"].option("DIR")] = None
     render: Annotated[bool | None, typer.Option(
         "--render/--no-render", help="Live line and trajectories.svg.")] = None
-    fmt: opts.TableOrJson = SummaryFormat.TABLE
-    overrides: opts.Overrides = None
+    format: opts.TableOrJson = SummaryFormat.TABLE
+    set: opts.Overrides = None
     progress: opts.Progress = True
     trust_code: opts.TrustCode = False
 
 
 SIM_FLAGS = ("iters", "seed", "output", "render")
-"""Flags that change the sim YAML's keys of the same name."""
+"""Flags that go on top of the sim YAML's keys of the same name."""
 
 
 @settings_command(SimSettings, flag_keys=False)
@@ -72,14 +72,13 @@ def sim_command(s: SimSettings) -> None:
     with user_errors():
         if s.config is None:
             raise ConfigError("parcat sim needs -c FILE, a sim YAML (e.g. configs/sim.yaml)")
-        cfg = load_sim_config(s.config, parse_overrides(s.overrides or []), s.trust_code
-                              ).with_options(**{k: getattr(s, k) for k in SIM_FLAGS
-                                                if k in s.given})
+        cfg = load_sim_config(s.config, parse_overrides(s.set or []), s.trust_code
+                              ).with_options(**s.given_of(SIM_FLAGS))
     with user_errors(), _progress(cfg, s.mode, s.progress) as on_progress, \
             user_prints_on_stderr():
         record = run_sim(cfg, s.mode, fast=s.fast, on_progress=on_progress)
     summary = summarize(record)
-    if s.fmt is SummaryFormat.JSON:
+    if s.format is SummaryFormat.JSON:
         print_json(summary)
     else:
         show_summary(summary, record.meta["wall_s"])
@@ -91,8 +90,7 @@ def sim_command(s: SimSettings) -> None:
 @contextmanager
 def _progress(cfg: SimConfig, mode: SimMode,
               enabled: bool) -> Iterator[Callable[[SimProgress], None]]:
-    """A live line per second with ``render``, else a progress bar (on a terminal, unless
-    ``--no-progress``)."""
+    """A live line per second with ``render``, else a progress bar."""
     if cfg.render:
         err = stderr_console()
         requested = 1.0 / cfg.period
@@ -100,7 +98,6 @@ def _progress(cfg: SimConfig, mode: SimMode,
         def line(p: SimProgress) -> None:
             err.print(f"sim {mode.value}: step {p.step}/{p.iters}  episode {p.episode}  "
                       f"{p.rate_hz:.1f} steps/s (requested {requested:.1f})", highlight=False)
-
         yield line
         return
     with progress_bar(cfg.iters, f"sim {mode.value}", enabled=enabled) as advance:
@@ -109,7 +106,6 @@ def _progress(cfg: SimConfig, mode: SimMode,
         def bar(p: SimProgress) -> None:
             advance(p.step - done[0])
             done[0] = p.step
-
         yield bar
 
 
@@ -122,42 +118,36 @@ def show_summary(summary: dict[str, Any], wall_s: float) -> None:
     metrics = [(k, _fmt(v)) for k, v in summary["mission_metrics"].items()]
     console.print(key_value_table(metrics, title="mission"))
     env = summary["env"]
-    rows = [
+    console.print(key_value_table([
         ("rate steps/s (achieved of requested)",
          f"{_fmt(env['achieved_rate_hz'])} of {_fmt(env['requested_rate_hz'])}"),
         ("step interval ms (mean / p95 / max)",
-         f"{_fmt(env['interval_mean_ms'])} / {_fmt(env['interval_p95_ms'])} / "
-         f"{_fmt(env['interval_max_ms'])}"),
-        ("lateness ms (p95 / max)",
-         f"{_fmt(env['lateness_p95_ms'])} / {_fmt(env['lateness_max_ms'])}"),
+         _slash(env, "interval_mean_ms", "interval_p95_ms", "interval_max_ms")),
+        ("lateness ms (p95 / max)", _slash(env, "lateness_p95_ms", "lateness_max_ms")),
         ("step cost ms (mean)", _fmt(env["step_cost_mean_ms"])),
-    ]
-    console.print(key_value_table(rows, title="environment"))
-    headers = ["agent", "policy", "kind", "cycle ms (req / got)", "cycles", "missed",
-               "default steps", "age steps (mean / p95 / max)", "age ms (mean / p95)",
-               "compute ms (mean / max)"]
-    table = [
-        [a["agent"], a["policy"], a["kind"],
-         f"{_fmt(_ms(a['requested_cycle_s']))} / {_fmt(_ms(a['achieved_cycle_s']))}",
-         a["cycles"], a["missed_cycles"], a["default_steps"],
-         f"{_fmt(a['age_steps_mean'])} / {_fmt(a['age_steps_p95'])} / "
-         f"{_fmt(a['age_steps_max'])}",
-         f"{_fmt(a['age_ms_mean'])} / {_fmt(a['age_ms_p95'])}",
-         f"{_fmt(a['compute_ms_mean'])} / {_fmt(a['compute_ms_max'])}"]
-        for a in summary["agents"]
-    ]
-    console.print(list_table(headers, table))
+    ], title="environment"))
+    console.print(list_table(
+        ["agent", "policy", "kind", "cycle ms (req / got)", "cycles", "missed",
+         "default steps", "age steps (mean / p95 / max)", "age ms (mean / p95)",
+         "compute ms (mean / max)"],
+        [[a["agent"], a["policy"], a["kind"],
+          f"{_fmt(a['requested_cycle_s'], 1e3)} / {_fmt(a['achieved_cycle_s'], 1e3)}",
+          a["cycles"], a["missed_cycles"], a["default_steps"],
+          _slash(a, "age_steps_mean", "age_steps_p95", "age_steps_max"),
+          _slash(a, "age_ms_mean", "age_ms_p95"), _slash(a, "compute_ms_mean", "compute_ms_max")]
+         for a in summary["agents"]]))
     for path in summary["files"]:
         typer.echo(f"wrote {path}")
 
 
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else seconds * 1e3
+def _slash(values: dict[str, Any], *keys: str) -> str:
+    return " / ".join(_fmt(values[key]) for key in keys)
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: Any, scale: float = 1.0) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    if isinstance(value, float):
+    if isinstance(value, float) or scale != 1.0:
+        value = float(value) * scale
         return f"{value:.3f}" if abs(value) < 1e4 else f"{value:,.0f}"
     return str(value)

@@ -1,20 +1,10 @@
 """stdout that reports its own failures, so a full disk or a closed pipe is never a traceback.
 
-While a command runs, ``sys.stdout`` is a :class:`GuardedStdout` over the same buffer: a
-failed write or flush raises :class:`StdoutError` (whatever printed: ``print_json``, rich,
-``typer.echo``), and the CLI turns it into one line and exit 1 — or, for a reader that
-closed the pipe early (``parcat eval -f json | head -c 10``), into silence and exit 141.
-Afterwards stdout is pointed at ``/dev/null`` so that what is still buffered cannot fail
-again when Python exits ("Exception ignored ... BrokenPipeError").
-
-stdout holds the command's output alone: while a command runs user code (policies,
-environments, learners) in this process, ``sys.stdout`` is stderr
-(:func:`user_prints_on_stderr`), so a policy's ``print()`` cannot break ``-f json``; worker
-processes send their stdout to stderr too (:func:`parcat.ipc.process.become_worker`).
-
-Why 141 for a closed pipe: it is what the shell reports for a program killed by SIGPIPE, as
-``cat`` and ``yes`` are in ``yes | head -1``; like 130 (SIGINT) and 143 (SIGTERM) it says
-"stopped from outside, not failed", and ``set -o pipefail`` treats parcat like coreutils.
+A failed write raises :class:`StdoutError`, which the CLI turns into one line and exit 1, or,
+for a reader that closed the pipe (``| head``), into silence and exit 141 (as the shell
+reports SIGPIPE); stdout then points at ``/dev/null`` so nothing fails again at exit. While
+user code runs in this process, ``sys.stdout`` is stderr, so a ``print()`` cannot break
+``-f json``.
 """
 
 from __future__ import annotations
@@ -58,10 +48,7 @@ class GuardedStdout(io.TextIOWrapper):
 
 @contextlib.contextmanager
 def guarded_stdout() -> Iterator[None]:
-    """Run the block with ``sys.stdout`` guarded, and flush it before leaving.
-
-    Only the process's real stdout is guarded; a stream a test put in its place is left alone.
-    """
+    """Run the block with the real ``sys.stdout`` guarded (not a test's), flushed at the end."""
     stream = sys.stdout
     if type(stream) is not io.TextIOWrapper:
         yield
@@ -108,11 +95,8 @@ def _discard(stream: io.TextIOWrapper) -> None:
 
 @contextlib.contextmanager
 def user_prints_on_stderr() -> Iterator[None]:
-    """Run the block (which runs user code) with ``sys.stdout`` pointing at stderr.
-
-    What parcat shows meanwhile on stdout (train's epoch lines) writes to the stream it took
-    before the block.
-    """
+    """Run the block (which runs user code) with ``sys.stdout`` pointing at stderr (parcat's
+    own output meanwhile writes to the stream it took before)."""
     saved = sys.stdout
     with contextlib.suppress(OSError, ValueError, AttributeError):  # None: no stdout
         saved.flush()  # what was printed before goes first

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 import sys
 from pathlib import Path
 from typing import Any
 
-from parcat.cli.common import EXIT_FAILED, EXIT_OK, OutputFormat
+from parcat.cli.common import EXIT_FAILED, EXIT_OK, OutputFormat, write_csv
 from parcat.cli.stdout import user_prints_on_stderr
 from parcat.core.jsontext import dumps
 from parcat.eval.evaluate import EvalConfig
@@ -30,7 +28,6 @@ def run_tournament(kind: str, config: EvalConfig, options: RunOptions, fmt: Outp
     document = {"schema": f"parcat.{kind}/1", **result.to_document()}
     if output is not None:
         from parcat.core.atomic import write_text_atomically
-
         write_text_atomically(output, dumps(document, indent=1) + "\n")
     if fmt is OutputFormat.JSON:
         sys.stdout.write(dumps(document) + "\n")
@@ -54,10 +51,9 @@ def _each_out(result: EachResult, fmt: OutputFormat) -> None:
     rows = [[r.mission, r.policy, r.episodes, r.failed, _iv(r.mean), _iv(r.iqm),
              _iv(r.difference), _iv(r.improvement, 2)] for r in result.rows]
     if fmt is OutputFormat.CSV:
-        _csv(headers, rows)
+        write_csv(headers, rows)
         return
     from parcat.cli.render import list_table, stdout_console
-
     stdout_console().print(list_table(headers, rows))
     if any(r.mission == "overall" for r in result.rows):
         print("overall: scores normalised per mission (0: the lowest episode of any policy "
@@ -73,11 +69,10 @@ def _cross_out(result: CrossResult, fmt: OutputFormat) -> None:
                 rows_out.append([table.mission, name, other, cell.episodes, _iv(cell.row),
                                  _iv(cell.col)])
     if fmt is OutputFormat.CSV:
-        _csv(["mission", "row policy", "column policy", "episodes", "row side [95% CI]",
+        write_csv(["mission", "row policy", "column policy", "episodes", "row side [95% CI]",
               "column side [95% CI]"], rows_out)
         return
     from parcat.cli.render import list_table, stdout_console
-
     console = stdout_console()
     for table in result.tables:
         console.print(f"{table.mission}: rows play {', '.join(table.row_agents)}; columns "
@@ -88,10 +83,3 @@ def _cross_out(result: CrossResult, fmt: OutputFormat) -> None:
             [[name, *(f"{c.row.value:.3f} / {c.col.value:.3f}" for c in table.cells[i])]
              for i, name in enumerate(table.policies)]))
 
-
-def _csv(headers: list[str], rows: list[list[Any]]) -> None:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(headers)
-    writer.writerows(rows)
-    sys.stdout.write(buffer.getvalue())

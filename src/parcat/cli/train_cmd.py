@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,7 +17,13 @@ from parcat.cli.stdout import user_prints_on_stderr
 from parcat.cli.train_progress import epoch_progress
 from parcat.core.errors import ConfigError
 from parcat.core.settings import parse_overrides, split_learner_settings
-from parcat.train.config import LearningMode, LoggerKind, MetricsFormat, load_train_config
+from parcat.train.config import (
+    LearningMode,
+    LoggerKind,
+    MetricsFormat,
+    TrainConfig,
+    load_train_config,
+)
 from parcat.train.run_dir import RunDirChoice, claim_run_dir
 from parcat.train.runs import BEST
 from parcat.train.trainer import Trainer, TrainReport
@@ -31,7 +37,7 @@ class TrainSettings(Settings):
 
     mission: opts.Missions = None
     config: opts.Config = None
-    overrides: opts.Overrides = None
+    set: opts.Overrides = None
     epochs: Annotated[int | None, typer.Option(
         metavar=N, help="Collect-then-learn rounds.")] = None
     steps_per_epoch: Annotated[int | None, typer.Option(
@@ -78,7 +84,7 @@ class TrainSettings(Settings):
         help="Show one environment; runs in one process.")] = None
     backend: opts.Backend = None
     address: opts.Address = None
-    fmt: opts.TableOrJson = SummaryFormat.TABLE
+    format: opts.TableOrJson = SummaryFormat.TABLE
     progress: opts.Progress = True
 
 
@@ -93,26 +99,25 @@ def train_command(s: TrainSettings) -> None:
     with user_errors():
         cfg = load_train_config(s.config, train_flags(s))
     with user_errors(), claim_run_dir(cfg, resume=s.resume, force=s.force) as choice:
-        report, trainer = _train(choice, s.resume, s.progress, s.fmt, err)
-    _show(report, trainer, s.fmt)
+        report, trainer = _train(choice, s.resume, s.progress, s.format, err)
+    _show(report, trainer, s.format)
     if report.interrupted:
         raise typer.Exit(EXIT_INTERRUPTED)
 
 
-NOT_SETTINGS = ("config", "resume", "force", "fmt", "progress")
-"""Flags of ``train`` that are not keys of its YAML."""
-
-
 def train_flags(s: TrainSettings) -> dict[str, Any]:
     """The flags the command line gave, as keys of the train YAML (they go on top)."""
-    flags = {name: getattr(s, name) for name in s.given if name not in NOT_SETTINGS}
+    flags = s.given_of(["set", *(f.name for f in fields(TrainConfig))])
     mission_sets, learner_sets = split_learner_settings(
-        parse_overrides(flags.pop("overrides", None) or []))
+        parse_overrides(flags.pop("set", None) or []))
     if "learner" in flags:
         learner_sets["class"] = flags.pop("learner")
     if "mission" in flags:
         flags["mission"] = opts.one_value(flags["mission"], "-m/--mission", "train")
-    return {**flags, "overrides": mission_sets or None, "learner": learner_sets or None}
+    for key, value in (("overrides", mission_sets), ("learner", learner_sets)):
+        if value:
+            flags[key] = value
+    return flags
 
 
 def _show(report: TrainReport, trainer: Trainer, fmt: SummaryFormat) -> None:
@@ -175,14 +180,12 @@ def _frame_printer(console: Any) -> Any:
         last[0] = now
         console.file.write("\x1b[H\x1b[J" + frame + "\n")
         console.file.flush()
-
     return show
 
 
 def trainer_done(cfg: Any) -> bool:
     """Whether the run directory's checkpoint already has ``cfg.epochs`` epochs."""
     from parcat.policies import checkpoint
-
     try:
         return int(checkpoint.read_manifest(cfg.run_path).get("epoch", 0)) >= cfg.epochs
     except Exception:

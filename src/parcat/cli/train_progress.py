@@ -1,10 +1,5 @@
-"""``parcat train``'s progress: one live display in a terminal, one plain line per epoch otherwise.
-
-In a terminal, a progress line and the latest epoch's metrics are redrawn in place (one
-:class:`rich.live.Live`, so nothing is glued together and no bar stacks on another). Sent
-to a pipe or a file (nohup, SLURM, ``| cat``), every epoch is one plain line, flushed as
-the epoch ends, so a log shows the run as it goes.
-"""
+"""``parcat train``'s progress: in a terminal a progress line and the latest epoch redrawn in
+place (one :class:`rich.live.Live`); elsewhere (a log) one plain line per epoch, flushed."""
 
 from __future__ import annotations
 
@@ -15,9 +10,7 @@ from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
-from rich.progress import (
-    Progress,
-)
+from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
@@ -66,12 +59,8 @@ def epoch_progress(epochs: int, done: int, to_stderr: bool,
                    live: bool = True) -> Iterator[ShowEpoch]:
     """Show each epoch as it ends; yields the function the trainer calls with it.
 
-    Args:
-        epochs: The run's last epoch.
-        done: Epochs done before (a resumed run).
-        to_stderr: Draw on stderr (stdout holds ``--format json``'s document).
-        live: The live display in a terminal (``--progress``); without it, the epochs
-            are plain lines on stdout, and nothing with ``to_stderr`` (``--no-progress``).
+    ``done``: epochs done before (a resumed run); ``to_stderr``: stdout holds ``-f json``'s
+    document; without ``live`` the epochs are plain lines on stdout (none with ``to_stderr``).
     """
     if not live and to_stderr:
         yield lambda stats: None
@@ -80,11 +69,9 @@ def epoch_progress(epochs: int, done: int, to_stderr: bool,
     stream = sys.stderr if to_stderr else sys.stdout
     console = Console(file=stream, highlight=False)
     if not live or not console.is_terminal:
-
         def write(stats: EpochStats) -> None:
             stream.write(epoch_line(stats, epochs) + "\n")
             stream.flush()
-
         yield write
         return
     progress = Progress(*bar_columns(), console=console)
@@ -92,9 +79,7 @@ def epoch_progress(epochs: int, done: int, to_stderr: bool,
     latest: list[Any] = [Text("the first epoch is collecting…")]
     with Live(console=console, get_renderable=lambda: Group(progress, latest[0]),
               refresh_per_second=4):
-
         def show(stats: EpochStats) -> None:
             latest[0] = epoch_table(stats, epochs)
             progress.advance(task)
-
         yield show

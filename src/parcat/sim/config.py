@@ -3,7 +3,7 @@
 ```yaml
 environment:
   mission: evade            # a mission name or a mission YAML path
-  config: sim/evade.yaml    # optional: a mapping of mission parameter overrides
+  config: sim/evade.yaml    # optional: mission parameter overrides (paths: from this file)
   params: {pursuers: 2}     # optional: more overrides (win over the file's)
   period: 0.01              # seconds per environment step (required)
 agents:                     # each entry runs in its own process in parallel mode
@@ -12,7 +12,7 @@ agents:                     # each entry runs in its own process in parallel mod
     args: {wall_weight: 1}  # optional: keyword arguments added to the spec
     cycle_time: 0.03        # seconds between two actions (required)
   - config: sim/slow.yaml   # keys from a file; keys written here win over the file's
-default_policy: greedy      # plays every agent not listed, every step (see below)
+default_policy: greedy      # plays, in lockstep inside the env's process, every agent not listed
 iters: 500                  # environment steps
 render: false               # live terminal line and an SVG of the trajectories
 debug: {render_traj: false, log_agent_state: false}
@@ -20,14 +20,8 @@ seed: 0
 output: runs/sim            # record.npz + summary.json (+ trajectories.svg); null: no files
 ```
 
-Paths in ``config`` keys are relative to the file that names them. An agent the config does
-not list is a *lockstep* agent: ``default_policy`` (the mission's ``greedy`` if it has a
-heuristic, else ``noop``) computed inside the environment's process on the current
-observation at every step — no process of its own, action age always 0 — in both modes.
-
-Everything is validated here, before any process starts or any array is allocated (sizes
-are capped: :mod:`parcat.sim.limits`): every error is one :class:`~parcat.core.errors.ConfigError`
-line naming the file and the key, never echoing what a file holds (:mod:`parcat.sim.checks`).
+Everything is checked here, before any process starts (sizes: :mod:`parcat.sim.limits`); an
+error is one line naming the file and the key, never echoing what a file holds.
 """
 
 from __future__ import annotations
@@ -72,9 +66,7 @@ class AgentConfig:
     """One agent of the simulation and how it acts."""
 
     spec: AgentSpec
-    """The agent (id, index, spaces) as its policy sees it."""
     policy: PolicySpec
-    """The policy that plays it."""
     cycle_time: float
     """Seconds between the starts of two of its action computations."""
     lockstep: bool = False
@@ -116,11 +108,9 @@ class SimConfig:
     iters: int = DEFAULT_ITERS
     """Environment steps to run (episodes that end are reset, seeded, and continued)."""
     seed: int = 0
-    """Seeds every episode's environment and every agent's policy."""
     render: bool = False
     """Live terminal line during the run (CLI) and ``trajectories.svg`` at the end."""
     debug: DebugConfig = DebugConfig()
-    """Extra output."""
     output: str | None = DEFAULT_OUTPUT
     """Folder for ``record.npz``, ``summary.json`` and the SVG; ``None`` writes nothing."""
     source: str = ""
@@ -137,52 +127,39 @@ class SimConfig:
         return tuple(a for a in self.agents if not a.lockstep)
 
     def with_options(self, **flags: Any) -> SimConfig:
-        """This config with the flags the command line gave on top (``iters``, ``seed``,
-        ``output``: ``''`` writes nothing, ``render``)."""
-        where = COMMAND_LINE
+        """This config with the flags given on top (``iters``, ``seed``, ``render``,
+        ``output``: ``''`` writes nothing)."""
         if "iters" in flags:
-            check_int(flags["iters"], where, "--iters", 1, limits.MAX_ITERS)
+            check_int(flags["iters"], COMMAND_LINE, "--iters", 1, limits.MAX_ITERS)
         if "seed" in flags:
-            check_int(flags["seed"], where, "--seed", 0, limits.MAX_SEED)
+            check_int(flags["seed"], COMMAND_LINE, "--seed", 0, limits.MAX_SEED)
         if "output" in flags:
             flags["output"] = flags["output"] or None
         config = replace(self, **flags)
         if "iters" in flags:
-            limits.check_size(config, where, "--iters")
+            limits.check_size(config, COMMAND_LINE, "--iters")
         return config
 
 
 def load_sim_config(path: str | Path, overrides: Mapping[str, Any] | None = None,
                     trust_code: bool = False) -> SimConfig:
-    """Read and validate a sim YAML file and every file it names.
-
-    Args:
-        path: The sim YAML file.
-        overrides: Mission parameters from the command line (``--set``), applied last.
-        trust_code: A checkpoint may name a policy class from outside parcat
-            (``--trust-code``; :attr:`parcat.policies.specs.PolicySpec.trust_code`).
+    """Read and validate a sim YAML file and every file it names (``overrides``: ``--set``,
+    applied last; ``trust_code``: a checkpoint may name a policy class from outside parcat).
 
     Raises:
         ConfigError: a missing or malformed file, an unknown key, a bad value (named).
     """
-    data = read_mapping(Path(path), "sim config")
-    return parse_sim_config(data, source=str(path), base_dir=Path(path).parent,
-                            overrides=overrides, trust_code=trust_code)
+    return parse_sim_config(read_mapping(Path(path), "sim config"), source=str(path),
+                            base_dir=Path(path).parent, overrides=overrides,
+                            trust_code=trust_code)
 
 
 def parse_sim_config(data: Mapping[str, Any], source: str = "sim config",
-                     base_dir: str | Path = ".",
-                     overrides: Mapping[str, Any] | None = None,
+                     base_dir: str | Path = ".", overrides: Mapping[str, Any] | None = None,
                      trust_code: bool = False) -> SimConfig:
-    """Validate a sim configuration given as a mapping (the YAML file's content).
-
-    Args:
-        data: The keys of ``configs/sim.yaml``.
-        source: How errors name where the mapping came from.
-        base_dir: Folder that relative ``config`` paths start from.
-        overrides: Mission parameters from the command line (``--set``); they win over
-            ``environment.config`` and ``environment.params``.
-        trust_code: As in :func:`load_sim_config`.
+    """Validate a sim configuration given as the YAML file's mapping (as
+    :func:`load_sim_config`; ``source`` names it in errors, relative ``config`` paths start
+    from ``base_dir``).
 
     Raises:
         ConfigError: an unknown key, a missing required key or a bad value (named).
@@ -200,19 +177,13 @@ def parse_sim_config(data: Mapping[str, Any], source: str = "sim config",
         raise ConfigError(f"{source}: 'output' must be a folder path or null, "
                           f"got {describe(output)}")
     config = SimConfig(
-        mission=mission,
-        period=period,
-        agents=agents,
+        mission=mission, period=period, agents=agents,
         iters=check_int(data.get("iters", DEFAULT_ITERS), source, "iters", 1, limits.MAX_ITERS),
         seed=check_int(data.get("seed", 0), source, "seed", 0, limits.MAX_SEED),
         render=check_bool(data.get("render", False), source, "render"),
-        debug=DebugConfig(
-            render_traj=check_bool(debug.get("render_traj", False), source, "debug.render_traj"),
-            log_agent_state=check_bool(debug.get("log_agent_state", False), source,
-                                       "debug.log_agent_state"),
-        ),
-        output=output or None,
-        source=source,
+        debug=DebugConfig(*(check_bool(debug.get(key, False), source, f"debug.{key}")
+                            for key in DEBUG_KEYS)),
+        output=output or None, source=source,
     )
     limits.check_size(config, source, "'iters'")
     return config
@@ -223,21 +194,17 @@ def _environment(data: Mapping[str, Any], source: str, base: Path,
     env = data.get("environment")
     if env is None:
         raise ConfigError(
-            f"{source}: missing key 'environment' (a mapping with 'mission' and 'period')"
-        )
+            f"{source}: missing key 'environment' (a mapping with 'mission' and 'period')")
     if not isinstance(env, Mapping):
         raise ConfigError(f"{source}: 'environment' must be a mapping with 'mission' and 'period'")
     check_keys(env, ENV_KEYS, source, "environment.")
     name = env.get("mission")
     if not isinstance(name, str) or not name:
-        raise ConfigError(
-            f"{source}: 'environment' has no 'mission' (a mission name or YAML path)"
-        )
+        raise ConfigError(f"{source}: 'environment' has no 'mission' (a mission name or YAML "
+                          "path)")
     if "period" not in env:
-        raise ConfigError(
-            f"{source}: 'environment' has no 'period' (seconds per environment step, "
-            "e.g. period: 0.01)"
-        )
+        raise ConfigError(f"{source}: 'environment' has no 'period' (seconds per environment "
+                          "step, e.g. period: 0.01)")
     period = check_seconds(env["period"], source, "environment.period", limits.MIN_SECONDS,
                            limits.MAX_SECONDS)
     params = env.get("params") or {}
@@ -265,10 +232,9 @@ def _environment(data: Mapping[str, Any], source: str, base: Path,
         except MissionError as exc:
             raise ConfigError(f"{where}: {redact(str(exc), [layer])}") from exc
     try:
-        mission = mission.with_overrides(overrides) if overrides else mission
+        return (mission.with_overrides(overrides) if overrides else mission), period
     except MissionError as exc:
         raise ConfigError(f"--set: {exc}") from exc
-    return mission, period
 
 
 def _agents(data: Mapping[str, Any], mission: Mission, period: float, source: str,
@@ -280,26 +246,22 @@ def _agents(data: Mapping[str, Any], mission: Mission, period: float, source: st
     ids = [s.agent_id for s in specs]
     limits.check_agents(len(ids), len(entries), source, mission.name)
     if len(entries) > len(ids):
-        raise ConfigError(
-            f"{source}: {len(entries)} agent entries but mission '{mission.name}' has "
-            f"{len(ids)} agent(s): {', '.join(str(a) for a in ids)}"
-        )
+        raise ConfigError(f"{source}: {len(entries)} agent entries but mission "
+                          f"'{mission.name}' has {len(ids)} agent(s): "
+                          f"{', '.join(str(a) for a in ids)}")
     merged = [_merge_entry(e, i, source, base) for i, e in enumerate(entries)]
-    indices = _assign_ids(merged, ids, mission, source)
-    chosen: dict[int, AgentConfig] = {}
-    for (entry, where), index in zip(merged, indices, strict=True):
-        chosen[index] = _agent(entry, specs[index], mission, where, trust_code)
+    chosen = {index: _agent(entry, specs[index], mission, where, trust_code)
+              for (entry, where), index in zip(merged, _assign_ids(merged, ids, mission, source),
+                                               strict=True)}
     default = _default_policy(data, mission, source, trust_code)
     agents = []
     for index, spec in enumerate(specs):
-        if index in chosen:
-            agents.append(chosen[index])
-        else:
+        if index not in chosen:
             _validate_policy(default, mission, spec, f"{source}: 'default_policy'",
                              spec_parts(str(data.get("default_policy") or "")))
-            agents.append(AgentConfig(spec, default, period, lockstep=True, source=source))
+        agents.append(chosen.get(index) or AgentConfig(spec, default, period, lockstep=True,
+                                                       source=source))
     return tuple(agents)
-
 
 
 def _merge_entry(entry: Any, position: int, source: str,
@@ -307,18 +269,15 @@ def _merge_entry(entry: Any, position: int, source: str,
     """An agent entry with its config file's keys under it, and the file to name in errors."""
     label = f"agents[{position}]"
     if not isinstance(entry, Mapping):
-        raise ConfigError(
-            f"{source}: {label} must be a mapping with keys policy, cycle_time "
-            "(and agent, args, config)"
-        )
+        raise ConfigError(f"{source}: {label} must be a mapping with keys policy, cycle_time "
+                          "(and agent, args, config)")
     check_keys(entry, AGENT_KEYS, source, f"{label}.")
     if entry.get("config") is None:
         return dict(entry), source
     file = resolve_file(entry["config"], base, source, f"{label}.config")
     from_file = read_mapping(file, "agent config")
-    check_keys(from_file, tuple(k for k in AGENT_KEYS if k != "config"), show_path(file), "")
-    merged = {**from_file, **{k: v for k, v in entry.items() if k != "config"}}
-    return merged, show_path(file)
+    check_keys(from_file, AGENT_KEYS[:-1], show_path(file), "")
+    return {**from_file, **{k: v for k, v in entry.items() if k != "config"}}, show_path(file)
 
 
 def _assign_ids(merged: list[tuple[dict[str, Any], str]], ids: list[Any], mission: Mission,
@@ -334,35 +293,28 @@ def _assign_ids(merged: list[tuple[dict[str, Any], str]], ids: list[Any], missio
         if wanted not in names:
             close = difflib.get_close_matches(wanted, names, n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise ConfigError(
-                f"{where}: 'agents[{position}].agent' is no agent of mission "
-                f"'{mission.name}'{hint}; its agents: {', '.join(names)}"
-            )
-        index = names.index(wanted)
-        if index in indices:
+            raise ConfigError(f"{where}: 'agents[{position}].agent' is no agent of mission "
+                              f"'{mission.name}'{hint}; its agents: {', '.join(names)}")
+        if names.index(wanted) in indices:
             raise ConfigError(f"{where}: agent '{wanted}' is listed twice")
-        indices.append(index)
+        indices.append(names.index(wanted))
     # fewer entries than agents (checked before), so every unnamed one finds a free agent
-    free_iter = iter([i for i in range(len(ids)) if i not in indices])
-    return [next(free_iter) if i is None else i for i in indices]
+    free = iter([i for i in range(len(ids)) if i not in indices])
+    return [next(free) if i is None else i for i in indices]
 
 
 def _agent(entry: Mapping[str, Any], spec: AgentSpec, mission: Mission,
            where: str, trust_code: bool) -> AgentConfig:
     name = str(spec.agent_id)
     if "cycle_time" not in entry:
-        raise ConfigError(
-            f"{where}: agent '{name}' has no 'cycle_time' (seconds between its actions, "
-            "e.g. cycle_time: 0.05)"
-        )
+        raise ConfigError(f"{where}: agent '{name}' has no 'cycle_time' (seconds between its "
+                          "actions, e.g. cycle_time: 0.05)")
     cycle_time = check_seconds(entry["cycle_time"], where, f"agent '{name}': 'cycle_time'",
                                limits.MIN_SECONDS, limits.MAX_SECONDS)
     text = entry.get("policy")
     if not isinstance(text, str) or not text.strip():
-        raise ConfigError(
-            f"{where}: agent '{name}' has no 'policy' (a built-in name, module:Class or "
-            "checkpoint directory)"
-        )
+        raise ConfigError(f"{where}: agent '{name}' has no 'policy' (a built-in name, "
+                          "module:Class or checkpoint directory)")
     args = entry.get("args") or {}
     if not isinstance(args, Mapping):
         raise ConfigError(f"{where}: agent '{name}': 'args' must be a mapping of keyword arguments")

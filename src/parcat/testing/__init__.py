@@ -1,8 +1,5 @@
-"""Conformance checkers for what users write: environments, policies and learners.
-
-The checks live in :mod:`parcat.testing.checks.checks`; this package is their public name, as
-PettingZoo's ``pettingzoo.test`` is.
-"""
+"""Conformance checkers for what users write: environments, policies and learners (the
+public name of :mod:`parcat.testing.checks`, as PettingZoo's ``pettingzoo.test``)."""
 
 from __future__ import annotations
 

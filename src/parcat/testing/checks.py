@@ -1,11 +1,8 @@
-"""Conformance checkers, public API: does an environment or policy keep parcat's contract?
+"""Conformance checkers: does an environment, policy or learner keep parcat's contract?
 
-Use them in your own tests the way PettingZoo's ``parallel_api_test`` is used::
-
-    from parcat.testing import check_env, check_learner, check_policy
-    check_env(MyEnv())
-    check_policy(MyPolicy(agent_spec), agent_spec)
-    check_learner(MyLearner, agent_spec, {"lr": 0.01})
+Use them in your own tests (``check_env(MyEnv())``,
+``check_policy(MyPolicy(agent_spec), agent_spec)``,
+``check_learner(MyLearner, agent_spec, {"lr": 0.01})``), as PettingZoo's ``parallel_api_test``.
 """
 
 from __future__ import annotations
@@ -30,16 +27,12 @@ def _require(condition: bool, message: str) -> None:
 
 
 def check_env(env: Any, seed: int = 0, num_steps: int = 50) -> None:
-    """Check the PettingZoo Parallel API and determinism of ``env``.
-
-    Raises:
-        ConformanceError: naming the first broken rule.
-    """
+    """Check the PettingZoo Parallel API and determinism of ``env``; a ``ConformanceError``
+    names the first broken rule."""
     _require(
         not (callable(getattr(env, "agent_iter", None)) and callable(getattr(env, "last", None))),
         f"{type(env).__name__} is a PettingZoo AEC (turn-based) environment, not a parallel "
-        "one; wrap it with pettingzoo.utils.conversions.aec_to_parallel(env)",
-    )
+        "one; wrap it with pettingzoo.utils.conversions.aec_to_parallel(env)")
     agents = list(getattr(env, "possible_agents", None) or [])
     _require(bool(agents), "env.possible_agents must be a non-empty list")
     _require(all(isinstance(a, Hashable) for a in agents), "agent ids must be hashable")
@@ -47,16 +40,11 @@ def check_env(env: Any, seed: int = 0, num_steps: int = 50) -> None:
     for agent in agents:
         for name in ("observation_space", "action_space"):
             space = _call(f"{name}({agent!r})", getattr(env, name, None), agent)
-            _require(
-                isinstance(space, gymnasium.spaces.Space),
-                f"env.{name}({agent!r}) must return a gymnasium space, got {type(space).__name__}",
-            )
-    first = _rollout(env, seed, num_steps)
-    second = _rollout(env, seed, num_steps)
-    _require(
-        _same(first, second),
-        f"env is not deterministic: two runs with reset(seed={seed}) and the same actions differ",
-    )
+            _require(isinstance(space, gymnasium.spaces.Space), f"env.{name}({agent!r}) must "
+                     f"return a gymnasium space, got {type(space).__name__}")
+    _require(_same(_rollout(env, seed, num_steps), _rollout(env, seed, num_steps)),
+             f"env is not deterministic: two runs with reset(seed={seed}) and the same actions "
+             "differ")
 
 
 def _call(what: str, method: Any, *args: Any, **kwargs: Any) -> Any:
@@ -100,8 +88,7 @@ def _rollout(env: Any, seed: int, num_steps: int) -> list[Any]:
         for agent, reward in rewards.items():
             _require(
                 isinstance(reward, int | float | np.number) and math.isfinite(float(reward)),
-                f"reward of {agent!r} must be a finite number, got {reward!r}",
-            )
+                f"reward of {agent!r} must be a finite number, got {reward!r}")
         for agent in live:
             _require(isinstance(terms.get(agent), bool | np.bool_), "terminations must be bools")
             _require(isinstance(truncs.get(agent), bool | np.bool_), "truncations must be bools")
@@ -115,11 +102,9 @@ def _rollout(env: Any, seed: int, num_steps: int) -> list[Any]:
 def _check_dicts(env: Any, where: str, obs: Any, infos: Any) -> None:
     _require(isinstance(obs, dict), f"{where}() must return a dict of observations")
     _require(isinstance(infos, dict), f"{where}() must return a dict of infos")
-    _require(
-        set(obs) == set(env.agents),
-        f"{where}() returned observations for {sorted(map(str, obs))}, "
-        f"but env.agents is {sorted(map(str, env.agents))}",
-    )
+    _require(set(obs) == set(env.agents),
+             f"{where}() returned observations for {sorted(map(str, obs))}, "
+             f"but env.agents is {sorted(map(str, env.agents))}")
     _check_obs(env, obs)
 
 
@@ -130,11 +115,8 @@ def _check_obs(env: Any, obs: dict[Any, Any]) -> None:
 
 
 def check_policy(policy: Policy, spec: AgentSpec, seed: int = 0, num_steps: int = 20) -> None:
-    """Check that ``policy`` acts inside the action space and is deterministic per seed.
-
-    Raises:
-        ConformanceError: naming the first broken rule.
-    """
+    """Check that ``policy`` acts inside the action space and is deterministic per seed; a
+    ``ConformanceError`` names the first broken rule."""
     for method in ("reset", "step"):
         _require(callable(getattr(policy, method, None)), f"policy has no {method}() method")
     obs_space = copy.deepcopy(spec.observation_space)
@@ -145,10 +127,8 @@ def check_policy(policy: Policy, spec: AgentSpec, seed: int = 0, num_steps: int 
         policy.reset(seed)
         actions = [policy.step(o) for o in observations]
         for action in actions:
-            _require(
-                spec.action_space.contains(action),
-                f"policy action {action!r} is outside {spec.action_space}",
-            )
+            _require(spec.action_space.contains(action),
+                     f"policy action {action!r} is outside {spec.action_space}")
         runs.append(actions)
     _require(_same(runs[0], runs[1]), f"policy is not deterministic for reset({seed})")
     step_batch = getattr(policy, "step_batch", None)
@@ -157,10 +137,8 @@ def check_policy(policy: Policy, spec: AgentSpec, seed: int = 0, num_steps: int 
         batched = list(step_batch(observations))
         _require(len(batched) == len(observations), "step_batch must return one action per obs")
         for action in batched:
-            _require(
-                spec.action_space.contains(action),
-                f"step_batch action {action!r} is outside {spec.action_space}",
-            )
+            _require(spec.action_space.contains(action),
+                     f"step_batch action {action!r} is outside {spec.action_space}")
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -180,22 +158,16 @@ LEARNER_ATTRIBUTES = ("policy", "policy_kwargs", "config", "num_observed")
 
 def check_learner(learner: Any, spec: AgentSpec, options: Mapping[str, Any] | None = None,
                   seed: int = 0, num_rows: int = 8) -> None:
-    """Check that a learner keeps :class:`parcat.train.learner.Learner`'s contract.
+    """Check that a learner keeps :class:`parcat.train.learner.Learner`'s contract; a
+    ``ConformanceError`` names every broken rule found, ``; ``-separated.
 
     Args:
-        learner: A learner, or its class (built as ``parcat train`` builds it, from
-            ``spec``'s spaces, ``options`` and ``seed``; then its state is also loaded into
-            a second instance built with another seed).
-        spec: The agent it learns for (its observation and action spaces).
+        learner: A learner, or its class (built as ``parcat train`` does, from ``spec``'s
+            spaces, ``options`` and ``seed``; its state is then also loaded into a second
+            instance built with another seed).
         options: The class's options (the train YAML's ``learner`` without ``class``).
-        seed: Seed of the build and of the sampled observations.
-        num_rows: Rows per batch of observations.
-
-    Raises:
-        ConformanceError: naming every broken rule found, ``; ``-separated.
     """
     from parcat.train.recipes import LearnerRecipe
-
     recipe = None
     if isinstance(learner, type):
         recipe = LearnerRecipe(learner, spec.observation_space,  # type: ignore[arg-type]
@@ -272,7 +244,6 @@ class _LearnerCheck:
 
     def observe_and_train(self, actions: np.ndarray) -> None:
         from parcat.train.learner import Transitions
-
         n = len(self.obs)
         before = int(self.learner.num_observed)
         rewards = np.linspace(-1, 1, n, dtype=np.float32)
@@ -309,7 +280,6 @@ class _LearnerCheck:
 
     def loads_into_policy(self) -> None:
         from parcat.core.imports import import_reference
-
         try:
             policy = import_reference(self.learner.policy)(self.spec,
                                                            **dict(self.learner.policy_kwargs))

@@ -42,7 +42,7 @@ class LoggerKind(str, enum.Enum):
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Everything a training run needs; every field is a YAML key and a flag."""
+    """Everything a training run needs; every field is a YAML key (most are flags too)."""
 
     mission: str = "goal_tasks"
     """Mission name or YAML path."""
@@ -53,19 +53,17 @@ class TrainConfig:
     steps_per_epoch: int = 100
     """Vector steps per epoch (every environment steps this many times)."""
     jobs: int | None = None
-    """Worker budget the planner splits between environment workers and training
-    (:func:`parcat.train.plan.plan_training`); used when ``env_workers`` is not given."""
+    """Worker budget the planner splits (:func:`parcat.train.plan.plan_training`) when
+    ``env_workers`` is not given."""
     env_workers: int | None = None
-    """Environment worker processes; 0 steps the environments in the trainer's process;
-    ``None``: planned from the environment's measured step and the free CPUs (within
-    ``jobs``), in-process unless workers pay."""
+    """Environment worker processes; 0: in the trainer's process; ``None``: planned from the
+    measured environment step and the free CPUs."""
     envs_per_worker: int = 4
-    """Environments per worker (or in-process when ``env_workers`` is 0). A planned layout
-    steps ``envs_per_worker`` times ``max(1, workers jobs leaves)`` environments wherever
+    """Environments per worker; a planned layout steps this times ``max(1, workers)`` wherever
     they run, so the measurement never changes the results."""
     mode: LearningMode = LearningMode.SYNC
-    """``sync``: collect, then train (the reference); ``async``: a learner process trains
-    on each round's transitions while collection continues."""
+    """``sync``: collect, then train (the reference); ``async``: a learner process trains on
+    each round's transitions while collection continues."""
     train_interval: int = 1
     """Async mode: train every this many epochs."""
     train_steps: int = 50
@@ -77,72 +75,67 @@ class TrainConfig:
     shared_learner: bool = False
     """One learner on the pooled experience of all agents instead of one per agent."""
     learner: Mapping[str, Any] = field(default_factory=dict, hash=False)
-    """The learner: ``class`` (a built-in name, ``dqn`` or ``ppo``, or ``module:Class``;
-    default ``dqn``; ``--learner``) and its options (``parcat.train.dqn.DQNConfig``,
-    ``parcat.train.ppo_config.PPOConfig``, or the class's own)."""
+    """``class`` (``dqn``, the default, ``ppo`` or ``module:Class``; ``--learner``) and that
+    class's options."""
     seed: int = 0
-    """Seeds environments, tasks, exploration and initial weights."""
     checkpoint_every: int = 5
     """Write a checkpoint every this many epochs (and at the end)."""
     run_dir: str = ""
     """Where checkpoints and metrics go (default ``runs/<mission>``)."""
     metrics_format: MetricsFormat = MetricsFormat.JSONL
-    """``metrics.jsonl`` or ``metrics.csv`` in the run directory."""
     loggers: tuple[LoggerKind, ...] = ()
-    """Where epoch metrics go: ``jsonl``/``csv`` files (default: ``metrics_format``'s; one
-    is always written, ``parcat plot`` and ``--resume`` read it), ``tensorboard`` event
-    files in ``RUN/tensorboard``, ``wandb`` (when installed)."""
+    """Where epoch metrics go besides the metrics file (always written: ``parcat plot`` and
+    ``--resume`` read it); ``tensorboard`` writes ``RUN/tensorboard``."""
     init_from: str = ""
     """Start from the weights of this checkpoint (a run directory)."""
     eval_episodes: int = 10
-    """Greedy evaluation episodes at every checkpoint (seeded from ``seed`` on their own
-    stream, the same set every time); the checkpoint with the best mean return is kept in
-    ``RUN/best``. 0: no evaluation, no ``best``."""
+    """Greedy evaluation episodes at every checkpoint (the same set every time); the best
+    mean return is kept in ``RUN/best``. 0: no evaluation, no ``best``."""
     render: bool = False
     """Show one environment in the terminal; runs everything in one process."""
     backend: Backend = Backend.LOCAL
-    """``local`` environment worker processes, or ``ray`` actors on a Ray cluster."""
     address: str = ""
     """Ray cluster address with ``backend: ray`` (empty: start a local cluster)."""
 
     def __post_init__(self) -> None:
-        # accept the YAML's words too: TrainConfig(mode="async")
-        for name, kind in (("mode", LearningMode), ("backend", Backend),
-                           ("metrics_format", MetricsFormat)):
-            value = getattr(self, name)
+        for name, words in (("mode", LearningMode), ("backend", Backend),
+                            ("metrics_format", MetricsFormat)):  # the YAML's words too
             try:
-                object.__setattr__(self, name, kind(value))
+                object.__setattr__(self, name, words(getattr(self, name)))
             except ValueError:
-                valid = " or ".join(k.value for k in kind)
-                raise ConfigError(f"{name} must be {valid}, got {value!r}") from None
+                raise ConfigError(f"{name} must be {' or '.join(k.value for k in words)}, got "
+                                  f"{getattr(self, name)!r}") from None
         self._check_numbers()
         object.__setattr__(self, "loggers", _logger_kinds(self.loggers))
-        for name in ("overrides", "learner"):
-            if not isinstance(getattr(self, name), Mapping):
-                raise ConfigError(f"{name} must be a mapping of keys to values, "
-                                  f"got {brief(getattr(self, name))}")
-        for name in ("parallel_training", "shared_learner", "render"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"{name} must be true or false, got {brief(getattr(self, name))}")
-        for name in ("mission", "run_dir", "init_from", "address"):
-            if not isinstance(getattr(self, name), str):
-                raise ConfigError(f"{name} must be a string, got {brief(getattr(self, name))}")
-        check_learner_options(self.learner)  # the learner's own checks, before any run
+        types: tuple[tuple[tuple[str, ...], type, str], ...] = (
+                (("overrides", "learner"), Mapping, "a mapping of keys to values"),
+                (("parallel_training", "shared_learner", "render"), bool, "true or false"),
+                (("mission", "run_dir", "init_from", "address"), str, "a string"))
+        for names, kind, expected in types:
+            for name in names:
+                if not isinstance(getattr(self, name), kind):
+                    raise ConfigError(f"{name} must be {expected}, got "
+                                      f"{brief(getattr(self, name))}")
+        check_learner_options(self.learner)
         if self.render:  # rendering shows one local env: everything in this process
             object.__setattr__(self, "env_workers", 0)
             object.__setattr__(self, "mode", LearningMode.SYNC)
 
     def _check_numbers(self) -> None:
-        """Every count within its range (:mod:`parcat.core.limits`), before anything starts."""
-        for name in ("epochs", "steps_per_epoch", "train_interval", "checkpoint_every"):
-            _require_int(name, getattr(self, name), 1, MAX_COUNT)
-        _require_int("envs_per_worker", self.envs_per_worker, 1, MAX_TRAIN_ENVS)
-        _require_int("train_steps", self.train_steps, 0, MAX_COUNT)
-        _require_int("eval_episodes", self.eval_episodes, 0, MAX_COUNT)
-        _require_int("seed", self.seed, 0)
-        _require_int("train_threads", self.train_threads, 0, MAX_WORKERS)
-        _require_int("env_workers", self.env_workers, 0, MAX_WORKERS, optional=True)
-        _require_int("jobs", self.jobs, 1, MAX_WORKERS, optional=True)
+        for name, low, high in (("epochs", 1, MAX_COUNT), ("steps_per_epoch", 1, MAX_COUNT),
+                                ("train_interval", 1, MAX_COUNT),
+                                ("checkpoint_every", 1, MAX_COUNT),
+                                ("envs_per_worker", 1, MAX_TRAIN_ENVS),
+                                ("train_steps", 0, MAX_COUNT), ("eval_episodes", 0, MAX_COUNT),
+                                ("seed", 0, None), ("train_threads", 0, MAX_WORKERS),
+                                ("env_workers", 0, MAX_WORKERS), ("jobs", 1, MAX_WORKERS)):
+            value = getattr(self, name)
+            if value is None and name in ("env_workers", "jobs"):
+                continue
+            ok = isinstance(value, int) and not isinstance(value, bool)
+            if not ok or value < low or (high is not None and value > high):
+                bounds = f">= {low}" if high is None else f"between {low} and {high:,}"
+                raise ConfigError(f"{name} must be an integer {bounds}, got {brief(value)}")
         envs = max(1, self.env_workers or 0) * self.envs_per_worker
         if envs > MAX_TRAIN_ENVS:
             raise ConfigError(
@@ -152,7 +145,7 @@ class TrainConfig:
 
     @property
     def run_path(self) -> Path:
-        """The run directory (default ``runs/<mission>``; ``runs/CartPole-v1`` for
+        """The run directory (default ``runs/<mission>``: ``runs/CartPole-v1`` for
         ``gymnasium:CartPole-v1``)."""
         name = self.mission.removeprefix(GYMNASIUM_PREFIX)
         return Path(self.run_dir or f"runs/{Path(name).stem if name else 'run'}")
@@ -160,16 +153,10 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, for the checkpoint manifest."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
-        for name in ("mode", "backend", "metrics_format"):
-            data[name] = getattr(self, name).value
-        data["loggers"] = [kind.value for kind in self.loggers]
-        data["overrides"] = dict(self.overrides)
-        data["learner"] = dict(self.learner)
-        return data
-
-
-def _learner_class(options: Mapping[str, Any]) -> Any:
-    return options.get("class")
+        return {**data, "mode": self.mode.value, "backend": self.backend.value,
+                "metrics_format": self.metrics_format.value,
+                "loggers": [kind.value for kind in self.loggers],
+                "overrides": dict(self.overrides), "learner": dict(self.learner)}
 
 
 def _logger_kinds(value: Any) -> tuple[LoggerKind, ...]:
@@ -189,29 +176,15 @@ def _logger_kinds(value: Any) -> tuple[LoggerKind, ...]:
     return tuple(kinds)
 
 
-def _require_int(
-    name: str, value: Any, low: int, high: int | None = None, optional: bool = False
-) -> None:
-    if optional and value is None:
-        return
-    ok = isinstance(value, int) and not isinstance(value, bool)
-    if not ok or value < low or (high is not None and value > high):
-        bounds = f">= {low}" if high is None else f"between {low} and {high:,}"
-        raise ConfigError(f"{name} must be an integer {bounds}, got {brief(value)}")
-
-
 LAYOUT_KEYS = frozenset({"jobs", "env_workers"})
-NESTED_KEYS = ("overrides", "learner")
-"""Mappings a flag changes key by key rather than replacing."""
 
 
 def load_train_config(path: str | Path | None, flags: Mapping[str, Any]) -> TrainConfig:
-    """Read a train YAML file (optional) and apply flags that were given (not ``None``).
+    """Read a train YAML file (optional) and put the ``flags`` given (its keys) on top.
 
-    The precedence rule of :func:`parcat.core.settings.merge_settings`: built-in defaults <
-    the file < flags (``overrides`` and ``learner`` key by key, so ``--set
-    learner.lr=0.01`` changes one learner key of the file's); ``jobs`` or
-    ``env_workers`` given as a flag replaces the file's layout, both keys.
+    ``overrides`` and ``learner`` merge key by key (:func:`parcat.core.settings.merge_settings`,
+    so ``--set learner.lr=0.01`` changes one learner key of the file's); ``jobs`` or
+    ``env_workers`` given replaces the file's layout, both keys.
 
     Raises:
         ConfigError: unreadable YAML, an unknown key (named, with the valid ones), a bad value.
@@ -219,25 +192,19 @@ def load_train_config(path: str | Path | None, flags: Mapping[str, Any]) -> Trai
     data: dict[str, Any] = {}
     if path is not None:
         data = read_yaml_mapping(Path(path), f"config file '{path}'", ConfigError)
-        valid = {f.name for f in fields(TrainConfig)}
-        unknown = sorted(str(key) for key in set(data) - valid)
+        valid = sorted(f.name for f in fields(TrainConfig))
+        unknown = sorted(str(key) for key in set(data) - set(valid))
         if unknown:
-            known = ", ".join(sorted(valid))
             raise ConfigError(f"config file '{path}': unknown key '{clip(unknown[0])}'; "
-                              f"valid: {known}")
-    given = {k: v for k, v in flags.items() if v is not None}
-    if given.keys() & LAYOUT_KEYS:
-        # jobs and env_workers are two ways to lay out the run: flags give it whole
-        for key in LAYOUT_KEYS:
-            data.pop(key, None)
-    learner = given.get("learner")
-    if isinstance(learner, Mapping) and isinstance(data.get("learner"), Mapping) and \
-            _learner_class(learner) not in (None, _learner_class(data["learner"]) or "dqn"):
-        # --learner names another learner: the file's options were written for its own
-        data.pop("learner")
-    # --set / --set learner.KEY / --learner add to (and win over) the file's mappings
-    data = merge_settings(data, given, nested=NESTED_KEYS)
+                              f"valid: {', '.join(valid)}")
+    if flags.keys() & LAYOUT_KEYS:  # two ways to lay out the run: flags give it whole
+        data = {k: v for k, v in data.items() if k not in LAYOUT_KEYS}
+    learner, from_file = flags.get("learner"), data.get("learner")
+    if isinstance(learner, Mapping) and isinstance(from_file, Mapping) and \
+            learner.get("class") not in (None, from_file.get("class") or "dqn"):
+        data.pop("learner")  # --learner names another learner: the file's options are not its
     try:
-        return replace(TrainConfig(), **data)
+        return replace(TrainConfig(), **merge_settings(data, flags,
+                                                       nested=("overrides", "learner")))
     except TypeError as exc:
         raise ConfigError(f"train config: {clip(str(exc), 200)}") from exc
