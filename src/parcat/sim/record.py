@@ -85,14 +85,14 @@ class SimRecord:
 
 
 def make_record(config: SimConfig, mode: str, fast: bool, result: WorldResult,
-                cycles: dict[int, CycleStats], wall_s: float, interrupted: bool) -> SimRecord:
+                interrupted: bool) -> SimRecord:
     """Build the record from the world's arrays and every agent's cycle statistics."""
     arrays = dict(result.arrays)
     arrays["age_steps"], arrays["age_s"] = _ages(arrays["based_on"], arrays["time_s"])
-    elapsed_ns = _elapsed_ns(config, mode, result.steps, wall_s)
+    elapsed_ns = _elapsed_ns(config, mode, result.steps, result.wall_s)
     agents = []
     for agent in config.agents:
-        stats = cycles.get(agent.spec.agent_index, CycleStats())
+        stats = result.cycles.get(agent.spec.agent_index, CycleStats())
         due = None if agent.lockstep else due_cycles(agent.cycle_ns, elapsed_ns)
         agents.append({
             "agent": str(agent.agent_id),
@@ -116,7 +116,7 @@ def make_record(config: SimConfig, mode: str, fast: bool, result: WorldResult,
         "steps": result.steps,
         "seed": config.seed,
         "interrupted": interrupted,
-        "wall_s": wall_s,
+        "wall_s": result.wall_s,
         "agents": agents,
         "episodes": result.episodes,
     }
