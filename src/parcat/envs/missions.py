@@ -83,26 +83,18 @@ class Mission:
 
     def agent_specs(self, env: ParallelEnv) -> list[AgentSpec]:
         """What a policy is told about each agent of ``env``, in ``possible_agents`` order."""
-        return [
-            AgentSpec(
-                mission=self.name,
-                agent_id=agent_id,
-                agent_index=index,
-                observation_space=env.observation_space(agent_id),
-                action_space=env.action_space(agent_id),
-                params=dict(self.params),
-            )
-            for index, agent_id in enumerate(env.possible_agents)
-        ]
+        return [AgentSpec(mission=self.name, agent_id=agent_id, agent_index=index,
+                          observation_space=env.observation_space(agent_id),
+                          action_space=env.action_space(agent_id), params=dict(self.params))
+                for index, agent_id in enumerate(env.possible_agents)]
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Mission:
         """Return this mission with some parameters replaced (validated)."""
         unknown = sorted(set(overrides) - set(self.params) - {"max_steps"})
         if unknown:
             known = ", ".join(sorted(set(self.params) | {"max_steps"}))
-            raise MissionError(
-                f"mission '{self.name}' has no parameter '{clip(unknown[0])}'; known: {known}"
-            )
+            raise MissionError(f"mission '{self.name}' has no parameter '{clip(unknown[0])}'; "
+                               f"known: {known}")
         params = {**self.params, **overrides}
         max_steps = params.get("max_steps", self.max_steps)
         _check_step_limit(f"mission '{self.name}'", "max_steps", max_steps)
@@ -135,9 +127,8 @@ def make_env(reference: str, params: Mapping[str, Any], mission_name: str = "?")
     except MissionError:
         raise
     except (ImportError, AttributeError, ValueError) as exc:
-        raise MissionError(
-            f"mission '{mission_name}': cannot load env '{clip(reference)}': {clip(str(exc), 200)}"
-        ) from exc
+        raise MissionError(f"mission '{mission_name}': cannot load env '{clip(reference)}': "
+                           f"{clip(str(exc), 200)}") from exc
     except Exception as exc:
         raise MissionError(f"mission '{mission_name}': env '{clip(reference)}' failed: "
                            f"{clip(str(exc), 200)}") from exc
@@ -268,13 +259,10 @@ def shadows_builtin(path: Path) -> bool:
 
 def shadow_note(name: str, path: Path) -> str:
     """The note shown when ``./missions/`` has a file of a built-in mission's name."""
-    return f"mission '{clip(name)}' is {_shown(path)}, not the built-in one"
-
-
-def _shown(path: Path) -> str:
+    shown = str(path)
     with contextlib.suppress(ValueError):
-        return f"./{path.relative_to(Path.cwd())}"
-    return str(path)
+        shown = f"./{path.relative_to(Path.cwd())}"
+    return f"mission '{clip(name)}' is {shown}, not the built-in one"
 
 
 def list_missions(problems: list[str] | None = None) -> list[Mission]:
@@ -365,10 +353,9 @@ def gymnasium_mission(name: str, overrides: Mapping[str, Any]) -> Mission:
     try:
         spec = gymnasium.spec(env_id)
     except gymnasium.error.Error:
-        raise MissionError(
-            f"mission '{clip(name)}': gymnasium has no environment '{clip(env_id)}'; list the "
-            "registered ids with: python -c \"import gymnasium; print(*gymnasium.registry)\""
-        ) from None
+        raise MissionError(f"mission '{clip(name)}': gymnasium has no environment "
+                           f"'{clip(env_id)}'; list the registered ids with: python -c "
+                           "\"import gymnasium; print(*gymnasium.registry)\"") from None
     params = dict(overrides)
     registered = params.get("max_episode_steps", spec.max_episode_steps)
     max_steps = params.pop("max_steps", registered or DEFAULT_MAX_STEPS)
@@ -415,10 +402,8 @@ def _mission_name(value: Any, path: Path) -> str:
     """The ``name`` key, or the file's stem; printable and at most ``MAX_NAME_LENGTH``."""
     name = str(value or path.stem)
     if len(name) > MAX_NAME_LENGTH or not name.isprintable():
-        raise MissionError(
-            f"mission file '{path}': 'name' must be printable text of at most {MAX_NAME_LENGTH} "
-            f"characters, got {brief(name)}"
-        )
+        raise MissionError(f"mission file '{path}': 'name' must be printable text of at most "
+                           f"{MAX_NAME_LENGTH} characters, got {brief(name)}")
     return name
 
 
@@ -441,10 +426,8 @@ def read_mission(path: Path) -> Mission:
                            f"{', '.join(sorted(_KEYS))}")
     env = data.get("env")
     if not isinstance(env, str) or ":" not in env:
-        raise MissionError(
-            f"mission file '{path}': key 'env' must be 'module:callable' or 'gymnasium:ID', "
-            f"got {brief(env)}"
-        )
+        raise MissionError(f"mission file '{path}': key 'env' must be 'module:callable' or "
+                           f"'gymnasium:ID', got {brief(env)}")
     params = data.get("params") or {}
     if not isinstance(params, dict) or not all(isinstance(key, str) for key in params):
         raise MissionError(f"mission file '{path}': key 'params' must be a mapping of "
@@ -455,14 +438,7 @@ def read_mission(path: Path) -> Mission:
     if fresh_env is not None and not isinstance(fresh_env, bool):
         raise MissionError(f"mission file '{path}': 'fresh_env' must be true or false, "
                            f"got {brief(fresh_env)}")
-    return Mission(
-        name=_mission_name(data.get("name"), path),
-        env=env,
-        params=params,
-        description=str(data.get("description", "")),
-        heuristic=data.get("heuristic"),
-        max_steps=max_steps,
-        source=str(path),
-        fresh_env=fresh_env,
-    )
+    return Mission(name=_mission_name(data.get("name"), path), env=env, params=params,
+                   description=str(data.get("description", "")), heuristic=data.get("heuristic"),
+                   max_steps=max_steps, source=str(path), fresh_env=fresh_env)
 

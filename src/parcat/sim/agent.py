@@ -18,7 +18,6 @@ from typing import Any
 from parcat.core import seeding
 from parcat.core.errors import USER_CODE_ERRORS
 from parcat.envs.missions import Mission
-from parcat.policies.builtin import noop_action
 from parcat.policies.specs import make_policy
 from parcat.sim.config import AgentConfig
 
@@ -128,7 +127,8 @@ class AgentRunner:
 
     def __post_init__(self) -> None:
         self.policy = make_policy(self.config.policy, self.mission, self.config.spec)
-        self.default = noop_action(self.config.spec.action_space)
+        self.clock = CycleClock(self.config.cycle_ns)
+        """When its next cycle is due (cycled agents)."""
 
     def act(self, obs: Any, step: int, episode: int, start_ns: int) -> InForce:
         """Compute an action from the observation of env ``step`` (of ``episode``); a policy

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from parcat.core.errors import USER_CODE_ERRORS, EpisodeError
 from parcat.ipc.process import SHUTTING_DOWN
-from parcat.sim.agent import AgentFailure, AgentRunner, CycleClock
+from parcat.sim.agent import AgentFailure, AgentRunner
 from parcat.sim.config import SimConfig
 from parcat.sim.progress import PROGRESS_EVERY_S, SimProgress
 from parcat.sim.record import SimRecord, make_record
@@ -47,17 +47,16 @@ def run_sequential(config: SimConfig,
 
 def _run(world: World, runners: dict[int, AgentRunner], config: SimConfig, start: float,
          on_progress: Callable[[SimProgress], None] | None) -> SimRecord:
-    clocks = {index: CycleClock(r.config.cycle_ns) for index, r in runners.items()}
     interrupted = False
     next_report = start + PROGRESS_EVERY_S
     try:
         for k in range(config.iters):
             now_ns = k * config.period_ns
             for index, runner in runners.items():
-                if clocks[index].due(now_ns):
+                if runner.clock.due(now_ns):
                     world.in_force[index] = runner.act(world.obs[index], k, world.episode,
                                                        now_ns)
-                    clocks[index].advance(now_ns)
+                    runner.clock.advance(now_ns)
             world.step(now_ns)
             if on_progress is not None and time.perf_counter() >= next_report:
                 next_report += PROGRESS_EVERY_S

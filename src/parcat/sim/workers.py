@@ -29,7 +29,6 @@ from parcat.ipc.shm import Codec
 from parcat.sim.agent import (
     AgentFailure,
     AgentRunner,
-    CycleClock,
     CycleStats,
     InForce,
     describe_agent,
@@ -156,7 +155,7 @@ def _with_errors(run: Callable[[int], Any],
 
 
 def _run_agent(runner: AgentRunner, block: SimBlock, slot: int, t0_ns: int) -> None:
-    clock = CycleClock(runner.config.cycle_ns)
+    clock = runner.clock
     obs_slot, act_slot = block.obs[slot], block.actions[slot]
     obs: Any = None
     step = episode = 0
