@@ -32,9 +32,8 @@ def invalid_parameter(env: str, name: str, expected: str, value: Any) -> Mission
     return MissionError(f"{env}: parameter '{name}' must be {expected}, got {brief(value)}")
 
 
-def require_int(
-    env: str, name: str, value: Any, low: int, high: int | None = None, why: str = ""
-) -> int:
+def require_int(env: str, name: str, value: Any, low: int, high: int | None = None,
+                why: str = "") -> int:
     """``value`` as an int in ``low..high`` (``None``: unbounded); ``why`` follows the bounds."""
     ok = isinstance(value, int | np.integer) and not isinstance(value, bool)
     if ok and value >= low and (high is None or value <= high):
@@ -107,9 +106,8 @@ class BuiltinEnv(ABC):
         """The action space of ``agent`` (the same object for every agent)."""
         return self._act_space
 
-    def reset(
-        self, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> ResetResult:
+    def reset(self, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> ResetResult:
         """Start an episode; ``seed=None`` keeps the current generator (fresh at first)."""
         if seed is not None or self._rng is None:
             self._rng = np.random.default_rng(seed)

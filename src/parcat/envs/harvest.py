@@ -62,8 +62,7 @@ class HarvestEnv(BuiltinEnv, name="harvest"):
         self._resource_layer = np.zeros_like(self._wall_layer)
         self._cells = np.zeros(self.num_agents, dtype=np.intp)
         self._carrying = np.zeros(self.num_agents, dtype=bool)
-        self._deliveries = 0
-        self._pickups = 0
+        self._deliveries = self._pickups = 0
 
     def _build_static(self) -> None:
         v, n = self.view, self.size

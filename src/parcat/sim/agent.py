@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from typing import Any
 
 from parcat.core import seeding
@@ -67,8 +67,7 @@ class CycleStats:
 
     def as_fields(self) -> list[int]:
         """The numbers in a fixed order (for shared memory)."""
-        return [self.cycles, self.first_ns, self.last_ns, self.missed, self.compute_sum_ns,
-                self.compute_max_ns]
+        return list(astuple(self))
 
     @classmethod
     def from_fields(cls, values: Any) -> CycleStats:

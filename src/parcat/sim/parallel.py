@@ -42,14 +42,10 @@ from parcat.sim.slots import H_EPISODE, H_STEP, SimBlock
 from parcat.sim.workers import attach_block, make_agent, make_env
 from parcat.sim.world import WorldResult, empty_result
 
-READY_TIMEOUT_S = 120.0
-"""Longest wait for every process to build its environment or policy."""
-START_MARGIN_NS = 50_000_000
-"""The start instant is this far ahead, so every process has it before it arrives."""
-STALL_TIMEOUT_S = 30.0
-"""An environment whose step counter does not move for this long is considered hung."""
-COLLECT_TIMEOUT_S = 10.0
-"""Longest wait for the environment's record after a stop (Ctrl-C)."""
+READY_TIMEOUT_S = 120.0  # for every process to build its environment or policy
+START_MARGIN_NS = 50_000_000  # so that every process has the start instant before it comes
+STALL_TIMEOUT_S = 30.0  # an environment whose step counter does not move this long is hung
+COLLECT_TIMEOUT_S = 10.0  # for the environment's record after a stop (Ctrl-C)
 
 
 class RemoteTraceback(Exception):
@@ -130,8 +126,8 @@ def _run(config: SimConfig, block: SimBlock, held: set[int | signal.Signals],
          children: list[_Child], fast: bool,
          on_progress: Callable[[SimProgress], None] | None, start_method: str | None,
          ) -> tuple[WorldResult, bool]:
-    """Start the processes (into ``children``), run, and return the environment's result
-    and whether the run was interrupted; an interrupt before the start is an empty run."""
+    """Start the processes (into ``children``) and run; return the environment's result and
+    whether the run was interrupted."""
     try:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a held signal is raised here
         ctx = get_context(start_method)

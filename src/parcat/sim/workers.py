@@ -37,8 +37,7 @@ from parcat.sim.config import SimConfig
 from parcat.sim.slots import H_EPISODE, H_STEP, SimBlock
 from parcat.sim.world import World, WorldResult, env_error
 
-SLEEP_CHUNK_NS = 20_000_000
-"""Longest single sleep, so a STOP flag is seen within 20 ms."""
+SLEEP_CHUNK_NS = 20_000_000  # the longest sleep, so that a STOP flag is seen within 20 ms
 
 
 def attach_block(config: SimConfig, name: str | None = None) -> SimBlock:
