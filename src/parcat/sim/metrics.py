@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from parcat.sim.record import SimRecord, jsonable
+from parcat.core.jsontext import finite
+from parcat.sim.record import SimRecord
 
 
 def summarize(record: SimRecord) -> dict[str, Any]:
@@ -36,7 +37,7 @@ def summarize(record: SimRecord) -> dict[str, Any]:
         "agents": [agent_metrics(record, i) for i in range(len(meta["agents"]))],
         "files": list(record.files),
     }
-    result: dict[str, Any] = jsonable(document)
+    result: dict[str, Any] = finite(document)
     return result
 
 

@@ -12,7 +12,6 @@ a sequential run is a pure function of the config.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from parcat.core.atomic import write_atomically
+from parcat.core.jsontext import finite
 from parcat.sim.agent import CycleStats
 from parcat.sim.config import SimConfig
 from parcat.sim.world import WorldResult
@@ -55,7 +55,7 @@ class SimRecord:
         """Write ``record.npz`` (arrays and a ``meta`` JSON string) atomically into ``folder``."""
         path = Path(folder) / RECORD_FILE
         payload: dict[str, Any] = dict(self.arrays)
-        payload["meta"] = np.array(json.dumps(jsonable(self.meta)))
+        payload["meta"] = np.array(json.dumps(finite(self.meta)))
         write_atomically(path, lambda file: np.savez_compressed(file, **payload))
         return path
 
@@ -122,16 +122,3 @@ def _ages(based_on: np.ndarray, time_s: np.ndarray) -> tuple[np.ndarray, np.ndar
         return age_steps, np.zeros(based_on.shape)
     age_s = np.where(known, time_s[:, None] - time_s[np.clip(based_on, 0, None)], np.nan)
     return age_steps, age_s
-
-
-def jsonable(value: Any) -> Any:
-    """``value`` with NaN and infinities as ``None`` and numpy scalars as Python numbers."""
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
