@@ -43,11 +43,8 @@ class EvadeEnv(BuiltinEnv, name="evade"):
     least ``arena / 4`` from the evader, or at reset option ``"positions"`` (one ``(x, y)`` per
     agent).
 
-    Args:
-        pursuer_speed: Maximum distance a pursuer moves per unit time.
-        evader_speed: Maximum distance the evader moves per unit time.
-        capture_radius: A pursuer this close to the evader captures it.
-        dt: Time per step.
+    ``pursuer_speed`` and ``evader_speed`` are distances per unit time, ``dt`` the time of a
+    step.
     """
 
     def __init__(self, *, pursuers: int = 3, arena: float = 1.0, pursuer_speed: float = 0.04,

@@ -43,13 +43,9 @@ class SimMode(str, enum.Enum):
 def run_sim(config: SimConfig | str | Path, mode: SimMode | str = SimMode.PARALLEL, *,
             fast: bool = False, on_progress: Callable[[SimProgress], None] | None = None,
             start_method: str | None = None, write: bool = True) -> SimRecord:
-    """Run a simulation and (with ``write`` and an ``output`` folder) write its files,
-    listed in ``record.files``.
-
-    Args:
-        config: A validated config, or the path of a sim YAML file.
-        fast: Parallel mode: step the environment as fast as it goes, not once per period.
-        start_method: Parallel mode: ``forkserver`` (default where available) or ``spawn``.
+    """Run a simulation (``config``: a config or the path of a sim YAML file) and, with
+    ``write`` and an ``output`` folder, write its files, listed in ``record.files``. ``fast``
+    and ``start_method`` are those of :func:`~parcat.sim.parallel.run_parallel`.
 
     Raises:
         ConfigError: a bad config file or mode.

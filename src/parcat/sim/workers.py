@@ -1,21 +1,12 @@
-"""The processes of a parallel simulation: the environment and each agent.
+"""The processes of a parallel simulation, worker kinds whose one command is ``start(t0_ns)``:
+the ``time.monotonic_ns()`` instant (one clock for the machine) all schedules count from.
 
-Both are worker kinds of the command loop (:func:`parcat.ipc.process.start_worker`) whose one
-command is ``start(t0_ns)``, a ``time.monotonic_ns()`` instant (one clock for every process
-of the machine) from which all schedules count.
-
-- The environment steps at ``t0 + k * period`` (absolute deadlines: a late step does not
-  shift the ones after it; ``fast`` only waits for ``t0``), applies each agent's latest
-  action, publishes every agent's new observation tagged with the step and episode, and
-  replies with its :class:`~parcat.sim.world.WorldResult`.
-- An agent sleeps until its next cycle boundary ``t0 + m * cycle_time``, reads its latest
-  observation, computes an action, publishes it with the step it was based on, its compute
-  time and its cycle statistics, and moves to the first boundary after the computation ended
-  (the boundaries it ran past are missed).
-
-A process that raises replies with an :class:`ErrorReport` naming the agent; the shared STOP
-flag ends every loop; SIGTERM (the parent's last resort) ends the environment's run with the
-steps before it.
+The environment steps at ``t0 + k * period`` (absolute deadlines: a late step does not shift
+the next; ``fast`` only waits for ``t0``) on each agent's latest action, publishes every
+agent's observation, and replies with its :class:`~parcat.sim.world.WorldResult`. An agent
+wakes at each cycle boundary ``t0 + m * cycle_time``, computes an action from its latest
+observation and publishes it. The shared STOP flag ends every loop; SIGTERM (the parent's last
+resort) ends the environment's run with the steps before it.
 """
 
 from __future__ import annotations
