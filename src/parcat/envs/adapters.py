@@ -1,4 +1,4 @@
-"""Adapters that turn other environments into parcat's (PettingZoo parallel) contract."""
+"""A Gymnasium environment as a one-agent parallel environment (``-m gymnasium:ID``)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,8 @@ import gymnasium
 
 
 class GymnasiumParallelEnv:
-    """A single-agent Gymnasium environment seen as a one-agent parallel environment.
-
-    Args:
-        env: The Gymnasium environment to wrap; it is closed with the adapter.
-        agent_id: The id of the one agent.
-    """
+    """A single-agent Gymnasium environment seen as a one-agent parallel environment; it is
+    closed with the adapter."""
 
     metadata: dict[str, Any] = {"name": "gymnasium", "render_modes": []}
 
@@ -46,9 +42,8 @@ class GymnasiumParallelEnv:
         if terminated or truncated:
             self.agents = []
         a = self.agent_id
-        return {a: obs}, {a: float(reward)}, {a: bool(terminated)}, {a: bool(truncated)}, {
-            a: dict(info)
-        }
+        return ({a: obs}, {a: float(reward)}, {a: bool(terminated)}, {a: bool(truncated)},
+                {a: dict(info)})
 
     def observation_space(self, agent: Any) -> gymnasium.spaces.Space[Any]:
         """The wrapped environment's observation space."""

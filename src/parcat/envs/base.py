@@ -1,8 +1,5 @@
-"""The environment contract: the PettingZoo Parallel API with gymnasium spaces.
-
-Built-in missions implement it natively, so they can be handed to PettingZoo users
-unchanged, and any PettingZoo parallel environment plugs into parcat as it is.
-"""
+"""The environment contract: the PettingZoo Parallel API with gymnasium spaces, which the
+built-in environments implement natively and any PettingZoo parallel environment meets."""
 
 from __future__ import annotations
 
@@ -39,8 +36,8 @@ class AgentSpec:
 class ParallelEnv(Protocol):
     """What parcat needs from an environment (PettingZoo's Parallel API).
 
-    ``agents`` lists the agents alive now; ``possible_agents`` every agent that can
-    ever appear, in a fixed order that parcat uses to derive per-agent seeds.
+    ``agents`` lists the agents alive now; ``possible_agents`` every agent that can ever
+    appear, in a fixed order that parcat derives per-agent seeds from.
     """
 
     agents: list[Any]
@@ -52,13 +49,8 @@ class ParallelEnv(Protocol):
         """Start an episode; ``options={"task": task}`` resets to that task."""
         ...
 
-    def step(
-        self, actions: Mapping[Any, Any]
-    ) -> tuple[
-        dict[Any, Any],
-        dict[Any, float],
-        dict[Any, bool],
-        dict[Any, bool],
+    def step(self, actions: Mapping[Any, Any]) -> tuple[
+        dict[Any, Any], dict[Any, float], dict[Any, bool], dict[Any, bool],
         dict[Any, dict[str, Any]],
     ]:
         """Apply one action per live agent; return obs, rewards, terms, truncs, infos."""

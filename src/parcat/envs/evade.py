@@ -1,16 +1,11 @@
 """Evade: continuous 2-D pursuit-evasion in a walled square arena.
 
-``pursuers`` pursuers chase one evader in ``[0, arena]^2``. Each step every agent asks for a
-velocity as a fraction of its own maximum speed (the norm is clipped to 1); positions move by
-``velocity * dt`` and are clipped to the arena, and the velocity actually achieved (zero
-across a wall) is what the state keeps. The episode terminates when a pursuer comes within
-``capture_radius`` of the evader, and is truncated after ``max_steps`` steps.
-
-Rewards: every step the evader gets +0.01 and each pursuer -0.01 times its distance to the
-evader; on the capture step, additionally, every pursuer gets +1 and the evader -1.
-
-The state is tiny (positions and velocities) and the step is a handful of numpy operations on
-``(agents, 2)`` arrays, because this environment also drives the real-time simulator.
+``pursuers`` pursuers chase one evader in ``[0, arena]^2``. Positions move by ``velocity * dt``
+clipped to the arena, and the state keeps the velocity achieved (zero across a wall). The
+episode terminates when a pursuer comes within ``capture_radius`` of the evader. Every step the
+evader gets +0.01 and each pursuer -0.01 times its distance to the evader; on capture, every
+pursuer also gets +1 and the evader -1. The step is a few numpy operations on ``(agents, 2)``
+arrays, because this environment also drives the real-time simulator.
 """
 
 from __future__ import annotations
@@ -33,7 +28,6 @@ from parcat.envs._common import (
 )
 
 EVADER = "evader"
-"""The evader's agent id; pursuers are ``"pursuer_0"``, ``"pursuer_1"``, ..."""
 STEP_BONUS = 0.01
 CAPTURE_REWARD = 1.0
 
@@ -41,44 +35,21 @@ CAPTURE_REWARD = 1.0
 class EvadeEnv(BuiltinEnv, name="evade"):
     """Pursuit-evasion with continuous actions (PettingZoo Parallel API).
 
-    Agents, in ``possible_agents`` order: ``pursuer_0 .. pursuer_{n-1}``, then ``evader``.
-    Observation of every agent (flat float32, length ``4 + 2 * (agents - 1) + 1``):
+    Agents: ``pursuer_0 .. pursuer_{n-1}``, then ``evader``. Observation of every agent (flat
+    float32): own position, own velocity, every *other* agent's position relative to this one
+    in ``possible_agents`` order (the evader last for a pursuer), then a role flag (1.0 for the
+    evader). Action: the desired velocity as a fraction of the agent's maximum speed
+    (``Box(-1, 1, (2,))``, norm clipped to 1). Episodes start at rest, with every pursuer at
+    least ``arena / 4`` from the evader, or at reset option ``"positions"`` (one ``(x, y)`` per
+    agent).
 
-    * ``[0:2]`` own position, ``[2:4]`` own velocity;
-    * then the position of every *other* agent relative to this one (``other - own``), two
-      numbers each, in ``possible_agents`` order (so the evader is always the last pair of a
-      pursuer's observation);
-    * ``[-1]`` role flag: 1.0 for the evader, 0.0 for a pursuer.
-
-    Actions: ``Box(-1, 1, (2,))``, the desired velocity as a fraction of the agent's maximum
-    speed; a norm above 1 is scaled down to 1.
-
-    Every episode starts with every agent at rest. Reset option ``"positions"``: one
-    ``(x, y)`` per agent in ``possible_agents`` order. Without it the evader starts anywhere
-    and every pursuer at least ``arena / 4`` away from it.
-
-    Args:
-        pursuers: Number of pursuers; all agents' observations together stay within
-            :data:`~parcat.core.limits.MAX_OBSERVATION_FLOATS` (about 2,900 pursuers).
-        arena: Side of the square arena.
-        pursuer_speed: Maximum distance a pursuer moves per unit time.
-        evader_speed: Maximum distance the evader moves per unit time.
-        capture_radius: A pursuer this close to the evader captures it.
-        dt: Time per step.
-        max_steps: Steps after which the episode is truncated.
+    ``pursuer_speed`` and ``evader_speed`` are distances per unit time, ``dt`` the time of a
+    step.
     """
 
-    def __init__(
-        self,
-        *,
-        pursuers: int = 3,
-        arena: float = 1.0,
-        pursuer_speed: float = 0.04,
-        evader_speed: float = 0.05,
-        capture_radius: float = 0.08,
-        dt: float = 1.0,
-        max_steps: int = 200,
-    ) -> None:
+    def __init__(self, *, pursuers: int = 3, arena: float = 1.0, pursuer_speed: float = 0.04,
+                 evader_speed: float = 0.05, capture_radius: float = 0.08, dt: float = 1.0,
+                 max_steps: int = 200) -> None:
         self.num_pursuers = require_int("evade", "pursuers", pursuers, 1, MAX_AGENTS - 1)
         # every agent observes every other: the observations grow with the square of agents
         require_observation_size("evade", self.num_pursuers + 1,
@@ -103,7 +74,6 @@ class EvadeEnv(BuiltinEnv, name="evade"):
         self._min_distance = math.inf
 
     def _make_obs_space(self) -> gymnasium.spaces.Box:
-        """The Box every agent observes in (bounds follow the documented layout)."""
         count = len(self.possible_agents)
         vmax = max(self.pursuer_speed, self.evader_speed)
         high = np.full(4 + 2 * (count - 1) + 1, self.arena, dtype=np.float32)
@@ -114,7 +84,6 @@ class EvadeEnv(BuiltinEnv, name="evade"):
         return gymnasium.spaces.Box(low=low, high=high, dtype=np.float32)
 
     def _start(self, rng: np.random.Generator, options: dict[str, Any]) -> None:
-        """Place the agents (from ``options["positions"]`` or at random), all at rest."""
         if "positions" in options:
             self._pos = self._positions_from(options["positions"])
         else:
@@ -126,7 +95,6 @@ class EvadeEnv(BuiltinEnv, name="evade"):
         self._min_distance = float(self._distances().min())
 
     def _random_positions(self, rng: np.random.Generator) -> NDArray[np.float64]:
-        """Draw start positions, redrawing pursuers that start too close to the evader."""
         pos = rng.uniform(0.0, self.arena, (len(self.possible_agents), 2))
         for _ in range(1000):
             close = np.flatnonzero(np.hypot(*(pos[:-1] - pos[-1]).T) < self.arena / 4)
@@ -136,7 +104,6 @@ class EvadeEnv(BuiltinEnv, name="evade"):
         return pos
 
     def _positions_from(self, positions: Any) -> NDArray[np.float64]:
-        """Validate hand-given start positions."""
         try:
             pos = np.asarray(positions, dtype=np.float64)
         except (TypeError, ValueError):
@@ -149,7 +116,6 @@ class EvadeEnv(BuiltinEnv, name="evade"):
         return pos
 
     def _advance(self, actions: dict[str, Any]) -> tuple[NDArray[np.float64], bool]:
-        """Move every agent (one desired velocity each), then check for capture."""
         agents = self.agents
         wish = np.array([actions[a] for a in agents], dtype=np.float64).reshape(len(agents), 2)
         norm = np.sqrt((wish * wish).sum(axis=1, keepdims=True))
@@ -170,13 +136,11 @@ class EvadeEnv(BuiltinEnv, name="evade"):
         return rewards, captured
 
     def _distances(self) -> NDArray[np.float64]:
-        """Distance of every pursuer to the evader."""
         diff = self._pos[:-1] - self._pos[-1]
         distances: NDArray[np.float64] = np.sqrt((diff * diff).sum(axis=1))
         return distances
 
     def _observe(self) -> NDArray[np.float32]:
-        """Build every agent's observation in one freshly allocated ``(agents, dim)`` array."""
         count = len(self.possible_agents)
         obs = np.empty((count, self._obs_space.shape[0]), dtype=np.float32)
         obs[:, 0:2] = self._pos

@@ -1,17 +1,15 @@
 """Goal tasks: point agents reach goals drawn from a task distribution (meta-learning).
 
 Every agent is a point that starts at the origin and moves ``step_size`` along one axis per
-step. A *task* gives each agent its own goal and is a JSON-serialisable dict:
+step. A *task* gives each agent its own goal, as a JSON-serialisable dict:
 
 * ``{"kind": "position", "goals": [[x, y], ...]}``: goals uniform in a disc of radius
-  ``goal_radius``; the reward of each step is minus the distance to the goal after the move.
+  ``goal_radius``; a step's reward is minus the distance to the goal after the move.
 * ``{"kind": "direction", "directions": [angle, ...]}``: angles (radians) uniform on the
   circle; the reward is the step's displacement projected on the goal direction.
 
 Agents never terminate early (a lattice walker cannot always come within a fixed distance of
-an arbitrary goal, so "reached" would be arbitrary); every episode is truncated after
-``max_steps`` steps. ``reset(options={"task": task})`` selects a task; without one, reset
-draws a task from its own seeded generator.
+a goal, so "reached" would be arbitrary); episodes are truncated after ``max_steps`` steps.
 """
 
 from __future__ import annotations
@@ -29,41 +27,20 @@ from parcat.envs._common import BuiltinEnv, invalid_parameter, require_int, requ
 
 TASK_KINDS = ("position", "direction")
 ACTION_MOVES = ((0, 0), (0, 1), (0, -1), (-1, 0), (1, 0))
-"""(dx, dy) of each action in steps: 0 noop, 1 +y, 2 -y, 3 -x, 4 +x."""
 OBS_SIZE = 5
-"""Observation: position (x, y), last reward, goal (x, y) or unit direction, or zeros."""
 
 
 class GoalTasksEnv(BuiltinEnv, name="goal_tasks"):
     """Goal reaching with a distribution of tasks (PettingZoo Parallel API).
 
-    Observation of each agent (float32, length 5): position ``(x, y)``, the reward of the
-    previous step (0.0 after reset), and, when ``observe_goal``, the goal (``(x, y)`` of the
-    position, or the unit vector of the direction), else zeros, so that a meta-learner must
-    infer the goal from rewards.
-
-    Actions: 0 noop, 1 +y, 2 -y, 3 -x, 4 +x. Every episode starts with every agent at the
-    origin; reset option ``"task"`` resets to that task, otherwise one is sampled.
-
-    Args:
-        agents: Number of agents (``"agent_0"``, ...); each gets its own goal.
-        task_kind: ``"position"`` or ``"direction"``.
-        goal_radius: Radius of the disc that goal positions are drawn from.
-        step_size: Distance of one move.
-        observe_goal: Whether observations include the goal.
-        max_steps: Steps after which the episode is truncated.
+    Observation of each agent (float32, length 5): position ``(x, y)``, the previous step's
+    reward (0.0 after reset), and, when ``observe_goal``, the goal position or unit direction,
+    else zeros (a meta-learner must infer the goal from rewards). Actions: 0 noop, 1 +y, 2 -y,
+    3 -x, 4 +x. Reset option ``"task"`` resets to that task, else one is sampled.
     """
 
-    def __init__(
-        self,
-        *,
-        agents: int = 1,
-        task_kind: str = "position",
-        goal_radius: float = 1.0,
-        step_size: float = 0.1,
-        observe_goal: bool = True,
-        max_steps: int = 50,
-    ) -> None:
+    def __init__(self, *, agents: int = 1, task_kind: str = "position", goal_radius: float = 1.0,
+                 step_size: float = 0.1, observe_goal: bool = True, max_steps: int = 50) -> None:
         self.num_agents = require_int("goal_tasks", "agents", agents, 1, MAX_AGENTS)
         if task_kind not in TASK_KINDS:
             kinds = ", ".join(repr(kind) for kind in TASK_KINDS)
@@ -85,12 +62,12 @@ class GoalTasksEnv(BuiltinEnv, name="goal_tasks"):
         self._last_reward = np.zeros(self.num_agents)
 
     def _make_obs_space(self) -> gymnasium.spaces.Box:
-        """The Box every agent observes in; slightly loose so rounding never leaves it."""
         reach = self.max_steps * self.step_size
         if self.task_kind == "position":
             reward, goal = self.goal_radius + reach, self.goal_radius
         else:
             reward, goal = self.step_size, 1.0
+        # a little loose, so that rounding never leaves the box
         high = np.array([reach, reach, reward, goal, goal], dtype=np.float64) * 1.001 + 1e-6
         return gymnasium.spaces.Box(-high.astype(np.float32), high.astype(np.float32))
 
@@ -105,7 +82,6 @@ class GoalTasksEnv(BuiltinEnv, name="goal_tasks"):
         return {"kind": "position", "goals": goals.tolist()}
 
     def _start(self, rng: np.random.Generator, options: dict[str, Any]) -> None:
-        """Take ``options["task"]`` (or sample one) and put every agent at the origin."""
         task = options.get("task")
         self._goals = self._goals_of(self.sample_task(rng) if task is None else task)
         self.agents = list(self.possible_agents)
@@ -114,7 +90,6 @@ class GoalTasksEnv(BuiltinEnv, name="goal_tasks"):
         self._steps = 0
 
     def _goals_of(self, task: Any) -> NDArray[np.float64]:
-        """Validate ``task``, keep it as :attr:`task` and return one goal vector per agent."""
         key = "goals" if self.task_kind == "position" else "directions"
         shape = (self.num_agents, 2) if key == "goals" else (self.num_agents,)
         try:
@@ -136,7 +111,6 @@ class GoalTasksEnv(BuiltinEnv, name="goal_tasks"):
         return np.stack([np.cos(values), np.sin(values)], axis=1)
 
     def _advance(self, actions: dict[str, Any]) -> tuple[NDArray[np.float64], bool]:
-        """Move every agent one step along the axis its action (``0..4``) chooses."""
         agents = self.agents
         acts = np.fromiter((actions[a] for a in agents), dtype=np.int64, count=len(agents))
         if acts.min() < 0 or acts.max() >= len(ACTION_MOVES):
@@ -151,16 +125,13 @@ class GoalTasksEnv(BuiltinEnv, name="goal_tasks"):
         return self._last_reward, False
 
     def _positions(self) -> NDArray[np.float64]:
-        """Positions of all agents (integer lattice times ``step_size``, so exact)."""
         return self._lattice.astype(np.float64) * self.step_size
 
     def _distances(self) -> NDArray[np.float64]:
-        """Distance of every agent to its goal position."""
         distances: NDArray[np.float64] = np.hypot(*(self._positions() - self._goals).T)
         return distances
 
     def _observe(self) -> NDArray[np.float32]:
-        """Build every agent's observation in one freshly allocated ``(agents, 5)`` array."""
         obs = np.zeros((self.num_agents, OBS_SIZE), dtype=np.float32)
         obs[:, 0:2] = self._positions()
         obs[:, 2] = self._last_reward

@@ -1,14 +1,11 @@
 """Harvest: agents gather resources on a grid and deliver them to a base.
 
-The map is a square of ``size`` cells whose border is wall; a 2x2 base sits at its centre and
-``resources`` resources lie on free cells. Every agent starts on the base. An agent that is not
-carrying and ends a step on a resource picks it up (+0.1; when several land on the same resource,
-the lowest index gets it) and the resource respawns on a random free cell; a carrying agent that
-ends a step on the base delivers (+1.0). Agents may share cells. Episodes end by truncation after
-``max_steps`` steps.
-
-The whole step is vectorized over agents: positions are flat indices into a grid padded by
-``view`` cells of wall, so every agent's window is one fancy-indexing gather.
+The map is a square of ``size`` cells whose border is wall, with a 2x2 base at its centre
+where every agent starts. An empty-handed agent that ends a step on a resource picks it up
+(+0.1; of several, the lowest index) and the resource respawns on a random free cell; a carrying
+agent that ends a step on the base delivers (+1.0). Agents may share cells. Episodes end by
+truncation after ``max_steps`` steps. Positions are flat indices into a grid padded by ``view``
+cells of wall, so every agent's window is one fancy-indexing gather.
 """
 
 from __future__ import annotations
@@ -25,11 +22,8 @@ from parcat.core.limits import MAX_AGENTS, MAX_GRID_SIDE, MAX_VIEW_RADIUS
 from parcat.envs._common import BuiltinEnv, require_int, require_observation_size
 
 NUM_CHANNELS = 4
-"""Window channels, in order: walls, resources, base, other agents (count per cell)."""
 NUM_EXTRAS = 3
-"""Features after the window: carrying flag, then (dy, dx) to the base centre divided by size."""
 ACTION_MOVES = ((0, 0), (-1, 0), (1, 0), (0, -1), (0, 1))
-"""(dy, dx) of each action: 0 noop, 1 up, 2 down, 3 left, 4 right."""
 PICKUP_REWARD = 0.1
 DELIVERY_REWARD = 1.0
 
@@ -37,41 +31,21 @@ DELIVERY_REWARD = 1.0
 class HarvestEnv(BuiltinEnv, name="harvest"):
     """Multi-agent resource gathering on a grid (PettingZoo Parallel API).
 
-    Observation of each agent (flat float32, length ``4 * (2*view+1)**2 + 3``):
-
-    * ``[0 : 4*w*w]``: the ``w x w`` window centred on the agent (``w = 2*view+1``), channels
-      first: walls (cells outside the map count as wall), resources, base, and the number of
-      *other* agents on each cell. Row 0 of a window is the northernmost row.
-    * ``[-3]``: 1.0 if the agent carries a resource, else 0.0.
-    * ``[-2:]``: (dy, dx) from the agent to the base centre, divided by ``size``.
-
-    :meth:`window` and :meth:`extras` split an observation along this layout.
-
-    Actions: 0 noop, 1 up, 2 down, 3 left, 4 right. Reset options, for a hand-built start:
-    ``"agent_cells"`` (one ``(row, col)`` per agent) and/or ``"resource_cells"`` (exactly
-    ``resources`` distinct free cells).
+    Observation of each agent (flat float32): the ``w x w`` window centred on it
+    (``w = 2*view+1``, row 0 northernmost), channels first: walls (outside the map too),
+    resources, base, and the number of *other* agents per cell; then 1.0 if it carries, and
+    (dy, dx) to the base centre divided by ``size``. :meth:`window` and :meth:`extras` split
+    it. Actions: 0 noop, 1 up, 2 down, 3 left, 4 right. Reset options for a hand-built start:
+    ``"agent_cells"`` (one ``(row, col)`` per agent), ``"resource_cells"`` (``resources``
+    distinct free cells).
 
     Args:
-        size: Side of the square map in cells, wall border included (5 to
-            :data:`~parcat.core.limits.MAX_GRID_SIDE`).
-        agents: Number of agents (``"agent_0"``, ``"agent_1"``, ...), at most
-            :data:`~parcat.core.limits.MAX_AGENTS`.
-        resources: Resources on the map at any time.
-        view: Window radius; the window is ``(2*view+1)`` cells wide (at most
-            :data:`~parcat.core.limits.MAX_VIEW_RADIUS`). All agents' windows together stay
-            within :data:`~parcat.core.limits.MAX_OBSERVATION_FLOATS`.
-        max_steps: Steps after which the episode is truncated.
+        size: Side of the square map in cells, wall border included.
+        view: Window radius.
     """
 
-    def __init__(
-        self,
-        *,
-        size: int = 16,
-        agents: int = 4,
-        resources: int = 12,
-        view: int = 2,
-        max_steps: int = 200,
-    ) -> None:
+    def __init__(self, *, size: int = 16, agents: int = 4, resources: int = 12, view: int = 2,
+                 max_steps: int = 200) -> None:
         self.size = require_int("harvest", "size", size, 5, MAX_GRID_SIDE)
         self.num_agents = require_int("harvest", "agents", agents, 1, MAX_AGENTS)
         free = (self.size - 2) ** 2 - 4
@@ -88,11 +62,9 @@ class HarvestEnv(BuiltinEnv, name="harvest"):
         self._resource_layer = np.zeros_like(self._wall_layer)
         self._cells = np.zeros(self.num_agents, dtype=np.intp)
         self._carrying = np.zeros(self.num_agents, dtype=bool)
-        self._deliveries = 0
-        self._pickups = 0
+        self._deliveries = self._pickups = 0
 
     def _build_static(self) -> None:
-        """Precompute the padded static layers and the index tables of the step."""
         v, n = self.view, self.size
         self._width = n + 2 * v
         walls = np.ones((self._width, self._width), dtype=np.float32)
@@ -110,7 +82,6 @@ class HarvestEnv(BuiltinEnv, name="harvest"):
         self._moves = np.array([dy * self._width + dx for dy, dx in ACTION_MOVES], dtype=np.intp)
 
     def _make_obs_space(self) -> gymnasium.spaces.Box:
-        """The Box every agent observes in (bounds follow the documented layout)."""
         cells = (2 * self.view + 1) ** 2
         high = np.ones(NUM_CHANNELS * cells + NUM_EXTRAS, dtype=np.float32)
         high[3 * cells : 4 * cells] = self.num_agents - 1
@@ -130,7 +101,6 @@ class HarvestEnv(BuiltinEnv, name="harvest"):
         return bool(obs[-3] > 0.5), float(obs[-2]), float(obs[-1])
 
     def _start(self, rng: np.random.Generator, options: dict[str, Any]) -> None:
-        """Put every agent on the base and the resources on free cells."""
         self.agents = list(self.possible_agents)
         self._steps = self._deliveries = self._pickups = 0
         self._carrying[:] = False
@@ -149,7 +119,6 @@ class HarvestEnv(BuiltinEnv, name="harvest"):
         self._resource_layer[spots] = 1.0
 
     def _cells_from(self, cells: Any, count: int, option: str) -> NDArray[np.intp]:
-        """Convert ``(row, col)`` map cells to flat padded indices, checking count and bounds."""
         try:
             rc = np.asarray(cells, dtype=np.intp).reshape(-1, 2)
         except (TypeError, ValueError):
@@ -163,7 +132,6 @@ class HarvestEnv(BuiltinEnv, name="harvest"):
         return result
 
     def _advance(self, actions: dict[str, Any]) -> tuple[NDArray[np.float64], bool]:
-        """Move every live agent (one action in ``0..4`` each), then deliver and pick up."""
         acts = np.fromiter((actions[a] for a in self.agents), dtype=np.intp, count=len(self.agents))
         if acts.min() < 0 or acts.max() >= len(ACTION_MOVES):
             raise ValueError(f"harvest: actions must be integers in 0..4, got {acts.tolist()}")
@@ -174,7 +142,6 @@ class HarvestEnv(BuiltinEnv, name="harvest"):
         return rewards, False
 
     def _deliver(self) -> NDArray[np.float64]:
-        """Carrying agents on the base deliver; return the delivery rewards."""
         delivering = self._carrying & (self._base_layer[self._cells] > 0)
         self._carrying &= ~delivering
         self._deliveries += int(delivering.sum())
@@ -183,7 +150,6 @@ class HarvestEnv(BuiltinEnv, name="harvest"):
         return rewards
 
     def _pick_up(self) -> NDArray[np.float64]:
-        """Empty-handed agents on a resource pick it up; return the pickup rewards."""
         rewards = np.zeros(self.num_agents)
         candidates = np.flatnonzero(~self._carrying & (self._resource_layer[self._cells] > 0))
         if len(candidates) == 0:
@@ -201,7 +167,6 @@ class HarvestEnv(BuiltinEnv, name="harvest"):
         return rewards
 
     def _observe(self) -> NDArray[np.float32]:
-        """Build every agent's observation in one freshly allocated ``(agents, dim)`` array."""
         cells = len(self._window_offsets)
         obs = np.empty((self.num_agents, self._obs_space.shape[0]), dtype=np.float32)
         index = self._cells[:, None] + self._window_offsets[None, :]

@@ -1,8 +1,5 @@
-"""Missions: YAML files naming an environment factory, its parameters and a heuristic.
-
-A mission is found by name in ``./missions/`` (the user's own) and then among the
-built-in ones shipped inside the package, or given as a path to a YAML file.
-"""
+"""Missions: YAML files naming an environment factory, its parameters and a heuristic, found
+by name in ``./missions/`` and then among the built-in ones, or given as a path."""
 
 from __future__ import annotations
 
@@ -27,17 +24,10 @@ from parcat.core.yamlfile import read_yaml_mapping
 from parcat.envs.adapters import make_gymnasium_env
 from parcat.envs.base import AgentSpec, ParallelEnv
 from parcat.envs.turns import is_turn_based
-from parcat.ipc.process import (
-    SetupFailedError,
-    call_in_worker,
-    in_worker,
-    mark_acting,
-    preload,
-)
+from parcat.ipc.process import SetupFailedError, call_in_worker, in_worker, mark_acting, preload
 
 BUILTIN_DIR = Path(__file__).parents[1] / "missions"
 GYMNASIUM_PREFIX = "gymnasium:"
-"""``-m gymnasium:CartPole-v1``: a registered Gymnasium environment as a one-agent mission."""
 DEFAULT_MAX_STEPS = 1000
 _KEYS = {"name", "description", "env", "heuristic", "params", "max_steps", "default_action",
          "fresh_env"}
@@ -54,7 +44,6 @@ class Mission:
     params: Mapping[str, Any] = field(default_factory=dict, hash=False)
     """Keyword arguments of the factory (after ``--set`` overrides)."""
     description: str = ""
-    """One line for ``parcat missions list``."""
     heuristic: str | None = None
     """``module:Class`` of the mission's scripted policy (the built-in ``greedy``)."""
     max_steps: int = DEFAULT_MAX_STEPS
@@ -62,13 +51,12 @@ class Mission:
     source: str = ""
     """Where the mission was loaded from."""
     fresh_env: bool | None = None
-    """Build a new environment for every episode (``True``), reuse one and trust its
-    ``reset(seed)`` (``False``), or let parcat decide from its start-of-run check (``None``:
-    a fresh one when reset was seen to carry state from one episode into the next)."""
+    """A new environment every episode (``True``), one reused (``False``), or ``None``: a new
+    one when the start-of-run check saw reset carry state from one episode into the next."""
 
     @property
     def key(self) -> int:
-        """A stable number for this mission's name, used to derive seeds."""
+        """A stable number for the name, to derive seeds from."""
         return zlib.crc32(self.name.encode())
 
     def make_env(self) -> ParallelEnv:
@@ -81,8 +69,7 @@ class Mission:
 
     @property
     def turn_based(self) -> bool:
-        """Whether the environment is a turn-based (PettingZoo AEC) one, read with
-        :meth:`agents` from the same throwaway environment."""
+        """Whether the environment is a turn-based (PettingZoo AEC) one."""
         return _facts_of(self)[1]
 
     @contextlib.contextmanager
@@ -96,26 +83,18 @@ class Mission:
 
     def agent_specs(self, env: ParallelEnv) -> list[AgentSpec]:
         """What a policy is told about each agent of ``env``, in ``possible_agents`` order."""
-        return [
-            AgentSpec(
-                mission=self.name,
-                agent_id=agent_id,
-                agent_index=index,
-                observation_space=env.observation_space(agent_id),
-                action_space=env.action_space(agent_id),
-                params=dict(self.params),
-            )
-            for index, agent_id in enumerate(env.possible_agents)
-        ]
+        return [AgentSpec(mission=self.name, agent_id=agent_id, agent_index=index,
+                          observation_space=env.observation_space(agent_id),
+                          action_space=env.action_space(agent_id), params=dict(self.params))
+                for index, agent_id in enumerate(env.possible_agents)]
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Mission:
         """Return this mission with some parameters replaced (validated)."""
         unknown = sorted(set(overrides) - set(self.params) - {"max_steps"})
         if unknown:
             known = ", ".join(sorted(set(self.params) | {"max_steps"}))
-            raise MissionError(
-                f"mission '{self.name}' has no parameter '{clip(unknown[0])}'; known: {known}"
-            )
+            raise MissionError(f"mission '{self.name}' has no parameter '{clip(unknown[0])}'; "
+                               f"known: {known}")
         params = {**self.params, **overrides}
         max_steps = params.get("max_steps", self.max_steps)
         _check_step_limit(f"mission '{self.name}'", "max_steps", max_steps)
@@ -128,21 +107,16 @@ class Mission:
 
 @functools.cache
 def builtin_code() -> tuple[frozenset[str], frozenset[str]]:
-    """The environment factories and the heuristics of parcat's built-in missions (the
-    YAML files in ``src/parcat/missions/``): the only code a file (a replay, a run's
-    manifest) may name without the user's leave (:func:`parcat.core.imports.require_trusted`)."""
+    """The env factories and heuristics of the built-in missions: the only code a file (a
+    replay, a run's manifest) may name without the user's leave (``require_trusted``)."""
     missions = [read_mission(path) for path in sorted(BUILTIN_DIR.glob("*.yaml"))]
     return (frozenset(m.env for m in missions),
             frozenset(m.heuristic for m in missions if m.heuristic))
 
 
 def make_env(reference: str, params: Mapping[str, Any], mission_name: str = "?") -> ParallelEnv:
-    """Build an environment from a factory reference and parameters.
-
-    Raises:
-        MissionError: the factory cannot be found, rejects the parameters, fails, or
-            returns something that is not an environment.
-    """
+    """Build an environment from a factory reference and parameters; a factory that cannot
+    be found, fails or returns no environment is a :class:`MissionError`."""
     module, _, target = reference.partition(":")
     try:
         if module == "gymnasium":
@@ -153,9 +127,8 @@ def make_env(reference: str, params: Mapping[str, Any], mission_name: str = "?")
     except MissionError:
         raise
     except (ImportError, AttributeError, ValueError) as exc:
-        raise MissionError(
-            f"mission '{mission_name}': cannot load env '{clip(reference)}': {clip(str(exc), 200)}"
-        ) from exc
+        raise MissionError(f"mission '{mission_name}': cannot load env '{clip(reference)}': "
+                           f"{clip(str(exc), 200)}") from exc
     except Exception as exc:
         raise MissionError(f"mission '{mission_name}': env '{clip(reference)}' failed: "
                            f"{clip(str(exc), 200)}") from exc
@@ -178,13 +151,8 @@ def make_env(reference: str, params: Mapping[str, Any], mission_name: str = "?")
 
 
 def check_is_env(env: Any, label: str) -> None:
-    """What a factory returned has the environment API: ``reset``, ``step`` (or a
-    turn-based game's ``agent_iter`` and ``last``), the space lookups and a non-empty
-    ``possible_agents``.
-
-    Raises:
-        MissionError: naming ``label`` and what is missing.
-    """
+    """Raise a :class:`MissionError` naming ``label`` unless ``env`` has the environment API
+    (a turn-based game's too) and a non-empty ``possible_agents``."""
     methods = ["reset", "observation_space", "action_space"]
     methods += ["agent_iter", "last", "step"] if is_turn_based(env) else ["step"]
     missing = [m for m in methods if not callable(getattr(env, m, None))]
@@ -208,17 +176,13 @@ def close_env(env: Any) -> None:
         close()
 
 
-Facts = tuple[tuple[AgentSpec, ...], bool]
-"""A mission's agents and whether it is turn-based, read from a throwaway environment."""
+Facts = tuple[tuple[AgentSpec, ...], bool]  # a mission's agents, and whether turn-based
 _FACTS: dict[Mission, Facts] = {}
 _MAX_FACTS = 64
 
 
 def _facts_of(mission: Mission) -> Facts:
-    facts = _FACTS.get(mission)
-    if facts is None:
-        facts = _remember(mission, _read_facts(mission))
-    return facts
+    return _FACTS.get(mission) or _remember(mission, _read_facts(mission))
 
 
 def _remember(mission: Mission, facts: Facts) -> Facts:
@@ -229,7 +193,6 @@ def _remember(mission: Mission, facts: Facts) -> Facts:
 
 
 def _read_facts(mission: Mission) -> Facts:
-    """Build, reset and read the mission's environment once (a throwaway)."""
     with mission.open_env() as env:
         env.reset(seed=0)
         if not env.possible_agents:
@@ -240,22 +203,20 @@ def _read_facts(mission: Mission) -> Facts:
     return facts
 
 
-_CLOSING = 0
-"""What :func:`_read_facts` marks acting (in a worker) while the environment is closed."""
+_CLOSING = 0  # what _read_facts marks acting (in a worker) while the env is closed
 
 
 def is_foreign(mission: Mission) -> bool:
-    """Whether the mission's environment is code from outside parcat (which may exit,
-    crash or hang the process that runs it)."""
+    """Whether the mission's environment is code from outside parcat (which may exit, crash
+    or hang its process)."""
     return not mission.env.startswith("parcat.")
 
 
 def validate_env(mission: Mission) -> None:
     """Build the mission's environment once so bad parameters fail before any run.
 
-    An environment from outside parcat is built and reset in a worker process
-    (:func:`~parcat.ipc.process.call_in_worker`): its exit, crash or hang ends the worker
-    and is one line here. What it read (agents, spaces) is kept for :meth:`Mission.agents`.
+    One from outside parcat is built and reset in a worker process, so its exit, crash or
+    hang is one line here; what it read is kept for :meth:`Mission.agents`.
 
     Raises:
         MissionError: bad parameters, or the environment's code raised (exit code 2).
@@ -278,9 +239,8 @@ def validate_env(mission: Mission) -> None:
 
 def mission_dirs() -> list[Path]:
     """Folders searched for missions by name, first match wins."""
-    dirs = [Path.cwd() / "missions", BUILTIN_DIR]
     unique: list[Path] = []
-    for d in dirs:
+    for d in (Path.cwd() / "missions", BUILTIN_DIR):
         if d.is_dir() and all(d.resolve() != u.resolve() for u in unique):
             unique.append(d)
     return unique
@@ -288,11 +248,7 @@ def mission_dirs() -> list[Path]:
 
 def mission_files() -> dict[str, Path]:
     """Every mission reachable by name, mapped to its file."""
-    found: dict[str, Path] = {}
-    for d in mission_dirs():
-        for path in sorted(d.glob("*.yaml")):
-            found.setdefault(path.stem, path)
-    return found
+    return {path.stem: path for d in reversed(mission_dirs()) for path in d.glob("*.yaml")}
 
 
 def shadows_builtin(path: Path) -> bool:
@@ -303,22 +259,15 @@ def shadows_builtin(path: Path) -> bool:
 
 def shadow_note(name: str, path: Path) -> str:
     """The note shown when ``./missions/`` has a file of a built-in mission's name."""
-    return f"mission '{clip(name)}' is {_shown(path)}, not the built-in one"
-
-
-def _shown(path: Path) -> str:
+    shown = str(path)
     with contextlib.suppress(ValueError):
-        return f"./{path.relative_to(Path.cwd())}"
-    return str(path)
+        shown = f"./{path.relative_to(Path.cwd())}"
+    return f"mission '{clip(name)}' is {shown}, not the built-in one"
 
 
 def list_missions(problems: list[str] | None = None) -> list[Mission]:
-    """Load every mission reachable by name, sorted by name.
-
-    Args:
-        problems: When given, a file that cannot be read is left out and its one-line
-            message appended here (else its :class:`MissionError` is raised).
-    """
+    """Load every mission reachable by name, sorted by name; with ``problems``, a file that
+    cannot be read is left out and its message appended there (else raised)."""
     missions = []
     for _, path in sorted(mission_files().items()):
         try:
@@ -337,11 +286,8 @@ def load_mission(name_or_path: str, overrides: Mapping[str, Any] | None = None,
     Args:
         name_or_path: A mission name, YAML path, ``gymnasium:ID``, ``module:callable`` or
             module path.
-        overrides: ``--set`` parameters.
-        check_code: Called with every code reference the mission would import (its
-            environment and heuristic, or the name itself) before anything is imported;
-            raises to refuse it (a mission a file named: :func:`parcat.core.imports.
-            require_trusted`).
+        check_code: Called with every code reference the mission would import, before it
+            is imported; raises to refuse it (``require_trusted``).
 
     Raises:
         MissionError: unknown name, unreadable or malformed file, bad parameters.
@@ -371,25 +317,16 @@ def load_mission(name_or_path: str, overrides: Mapping[str, Any] | None = None,
     return mission.with_overrides(overrides or {})
 
 
+# module:callable, or a dotted module path (pettingzoo.classic.connect_four_v3)
 _FACTORY = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*(:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*"
                       r"|\.[A-Za-z_][\w]*)")
-"""``module:callable``, or a dotted module path (``pettingzoo.classic.connect_four_v3``)."""
 MODULE_FACTORIES = ("parallel_env", "env")
-"""What a module named as a mission provides, in order of preference (PettingZoo's names:
-a parallel environment where there is one, else the turn-based ``env``)."""
+"""What a module named as a mission provides, by preference (PettingZoo's names)."""
 
 
 def factory_mission(name: str, overrides: Mapping[str, Any]) -> Mission:
-    """``module:callable`` or a module path as a mission, without a YAML file.
-
-    A module path uses the module's ``parallel_env`` (else its ``env``), as PettingZoo's
-    environment modules provide them. Every ``--set`` key goes to the factory as a keyword
-    argument (``max_steps`` excepted: parcat's own step limit, default
-    :data:`DEFAULT_MAX_STEPS`). There is no heuristic.
-
-    Raises:
-        MissionError: the module or callable cannot be found, or the factory fails.
-    """
+    """``module:callable`` or a module path (its ``parallel_env``, else ``env``) as a mission
+    without heuristic; every ``--set`` key but ``max_steps`` goes to the factory."""
     reference = name
     if ":" not in name:
         try:
@@ -404,49 +341,40 @@ def factory_mission(name: str, overrides: Mapping[str, Any]) -> Mission:
         reference = f"{name}:{found[0]}"
     params = dict(overrides)
     max_steps = params.pop("max_steps", DEFAULT_MAX_STEPS)
-    _check_step_limit(f"mission '{clip(name)}'", "max_steps", max_steps)
-    mission = Mission(name=name, env=reference, params=params, max_steps=max_steps,
-                      description=f"environment {reference}", source=reference)
-    validate_env(mission)
-    return mission
+    return _direct_mission(name, reference, params, max_steps, f"environment {reference}",
+                           reference)
 
 
 def gymnasium_mission(name: str, overrides: Mapping[str, Any]) -> Mission:
-    """``gymnasium:ENV_ID`` as a one-agent mission, without a YAML file.
-
-    Every ``--set`` key goes to ``gymnasium.make`` as a keyword argument (``max_steps``
-    excepted: parcat's own step limit); the step limit is the environment's registered
-    ``max_episode_steps`` (or ``max_episode_steps`` given with ``--set``). There is no
-    heuristic.
-
-    Raises:
-        MissionError: the id is not registered, or the environment rejects the arguments.
-    """
+    """``gymnasium:ENV_ID`` as a one-agent mission without heuristic; every ``--set`` key but
+    ``max_steps`` goes to ``gymnasium.make``, and the step limit defaults to the registered
+    ``max_episode_steps``."""
     env_id = name.removeprefix(GYMNASIUM_PREFIX)
     try:
         spec = gymnasium.spec(env_id)
     except gymnasium.error.Error:
-        raise MissionError(
-            f"mission '{clip(name)}': gymnasium has no environment '{clip(env_id)}'; list the "
-            "registered ids with: python -c \"import gymnasium; print(*gymnasium.registry)\""
-        ) from None
+        raise MissionError(f"mission '{clip(name)}': gymnasium has no environment "
+                           f"'{clip(env_id)}'; list the registered ids with: python -c "
+                           "\"import gymnasium; print(*gymnasium.registry)\"") from None
     params = dict(overrides)
     registered = params.get("max_episode_steps", spec.max_episode_steps)
     max_steps = params.pop("max_steps", registered or DEFAULT_MAX_STEPS)
+    return _direct_mission(name, name, params, max_steps, f"gymnasium environment {env_id}",
+                           "gymnasium")
+
+
+def _direct_mission(name: str, env: str, params: dict[str, Any], max_steps: Any,
+                    description: str, source: str) -> Mission:
+    """A mission named on the command line rather than in a file, validated."""
     _check_step_limit(f"mission '{clip(name)}'", "max_steps", max_steps)
-    mission = Mission(name=name, env=name, params=params, max_steps=max_steps,
-                      description=f"gymnasium environment {env_id}", source="gymnasium")
+    mission = Mission(name=name, env=env, params=params, max_steps=max_steps,
+                      description=description, source=source)
     validate_env(mission)
     return mission
 
 
 def _is_file(name_or_path: str) -> bool:
-    """Whether a mission argument names a file; one line for what no file can be called.
-
-    Raises:
-        MissionError: a NUL character, more than :data:`MAX_PATH_LENGTH` characters, or a
-            name the system refuses (a part longer than 255 bytes).
-    """
+    """Whether a mission argument names a file; one line for what no file can be called."""
     shown = clip(name_or_path)
     if not isinstance(name_or_path, str):
         raise MissionError(f"a mission must be a name or a YAML path, got {brief(name_or_path)}")
@@ -471,13 +399,11 @@ def _check_step_limit(where: str, key: str, value: Any) -> None:
 
 
 def _mission_name(value: Any, path: Path) -> str:
-    """The ``name`` key, or the file's stem; printable and at most :data:`MAX_NAME_LENGTH`."""
+    """The ``name`` key, or the file's stem; printable and at most ``MAX_NAME_LENGTH``."""
     name = str(value or path.stem)
     if len(name) > MAX_NAME_LENGTH or not name.isprintable():
-        raise MissionError(
-            f"mission file '{path}': 'name' must be printable text of at most {MAX_NAME_LENGTH} "
-            f"characters, got {brief(name)}"
-        )
+        raise MissionError(f"mission file '{path}': 'name' must be printable text of at most "
+                           f"{MAX_NAME_LENGTH} characters, got {brief(name)}")
     return name
 
 
@@ -500,10 +426,8 @@ def read_mission(path: Path) -> Mission:
                            f"{', '.join(sorted(_KEYS))}")
     env = data.get("env")
     if not isinstance(env, str) or ":" not in env:
-        raise MissionError(
-            f"mission file '{path}': key 'env' must be 'module:callable' or 'gymnasium:ID', "
-            f"got {brief(env)}"
-        )
+        raise MissionError(f"mission file '{path}': key 'env' must be 'module:callable' or "
+                           f"'gymnasium:ID', got {brief(env)}")
     params = data.get("params") or {}
     if not isinstance(params, dict) or not all(isinstance(key, str) for key in params):
         raise MissionError(f"mission file '{path}': key 'params' must be a mapping of "
@@ -514,14 +438,7 @@ def read_mission(path: Path) -> Mission:
     if fresh_env is not None and not isinstance(fresh_env, bool):
         raise MissionError(f"mission file '{path}': 'fresh_env' must be true or false, "
                            f"got {brief(fresh_env)}")
-    return Mission(
-        name=_mission_name(data.get("name"), path),
-        env=env,
-        params=params,
-        description=str(data.get("description", "")),
-        heuristic=data.get("heuristic"),
-        max_steps=max_steps,
-        source=str(path),
-        fresh_env=fresh_env,
-    )
+    return Mission(name=_mission_name(data.get("name"), path), env=env, params=params,
+                   description=str(data.get("description", "")), heuristic=data.get("heuristic"),
+                   max_steps=max_steps, source=str(path), fresh_env=fresh_env)
 

@@ -1,11 +1,8 @@
 """Turn-based (PettingZoo AEC) environments: one agent acts at a time.
 
-An AEC environment (``agent_iter()``, ``last()``, ``step(action)``; PettingZoo's classic
-games) runs natively: parcat walks ``agent_iter``, asks the acting agent's policy for one
-action on what ``last()`` shows it, and sums each agent's rewards as ``last()`` reports
-them (the reward accumulated since that agent's previous turn, so every reward is
-counted once). Seeds, results and the equality of parallel and sequential runs are the
-same as for parallel environments.
+parcat walks ``agent_iter``, asks the acting agent's policy for one action on what ``last()``
+shows it, and sums each agent's rewards as ``last()`` reports them (the reward accumulated
+since that agent's previous turn, so every reward is counted once).
 """
 
 from __future__ import annotations
@@ -15,8 +12,7 @@ from typing import Any
 
 import numpy as np
 
-Act = Callable[[dict[Any, Any], list[Any]], dict[Any, Any]]
-"""A stepper's ``act(observations, live_agents) -> actions``."""
+Act = Callable[[dict[Any, Any], list[Any]], dict[Any, Any]]  # a stepper's act(obs, live)
 
 
 def is_turn_based(env: Any) -> bool:
@@ -29,11 +25,10 @@ def play_turns(env: Any, act: Act, totals: dict[Any, float], max_moves: int,
                on_turn: Callable[[Any, float], None] | None = None) -> int:
     """Play a reset AEC ``env`` to its end (or ``max_moves`` moves); return the moves made.
 
-    Agents that are done are stepped with ``None``, as the API asks, and their final
-    rewards counted; a move is a live agent's action. At the move limit, each agent is
-    credited what it has accumulated but not yet been shown. ``on_move(moves)`` is called
-    after every move (a true return ends the game there), ``on_turn(agent, reward shown)``
-    once the agent has moved.
+    Done agents are stepped with ``None``, as the API asks; a move is a live agent's action.
+    At the move limit, each agent is credited what it has accumulated but not been shown.
+    ``on_move(moves)`` runs after every move (true ends the game), ``on_turn(agent, reward
+    shown)`` once the agent has moved.
     """
     moves = 0
     for agent in env.agent_iter():

@@ -17,15 +17,5 @@ from parcat.sim.progress import SimProgress
 from parcat.sim.record import SimRecord
 from parcat.sim.run import SimMode, run_sim
 
-__all__ = [
-    "AgentConfig",
-    "DebugConfig",
-    "SimConfig",
-    "SimMode",
-    "SimProgress",
-    "SimRecord",
-    "load_sim_config",
-    "parse_sim_config",
-    "run_sim",
-    "summarize",
-]
+__all__ = ["AgentConfig", "DebugConfig", "SimConfig", "SimMode", "SimProgress", "SimRecord",
+           "load_sim_config", "parse_sim_config", "run_sim", "summarize"]

@@ -1,26 +1,23 @@
 """One simulated agent: its policy, its cycle schedule and its timing statistics.
 
 The same :class:`AgentRunner` computes an agent's actions in the sequential simulation, in
-the environment's process (lockstep agents) and in the agent's own process (parallel mode),
-so the three cannot disagree on when a policy is reset or how a cycle is counted.
-
-Schedules are integer nanoseconds from the run's start: cycle ``m`` of an agent starts at
-``m * cycle_ns``. After a cycle that started at ``t`` and ended at ``end`` the next one starts
-at the first boundary after ``end`` (after ``t`` in simulated time, where computing takes no
-time); boundaries skipped because the computation ran over are counted as ``missed``.
+the environment's process (lockstep agents) and in the agent's own process, so they cannot
+disagree on when a policy is reset or how a cycle is counted. Cycle ``m`` of an agent starts
+at ``m * cycle_ns`` from the run's start; the next cycle starts at the first boundary after
+the computation ended (after its start in simulated time), and the boundaries skipped are
+``missed``.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from typing import Any
 
 from parcat.core import seeding
 from parcat.core.errors import USER_CODE_ERRORS
 from parcat.envs.missions import Mission
-from parcat.policies.builtin import noop_action
 from parcat.policies.specs import make_policy
 from parcat.sim.config import AgentConfig
 
@@ -41,11 +38,9 @@ class InForce:
     """The action an agent has in force at an environment step, and where it came from."""
 
     action: Any
-    """The action the environment applies."""
     based_on: int = -1
     """The environment step whose observation it was computed from; -1: the default action."""
     compute_s: float = math.nan
-    """Seconds the policy took to compute it."""
 
 
 @dataclass
@@ -53,17 +48,13 @@ class CycleStats:
     """How often an agent computed an action and how long that took."""
 
     cycles: int = 0
-    """Actions computed."""
     first_ns: int = -1
-    """Start of the first cycle (ns from the run's start)."""
+    """Start of the first cycle (ns from the run's start); ``last_ns`` of the last."""
     last_ns: int = -1
-    """Start of the last cycle."""
     missed: int = 0
     """Cycle boundaries skipped because a computation ran past them."""
     compute_sum_ns: int = 0
-    """Total compute time."""
     compute_max_ns: int = 0
-    """Longest compute time."""
 
     def add(self, start_ns: int, compute_ns: int) -> None:
         """Count one cycle that started at ``start_ns`` and computed for ``compute_ns``."""
@@ -76,8 +67,7 @@ class CycleStats:
 
     def as_fields(self) -> list[int]:
         """The numbers in a fixed order (for shared memory)."""
-        return [self.cycles, self.first_ns, self.last_ns, self.missed, self.compute_sum_ns,
-                self.compute_max_ns]
+        return list(astuple(self))
 
     @classmethod
     def from_fields(cls, values: Any) -> CycleStats:
@@ -87,13 +77,10 @@ class CycleStats:
     def to_dict(self, due: int | None = None, cycle_ns: int = 1) -> dict[str, float]:
         """JSON-ready numbers, with the achieved cycle time and mean compute time.
 
-        Args:
-            due: The cycles the agent's rate should have produced over the run (its cycle
-                boundaries up to the run's end). The ones it did not complete are missed —
-                also those of an agent frozen in a computation, whose own count stopped —
-                and the achieved cycle time is the run's time per completed cycle.
-                ``None``: the measured time between the first and the last cycle.
-            cycle_ns: The requested cycle time (with ``due``).
+        ``due`` is the cycles the agent's rate should have produced over the run (of
+        ``cycle_ns`` each): those it did not complete are missed (also those of an agent
+        frozen in a computation, whose own count stopped) and the achieved cycle time is the
+        run's time per completed cycle. ``None``: the mean time between its cycles.
         """
         missed = self.missed
         if due is None:
@@ -128,14 +115,8 @@ class CycleClock:
 
 @dataclass
 class AgentRunner:
-    """Builds an agent's policy, resets it per episode and times every action.
-
-    Args:
-        config: The agent.
-        mission: The mission (policies may read its parameters).
-        seed: The run's seed; episode ``e`` resets the policy with
-            ``agent_seed(seed, mission, e, agent_index)``, as ``run_episode`` would.
-    """
+    """Builds an agent's policy, resets it per episode with the seed ``run_episode`` would
+    give it, and times every action."""
 
     config: AgentConfig
     mission: Mission
@@ -145,14 +126,12 @@ class AgentRunner:
 
     def __post_init__(self) -> None:
         self.policy = make_policy(self.config.policy, self.mission, self.config.spec)
-        self.default = noop_action(self.config.spec.action_space)
+        self.clock = CycleClock(self.config.cycle_ns)
+        """When its next cycle is due (cycled agents)."""
 
     def act(self, obs: Any, step: int, episode: int, start_ns: int) -> InForce:
-        """Compute an action from the observation of env ``step`` (of ``episode``).
-
-        Raises:
-            AgentFailure: the policy raised in ``reset`` or ``step``.
-        """
+        """Compute an action from the observation of env ``step`` (of ``episode``); a policy
+        that raises is an :class:`AgentFailure`."""
         try:
             if episode != self.episode:
                 index = self.config.spec.agent_index

@@ -1,10 +1,9 @@
 """Checking the values of a YAML configuration: one :class:`ConfigError` line per problem.
 
-Every message starts with the file (or ``command line``) and names the key. A message never
-echoes what a file holds — a config may name any file, ``/etc/shadow`` included: unknown keys
-are named by their position, bad values by their kind (``got text``), and messages of other
-parcat modules have the file's text in quotes redacted (:func:`redact`). Values typed on the
-command line are shown as they are.
+Every message starts with the file (or ``command line``) and names the key, but never echoes
+what a file holds (a config may name any file, ``/etc/shadow`` included): unknown keys are
+named by their position, bad values by their kind (``got text``), and other modules' messages
+are :func:`redact`-ed. Values typed on the command line are shown as they are.
 """
 
 from __future__ import annotations
@@ -45,14 +44,10 @@ def check_keys(data: Mapping[Any, Any], valid: tuple[str, ...], source: str,
                prefix: str) -> None:
     """Reject the first unknown key, by its position, suggesting the closest valid one."""
     for position, key in enumerate(data, 1):
-        if key in valid:
-            continue
-        close = difflib.get_close_matches(key, valid, n=1) if isinstance(key, str) else []
-        hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
-        scope = f" of '{prefix[:-1]}'" if prefix else ""
-        raise ConfigError(
-            f"{source}: unknown key #{position}{scope}{hint}; valid: {', '.join(sorted(valid))}"
-        )
+        if key not in valid:
+            scope = f" of '{prefix[:-1]}'" if prefix else ""
+            raise ConfigError(f"{source}: unknown key #{position}{scope}"
+                              f"{_hint(key, valid, prefix)}; valid: {', '.join(sorted(valid))}")
 
 
 def check_parameters(layer: Mapping[Any, Any], known: tuple[str, ...], where: str,
@@ -60,12 +55,13 @@ def check_parameters(layer: Mapping[Any, Any], known: tuple[str, ...], where: st
     """Reject a file's unknown mission parameter by its position (its name is the file's)."""
     for position, key in enumerate(layer, 1):
         if key not in known:
-            close = difflib.get_close_matches(key, known, n=1) if isinstance(key, str) else []
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise ConfigError(
-                f"{where}: key #{position} is no parameter of mission '{mission}'{hint}; "
-                f"known: {', '.join(sorted(set(known)))}"
-            )
+            raise ConfigError(f"{where}: key #{position} is no parameter of mission '{mission}'"
+                              f"{_hint(key, known)}; known: {', '.join(sorted(set(known)))}")
+
+
+def _hint(key: Any, valid: tuple[str, ...], prefix: str = "") -> str:
+    close = difflib.get_close_matches(key, valid, n=1) if isinstance(key, str) else []
+    return f" (did you mean '{prefix}{close[0]}'?)" if close else ""
 
 
 def check_seconds(value: Any, source: str, key: str, least: float, most: float) -> float:
@@ -114,8 +110,8 @@ def describe(value: Any) -> str:
 
 
 def redact(message: str, values: Iterable[Any]) -> str:
-    """``message`` (of another parcat module) without a file's ``values``: text where it
-    is quoted, numbers where they stand alone, each replaced by ``...``."""
+    """``message`` (of another parcat module) with a file's ``values`` replaced by ``...``:
+    text where it is quoted, numbers where they stand alone."""
     texts: set[str] = set()
     numbers: set[str] = set()
     for value in _scalars(values):
@@ -155,8 +151,8 @@ def spec_parts(text: str) -> list[str]:
 
 
 def _shown(value: Any, source: str, low: float, high: float | None) -> str:
-    """The value itself when it was typed on the command line, else only its kind (and on
-    which side of the range a number fell)."""
+    """The value itself when typed on the command line, else its kind (and on which side of
+    the range a number fell)."""
     if source == COMMAND_LINE:
         return repr(value)
     if isinstance(value, int | float) and not isinstance(value, bool) and value == value:

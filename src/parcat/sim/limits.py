@@ -1,9 +1,5 @@
-"""How big a simulation may be: caps checked with its config, before anything is allocated.
-
-A run allocates its whole record up front (``iters`` rows of every array) and, in parallel
-mode, starts a process per listed agent and sleeps through ``iters * period`` of wall time;
-a typo such as ``iters: 1e11`` must be one line naming the key, never a ``MemoryError``.
-"""
+"""How big a simulation may be, checked with its config: a run allocates its whole record up
+front, so a typo such as ``iters: 1e11`` must be one line naming the key, not a MemoryError."""
 
 from __future__ import annotations
 
@@ -16,25 +12,19 @@ if TYPE_CHECKING:
     from parcat.sim.config import SimConfig
 
 MAX_ITERS = 100_000_000
-"""Most environment steps in one run."""
 MIN_SECONDS = 1e-6
-"""Shortest ``period`` and ``cycle_time``: a million steps or actions a second."""
+"""Shortest ``period`` and ``cycle_time``; ``MAX_SECONDS`` the longest."""
 MAX_SECONDS = 3600.0
-"""Longest ``period`` and ``cycle_time``: one an hour."""
 MAX_DURATION_S = 7 * 24 * 3600.0
-"""Longest run, ``iters * period``: a week."""
+"""Longest run, ``iters * period``."""
 MAX_AGENTS = 1024
-"""Most agents in the mission."""
 MAX_PROCESS_AGENTS = 128
 """Most listed agents (each is a process of its own in parallel mode)."""
 MAX_RECORD_BYTES = 2 * 1024**3
-"""Largest record (its arrays are allocated when the run starts)."""
 MAX_SEED = 2**63 - 1
 
-_FIXED_STEP_BYTES = 8 + 8 + 4 + 4
-"""``time_s``, ``step_cost_s``, ``episode``, ``episode_step``."""
-_AGENT_STEP_BYTES = 5 * 8
-"""``based_on``, ``compute_s``, ``reward``, ``age_steps``, ``age_s`` of one agent."""
+_FIXED_STEP_BYTES = 8 + 8 + 4 + 4  # time_s, step_cost_s, episode, episode_step
+_AGENT_STEP_BYTES = 5 * 8  # based_on, compute_s, reward, age_steps, age_s
 
 
 def step_bytes(config: SimConfig) -> int:

@@ -1,22 +1,11 @@
-"""Evaluating a simulation record: mission metrics, environment rate, agent latency.
+"""Evaluating a simulation record (``summary.json``, ``parcat sim --format json``).
 
-The summary document (``summary.json``, ``parcat sim --format json``) has
-``"schema": "parcat.sim", "version": 1`` and three sections:
-
-- ``mission``: episodes (complete ones, and all), and the mean over complete episodes of
-  every number the environment's ``episode_stats()`` reports (over all episodes if none is
-  complete); a statistic named ``*_step`` also gets ``*_time_s`` (times the period), e.g.
-  ``capture_time_s`` for ``evade``;
-- ``env``: requested and achieved step rate, step-interval percentiles, lateness against
-  the schedule (paced parallel runs) and the cost of a step;
-- ``agents``: per agent, its ``kind`` (``cycled``: acts at its own ``cycle_time``, in its
-  own process in parallel mode; ``lockstep``: an agent the config does not list, computed
-  in the environment's process every step), requested and achieved cycle time, cycles and
-  missed cycles, action age (mean, p95, max in steps; mean and p95 in ms), compute time (mean, max),
-  and the steps played with the default action because none had arrived yet. A cycled agent's
-  missed cycles are those its rate should have produced in the run's time (wall time in
-  parallel mode) minus those it completed, and its achieved cycle time is the run's time per
-  completed cycle, so an agent that froze (a policy stuck in a call, a stopped process) shows.
+Three sections: ``mission_metrics`` (episodes, and the mean of every ``episode_stats()``
+number; a ``*_step`` one also as ``*_time_s``), ``env`` (requested and achieved step rate,
+intervals, lateness against the schedule, step cost) and ``agents`` (per agent: ``cycled``, at
+its own ``cycle_time``, or ``lockstep``, computed in the environment's process every step;
+cycle time, cycles, missed cycles, action age, compute time, and steps played with the default
+action). A cycled agent's missed cycles count against the run's time, so one that froze shows.
 """
 
 from __future__ import annotations
@@ -26,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from parcat.sim.record import SimRecord, jsonable
+from parcat.core.jsontext import finite
+from parcat.sim.record import SimRecord
 
 
 def summarize(record: SimRecord) -> dict[str, Any]:
@@ -47,14 +37,14 @@ def summarize(record: SimRecord) -> dict[str, Any]:
         "agents": [agent_metrics(record, i) for i in range(len(meta["agents"]))],
         "files": list(record.files),
     }
-    result: dict[str, Any] = jsonable(document)
+    result: dict[str, Any] = finite(document)
     return result
 
 
 def mission_metrics(record: SimRecord) -> dict[str, Any]:
     """Episode counts and the mean of every ``episode_stats()`` number over the episodes
-    that ended; with none ended, the running episode's numbers, except ``*_step`` ones
-    (a capture step an unfinished episode reports is its step limit, not an event)."""
+    that ended; with none ended, the running episode's, except ``*_step`` ones (a capture
+    step an unfinished episode reports is its step limit, not an event)."""
     episodes = record.meta["episodes"]
     complete = [e for e in episodes if e["complete"]]
     chosen = complete or episodes

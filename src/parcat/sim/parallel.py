@@ -1,20 +1,17 @@
 """The parallel simulation: the environment and every agent in its own process, in real time.
 
 The parent creates the shared block (and alone unlinks it), starts the environment process
-and one process per non-lockstep agent (:mod:`parcat.sim.workers`), waits until every one
-is ready, sends them all the same start instant, and then only watches: the pipes for
-``done`` or ``error`` and the process sentinels for a death, with a timeout on every wait.
-A failure anywhere — an agent that raises or dies, an environment that stops making
-progress — ends the run with a :class:`~parcat.core.errors.WorkerError` naming the agent;
-whatever happens, every process is stopped (STOP flag, ``close``, SIGTERM, SIGKILL) and the
-block is unlinked before this returns. Ctrl-C (or the CLI's SIGTERM) stops the run and
-returns the steps done so far, marked ``interrupted`` — none if it came before the first.
+and one process per non-lockstep agent (:mod:`parcat.sim.workers`), waits until every one is
+ready, sends them all the same start instant, and then only watches the pipes and the
+processes, with a timeout on every wait. A failure anywhere (an agent that raises or dies, an
+environment that makes no progress) is a :class:`~parcat.core.errors.WorkerError` naming the
+agent; whatever happens, every process is stopped and the block unlinked before this returns.
+Ctrl-C (or the CLI's SIGTERM) returns the steps done so far, marked ``interrupted``.
 
-Against the sequential twin, real time adds what a robot would see: an action computed
-from step ``j``'s observation lands in the first step after its computation ends, so a fast
-agent whose cycle boundary coincides with an environment step races it and its action is
-0–1 steps older than in simulated time; a slow agent acts on observations as old as its
-compute time; and the first step(s) may run on the neutral action before any arrived.
+Against the sequential twin, real time adds what a robot would see: an action lands in the
+first step after its computation ends, so a fast agent whose cycle boundary coincides with a
+step races it and its action is 0-1 steps older than in simulated time; a slow agent acts on
+observations as old as its compute time; and the first steps may run on the neutral action.
 """
 
 from __future__ import annotations
@@ -24,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing import resource_tracker
-from typing import Any, NoReturn
+from typing import Any
 
 from parcat.core.errors import WorkerError
 from parcat.ipc.process import (
@@ -37,23 +34,18 @@ from parcat.ipc.process import (
     stop_all,
     wait_any,
 )
-from parcat.sim.agent import CycleStats, describe_agent
+from parcat.sim.agent import describe_agent
 from parcat.sim.config import SimConfig
-from parcat.sim.progress import SimProgress
+from parcat.sim.progress import PROGRESS_EVERY_S, SimProgress
 from parcat.sim.record import SimRecord, make_record
 from parcat.sim.slots import H_EPISODE, H_STEP, SimBlock
 from parcat.sim.workers import attach_block, make_agent, make_env
 from parcat.sim.world import WorldResult, empty_result
 
-READY_TIMEOUT_S = 120.0
-"""Longest wait for every process to build its environment or policy."""
-START_MARGIN_NS = 50_000_000
-"""The start instant is this far ahead, so every process has it before it arrives."""
-STALL_TIMEOUT_S = 30.0
-"""An environment whose step counter does not move for this long is considered hung."""
-COLLECT_TIMEOUT_S = 10.0
-"""Longest wait for the environment's record after a stop (Ctrl-C)."""
-PROGRESS_EVERY_S = 1.0
+READY_TIMEOUT_S = 120.0  # for every process to build its environment or policy
+START_MARGIN_NS = 50_000_000  # so that every process has the start instant before it comes
+STALL_TIMEOUT_S = 30.0  # an environment whose step counter does not move this long is hung
+COLLECT_TIMEOUT_S = 10.0  # for the environment's record after a stop (Ctrl-C)
 
 
 class RemoteTraceback(Exception):
@@ -61,8 +53,8 @@ class RemoteTraceback(Exception):
 
 
 class StalledError(WorkerError):
-    """The environment made no progress; ``record`` holds the steps it made before, when
-    its process could still send them (else ``None``)."""
+    """The environment made no progress; ``record`` holds the steps it made before, when its
+    process could still send them."""
 
     def __init__(self, message: str, record: SimRecord | None = None) -> None:
         super().__init__(message)
@@ -71,9 +63,8 @@ class StalledError(WorkerError):
 
 @dataclass(eq=False)  # compared by identity: fields hold processes and pipes
 class _Child:
-    """A simulation process and how messages name it."""
-
     label: str
+    """How messages name the process."""
     worker: Worker
 
 
@@ -83,7 +74,6 @@ def run_parallel(config: SimConfig, fast: bool = False,
     """Run the simulation with the environment and every agent in its own process.
 
     Args:
-        config: The simulation.
         fast: Step the environment as fast as it goes instead of once per period.
         on_progress: Called about once a second while the environment runs.
         start_method: ``forkserver`` (default where available) or ``spawn``.
@@ -94,11 +84,11 @@ def run_parallel(config: SimConfig, fast: bool = False,
     try:
         block, held = _create_block(config)
     except KeyboardInterrupt:  # nothing of the run exists yet
-        return make_record(config, "parallel", fast, empty_result(config), {}, 0.0, True)
+        return make_record(config, "parallel", fast, empty_result(config), True)
     children: list[_Child] = []
     try:
-        done, interrupted = _run(config, block, held, children, fast, on_progress,
-                                 start_method)
+        result, interrupted = _run(config, block, held, children, fast, on_progress,
+                                   start_method)
     except StalledError as stall:
         stall.record = _stopped_record(children[0], config, fast)
         raise
@@ -106,14 +96,7 @@ def run_parallel(config: SimConfig, fast: bool = False,
         block.stop()
         stop_all(c.worker for c in children)
         block.close()
-    return _record(config, fast, done, interrupted)
-
-
-def _record(config: SimConfig, fast: bool,
-            done: tuple[WorldResult, dict[int, CycleStats], float], stopped: bool) -> SimRecord:
-    result, cycles, wall_s = done
-    return make_record(config, "parallel", fast, result, {**cycles, **result.cycles}, wall_s,
-                       stopped)
+    return make_record(config, "parallel", fast, result, interrupted)
 
 
 def _stopped_record(env: _Child, config: SimConfig, fast: bool) -> SimRecord | None:
@@ -121,7 +104,7 @@ def _stopped_record(env: _Child, config: SimConfig, fast: bool) -> SimRecord | N
     a native call or a stopped process does not answer) and it sends what it has."""
     env.worker.process.terminate()
     try:
-        return _record(config, fast, _collect(env), True)
+        return make_record(config, "parallel", fast, _collect(env), True)
     except KeyboardInterrupt:  # nothing came
         return None
 
@@ -129,9 +112,7 @@ def _stopped_record(env: _Child, config: SimConfig, fast: bool) -> SimRecord | N
 def _create_block(config: SimConfig) -> tuple[SimBlock, set[int | signal.Signals]]:
     """The run's shared block, created with Ctrl-C and SIGTERM held back (an interrupt in
     the middle would leave a block no one unlinks); returns the signal mask to restore.
-
-    The resource tracker is started first: starting it unblocks both signals.
-    """
+    The resource tracker is started first: starting it unblocks both signals."""
     resource_tracker.ensure_running()
     held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
@@ -144,9 +125,9 @@ def _create_block(config: SimConfig) -> tuple[SimBlock, set[int | signal.Signals
 def _run(config: SimConfig, block: SimBlock, held: set[int | signal.Signals],
          children: list[_Child], fast: bool,
          on_progress: Callable[[SimProgress], None] | None, start_method: str | None,
-         ) -> tuple[tuple[WorldResult, dict[int, CycleStats], float], bool]:
-    """Start the processes (into ``children``), run, and return the environment's result
-    and whether the run was interrupted; an interrupt before the start is an empty run."""
+         ) -> tuple[WorldResult, bool]:
+    """Start the processes (into ``children``) and run; return the environment's result and
+    whether the run was interrupted."""
     try:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a held signal is raised here
         ctx = get_context(start_method)
@@ -159,7 +140,7 @@ def _run(config: SimConfig, block: SimBlock, held: set[int | signal.Signals],
         for child in children:
             child.worker.send(("start", t0_ns))
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM while the processes start
-        return (empty_result(config), {}, 0.0), True
+        return empty_result(config), True
     try:
         return _monitor(children, block, config, t0_ns, on_progress), False
     except KeyboardInterrupt:
@@ -184,29 +165,22 @@ def _await_ready(children: list[_Child]) -> None:
             raise WorkerError(f"not ready after {READY_TIMEOUT_S:.0f} s: {labels}")
         wait_any([c.worker for c in waiting.values()], timeout=min(remaining, 1.0))
         for child in list(waiting.values()):
-            alive = child.worker.alive
-            message = _poll(child)
-            if message is not None and message[0] == "ok":
+            if _reply(child, 0) is not None:
                 del waiting[id(child)]
-            elif message is not None:
-                _raise_for(child, message, 0)
-            elif not alive:
-                _raise_died(child, 0)
 
 
 def _monitor(children: list[_Child], block: SimBlock, config: SimConfig, t0_ns: int,
-             on_progress: Callable[[SimProgress], None] | None,
-             ) -> tuple[WorldResult, dict[int, CycleStats], float]:
-    env = children[0]
+             on_progress: Callable[[SimProgress], None] | None) -> WorldResult:
     last_step, last_move = -1, time.monotonic()
     next_report = time.monotonic() + PROGRESS_EVERY_S
     while True:
         wait_any([c.worker for c in children], timeout=0.25)
         step = int(block.header[H_STEP])
         for child in children:
-            done = _check(child, child is env, step)
-            if done is not None:
-                return done
+            reply = _reply(child, step)
+            if reply is not None and child is children[0]:  # an agent's: it stopped with us
+                result: WorldResult = reply[1]
+                return result
         now = time.monotonic()
         if step != last_step:
             last_step, last_move = step, now
@@ -219,28 +193,31 @@ def _monitor(children: list[_Child], block: SimBlock, config: SimConfig, t0_ns: 
             on_progress(SimProgress(step, config.iters, int(block.header[H_EPISODE]), elapsed))
 
 
-def _check(child: _Child, is_env: bool, step: int,
-           ) -> tuple[WorldResult, dict[int, CycleStats], float] | None:
-    """The environment's result if it is done; raise if the child failed or died."""
+def _reply(child: _Child, step: int) -> tuple[Any, ...] | None:
+    """The child's ``ok`` reply if one came; raise if it failed or died."""
     alive = child.worker.alive
-    message = _poll(child)  # after is_alive: a child that reported and exited is read
-    if message is not None and message[0] == "ok":
-        return message[1] if is_env else None  # an agent's reply: it stopped with the run
+    message = _poll(child)  # after alive: a child that replied and exited is read
     if message is not None:
-        _raise_for(child, message, step)
+        if message[0] == "ok":
+            return message
+        if message[0] == "error":
+            report: ErrorReport = message[1]
+            raise WorkerError(report.message) from RemoteTraceback(report.traceback)
+        raise WorkerError(f"{child.label} sent an unexpected message {message[0]!r} at step "
+                          f"{step}")
     if not alive:
-        _raise_died(child, step)
+        raise WorkerError(f"{child.label} process {child.worker.describe()} at env step {step}")
     return None
 
 
-def _collect(env: _Child) -> tuple[WorldResult, dict[int, CycleStats], float]:
+def _collect(env: _Child) -> WorldResult:
     """The environment's record after a stop; Ctrl-C again if it does not come."""
     deadline = time.monotonic() + COLLECT_TIMEOUT_S
     while time.monotonic() < deadline:
         wait_any([env.worker], timeout=0.25)
         message = _poll(env)
         if message is not None and message[0] == "ok":
-            result: tuple[WorldResult, dict[int, CycleStats], float] = message[1]
+            result: WorldResult = message[1]
             return result
         if message is not None or not env.worker.alive:
             break
@@ -249,22 +226,10 @@ def _collect(env: _Child) -> tuple[WorldResult, dict[int, CycleStats], float]:
 
 def _poll(child: _Child) -> tuple[Any, ...] | None:
     """The child's next message, if one is waiting (``None`` on a broken pipe too)."""
-    conn = child.worker.conn
     try:
-        if conn.poll():
-            message: tuple[Any, ...] = conn.recv()
+        if child.worker.conn.poll():
+            message: tuple[Any, ...] = child.worker.conn.recv()
             return message
     except (EOFError, OSError):
-        return None
+        pass
     return None
-
-
-def _raise_for(child: _Child, message: tuple[Any, ...], step: int) -> NoReturn:
-    if message[0] == "error":
-        report: ErrorReport = message[1]
-        raise WorkerError(report.message) from RemoteTraceback(report.traceback)
-    raise WorkerError(f"{child.label} sent an unexpected message {message[0]!r} at step {step}")
-
-
-def _raise_died(child: _Child, step: int) -> NoReturn:
-    raise WorkerError(f"{child.label} process {child.worker.describe()} at env step {step}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+PROGRESS_EVERY_S = 1.0
+
 
 @dataclass(frozen=True)
 class SimProgress:

@@ -1,9 +1,5 @@
-"""``run_sim``: one simulation in the mode chosen at run time, and its output files.
-
-The mode is independent of the configuration: the same ``SimConfig`` runs in real time with
-the environment and every agent in its own process (``parallel``), or in simulated time in
-one process (``sequential``), and both produce the same record format.
-"""
+"""``run_sim``: one simulation, in real time with a process each (``parallel``) or in
+simulated time in one process (``sequential``), and its output files."""
 
 from __future__ import annotations
 
@@ -34,8 +30,7 @@ SUMMARY_FILE = "summary.json"
 SVG_FILE = "trajectories.svg"
 SUMMARY_SCHEMA = "parcat.sim"
 RECORD_SCHEMA = "parcat.sim.record"
-MAX_SUMMARY_BYTES = 1 << 24
-"""A summary.json is read up to this size to tell whether it is parcat's."""
+MAX_SUMMARY_BYTES = 1 << 24  # read of a summary.json to tell whether it is parcat's
 
 
 class SimMode(str, enum.Enum):
@@ -45,27 +40,12 @@ class SimMode(str, enum.Enum):
     SEQUENTIAL = "sequential"
 
 
-def run_sim(
-    config: SimConfig | str | Path,
-    mode: SimMode | str = SimMode.PARALLEL,
-    *,
-    fast: bool = False,
-    on_progress: Callable[[SimProgress], None] | None = None,
-    start_method: str | None = None,
-    write: bool = True,
-) -> SimRecord:
-    """Run a simulation and (if the config names an ``output`` folder) write its files.
-
-    Args:
-        config: A validated config, or the path of a sim YAML file.
-        mode: ``parallel`` (real time, a process each) or ``sequential`` (simulated time).
-        fast: Parallel mode: step the environment as fast as it goes, not once per period.
-        on_progress: Called about once a second while the run goes on.
-        start_method: Parallel mode: ``forkserver`` (default where available) or ``spawn``.
-        write: Write ``record.npz``, ``summary.json`` (and the SVG) into ``config.output``.
-
-    Returns:
-        The record; ``record.files`` lists what was written.
+def run_sim(config: SimConfig | str | Path, mode: SimMode | str = SimMode.PARALLEL, *,
+            fast: bool = False, on_progress: Callable[[SimProgress], None] | None = None,
+            start_method: str | None = None, write: bool = True) -> SimRecord:
+    """Run a simulation (``config``: a config or the path of a sim YAML file) and, with
+    ``write`` and an ``output`` folder, write its files, listed in ``record.files``. ``fast``
+    and ``start_method`` are those of :func:`~parcat.sim.parallel.run_parallel`.
 
     Raises:
         ConfigError: a bad config file or mode.
@@ -98,8 +78,8 @@ def run_sim(
 
 @contextlib.contextmanager
 def _held_output(output: str | None) -> Iterator[None]:
-    """Check the output folder, create it and hold its lock for the run (one writer per
-    folder); a run that writes nothing there leaves no folder it made."""
+    """Check the output folder, create it and hold its lock for the run; a run that writes
+    nothing there leaves no folder it made."""
     if not output:
         yield
         return
@@ -116,8 +96,7 @@ def _held_output(output: str | None) -> Iterator[None]:
 
 
 def _refuse_foreign_files(folder: Path) -> None:
-    """A file the run would write there that is not parcat's is refused before the run:
-    parcat replaces its own earlier outputs, never the user's files."""
+    """Refuse a file the run would replace that is not parcat's own earlier output."""
     for name, ours in ((RECORD_FILE, _is_record), (SUMMARY_FILE, _is_summary),
                        (SVG_FILE, _is_svg)):
         path = folder / name

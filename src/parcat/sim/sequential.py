@@ -2,11 +2,10 @@
 
 Step ``k`` happens at simulated time ``t_k = k * period``. An agent whose cycle boundary
 (``m * cycle_time``) has been reached by ``t_k`` computes a new action from the observation
-of step ``k`` — computing takes no simulated time, so that action is in force at step ``k``
-— and its next cycle starts at the first boundary after ``t_k``. Otherwise its previous
-action stays in force and grows older. Everything runs on integer nanoseconds, so the run
-is a pure function of the configuration; with every ``cycle_time`` equal to the period it
-is exactly a lockstep rollout (``run_episode`` with the same seeds).
+of step ``k`` (in force at step ``k``: computing takes no simulated time), and its next cycle
+starts at the first boundary after ``t_k``; otherwise its previous action stays in force and
+grows older. Everything runs on integer nanoseconds, so the run is a pure function of the
+configuration; with every ``cycle_time`` equal to the period it is exactly a lockstep rollout.
 """
 
 from __future__ import annotations
@@ -16,13 +15,11 @@ from collections.abc import Callable
 
 from parcat.core.errors import USER_CODE_ERRORS, EpisodeError
 from parcat.ipc.process import SHUTTING_DOWN
-from parcat.sim.agent import AgentFailure, AgentRunner, CycleClock
+from parcat.sim.agent import AgentFailure, AgentRunner
 from parcat.sim.config import SimConfig
-from parcat.sim.progress import SimProgress
+from parcat.sim.progress import PROGRESS_EVERY_S, SimProgress
 from parcat.sim.record import SimRecord, make_record
-from parcat.sim.world import World, empty_result
-
-PROGRESS_EVERY_S = 1.0
+from parcat.sim.world import World, empty_result, env_error
 
 
 def run_sequential(config: SimConfig,
@@ -40,8 +37,8 @@ def run_sequential(config: SimConfig,
             runners = {a.spec.agent_index: AgentRunner(a, config.mission, config.seed)
                        for a in config.process_agents}
         except KeyboardInterrupt:  # before the first step: an empty record
-            return make_record(config, "sequential", False, empty_result(config), {},
-                               time.perf_counter() - start, True)
+            result = empty_result(config, time.perf_counter() - start)
+            return make_record(config, "sequential", False, result, True)
         return _run(world, runners, config, start, on_progress)
     finally:
         if world is not None:
@@ -50,22 +47,20 @@ def run_sequential(config: SimConfig,
 
 def _run(world: World, runners: dict[int, AgentRunner], config: SimConfig, start: float,
          on_progress: Callable[[SimProgress], None] | None) -> SimRecord:
-    clocks = {index: CycleClock(r.config.cycle_ns) for index, r in runners.items()}
-    in_force = world.default_actions()
-    steps, interrupted = 0, False
+    interrupted = False
     next_report = start + PROGRESS_EVERY_S
     try:
         for k in range(config.iters):
             now_ns = k * config.period_ns
             for index, runner in runners.items():
-                if clocks[index].due(now_ns):
-                    in_force[index] = runner.act(world.obs[index], k, world.episode, now_ns)
-                    clocks[index].advance(now_ns)
-            world.step(k, now_ns, in_force)
-            steps = k + 1
+                if runner.clock.due(now_ns):
+                    world.in_force[index] = runner.act(world.obs[index], k, world.episode,
+                                                       now_ns)
+                    runner.clock.advance(now_ns)
+            world.step(now_ns)
             if on_progress is not None and time.perf_counter() >= next_report:
                 next_report += PROGRESS_EVERY_S
-                on_progress(SimProgress(steps, config.iters, world.episode,
+                on_progress(SimProgress(world.steps, config.iters, world.episode,
                                         time.perf_counter() - start))
     except KeyboardInterrupt:
         SHUTTING_DOWN.set()
@@ -73,11 +68,6 @@ def _run(world: World, runners: dict[int, AgentRunner], config: SimConfig, start
     except AgentFailure as failure:
         raise EpisodeError(str(failure)) from failure.cause
     except USER_CODE_ERRORS as exc:
-        raise EpisodeError(
-            f"the environment of mission '{config.mission.name}' raised at step {steps}: "
-            f"{type(exc).__name__}: {exc}"
-        ) from exc
-    result = world.result(steps)
-    cycles = {**{i: r.stats for i, r in runners.items()}, **result.cycles}
-    return make_record(config, "sequential", False, result, cycles,
-                       time.perf_counter() - start, interrupted)
+        raise EpisodeError(env_error(config, world.steps, exc)) from exc
+    result = world.result({i: r.stats for i, r in runners.items()}, time.perf_counter() - start)
+    return make_record(config, "sequential", False, result, interrupted)

@@ -1,15 +1,7 @@
-"""The shared memory of a parallel simulation: the latest observation and action per agent.
-
-Every slot is a :class:`~parcat.ipc.seqlock.SeqSlot` (one writer, readers never wait).
-Layout of a :class:`SimBlock` (an :class:`~parcat.ipc.shm.ArrayBlock`)::
-
-    header            see parcat.ipc.layout.SimSlots (STOP, STEP, EPISODE)
-    per process agent
-      obs meta        int64[OBS_FIELDS + 1]  seq | step, episode, published_ns
-      obs value       the observation in its space's code
-      act meta        int64[ACT_FIELDS + 1]  seq | based_on, compute_ns, cycle statistics
-      act value       the action in its space's code
-"""
+"""The shared memory of a parallel simulation: a header (``SimSlots``: STOP, STEP, EPISODE)
+and, per process agent, its latest observation (meta: step, episode, published_ns) and action
+(meta: based_on, compute_ns, cycle statistics), each a seqlocked slot (one writer, readers
+never wait) holding the value in its space's code."""
 
 from __future__ import annotations
 
@@ -24,19 +16,12 @@ from parcat.ipc.shm import ArrayBlock, Codec
 
 H_STOP, H_STEP, H_EPISODE = SimSlots.STOP, SimSlots.STEP, SimSlots.EPISODE
 OBS_FIELDS = 3
-"""step, episode, published_ns."""
-ACT_FIELDS = 8
-"""based_on, compute_ns, then the six numbers of ``CycleStats.as_fields``."""
+ACT_FIELDS = 8  # based_on, compute_ns, then the six numbers of CycleStats.as_fields
 
 
 class SimBlock:
-    """The shared memory of a parallel simulation: a header and seqlocked slots.
-
-    Args:
-        obs_codecs: One observation codec per process agent.
-        act_codecs: One action codec per process agent.
-        name: The block to attach to; ``None`` creates one (this process unlinks it).
-    """
+    """The block of a run's process agents; ``name=None`` creates one (which this process
+    unlinks)."""
 
     def __init__(self, obs_codecs: Sequence[Codec], act_codecs: Sequence[Codec],
                  name: str | None = None) -> None:
@@ -70,7 +55,7 @@ class SimBlock:
             self.header[H_STOP] = 1
 
     def close(self) -> None:
-        """Drop the views and close (the creator: also unlink) the block."""
+        """Drop the views and close (the creator: unlink) the block."""
         self.obs = []
         self.actions = []
         self.header = np.zeros(0, np.int64)

@@ -1,22 +1,11 @@
-"""Entry points of a parallel simulation's processes: the environment and each agent.
+"""The processes of a parallel simulation, worker kinds whose one command is ``start(t0_ns)``:
+the ``time.monotonic_ns()`` instant (one clock for the machine) all schedules count from.
 
-Both are worker kinds of the command loop (:func:`parcat.ipc.process.start_worker`): their
-set-up builds what they need and attaches the shared block; their one command is
-``start(t0_ns)``: ``t0_ns`` is a ``time.monotonic_ns()`` instant (the clock is shared by
-every process of the machine) from which all schedules count.
-
-- The environment steps at ``t0 + k * period`` (absolute deadlines: a late step does not
-  shift the ones after it; ``fast`` only waits for ``t0``), applies each agent's latest
-  action (the neutral action before its first), publishes every agent's new observation
-  tagged with the step and episode, and finally replies ``(result, cycles, wall_s)``.
-- An agent sleeps until its next cycle boundary ``t0 + m * cycle_time``, reads its latest
-  observation, computes an action, publishes it with the step it was based on, its compute
-  time and its cycle statistics, and moves to the first boundary after the computation
-  ended (boundaries it ran past are counted as missed; the record counts missed cycles
-  from wall time too, as an agent frozen in a computation never updates its own count).
-
-A process that raises replies ``("error", ErrorReport)`` (the agent, a message naming it,
-and the traceback); the shared STOP flag ends every loop; SIGTERM (the parent's last
+The environment steps at ``t0 + k * period`` (absolute deadlines: a late step does not shift
+the next; ``fast`` only waits for ``t0``) on each agent's latest action, publishes every
+agent's observation, and replies with its :class:`~parcat.sim.world.WorldResult`. An agent
+wakes at each cycle boundary ``t0 + m * cycle_time``, computes an action from its latest
+observation and publishes it. The shared STOP flag ends every loop; SIGTERM (the parent's last
 resort) ends the environment's run with the steps before it.
 """
 
@@ -31,17 +20,15 @@ from parcat.ipc.shm import Codec
 from parcat.sim.agent import (
     AgentFailure,
     AgentRunner,
-    CycleClock,
     CycleStats,
     InForce,
     describe_agent,
 )
 from parcat.sim.config import SimConfig
 from parcat.sim.slots import H_EPISODE, H_STEP, SimBlock
-from parcat.sim.world import World, WorldResult
+from parcat.sim.world import World, WorldResult, env_error
 
-SLEEP_CHUNK_NS = 20_000_000
-"""Longest single sleep, so a STOP flag is seen within 20 ms."""
+SLEEP_CHUNK_NS = 20_000_000  # the longest sleep, so that a STOP flag is seen within 20 ms
 
 
 def attach_block(config: SimConfig, name: str | None = None) -> SimBlock:
@@ -62,8 +49,7 @@ def sleep_until(deadline_ns: int, block: SimBlock) -> bool:
 
 
 def make_env(config: SimConfig, block_name: str, fast: bool) -> Handlers:
-    """The environment of a parallel simulation: ``start(t0_ns)`` runs it and replies
-    ``(result, cycles, wall_s)``."""
+    """The environment of a parallel simulation: ``start(t0_ns)`` runs it."""
     world: World | None = None
     block: SimBlock | None = None
 
@@ -71,8 +57,7 @@ def make_env(config: SimConfig, block_name: str, fast: bool) -> Handlers:
         if isinstance(exc, AgentFailure):
             return _reported(str(exc.agent.agent_id), str(exc), exc.cause)
         step = int(block.header[H_STEP]) if block is not None else 0
-        return _reported(None, f"the environment of mission '{config.mission.name}' raised "
-                               f"at step {step}: {type(exc).__name__}: {exc}", exc)
+        return _reported(None, env_error(config, step, exc), exc)
 
     def close() -> None:
         if world is not None:
@@ -83,7 +68,7 @@ def make_env(config: SimConfig, block_name: str, fast: bool) -> Handlers:
     try:
         world = World(config)
         block = attach_block(config, block_name)
-        _publish_obs(world, block, 0, 0)
+        _publish_obs(world, block, 0)
     except Exception as exc:
         close()
         raise failed(exc) from None
@@ -92,15 +77,12 @@ def make_env(config: SimConfig, block_name: str, fast: bool) -> Handlers:
 
 
 def _run_env(world: World, block: SimBlock, config: SimConfig, t0_ns: int,
-             fast: bool) -> tuple[WorldResult, dict[int, CycleStats], float]:
+             fast: bool) -> WorldResult:
     indices = [a.spec.agent_index for a in config.process_agents]
-    in_force = world.default_actions()
     seqs = [0] * len(indices)
-    steps = 0
     try:
         for k in range(config.iters):
-            deadline = t0_ns + (0 if fast else k * config.period_ns)
-            if not sleep_until(deadline, block):
+            if not sleep_until(t0_ns + (0 if fast else k * config.period_ns), block):
                 break
             now_ns = time.monotonic_ns() - t0_ns
             for j, index in enumerate(indices):
@@ -109,28 +91,26 @@ def _run_env(world: World, block: SimBlock, config: SimConfig, t0_ns: int,
                     snapshot = slot.read()
                     if snapshot is not None:
                         seqs[j], action, fields = snapshot
-                        in_force[index] = InForce(action, int(fields[0]), int(fields[1]) / 1e9)
-            world.step(k, now_ns, in_force)
-            steps = k + 1
-            _publish_obs(world, block, steps, time.monotonic_ns() - t0_ns)
+                        world.in_force[index] = InForce(action, int(fields[0]),
+                                                        int(fields[1]) / 1e9)
+            world.step(now_ns)
+            _publish_obs(world, block, time.monotonic_ns() - t0_ns)
             block.header[H_EPISODE] = world.episode
-            block.header[H_STEP] = steps
+            block.header[H_STEP] = world.steps
     except Terminated:
         pass  # the parent stopped a step that made no progress: the steps before are the run
     wall_s = (time.monotonic_ns() - t0_ns) / 1e9
-    cycles = {}
-    for j, index in enumerate(indices):
-        snapshot = block.actions[j].read()
-        if snapshot is not None:
-            cycles[index] = CycleStats.from_fields(snapshot[2][2:])
-    return world.result(steps), cycles, wall_s
+    snapshots = [block.actions[j].read() for j in range(len(indices))]
+    cycles = {index: CycleStats.from_fields(snapshot[2][2:])
+              for index, snapshot in zip(indices, snapshots, strict=True) if snapshot is not None}
+    return world.result(cycles, wall_s)
 
 
-def _publish_obs(world: World, block: SimBlock, step: int, now_ns: int) -> None:
+def _publish_obs(world: World, block: SimBlock, now_ns: int) -> None:
     for j, agent in enumerate(world.config.process_agents):
         obs = world.obs[agent.spec.agent_index]
         if obs is not None:
-            block.obs[j].write(obs, (step, world.episode, now_ns))
+            block.obs[j].write(obs, (world.steps, world.episode, now_ns))
 
 
 def make_agent(config: SimConfig, slot: int, block_name: str) -> Handlers:
@@ -165,7 +145,7 @@ def _with_errors(run: Callable[[int], Any],
 
 
 def _run_agent(runner: AgentRunner, block: SimBlock, slot: int, t0_ns: int) -> None:
-    clock = CycleClock(runner.config.cycle_ns)
+    clock = runner.clock
     obs_slot, act_slot = block.obs[slot], block.actions[slot]
     obs: Any = None
     step = episode = 0

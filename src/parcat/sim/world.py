@@ -1,12 +1,11 @@
 """The environment's side of a simulation: stepping, episodes, lockstep agents, the record.
 
 :class:`World` is the one place a simulation's environment is stepped, in the sequential
-simulation and in the environment's process alike; the two modes only differ in where the
-actions in force come from. At step ``k`` the world records the state the step starts from
-(``env.state()`` when there is one), every agent's action in force, the step it was based
-on and its compute time, then steps the environment. An episode that ends (no live agents,
-or the mission's ``max_steps``) is followed at once by a reset with the next episode's seed
-(``episode_seed(seed, mission, episode)``), so the record covers exactly ``iters`` steps.
+simulation and in the environment's process alike; the two twins differ only in where the
+actions in force (:attr:`World.in_force`) come from. Step ``k`` records the state it starts
+from (``env.state()`` when there is one) and every agent's action in force, then steps the
+environment. An episode that ends (no live agents, or the mission's ``max_steps``) is followed
+at once by a reset with the next episode's seed, so the record covers exactly ``iters`` steps.
 """
 
 from __future__ import annotations
@@ -32,23 +31,29 @@ class WorldResult:
     """What the environment's side hands back at the end of a run."""
 
     steps: int
-    """Environment steps done."""
     arrays: dict[str, np.ndarray]
     """The per-step record (see :mod:`parcat.sim.record`)."""
     episodes: list[dict[str, Any]]
     """Per episode: index, steps, complete, and the env's ``episode_stats()``."""
     cycles: dict[int, CycleStats] = field(default_factory=dict)
-    """Cycle statistics by agent index (lockstep agents; the caller adds the others)."""
+    """Cycle statistics by agent index."""
+    wall_s: float = 0.0
+
+
+def env_error(config: SimConfig, step: int, exc: BaseException) -> str:
+    """How both twins word an exception the environment raised."""
+    return (f"the environment of mission '{config.mission.name}' raised at step {step}: "
+            f"{type(exc).__name__}: {exc}")
 
 
 class Recorder:
     """Preallocated per-step arrays, filled row by row."""
 
-    def __init__(self, iters: int, act_codecs: Sequence[Codec], obs_codecs: Sequence[Codec],
-                 state_size: int | None, log_obs: bool) -> None:
-        n = len(act_codecs)
-        self.act_codecs = list(act_codecs)
-        self.obs_codecs = list(obs_codecs) if log_obs else []
+    def __init__(self, iters: int, config: SimConfig, state_size: int | None) -> None:
+        self.act_codecs = [Codec.for_space(a.spec.action_space) for a in config.agents]
+        self.obs_codecs = ([Codec.for_space(a.spec.observation_space) for a in config.agents]
+                           if config.debug.log_agent_state else [])
+        n = len(self.act_codecs)
         self.arrays: dict[str, np.ndarray] = {
             "time_s": np.zeros(iters),
             "step_cost_s": np.zeros(iters),
@@ -82,21 +87,18 @@ class Recorder:
 
 
 class World:
-    """The environment, its episodes, its lockstep agents and the record of a run.
-
-    Args:
-        config: The simulation.
-    """
+    """The environment, its episodes, its lockstep agents and the record of a run."""
 
     def __init__(self, config: SimConfig) -> None:
         self.config = config
         self.mission = config.mission
         self.env = config.mission.make_env()
         self.agent_ids = [a.agent_id for a in config.agents]
-        self.act_codecs = [Codec.for_space(a.spec.action_space) for a in config.agents]
-        self.obs_codecs = [Codec.for_space(a.spec.observation_space) for a in config.agents]
         self.lockstep = {a.spec.agent_index: AgentRunner(a, config.mission, config.seed)
                          for a in config.agents if a.lockstep}
+        self.in_force = [InForce(noop_action(a.spec.action_space)) for a in config.agents]
+        """Every agent's action in force; the neutral action of its space before its first."""
+        self.steps = 0
         self.episode = 0
         self.episode_step = 0
         self.episodes: list[dict[str, Any]] = []
@@ -104,9 +106,7 @@ class World:
         self._reset()
         state_fn = getattr(self.env, "state", None)
         self._state_fn = state_fn if callable(state_fn) else None
-        state_size = self._state_size()
-        self.recorder = Recorder(config.iters, self.act_codecs, self.obs_codecs, state_size,
-                                 config.debug.log_agent_state)
+        self.recorder = Recorder(config.iters, config, self._state_size())
 
     def _state_size(self) -> int | None:
         if self._state_fn is None:
@@ -128,16 +128,15 @@ class World:
             if agent_id in obs:
                 self.obs[i] = obs[agent_id]
 
-    def step(self, k: int, time_ns: int, in_force: list[InForce]) -> None:
-        """Run environment step ``k`` at ``time_ns`` (from the run's start).
-
-        Lockstep agents' entries of ``in_force`` are computed here, from the current
-        observation; the others are applied as given.
+    def step(self, time_ns: int) -> None:
+        """Run the next environment step at ``time_ns`` (from the run's start), lockstep
+        agents acting on the current observation first.
 
         Raises:
             AgentFailure: a lockstep agent's policy raised.
         """
         begin = time.perf_counter_ns()
+        k, in_force = self.steps, self.in_force
         for index, runner in self.lockstep.items():
             in_force[index] = runner.act(self.obs[index], k, self.episode, time_ns)
         arrays = self.recorder.arrays
@@ -161,6 +160,7 @@ class World:
             self.episode += 1
             self._reset()
         arrays["step_cost_s"][k] = (time.perf_counter_ns() - begin) / 1e9
+        self.steps = k + 1
 
     def _end_episode(self, complete: bool) -> None:
         stats_fn = getattr(self.env, "episode_stats", None)
@@ -168,16 +168,14 @@ class World:
         self.episodes.append({"episode": self.episode, "steps": self.episode_step,
                               "complete": complete, **stats})
 
-    def result(self, steps: int) -> WorldResult:
-        """The record of the first ``steps`` steps (the running episode counted incomplete)."""
+    def result(self, cycles: dict[int, CycleStats], wall_s: float) -> WorldResult:
+        """The record so far (the running episode counted incomplete), with the cycle
+        statistics of the agents outside this process."""
         if self.episode_step > 0:
             self._end_episode(complete=False)
-        cycles = {index: runner.stats for index, runner in self.lockstep.items()}
-        return WorldResult(steps, self.recorder.take(steps), self.episodes, cycles)
-
-    def default_actions(self) -> list[InForce]:
-        """Every agent's action before it computed one: the neutral action of its space."""
-        return [InForce(noop_action(a.spec.action_space)) for a in self.config.agents]
+        cycles = {**cycles, **{index: r.stats for index, r in self.lockstep.items()}}
+        return WorldResult(self.steps, self.recorder.take(self.steps), self.episodes, cycles,
+                           wall_s)
 
     def close(self) -> None:
         """Close the environment."""
@@ -185,13 +183,7 @@ class World:
             close_env(self.env)
 
 
-def empty_result(config: SimConfig) -> WorldResult:
-    """The record of a run stopped before its first step: every array, zero rows.
-
-    Built without the environment (it may never have been made), so the record has no
-    ``state`` array.
-    """
-    recorder = Recorder(0, [Codec.for_space(a.spec.action_space) for a in config.agents],
-                        [Codec.for_space(a.spec.observation_space) for a in config.agents],
-                        None, config.debug.log_agent_state)
-    return WorldResult(0, recorder.take(0), [])
+def empty_result(config: SimConfig, wall_s: float = 0.0) -> WorldResult:
+    """The record of a run stopped before its first step (built without the environment,
+    which may never have been made, so it has no ``state`` array)."""
+    return WorldResult(0, Recorder(0, config, None).take(0), [], {}, wall_s)
