@@ -54,7 +54,6 @@ class Summary:
     """Statistics of one policy (or all, ``"*"``) on one mission, over episodes."""
 
     mission: str
-    """Mission name."""
     policy: str
     """Policy name, or ``"*"`` for all agents."""
     episodes: int
@@ -66,13 +65,10 @@ class Summary:
     std: float
     """Sample standard deviation over episodes (0 with one episode)."""
     min: float
-    """Lowest episode value."""
     max: float
-    """Highest episode value."""
     ci95_low: float
     """Lower end of the 95% confidence interval of the mean (Student t)."""
     ci95_high: float
-    """Upper end of the 95% confidence interval of the mean."""
     non_finite: int = 0
     """Finished episodes whose value was NaN or infinite (excluded from the statistics)."""
 
@@ -88,9 +84,7 @@ def describe(mission: str, policy: str, values: Sequence[float], failed: int) ->
     """Summary statistics of one sample of per-episode values; NaN and infinite values
     are counted in ``non_finite`` and left out."""
     finite = [v for v in values if math.isfinite(v)]
-    non_finite = len(values) - len(finite)
-    values = finite
-    n = len(values)
+    non_finite, values, n = len(values) - len(finite), finite, len(finite)
     if n == 0:
         nan = math.nan
         return Summary(mission, policy, 0, failed, nan, nan, nan, nan, nan, nan, non_finite)
@@ -105,8 +99,7 @@ def describe(mission: str, policy: str, values: Sequence[float], failed: int) ->
 
 
 def _mean(values: Sequence[float]) -> float:
-    """The mean of finite values; ``math.fsum`` refuses (``OverflowError``) a sum past the
-    largest float, whose mean may still be one."""
+    """The mean of finite values, even when their sum is past the largest float."""
     try:
         return math.fsum(values) / len(values)
     except OverflowError:
@@ -170,11 +163,7 @@ def make_document(
 def dumps_document(document: Mapping[str, Any],
                    encode: Callable[[Any], str] = jsontext.dumps) -> str:
     """JSON text of a results document: a key per line, and a list's items a line each
-    (each item as ``encode`` makes it, e.g. reusing text already encoded).
-
-    ``json.dumps(indent=2)`` runs the pure-Python encoder, which on 20,000 episodes took
-    longer than the episodes; one C-encoded line per item reads as well and costs ~1/30.
-    """
+    (as ``encode`` makes it). ``json.dumps(indent=2)`` runs the slow pure-Python encoder."""
     parts = []
     for key, value in document.items():
         if isinstance(value, list) and value:
@@ -197,9 +186,8 @@ def strip_timings(data: Any) -> Any:
 def summary_csv(summaries: Iterable[Summary]) -> str:
     """The summary rows as CSV text with a header."""
     buffer = io.StringIO()
-    fields = list(Summary.__dataclass_fields__)
-    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=list(Summary.__dataclass_fields__),
+                            lineterminator="\n")
     writer.writeheader()
-    for summary in summaries:
-        writer.writerow(asdict(summary))
+    writer.writerows(asdict(summary) for summary in summaries)
     return buffer.getvalue()
