@@ -102,7 +102,8 @@ def _play_turns(env: Any, mission: Mission) -> list[bytes]:
     for move, agent in enumerate(env.agent_iter(min(PROBE_STEPS, mission.max_steps))):
         obs, reward, terminated, truncated, _ = env.last()
         trace += [_digest(obs), _digest(reward)]
-        env.step(None if terminated or truncated else sample_legal(env.action_space(agent), obs, PROBE_SEED + move))
+        env.step(None if terminated or truncated
+                 else sample_legal(env.action_space(agent), obs, PROBE_SEED + move))
     return trace
 
 
