@@ -29,10 +29,10 @@ import signal
 import stat
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -176,20 +176,13 @@ def load_policy(path: str | Path, agent_id: str | None = None) -> PolicyCheckpoi
 
 def load_run_arrays(path: str | Path, name: str) -> dict[str, np.ndarray] | None:
     """The arrays :func:`save_run` wrote as ``name`` (``None`` if the run has no such file)."""
-    path = Path(path)
-    manifest = read_manifest(path)
-    if name not in manifest["files"]:
-        return None
-    return _read_npz(path, name, manifest)
+    manifest = read_manifest(path := Path(path))
+    return _read_npz(path, name, manifest) if name in manifest["files"] else None
 
 
 def load_state(path: str | Path) -> dict[str, np.ndarray]:
     """The training state saved beside one agent's policy (empty if there is none)."""
-    path = Path(path)
-    manifest = read_manifest(path)
-    if STATE not in manifest["files"]:
-        return {}
-    return _read_npz(path, STATE, manifest)
+    return load_run_arrays(path, STATE) or {}
 
 
 def check_finite(path: Path, agent: str, arrays: Mapping[str, np.ndarray], name: str,
@@ -225,22 +218,18 @@ def _write_policy(directory: Path, checkpoint: PolicyCheckpoint) -> dict[str, An
 
 def _write_npz(file: Path, arrays: Mapping[str, Any]) -> dict[str, Any]:
     plain: dict[str, Any] = {k: np.asarray(v) for k, v in arrays.items()}
+    return _write_file(file, lambda handle: np.savez(handle, **plain))
+
+
+def _write_file(file: Path, data: bytes | Callable[[BinaryIO], object]) -> dict[str, Any]:
+    """Write ``data`` (or what it writes) to ``file``, synced; the manifest's record of it."""
     with file.open("wb") as handle:
-        np.savez(handle, **plain)
+        if callable(data):
+            data(handle)
+        else:
+            handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())
-    return _record(file)
-
-
-def _write_file(file: Path, data: bytes) -> dict[str, Any]:
-    with file.open("wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-
-
-def _record(file: Path) -> dict[str, Any]:
     return {"size": file.stat().st_size, "sha256": _sha256(file)}
 
 
