@@ -27,6 +27,7 @@ import csv
 import io
 import json
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -109,24 +110,17 @@ def _mean(values: Sequence[float]) -> float:
 def summarize(episodes: Iterable[EpisodeResult]) -> list[Summary]:
     """Per mission: one row for all agents, then one per policy, in first-seen order."""
     samples: dict[tuple[str, str], list[float]] = {}
-    failures: dict[str, int] = {}
+    failures: Counter[str] = Counter()
     for episode in episodes:
-        samples.setdefault((episode.mission, ALL_POLICIES), [])
-        failures.setdefault(episode.mission, 0)
-        if not episode.ok or not episode.agents:
-            failures[episode.mission] += 1
-            for agent in episode.agents:
-                samples.setdefault((episode.mission, agent.policy), [])
-            continue
-        by_policy: dict[str, list[float]] = {}
+        ok = episode.ok and bool(episode.agents)
+        failures[episode.mission] += not ok
+        groups = {ALL_POLICIES: [a.reward for a in episode.agents]}
         for agent in episode.agents:
-            by_policy.setdefault(agent.policy, []).append(agent.reward)
-        everyone = [a.reward for a in episode.agents]
-        samples[(episode.mission, ALL_POLICIES)].append(math.fsum(everyone) / len(everyone))
-        for policy, rewards in by_policy.items():
-            samples.setdefault((episode.mission, policy), []).append(
-                math.fsum(rewards) / len(rewards)
-            )
+            groups.setdefault(agent.policy, []).append(agent.reward)
+        for policy, rewards in groups.items():
+            values = samples.setdefault((episode.mission, policy), [])
+            if ok:
+                values.append(math.fsum(rewards) / len(rewards))
     return [
         describe(mission, policy, values, failures[mission])
         for (mission, policy), values in samples.items()
