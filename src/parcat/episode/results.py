@@ -82,9 +82,7 @@ class EpisodeResult:
         field by field: ``dataclasses.asdict`` deep-copies every value, which is slow."""
         error = self.error
         return {
-            "mission": self.mission,
-            "episode_index": self.episode_index,
-            "seed": self.seed,
+            "mission": self.mission, "episode_index": self.episode_index, "seed": self.seed,
             "steps": self.steps,
             "agents": [{"agent_id": a.agent_id, "policy": a.policy, "reward": a.reward,
                         "late_actions": a.late_actions} for a in self.agents],
@@ -93,8 +91,7 @@ class EpisodeResult:
             "error": None if error is None else {
                 "type": error.type, "message": error.message, "traceback": error.traceback,
                 "agent": error.agent, "phase": error.phase},
-            "task": copy.deepcopy(self.task),
-            "duration_s": self.duration_s,
+            "task": copy.deepcopy(self.task), "duration_s": self.duration_s,
             "warnings": list(self.warnings),
         }
 

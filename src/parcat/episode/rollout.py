@@ -146,14 +146,9 @@ class EpisodeRunner:
         retries: Times an episode is run again when a worker process it used was lost.
     """
 
-    def __init__(
-        self,
-        stepper: Stepper | None = None,
-        on_step: Callable[[EpisodeTask, int], bool | None] | None = None,
-        tracer: Tracer | None = None,
-        track: str = "episodes",
-        retries: int = 0,
-    ) -> None:
+    def __init__(self, stepper: Stepper | None = None,
+                 on_step: Callable[[EpisodeTask, int], bool | None] | None = None,
+                 tracer: Tracer | None = None, track: str = "episodes", retries: int = 0) -> None:
         self.stepper = stepper or InlineStepper()
         self.retries = retries
         self.on_step = on_step
@@ -255,8 +250,7 @@ class EpisodeRunner:
               progress: _Progress) -> None:
         """Step a parallel env until the episode ends."""
         obs, _ = reset
-        # parcat's own environments are checked by its tests; the check costs
-        # ~20% of a one-step episode
+        # parcat's own environments are checked by its tests (BENCHMARKS.md: the check's cost)
         trusted = task.mission.env.startswith("parcat.")
         if not trusted:
             progress.warnings += _odd_observations(env, obs, "first")
@@ -356,9 +350,8 @@ class EpisodeRunner:
         return self._envs[mission]
 
 
-def run_episode(
-    mission: Mission, policies: Sequence[PolicySpec], seed: int, episode_index: int = 0
-) -> EpisodeResult:
+def run_episode(mission: Mission, policies: Sequence[PolicySpec], seed: int,
+                episode_index: int = 0) -> EpisodeResult:
     """Play one episode of ``mission`` with a fresh environment and policies."""
     runner = EpisodeRunner()
     try:

@@ -156,14 +156,9 @@ class EvalReport:
         return dict(self._document[1])
 
 
-def make_config(
-    missions: Sequence[str],
-    policies: Sequence[str],
-    episodes: int = 10,
-    seed: int = 0,
-    overrides: dict[str, Any] | None = None,
-    trust_code: bool = False,
-) -> EvalConfig:
+def make_config(missions: Sequence[str], policies: Sequence[str], episodes: int = 10,
+                seed: int = 0, overrides: dict[str, Any] | None = None,
+                trust_code: bool = False) -> EvalConfig:
     """Build and validate an :class:`EvalConfig` from names and specs, as the CLI does."""
     loaded = tuple(load_mission(m, overrides) for m in missions)
     specs = tuple(parse_policy_spec(p, trust_code) for p in policies)
@@ -253,18 +248,12 @@ class StopRun(Exception):
     """Raised from a result callback to end a run early (``--fail-fast``)."""
 
 
-def evaluate(
-    config: EvalConfig,
-    options: RunOptions | None = None,
-    on_result: ResultCallback | None = None,
-    on_plan: PlanCallback | None = None,
-    output: Path | None = None,
-    resume: bool = False,
-    keep: dict[tuple[str, int], EpisodeResult] | None = None,
-    on_warning: Callable[[str], None] | None = None,
-    replay_dir: Path | None = None,
-    seating: tuple[int, ...] | None = None,
-) -> EvalReport:
+def evaluate(config: EvalConfig, options: RunOptions | None = None,
+             on_result: ResultCallback | None = None, on_plan: PlanCallback | None = None,
+             output: Path | None = None, resume: bool = False,
+             keep: dict[tuple[str, int], EpisodeResult] | None = None,
+             on_warning: Callable[[str], None] | None = None, replay_dir: Path | None = None,
+             seating: tuple[int, ...] | None = None) -> EvalReport:
     """Run every episode of ``config`` where ``options`` and the planner say.
 
     Args:
@@ -392,17 +381,11 @@ def _execute(
     return status
 
 
-def evaluate_to_precision(
-    config: EvalConfig,
-    precision: float,
-    options: RunOptions | None = None,
-    batch: int | None = None,
-    max_episodes: int = 10_000,
-    on_result: ResultCallback | None = None,
-    output: Path | None = None,
-    on_warning: Callable[[str], None] | None = None,
-    replay_dir: Path | None = None,
-) -> EvalReport:
+def evaluate_to_precision(config: EvalConfig, precision: float, options: RunOptions | None = None,
+                          batch: int | None = None, max_episodes: int = 10_000,
+                          on_result: ResultCallback | None = None, output: Path | None = None,
+                          on_warning: Callable[[str], None] | None = None,
+                          replay_dir: Path | None = None) -> EvalReport:
     """Add episodes in batches until every mission's 95% CI half-width is below ``precision``.
 
     The first batch is ``config.episodes``; each further one adds ``batch`` (default: the

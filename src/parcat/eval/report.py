@@ -127,14 +127,10 @@ def summarize(episodes: Iterable[EpisodeResult]) -> list[Summary]:
     ]
 
 
-def make_document(
-    config: Mapping[str, Any],
-    episodes: Sequence[EpisodeResult],
-    status: str,
-    timing: Mapping[str, Any],
-    execution: Mapping[str, Any] | None = None,
-    environments: Mapping[str, Mapping[str, Any]] | None = None,
-) -> dict[str, Any]:
+def make_document(config: Mapping[str, Any], episodes: Sequence[EpisodeResult], status: str,
+                  timing: Mapping[str, Any], execution: Mapping[str, Any] | None = None,
+                  environments: Mapping[str, Mapping[str, Any]] | None = None,
+                  ) -> dict[str, Any]:
     """The JSON results document (see the module docstring for the schema)."""
     checks = dict(environments or {})
     verdicts = [c.get("reproducible") for c in checks.values()]

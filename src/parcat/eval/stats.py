@@ -45,13 +45,8 @@ class Interval:
     high: float
 
 
-def stratified_bootstrap(
-    scores: Scores,
-    statistic: Callable[[Scores], float],
-    reps: int = 2000,
-    confidence: float = 0.95,
-    seed: int = 0,
-) -> Interval:
+def stratified_bootstrap(scores: Scores, statistic: Callable[[Scores], float],
+                         reps: int = 2000, confidence: float = 0.95, seed: int = 0) -> Interval:
     """Percentile bootstrap CI of ``statistic``, resampling episodes within each mission."""
     return paired_bootstrap(scores, {}, lambda x, _: statistic(x), reps, confidence, seed)
 

@@ -78,13 +78,9 @@ class PolicyCheckpoint:
     read only by ``parcat train --resume`` (:func:`load_state`)."""
 
 
-def save_run(
-    path: str | Path,
-    agents: Mapping[str, PolicyCheckpoint],
-    meta: Mapping[str, Any],
-    copy_to: str = "",
-    arrays: Mapping[str, Mapping[str, np.ndarray]] | None = None,
-) -> Path:
+def save_run(path: str | Path, agents: Mapping[str, PolicyCheckpoint], meta: Mapping[str, Any],
+             copy_to: str = "", arrays: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+             ) -> Path:
     """Write a run checkpoint (one policy directory per agent) atomically into ``path``,
     replacing only the checkpoint's own entries (:func:`entries`).
 
