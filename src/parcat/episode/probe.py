@@ -1,17 +1,9 @@
 """Is an environment reproducible? A cheap check at the start of a run.
 
-"Same seed, same numbers" assumes ``reset(seed)`` fully determines an episode. Two ways
-third-party environments break that, both seen in the field:
-
-- the environment ignores the seed (draws from a global or unseeded generator): two fresh
-  environments reset with the same seed play different episodes — results carry
-  ``"reproducible": false`` and a warning says why;
-- ``reset(seed)`` keeps state from earlier episodes: a used environment plays a different
-  episode than a fresh one — a result would depend on which episodes its worker ran
-  before, so such a mission gets a fresh environment for every episode.
-
-The check resets environments with one seed and plays a few steps with actions drawn from
-seeded action spaces, comparing observations and rewards bit for bit.
+Two fresh environments reset with one seed and a used one play a few seeded steps, compared
+bit for bit. One that ignores its seed makes results carry ``"reproducible": false`` and a
+warning; one whose ``reset(seed)`` keeps state from earlier episodes gets a fresh
+environment for every episode.
 """
 
 from __future__ import annotations
@@ -74,8 +66,7 @@ def check_mission(mission: Mission) -> EnvCheck:
 
 def check_in_a_worker(mission: Mission, start_method: str | None = None,
                       timeout_s: float | None = None) -> EnvCheck:
-    """:func:`check_mission` in a worker process, for environments from outside parcat;
-    after ``timeout_s`` (default :data:`PROBE_TIMEOUT_S`) the check gives up."""
+    """:func:`check_mission` in a worker process, given up after ``timeout_s``."""
     timeout_s = PROBE_TIMEOUT_S if timeout_s is None else timeout_s
     try:
         return cast(EnvCheck, call_in_worker(check_mission, (mission,), "parcat-env-check",
@@ -88,7 +79,6 @@ def check_in_a_worker(mission: Mission, start_method: str | None = None,
 
 
 def _play(env: Any, mission: Mission) -> list[bytes]:
-    """The probe episode's observations and rewards, as bytes."""
     if is_turn_based(env):
         return _play_turns(env, mission)
     obs, _ = env.reset(seed=PROBE_SEED)
@@ -107,14 +97,13 @@ def _play(env: Any, mission: Mission) -> list[bytes]:
 
 
 def _play_turns(env: Any, mission: Mission) -> list[bytes]:
-    """The probe episode of a turn-based env: seeded random legal moves."""
     env.reset(seed=PROBE_SEED)
     trace: list[bytes] = []
     for move, agent in enumerate(env.agent_iter(min(PROBE_STEPS, mission.max_steps))):
         obs, reward, terminated, truncated, _ = env.last()
         trace += [_digest(obs), _digest(reward)]
-        done = terminated or truncated
-        env.step(None if done else sample_legal(env.action_space(agent), obs, PROBE_SEED + move))
+        env.step(None if terminated or truncated
+                 else sample_legal(env.action_space(agent), obs, PROBE_SEED + move))
     return trace
 
 

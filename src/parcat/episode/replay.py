@@ -1,8 +1,8 @@
 """Episode replays: what every agent saw, did and earned, one ``.npz`` file per episode.
 
-``parcat eval --replay-dir DIR`` records each episode where it runs (this process or a
-worker) and writes it atomically as ``DIR/<mission>-<episode:06d>.npz``; the run writes
-``DIR/index.json`` listing them. ``parcat replay FILE`` plays one back.
+``parcat eval --replay-dir DIR`` records each episode where it runs and writes it atomically
+as ``DIR/<mission>-<episode:06d>.npz``, then ``DIR/index.json`` listing them; ``parcat replay
+FILE`` plays one back by stepping the environment again from the seed and the actions.
 
 Format ``parcat-replay`` version 1 (``np.load(FILE)``; nothing is pickled):
 
@@ -18,10 +18,6 @@ Format ``parcat-replay`` version 1 (``np.load(FILE)``; nothing is pickled):
   paid the agent; in turn-based games, what ``last()`` showed at its turn).
 - ``infos``: a 0-d string array of JSON, ``{step: {agent: info}}`` for the steps whose
   infos were not empty (values that JSON cannot hold are written as text).
-
-Environments are replayed from the seed and the actions where they are deterministic
-(parcat's own are): :func:`frames` rebuilds the environment, steps it and draws every
-step with ``env.render()``.
 """
 
 from __future__ import annotations
@@ -77,13 +73,7 @@ class _Track:
 
 
 class ReplayRecorder:
-    """Collects one episode as it is played (see the module docstring for the format).
-
-    Args:
-        agents: The environment's ``possible_agents``.
-        observation_spaces: Each agent's observation space, same order.
-        action_spaces: Each agent's action space, same order.
-    """
+    """Collects one episode as it is played, agents in ``possible_agents`` order."""
 
     def __init__(self, agents: list[Any], observation_spaces: list[gymnasium.Space[Any]],
                  action_spaces: list[gymnasium.Space[Any]]) -> None:
@@ -95,33 +85,17 @@ class ReplayRecorder:
         self.infos: dict[int, dict[str, Any]] = {}
         self.step = 0
 
-    def acted(self, obs: dict[Any, Any], actions: dict[Any, Any]) -> None:
-        """Record the observations the agents acted on and their actions (this step)."""
-        for agent, action in actions.items():
-            i = self.index[agent]
-            track = self.tracks[i]
-            track.steps.append(self.step)
-            track.obs.append(_flat(self.obs_spaces[i], obs.get(agent)))
-            track.actions.append(action)
-            track.rewards.append(0.0)
-
-    def paid(self, rewards: dict[Any, float], infos: dict[Any, Any] | None = None) -> None:
-        """Record what this step paid each agent that acted in it, and end the step."""
-        for agent, reward in rewards.items():
-            track = self.tracks[self.index[agent]]
-            if track.steps and track.steps[-1] == self.step:
-                track.rewards[-1] += float(reward)
-        if infos:
-            shown = {str(a): info for a, info in infos.items() if info}
-            if shown:
-                self.infos[self.step] = shown
-        self.step += 1
-
     def wrap_act(self, act: Any) -> Any:
-        """``act`` recording what the agents saw and did."""
+        """``act`` recording the observations the agents acted on and their actions."""
         def recorded(obs: dict[Any, Any], live: Any) -> dict[Any, Any]:
             actions = act(obs, live)
-            self.acted(obs, actions)
+            for agent, action in actions.items():
+                i = self.index[agent]
+                track = self.tracks[i]
+                track.steps.append(self.step)
+                track.obs.append(_flat(self.obs_spaces[i], obs.get(agent)))
+                track.actions.append(action)
+                track.rewards.append(0.0)
             return actions
         return recorded
 
@@ -129,13 +103,23 @@ class ReplayRecorder:
         """``env.step`` recording what each step paid."""
         def recorded(actions: Any) -> Any:
             result = step(actions)
-            self.paid(result[1], result[4])
+            self._paid(result[1], result[4])
             return result
         return recorded
 
     def turn(self, agent: Any, reward: float) -> None:
         """A turn-based game's turn: ``agent`` acted, having been shown ``reward``."""
-        self.paid({agent: reward})
+        self._paid({agent: reward})
+
+    def _paid(self, rewards: dict[Any, float], infos: dict[Any, Any] | None = None) -> None:
+        """Record what this step paid each agent that acted in it, and end the step."""
+        for agent, reward in rewards.items():
+            track = self.tracks[self.index[agent]]
+            if track.steps and track.steps[-1] == self.step:
+                track.rewards[-1] += float(reward)
+        if shown := {str(a): info for a, info in (infos or {}).items() if info}:
+            self.infos[self.step] = shown
+        self.step += 1
 
     def save(self, path: Path, meta: dict[str, Any]) -> None:
         """Write the episode to ``path`` atomically (``meta`` completed with the format)."""
@@ -193,8 +177,7 @@ def _text(value: Any) -> Any:
 # -- reading ---------------------------------------------------------------------------------
 
 _ARRAYS = ("step", "obs", "act", "rew")
-_NUMBERS = "biuf"
-"""numpy kinds of the numbers a replay's arrays hold (bool, int, unsigned, float)."""
+_NUMBERS = "biuf"  # numpy kinds: bool, int, unsigned, float
 _SEED_LIMIT = 2**64
 
 
@@ -206,7 +189,7 @@ class Replay:
     arrays: dict[str, np.ndarray]
     infos: dict[str, Any]
     source: str = "replay"
-    """How messages name the file (``replay 'PATH'``)."""
+    """How messages name the file."""
 
     @property
     def agents(self) -> list[str]:
@@ -219,11 +202,7 @@ class Replay:
         return row if row < len(steps) and steps[row] == step else None
 
     def actions_at(self, step: int, action_spaces: list[gymnasium.Space[Any]]) -> dict[int, Any]:
-        """Each acting agent's action at ``step`` (by agent position), as the env takes it.
-
-        Raises:
-            ReplayError: an action that is not in its agent's action space.
-        """
+        """Each acting agent's action at ``step`` (by agent position), as the env takes it."""
         found: dict[int, Any] = {}
         for i, space in enumerate(action_spaces):
             row = self._row(i, step)
@@ -249,21 +228,17 @@ class Replay:
 
     def rewards_at(self, step: int) -> dict[int, float]:
         """What ``step`` paid each agent that acted in it (by agent position)."""
-        found = {}
-        for i in range(len(self.agents)):
-            row = self._row(i, step)
-            if row is not None:
-                found[i] = float(self.arrays[f"rew_{i}"][row])
-        return found
+        rows = {i: self._row(i, step) for i in range(len(self.agents))}
+        return {i: float(self.arrays[f"rew_{i}"][row]) for i, row in rows.items()
+                if row is not None}
 
 
 def read(path: str | Path) -> Replay:
     """Read a replay file, and check its shape, types and sizes before anything uses it.
 
     Raises:
-        ReplayError: the file is missing, not a replay, of another format version, larger
-            than :data:`~parcat.core.limits.MAX_REPLAY_BYTES` unpacked, or damaged (one line
-            naming the key or array).
+        ReplayError: the file is missing, not a replay, of another version, too large
+            unpacked, or damaged (one line naming the key or array).
     """
     path = Path(path)
     source = f"replay '{clip(str(path), 200)}'"
@@ -286,7 +261,6 @@ def read(path: str | Path) -> Replay:
 
 
 def _load_arrays(path: Path, source: str) -> dict[str, np.ndarray]:
-    """Every array of the archive, its unpacked size checked before anything is unpacked."""
     try:
         with zipfile.ZipFile(path) as archive:
             unpacked = sum(member.file_size for member in archive.infolist())
@@ -317,7 +291,6 @@ def _is_int(value: Any, low: int, high: int) -> bool:
 
 
 def _check_meta(meta: dict[str, Any], source: str) -> None:
-    """The meta keys parcat uses, each of its type and within its limits."""
     agents = meta.get("agents")
     if not isinstance(agents, list):
         agents = [None]  # fails the check below
@@ -352,8 +325,7 @@ def _is_number(value: Any) -> bool:
 
 
 def _check_arrays(meta: dict[str, Any], arrays: dict[str, np.ndarray], source: str) -> None:
-    """Every agent's rows: the steps it acted in (increasing, within the episode), one
-    observation, action and reward each; the episode no longer than its recorded steps."""
+    """Every agent's rows: increasing steps, one observation, action and reward each."""
     recorded = 0
     for i, agent in enumerate(meta["agents"]):
         missing = [f"{name}_{i}" for name in _ARRAYS if f"{name}_{i}" not in arrays]
@@ -379,13 +351,13 @@ def _check_arrays(meta: dict[str, Any], arrays: dict[str, np.ndarray], source: s
 
 
 def claim_folder(folder: Path, missions: Collection[str], episodes: int) -> runlock.RunLock:
-    """Hold the run lock of replay folder ``folder`` (one run records there at a time), and
-    refuse, before anything runs, an ``index.json`` or a replay file the run would write
-    that is not parcat's: parcat replaces its own earlier replays, never the user's files.
+    """Hold the run lock of ``folder`` (one run records there at a time), and refuse,
+    before anything runs, an ``index.json`` or replay file the run would write over that is
+    not parcat's: parcat replaces its own earlier replays, never the user's files.
 
     Raises:
         RunLockedError: another parcat process records into ``folder``.
-        OutputError: a file of that name is not parcat's (one line naming it).
+        OutputError: a file of that name is not parcat's.
     """
     lock = runlock.acquire(folder / runlock.LOCK_FILE, f"--replay-dir '{folder}'",
                            "give another --replay-dir")
@@ -403,7 +375,6 @@ def claim_folder(folder: Path, missions: Collection[str], episodes: int) -> runl
 
 def _would_replace(folder: Path, missions: set[str], episodes: int
                    ) -> Iterator[tuple[Path, Callable[[Path], bool]]]:
-    """The files there the run would write over, each with its test of being parcat's."""
     with os.scandir(folder) as entries:
         for entry in entries:
             if entry.name == INDEX:
@@ -424,8 +395,7 @@ def _is_index(path: Path) -> bool:
 
 
 def is_replay(path: Path) -> bool:
-    """Whether ``path`` is a regular file whose ``meta`` names parcat's replay format (its
-    arrays are not read)."""
+    """Whether ``path`` is a regular file whose ``meta`` names parcat's replay format."""
     with contextlib.suppress(Exception):  # whatever a foreign file makes zipfile/numpy raise
         if stat.S_ISREG(path.lstat().st_mode):
             with np.load(path, allow_pickle=False) as data:
@@ -435,7 +405,7 @@ def is_replay(path: Path) -> bool:
 
 
 def write_index(folder: Path, entries: list[dict[str, Any]]) -> None:
-    """Write ``folder/index.json`` (atomically): the format and one entry per episode."""
+    """Write ``folder/index.json`` atomically: the format and one entry per episode."""
     document = {"format": FORMAT, "version": VERSION, "episodes": entries}
     write_text_atomically(folder / INDEX, jsontext.dumps(document, indent=1) + "\n")
 
@@ -443,16 +413,14 @@ def write_index(folder: Path, entries: list[dict[str, Any]]) -> None:
 def frames(replay: Replay, trust_code: bool = False) -> Iterator[tuple[int, str, list[str]]]:
     """Rebuild the episode's environment, step it with the recorded actions and draw it.
 
-    Yields ``(step, frame, problems)``: the frame after ``step`` steps (step 0: after the
-    reset) and what disagreed with the recording there (rewards of a non-deterministic env).
-    The environment must be one of parcat's own unless ``trust_code`` (``--trust-code``):
-    a replay is a file, and its ``env`` names code.
+    Yields ``(step, frame, problems)``: the frame after ``step`` steps (0: after the reset)
+    and what disagreed with the recording there. A replay is a file and its ``env`` names
+    code, so it must be parcat's own unless ``trust_code``.
 
     Raises:
         UntrustedCodeError: the replay names an environment from outside parcat.
         MissionError: the environment cannot be rebuilt.
-        ReplayError: it draws no text, is turn-based, has other agents than the replay, is
-            given an action outside its space, or fails while it is replayed.
+        ReplayError: the replay and the environment disagree, or it fails or cannot draw.
     """
     from parcat.envs.missions import builtin_code, close_env, make_env
 
@@ -464,8 +432,7 @@ def frames(replay: Replay, trust_code: bool = False) -> Iterator[tuple[int, str,
     env: Any = make_env(meta["env"], meta["params"], meta["mission"])
     try:
         agents = _replay_agents(env, replay)
-        first = _drawn(env, replay, reset_seed=meta["seed"])
-        yield 0, first, []
+        yield 0, _drawn(env, replay, reset_seed=meta["seed"]), []
         act_spaces = [env.action_space(a) for a in agents]
         for step in range(meta["steps"]):
             chosen = replay.actions_at(step, act_spaces)
@@ -484,7 +451,6 @@ def frames(replay: Replay, trust_code: bool = False) -> Iterator[tuple[int, str,
 
 
 def _replay_agents(env: Any, replay: Replay) -> list[Any]:
-    """The environment's agents, once they are the replay's (compared as text)."""
     agents = list(env.possible_agents)
     if [str(a) for a in agents] != replay.agents:
         raise ReplayError(f"{replay.source}: the environment has agents "
@@ -494,7 +460,6 @@ def _replay_agents(env: Any, replay: Replay) -> list[Any]:
 
 
 def _drawn(env: Any, replay: Replay, reset_seed: int | None = None) -> str:
-    """The environment drawn as text (after a reset with ``reset_seed``, if given)."""
     try:
         if reset_seed is not None:
             env.reset(seed=reset_seed)

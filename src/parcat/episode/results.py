@@ -29,7 +29,6 @@ class ErrorInfo:
     type: str
     """Exception class name, e.g. ``"ValueError"``."""
     message: str
-    """The exception's message."""
     traceback: str
     """The formatted traceback from where it was raised (in the worker, if any)."""
     agent: str | None = None
@@ -43,7 +42,6 @@ class AgentResult:
     """One agent's share of an episode."""
 
     agent_id: str
-    """The environment's agent id, as a string."""
     policy: str
     """Name of the policy that played it."""
     reward: float
@@ -57,28 +55,22 @@ class EpisodeResult:
     """Everything one episode produced; a pure function of (mission, policies, seed, index)."""
 
     mission: str
-    """Mission name."""
     episode_index: int
-    """Index of the episode within its mission."""
     seed: int
     """Seed the environment was reset with."""
     steps: int
-    """Environment steps taken."""
     agents: tuple[AgentResult, ...]
     """One entry per agent in ``possible_agents`` order."""
     stats: dict[str, float] = field(default_factory=dict)
     """What the environment reported at the end (``episode_stats()``)."""
     status: EpisodeStatus = EpisodeStatus.OK
-    """How the episode ended."""
     error: ErrorInfo | None = None
-    """Why it failed, when it did."""
     task: dict[str, Any] | None = None
     """The task the environment was reset to, for task-based missions."""
     duration_s: float = 0.0
-    """Wall time of the episode (a timing: excluded when results are compared)."""
     warnings: tuple[str, ...] = ()
     """What looked wrong without failing the episode: a non-finite return, a non-finite
-    or out-of-space first or last observation (one line per agent and kind)."""
+    or out-of-space first or last observation."""
 
     @property
     def ok(self) -> bool:
@@ -86,16 +78,11 @@ class EpisodeResult:
         return self.status is EpisodeStatus.OK
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (the ``episodes[]`` entries of the results schema).
-
-        Written out field by field: ``dataclasses.asdict`` deep-copies every value and was
-        the largest cost of journaling results.
-        """
+        """A JSON-ready dict (the ``episodes[]`` entries of the results schema), written
+        field by field: ``dataclasses.asdict`` deep-copies every value, which is slow."""
         error = self.error
         return {
-            "mission": self.mission,
-            "episode_index": self.episode_index,
-            "seed": self.seed,
+            "mission": self.mission, "episode_index": self.episode_index, "seed": self.seed,
             "steps": self.steps,
             "agents": [{"agent_id": a.agent_id, "policy": a.policy, "reward": a.reward,
                         "late_actions": a.late_actions} for a in self.agents],
@@ -104,30 +91,17 @@ class EpisodeResult:
             "error": None if error is None else {
                 "type": error.type, "message": error.message, "traceback": error.traceback,
                 "agent": error.agent, "phase": error.phase},
-            "task": copy.deepcopy(self.task),
-            "duration_s": self.duration_s,
+            "task": copy.deepcopy(self.task), "duration_s": self.duration_s,
             "warnings": list(self.warnings),
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EpisodeResult:
-        """Rebuild an episode result from :meth:`to_dict` output.
-
-        Raises:
-            KeyError, TypeError, ValueError: a field is missing or of the wrong type.
-        """
-        error = data.get("error")
-        if error is not None and not isinstance(error, dict):
-            raise TypeError(f"error: expected an object, got {type(error).__name__}")
-        stats = data.get("stats") or {}
-        if not isinstance(stats, dict):
-            raise TypeError(f"stats: expected an object, got {type(stats).__name__}")
-        status = data.get("status", "ok")
-        if not isinstance(status, str):
-            raise TypeError(f"status: expected a string, got {type(status).__name__}")
-        task = data.get("task")
-        if task is not None and not isinstance(task, dict):
-            raise TypeError(f"task: expected an object, got {type(task).__name__}")
+        """Rebuild an episode result from :meth:`to_dict` output (``KeyError``,
+        ``TypeError`` or ``ValueError`` for a field missing or of the wrong type)."""
+        error, task = _object(data.get("error"), "error"), _object(data.get("task"), "task")
+        stats = _object(data.get("stats") or {}, "stats")
+        status = _text(data.get("status", "ok"), "status")
         if status == EpisodeStatus.FAILED.value and not error:
             raise ValueError(f"status '{status[:40]}' without an 'error' saying why")
         agents = tuple(_agent(a) for a in _items(data["agents"], "agents"))
@@ -141,7 +115,7 @@ class EpisodeResult:
             seed=_integer(data["seed"], "seed"),
             steps=_integer(data["steps"], "steps"),
             agents=agents,
-            stats={_text(k, "stats"): _number(v, f"stats.{k}") for k, v in stats.items()},
+            stats={_text(k, "stats"): _number(v, f"stats.{k}") for k, v in (stats or {}).items()},
             status=EpisodeStatus(status),
             error=_error(error) if error else None,
             task=task,
@@ -155,7 +129,7 @@ def failed_result(task: EpisodeTask, kind: str, message: str,
                   status: EpisodeStatus = EpisodeStatus.FAILED, agent: str | None = None,
                   phase: str = "worker") -> EpisodeResult:
     """The record of ``task``'s episode when it produced nothing (its worker died, it timed
-    out or was cancelled): no steps, the error ``kind: message``."""
+    out or was cancelled)."""
     seed = seeding.episode_seed(task.seed, task.mission.key, task.episode_index)
     return EpisodeResult(task.mission.name, task.episode_index, seed, 0, (), status=status,
                          error=ErrorInfo(kind, message, "", agent, phase))
@@ -164,8 +138,8 @@ def failed_result(task: EpisodeTask, kind: str, message: str,
 def timed_out_result(task: EpisodeTask, timeout_s: float, how: str,
                      partial: EpisodeResult | None = None, agent: str | None = None,
                      phase: str = "worker") -> EpisodeResult:
-    """The record of ``task``'s episode stopped at its deadline (``how``: what was done to
-    it, e.g. ``worker stopped``), keeping what it had got when the executor could save it."""
+    """The record of ``task``'s episode stopped at its deadline (``how``: e.g. ``worker
+    stopped``), keeping what it had got if the executor could save it."""
     message = f"episode exceeded --episode-timeout {timeout_s:g} s; {how}"
     if partial is None:
         return failed_result(task, "EpisodeTimeout", message, EpisodeStatus.TIMEOUT, agent, phase)
@@ -179,6 +153,12 @@ def _agent(data: Any) -> AgentResult:
     return AgentResult(_text(data["agent_id"], "agent_id"), _text(data["policy"], "policy"),
                        _number(data["reward"], "reward"),
                        _integer(data.get("late_actions", 0), "late_actions"))
+
+
+def _object(value: Any, name: str) -> dict[str, Any] | None:
+    if value is not None and not isinstance(value, dict):
+        raise TypeError(f"{name}: expected an object, got {type(value).__name__}")
+    return value
 
 
 def _items(value: Any, name: str) -> list[Any] | tuple[Any, ...]:
@@ -211,8 +191,7 @@ def _number(value: Any, name: str) -> float:
     return float(value)
 
 
-_EXACT_INT = 2**53
-"""The largest integer every float next to it holds exactly."""
+_EXACT_INT = 2**53  # the largest integer every float next to it holds exactly
 
 
 def _error(data: dict[str, Any]) -> ErrorInfo:

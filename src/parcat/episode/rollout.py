@@ -1,15 +1,14 @@
 """The episode path: ``EpisodeRunner.run`` is the one place an episode is stepped.
 
-Everything that runs episodes in parallel only decides *where* this code runs, and the
-agent-level strategies (:mod:`parcat.stepping`) only decide where each policy
-step runs. An episode is a pure function of (mission, policy specs, run seed, episode
-index): the environment seed, the policy assignment and every policy's seed are derived
-from those four with ``numpy.random.SeedSequence`` (see :mod:`parcat.core.seeding`).
+Parallel backends only decide *where* this code runs, and :mod:`parcat.stepping` where each
+policy step runs. An episode is a pure function of (mission, policy specs, run seed, episode
+index): every seed is derived from those with :mod:`parcat.core.seeding`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import time
 import traceback
@@ -40,7 +39,6 @@ class EpisodeTask:
     """One unit of work: an episode of a mission with a set of policy specs."""
 
     mission: Mission
-    """The mission to play."""
     policies: tuple[PolicySpec, ...]
     """The policies, with their weights; assigned to agents from the seed."""
     seed: int
@@ -51,7 +49,7 @@ class EpisodeTask:
     """Write the episode's replay (:mod:`parcat.episode.replay`) into this folder."""
     seating: tuple[int, ...] | None = None
     """The policy (index into ``policies``) of each agent, in ``possible_agents`` order;
-    ``None``: drawn by weight from the seed (cross-play seats policies itself)."""
+    ``None``: drawn by weight from the seed."""
 
     @property
     def key(self) -> tuple[str, int]:
@@ -62,15 +60,8 @@ class EpisodeTask:
 class TaskList(Sequence[EpisodeTask]):
     """Missions × episodes, mission-major, each task made when it is asked for.
 
-    A run of ten million episodes costs no memory before its first episode: only the
-    positions to run are held (a ``range``, or an index array when resuming).
-
-    Args:
-        missions: The missions, in order.
-        policies: The policy specs every task plays.
-        seed: The run's base seed.
-        episodes: Episodes per mission.
-        positions: Which of the ``len(missions) * episodes`` tasks this list holds.
+    Only the positions to run are held (a ``range``, or an index array when resuming), so
+    ten million episodes cost no memory before the first runs.
     """
 
     def __init__(self, missions: Sequence[Mission], policies: tuple[PolicySpec, ...],
@@ -111,13 +102,16 @@ class TaskList(Sequence[EpisodeTask]):
 
     def subset(self, positions: Sequence[int]) -> TaskList:
         """The tasks at these positions among all the run's tasks."""
-        return TaskList(self.missions, self.policies, self.seed, self.episodes, positions,
-                        self.replay_dir, self.seating)
+        return self._with(positions=positions)
 
     def with_missions(self, missions: Sequence[Mission]) -> TaskList:
         """The same tasks with the missions replaced (e.g. set to fresh environments)."""
-        return TaskList(missions, self.policies, self.seed, self.episodes, self.positions,
-                        self.replay_dir, self.seating)
+        return self._with(missions=tuple(missions))
+
+    def _with(self, **changes: Any) -> TaskList:
+        new = copy.copy(self)
+        vars(new).update(changes)
+        return new
 
 
 @dataclass
@@ -140,8 +134,8 @@ class _Progress:
 class EpisodeRunner:
     """Runs episodes, keeping environments and policies alive between them.
 
-    Reusing them is safe because every episode resets the environment and every policy
-    with seeds derived for that episode; a policy must clear all its memory in ``reset``.
+    Reuse is safe because every episode resets the environment and every policy with its
+    own derived seeds; a policy must clear all its memory in ``reset``.
 
     Args:
         stepper: Where policy steps run (default: inline, in this process).
@@ -149,18 +143,12 @@ class EpisodeRunner:
             return ends the episode there (calibration times only its first steps).
         tracer: Records a timeline of episodes and steps, if given.
         track: The timeline row of this runner's episodes.
-        retries: Times an episode is run again when a worker process it used was lost
-            (a policy worker that died or froze); the retry reproduces the episode.
+        retries: Times an episode is run again when a worker process it used was lost.
     """
 
-    def __init__(
-        self,
-        stepper: Stepper | None = None,
-        on_step: Callable[[EpisodeTask, int], bool | None] | None = None,
-        tracer: Tracer | None = None,
-        track: str = "episodes",
-        retries: int = 0,
-    ) -> None:
+    def __init__(self, stepper: Stepper | None = None,
+                 on_step: Callable[[EpisodeTask, int], bool | None] | None = None,
+                 tracer: Tracer | None = None, track: str = "episodes", retries: int = 0) -> None:
         self.stepper = stepper or InlineStepper()
         self.retries = retries
         self.on_step = on_step
@@ -171,8 +159,7 @@ class EpisodeRunner:
     def run(self, task: EpisodeTask) -> EpisodeResult:
         """Play one episode; an exception in the env or a policy becomes a failed result.
 
-        An episode that failed because a worker process was lost is played again, up to
-        ``retries`` times (the next attempt starts with a fresh worker).
+        An episode that lost a worker process is played again, up to ``retries`` times.
         """
         result = self._run_once(task)
         attempts = 1
@@ -195,7 +182,7 @@ class EpisodeRunner:
             progress.names = [seat.spec.name for seat in seats]
             self.stepper.start(mission, seats)
             progress.phase = "reset"
-            progress.turn_based = turn_based = is_turn_based(env)
+            progress.turn_based = is_turn_based(env)
             if task.replay_dir is not None:
                 progress.recorder = ReplayRecorder(
                     progress.agent_ids, [s.agent.observation_space for s in seats],
@@ -203,18 +190,10 @@ class EpisodeRunner:
             reset = env.reset(seed=progress.env_seed)
             progress.totals = dict.fromkeys(progress.agent_ids, 0.0)
             progress.phase = "step"
-            if turn_based:
+            if progress.turn_based:
                 self._play_turns(env, task, progress)
             else:
-                obs, _ = reset
-                # parcat's own environments are checked by its tests; the check costs
-                # ~20% of a one-step episode
-                trusted = mission.env.startswith("parcat.")
-                if not trusted:
-                    progress.warnings += _odd_observations(env, obs, "first")
-                last = self._play(env, task, obs, progress.totals, progress)
-                if not trusted:
-                    progress.warnings += _odd_observations(env, last, "last")
+                self._play(env, task, reset, progress)
         except PolicyStepError as failure:
             error = _policy_error_info(failure)
         except USER_CODE_ERRORS as exc:
@@ -248,15 +227,9 @@ class EpisodeRunner:
             episode_index=task.episode_index,
             seed=progress.env_seed,
             steps=progress.steps,
-            agents=tuple(
-                AgentResult(
-                    str(a),
-                    names[i] if names else "?",
-                    float(totals.get(a, 0.0)),
-                    late.get(a, 0),
-                )
-                for i, a in enumerate(progress.agent_ids)
-            ),
+            agents=tuple(AgentResult(str(a), names[i] if names else "?",
+                                     float(totals.get(a, 0.0)), late.get(a, 0))
+                         for i, a in enumerate(progress.agent_ids)),
             stats=stats,
             status=EpisodeStatus.OK if error is None else EpisodeStatus.FAILED,
             error=error,
@@ -273,30 +246,31 @@ class EpisodeRunner:
             self._discard_env(mission)
         self.stepper.close()
 
-    def _play(
-        self, env: ParallelEnv, task: EpisodeTask, obs: Any, totals: dict[Any, float],
-        progress: _Progress,
-    ) -> Any:
-        """Step until the episode ends; return the last observations."""
-        act = self.stepper.act
-        step: Callable[[Any], Any] = env.step
+    def _play(self, env: ParallelEnv, task: EpisodeTask, reset: Any,
+              progress: _Progress) -> None:
+        """Step a parallel env until the episode ends."""
+        obs, _ = reset
+        # parcat's own environments are checked by its tests (BENCHMARKS.md: the check's cost)
+        trusted = task.mission.env.startswith("parcat.")
+        if not trusted:
+            progress.warnings += _odd_observations(env, obs, "first")
+        act, step = self._traced_act(), env.step
         if self.tracer is not None:
-            act, step = self._traced_act(act), self._traced_step(step)
+            step = self._traced(step, "env step", self.track)
         if progress.recorder is not None:
             act, step = progress.recorder.wrap_act(act), progress.recorder.wrap_step(step)
-        on_step = self.on_step
-        max_steps = task.mission.max_steps
+        on_step, max_steps, totals = self.on_step, task.mission.max_steps, progress.totals
         steps = 0
         while env.agents and steps < max_steps:
-            actions = act(obs, env.agents)
-            obs, rewards, _, _, _ = step(actions)
+            obs, rewards, _, _, _ = step(act(obs, env.agents))
             for agent_id, reward in rewards.items():
                 totals[agent_id] += reward
             steps += 1
             progress.steps = steps
             if on_step is not None and on_step(task, steps):
                 break
-        return obs
+        if not trusted:
+            progress.warnings += _odd_observations(env, obs, "last")
 
     def _save_replay(self, task: EpisodeTask, progress: _Progress,
                      error: ErrorInfo | None) -> None:
@@ -318,11 +292,9 @@ class EpisodeRunner:
 
     def _play_turns(self, env: Any, task: EpisodeTask, progress: _Progress) -> None:
         """A turn-based (AEC) episode: one agent acts at a time (:mod:`parcat.envs.turns`)."""
-        act = self.stepper.act if self.tracer is None else self._traced_act(self.stepper.act)
-        recorder = progress.recorder
+        act, recorder, on_step = self._traced_act(), progress.recorder, self.on_step
         if recorder is not None:
             act = recorder.wrap_act(act)
-        on_step = self.on_step
 
         def moved(moves: int) -> bool | None:
             progress.steps = moves
@@ -331,34 +303,28 @@ class EpisodeRunner:
         play_turns(env, act, progress.totals, task.mission.max_steps, moved,
                    recorder.turn if recorder is not None else None)
 
-    def _traced_act(self, act: Callable[[Any, Any], dict[Any, Any]]) -> Callable[..., Any]:
+    def _traced_act(self) -> Callable[[Any, Any], dict[Any, Any]]:
+        if self.tracer is None:
+            return self.stepper.act
+        return self._traced(self.stepper.act, "policies", f"{self.track}/agents", count=True)
+
+    def _traced(self, call: Callable[..., Any], name: str, track: str,
+                count: bool = False) -> Callable[..., Any]:
+        """``call`` recording a span named ``name`` (with ``agents=len(result)`` if ``count``)."""
         tracer = self.tracer
         assert tracer is not None
 
-        def traced(obs: Any, live: Any) -> dict[Any, Any]:
+        def traced(*args: Any) -> Any:
             begin = now_us()
-            actions = act(obs, live)
-            tracer.span("policies", begin, now_us(), track=f"{self.track}/agents",
-                        agents=len(actions))
-            return actions
-
-        return traced
-
-    def _traced_step(self, step: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        """``env.step`` recording an ``env step`` span inside the episode's span."""
-        tracer = self.tracer
-        assert tracer is not None
-
-        def traced(actions: Any) -> Any:
-            begin = now_us()
-            result = step(actions)
-            tracer.span("env step", begin, now_us(), track=self.track)
+            result = call(*args)
+            extra = {"agents": len(result)} if count else {}
+            tracer.span(name, begin, now_us(), track=track, **extra)
             return result
 
         return traced
 
     def _seats(self, env: ParallelEnv, task: EpisodeTask) -> list[Seat]:
-        mission = task.mission
+        mission, index = task.mission, task.episode_index
         agent_ids = list(env.possible_agents)
         if task.seating is not None:
             if len(task.seating) != len(agent_ids):
@@ -366,16 +332,11 @@ class EpisodeRunner:
                                  f"{len(agent_ids)} agents of mission '{mission.name}'")
             assignment = list(task.seating)
         else:
-            assignment = assign_policies(
-                [p.weight for p in task.policies],
-                len(agent_ids),
-                seeding.assignment_seed(task.seed, mission.key, task.episode_index),
-            )
-        return [
-            Seat(agent, task.policies[policy_index],
-                 seeding.agent_seed(task.seed, mission.key, task.episode_index, agent.agent_index))
-            for agent, policy_index in zip(mission.agent_specs(env), assignment, strict=True)
-        ]
+            assignment = assign_policies([p.weight for p in task.policies], len(agent_ids),
+                                         seeding.assignment_seed(task.seed, mission.key, index))
+        return [Seat(agent, task.policies[policy],
+                     seeding.agent_seed(task.seed, mission.key, index, agent.agent_index))
+                for agent, policy in zip(mission.agent_specs(env), assignment, strict=True)]
 
     def _discard_env(self, mission: Mission) -> None:
         env = self._envs.pop(mission, None)
@@ -384,23 +345,14 @@ class EpisodeRunner:
             close_env(env)
 
     def _env(self, mission: Mission) -> ParallelEnv:
-        env = self._envs.get(mission)
-        if env is None:
-            env = self._envs[mission] = mission.make_env()
-        return env
+        if mission not in self._envs:
+            self._envs[mission] = mission.make_env()
+        return self._envs[mission]
 
 
-def run_episode(
-    mission: Mission, policies: Sequence[PolicySpec], seed: int, episode_index: int = 0
-) -> EpisodeResult:
-    """Play one episode of ``mission`` with fresh environment and policies.
-
-    Args:
-        mission: The mission to play.
-        policies: Policy specs; assigned to agents by weight, deterministically from the seed.
-        seed: The run's base seed.
-        episode_index: Which episode of the mission this is (it selects the derived seeds).
-    """
+def run_episode(mission: Mission, policies: Sequence[PolicySpec], seed: int,
+                episode_index: int = 0) -> EpisodeResult:
+    """Play one episode of ``mission`` with a fresh environment and policies."""
     runner = EpisodeRunner()
     try:
         return runner.run(EpisodeTask(mission, tuple(policies), seed, episode_index))
@@ -409,8 +361,8 @@ def run_episode(
 
 
 def _odd_observations(env: ParallelEnv, obs: Any, which: str) -> list[str]:
-    """Agents whose observation is non-finite or outside its space (checked at the first
-    and last step only: every step would cost the episode loop its speed)."""
+    """Agents whose observation is non-finite or outside its space (at the first and last
+    step only: every step would cost the loop its speed)."""
     found = []
     for agent, value in (obs or {}).items():
         array = np.asarray(value) if not isinstance(value, dict | tuple) else None
@@ -428,9 +380,8 @@ def _lost_a_worker(result: EpisodeResult) -> bool:
 
 
 def _policy_error_info(failure: PolicyStepError) -> ErrorInfo:
-    agent = None if failure.agent is None else str(failure.agent)
-    if failure.remote is not None:
-        report = failure.remote
+    if (report := failure.remote) is not None:
+        agent = None if failure.agent is None else str(failure.agent)
         return ErrorInfo(report.kind, report.message, report.traceback, agent, failure.phase)
     return _error_info(failure.__cause__ or failure, failure.agent, failure.phase)
 
@@ -438,20 +389,13 @@ def _policy_error_info(failure: PolicyStepError) -> ErrorInfo:
 def _error_info(exc: BaseException, agent: Any, phase: str) -> ErrorInfo:
     formatted = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     message = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else str(exc)
-    return ErrorInfo(
-        type=type(exc).__name__,
-        message=message,
-        traceback=formatted,
-        agent=None if agent is None else str(agent),
-        phase=phase,
-    )
+    return ErrorInfo(type(exc).__name__, message, formatted,
+                     None if agent is None else str(agent), phase)
 
 
 def _stats(env: ParallelEnv | None) -> dict[str, float]:
     stats_fn = getattr(env, "episode_stats", None)
-    if stats_fn is None:
-        return {}
-    return {str(k): float(v) for k, v in stats_fn().items()}
+    return {} if stats_fn is None else {str(k): float(v) for k, v in stats_fn().items()}
 
 
 def _task(env: ParallelEnv | None) -> dict[str, Any] | None:

@@ -1,9 +1,8 @@
-"""Comparisons: ``parcat compare A.json B.json`` (is B better than A, per mission and
-overall?) and ``parcat bench``'s records (did a figure regress beyond its noise?).
+"""``parcat compare A.json B.json`` (is B better than A, per mission and overall?) and the
+comparison of ``parcat bench`` records (did a figure regress beyond its noise?).
 
-Each episode's score is the mean per-agent return of one policy (default: all agents).
-Per mission and overall: A's and B's mean and IQM, the difference B − A with a stratified
-bootstrap 95% interval, and the probability of improvement P(B > A) with its interval.
+An episode's score is the mean per-agent return of one policy (default: all agents). Each row
+holds A's and B's mean and IQM, B − A with a stratified bootstrap 95% interval, and P(B > A).
 """
 
 from __future__ import annotations
@@ -74,10 +73,8 @@ def load_scores(path: str | Path, policy: str = "*") -> dict[str, np.ndarray]:
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"compare: '{path}': episode {index} is malformed "
                               f"({clip(repr(exc), 200)})") from exc
-        if not episode.ok:
-            continue
         rewards = [a.reward for a in episode.agents if policy in ("*", a.policy)]
-        if rewards:
+        if episode.ok and rewards:
             scores.setdefault(episode.mission, []).append(sum(rewards) / len(rewards))
     if not scores:
         raise ConfigError(f"'{path}' has no finished episodes of policy '{policy}'")
@@ -88,10 +85,8 @@ def compare(a: dict[str, np.ndarray], b: dict[str, np.ndarray], seed: int = 0,
             reps: int = 2000, normalise: bool = True) -> list[Comparison]:
     """Rows for every mission both sides evaluated, then ``overall``.
 
-    The ``overall`` row aggregates per-mission normalised scores (:func:`~parcat.eval.stats.
-    normalised`: 0 the lowest episode of either side on that mission, 1 the highest), so
-    missions on different scales weigh alike; ``normalise=False`` when the scores are
-    normalised already.
+    ``overall`` aggregates per-mission normalised scores (:func:`~parcat.eval.stats.normalised`)
+    so missions on different scales weigh alike; ``normalise=False`` when they are already.
 
     Raises:
         ConfigError: the two files share no mission.
@@ -110,12 +105,6 @@ def compare(a: dict[str, np.ndarray], b: dict[str, np.ndarray], seed: int = 0,
 
 def _row(name: str, a: dict[str, np.ndarray], b: dict[str, np.ndarray], seed: int,
          reps: int) -> Comparison:
-    def diff(x: Any, y: Any) -> float:
-        return mean_difference(y, x)
-
-    def improve(x: Any, y: Any) -> float:
-        return average_improvement_probability(y, x)
-
     return Comparison(
         mission=name,
         episodes_a=sum(v.size for v in a.values()),
@@ -123,30 +112,25 @@ def _row(name: str, a: dict[str, np.ndarray], b: dict[str, np.ndarray], seed: in
         mean_a=aggregate_mean(a), mean_b=aggregate_mean(b),
         iqm_a=stratified_bootstrap(a, aggregate_iqm, reps=200, seed=seed).value,
         iqm_b=stratified_bootstrap(b, aggregate_iqm, reps=200, seed=seed).value,
-        difference=paired_bootstrap(a, b, diff, reps=reps, seed=seed),
-        improvement=paired_bootstrap(a, b, improve, reps=reps, seed=seed + 1),
+        difference=paired_bootstrap(a, b, lambda x, y: mean_difference(y, x), reps=reps,
+                                    seed=seed),
+        improvement=paired_bootstrap(a, b, lambda x, y: average_improvement_probability(y, x),
+                                     reps=reps, seed=seed + 1),
     )
 
 
 # --- parcat bench records -------------------------------------------------------------
 
 LOAD_SLACK_CPUS = 0.25
-"""CPUs other processes may use beyond the ones a measurement leaves them before it counts
-as taken under load (background noise: kernel threads, a shell)."""
-
-
+"""CPUs others may use beyond what a measurement leaves them (kernel threads, a shell)."""
 BASELINE_RECORDS = 5
-"""A record is compared with the pooled repeats of up to this many latest comparable records:
-one run on a slow moment of a shared machine does not set the bar for the next."""
-
+"""A record is compared with the pooled repeats of up to this many latest comparable ones."""
 MIN_BASELINE_RECORDS = 3
-"""Changes are judged once this many comparable records show how much runs differ (on a
-shared machine, two quiet runs can differ by 40% in a several-process figure)."""
+"""Changes are judged once this many comparable records show how much runs differ."""
 
 
 def spread(values: list[float]) -> dict[str, float]:
-    """Median and range of repeats. The range leaves out the lowest and highest fifth (one
-    of five repeats): one repeat that a burst of load hit does not widen it."""
+    """Median and range of repeats, the range without the lowest and highest fifth."""
     ordered = sorted(values)
     trim = len(ordered) // 5
     return {"median": statistics.median(ordered), "low": ordered[trim],
@@ -155,8 +139,7 @@ def spread(values: list[float]) -> dict[str, float]:
 
 def pool_records(records: list[dict[str, Any]]) -> dict[str, Any]:
     """One record standing for several comparable ones: each figure's repeats pooled, its
-    range all of them (so it includes how much the runs differed), the machine's speed
-    their median."""
+    range all of them, the machine's speed their median."""
     figures = {}
     for name, entry in records[-1]["figures"].items():
         entries = [r["figures"][name] for r in records]
@@ -180,8 +163,7 @@ def _repeats(entries: list[dict[str, Any]]) -> list[float]:
 
 
 def under_load(other_cpus: float, cpus: int, machine_cpus: int) -> bool:
-    """Whether other processes using ``other_cpus`` CPUs on average took some of the
-    ``cpus`` a measurement needs on a machine of ``machine_cpus``."""
+    """Whether others using ``other_cpus`` CPUs took some of the ``cpus`` a measurement needs."""
     return other_cpus + cpus > machine_cpus + LOAD_SLACK_CPUS
 
 
@@ -205,18 +187,15 @@ class FigureChange:
     previous: float
     """The previous record's median (of a pooled baseline: of all its repeats)."""
     current: float
-    """The current record's median."""
     previous_range: tuple[float, float]
-    """The previous record's range (:func:`spread`; of a pooled baseline: all its repeats)."""
     current_range: tuple[float, float]
     change: float
-    """(current - previous) / previous: how the figure's value moved, whatever its direction."""
+    """(current - previous) / previous, whatever the figure's direction."""
     worse_by: float
     """How many times worse the current median is (1.3: 30% slower; below 1: better)."""
     verdict: Verdict
     relative: bool = False
-    """``worse_by`` and the verdict are relative to the machine's speed in each repeat
-    (one-process figures: the reference loop's CPU time moves with the machine's load)."""
+    """``worse_by`` and the verdict are relative to the machine's speed in each repeat."""
 
     @property
     def regression(self) -> bool:
@@ -230,7 +209,7 @@ class FigureChange:
 
 @dataclass(frozen=True)
 class BenchComparison:
-    """A bench record compared with an earlier one of the same history."""
+    """A bench record compared with earlier ones of the same history."""
 
     changes: tuple[FigureChange, ...]
     notes: tuple[str, ...] = ()
@@ -252,9 +231,7 @@ class BenchComparison:
 
 
 def check_threshold(threshold: float) -> None:
-    """Raises:
-        ConfigError: ``threshold`` is negative (or not a number).
-    """
+    """Raise ``ConfigError`` when ``threshold`` is negative (or not a number)."""
     if not threshold >= 0:
         raise ConfigError(f"--threshold must be 0 or more (0.2 flags figures 1.2 times "
                           f"worse); got {threshold}")
@@ -280,12 +257,7 @@ def why_incomparable(previous: dict[str, Any], current: dict[str, Any]) -> str |
 
 def compare_bench(history: list[dict[str, Any]], record: dict[str, Any],
                   threshold: float) -> BenchComparison:
-    """``record`` compared with the latest comparable records of ``history`` (up to
-    :data:`BASELINE_RECORDS`, pooled by :func:`pool_records`).
-
-    Raises:
-        ConfigError: ``threshold`` is negative.
-    """
+    """``record`` compared with the latest comparable records of ``history``, pooled."""
     check_threshold(threshold)
     if not history:
         return BenchComparison((), incomparable="the history has no earlier record")
@@ -318,14 +290,9 @@ def compare_bench(history: list[dict[str, Any]], record: dict[str, Any],
 def compare_records(previous: dict[str, Any], current: dict[str, Any],
                     threshold: float) -> BenchComparison:
     """Each figure of two comparable records; a regression is a median worse by more than
-    ``threshold`` (0.2: 1.2 times the time or cost) whose repeats' range does not overlap
-    the previous record's. One-process figures are judged relative to the machine's speed
-    while they ran; a several-process figure measured while other processes took the CPUs
-    it needs is reported as under load, neither a regression nor an improvement.
-
-    Raises:
-        ConfigError: ``threshold`` is negative.
-    """
+    ``threshold`` whose repeats' range does not overlap the previous record's. One-process
+    figures are judged relative to the machine's speed; a several-process figure measured
+    while others took the CPUs it needs is reported as under load, not judged."""
     check_threshold(threshold)
     reason = why_incomparable(previous, current)
     if reason is not None:
@@ -336,8 +303,7 @@ def compare_records(previous: dict[str, Any], current: dict[str, Any],
     notes = [f"the {label} record was taken under load: {note}"
              for label, note in (("previous", _load_note(previous)),
                                  ("current", _load_note(current))) if note]
-    speed_note = _speed_note(previous, current)
-    if speed_note:
+    if speed_note := _speed_note(previous, current):
         notes.append(speed_note)
     for label, rec in (("previous", previous), ("current", current)):
         if rec.get("slowdown"):
@@ -381,15 +347,14 @@ def _figure_change(name: str, previous: dict[str, Any], current: dict[str, Any],
 
 
 def _ratio(numerator: float, denominator: float) -> float:
-    """numerator / denominator, for figures that may be 0 (an overhead can measure 0)."""
+    """numerator / denominator, for figures that may be 0."""
     if denominator > 0 and numerator >= 0:
         return numerator / denominator
     return 1.0 if numerator <= denominator else math.inf
 
 
 def _speed_note(previous: dict[str, Any], current: dict[str, Any]) -> str | None:
-    """A line saying how fast the machine ran for the current record against the previous
-    one (the reference loop's median), when it differs by more than 10%."""
+    """How fast the machine ran for the current record against the previous one, if >10% apart."""
     speeds = [r.get("load", {}).get("speed") for r in (previous, current)]
     if not speeds[0] or not speeds[1] or 1 / 1.1 < speeds[1] / speeds[0] < 1.1:
         return None
@@ -399,7 +364,7 @@ def _speed_note(previous: dict[str, Any], current: dict[str, Any]) -> str | None
 
 
 def _load_note(record: dict[str, Any]) -> str | None:
-    """How loaded the machine was while the record ran, or ``None`` when it was not."""
+    """How loaded the machine was while the record ran, or ``None``."""
     load = record.get("load", {})
     other = load.get("other_cpus")
     busy = [load.get(k, {}).get("other_busy_cpus", 0) for k in ("before", "after")]

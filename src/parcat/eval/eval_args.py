@@ -1,10 +1,6 @@
-"""The flags of ``parcat eval`` and ``parcat plan`` as one value.
-
-``EvalArgs(("harvest",), options=RunOptions(jobs=4)).build()`` gives what
-``parcat eval -m harvest --jobs 4`` runs: the :class:`~parcat.eval.evaluate.EvalConfig` (what,
-built from the command line's words) and the :class:`~parcat.parallel.launch.RunOptions`
-(where and how).
-"""
+"""The flags of ``parcat eval`` and ``parcat plan`` as one value: ``EvalArgs(("harvest",),
+options=RunOptions(jobs=4)).build()`` gives the ``EvalConfig`` and ``RunOptions`` that
+``parcat eval -m harvest --jobs 4`` runs."""
 
 from __future__ import annotations
 
@@ -35,29 +31,23 @@ class EvalArgs:
     """Policy specs ``NAME[,KEY=VALUE...][@WEIGHT]`` (``-p``); empty: ``greedy``, or
     ``random`` when a mission has no heuristic (with a note)."""
     episodes: int = 10
-    """Episodes per mission (``-n``)."""
     seed: int = 0
-    """Base seed; every episode's seeds derive from it (``--seed``)."""
     overrides: Sequence[str] = ()
     """Mission parameters ``KEY=VALUE`` (``--set``)."""
     options: RunOptions = field(default_factory=RunOptions)
-    """Where and how to run (``--jobs``, ``--executor``, ``--backend`` and the rest)."""
     trace: Path | None = None
     """Where the caller writes the run's timeline; recorded only when set (``--trace``)."""
     trust_code: bool = False
-    """Let a run directory's manifest name code from outside parcat: its mission's
-    environment (without ``-m``) or its policy class (``--trust-code``)."""
+    """Let a run directory's manifest name code from outside parcat (``--trust-code``)."""
 
     def build(self, on_note: Callable[[str], None] | None = None
               ) -> tuple[EvalConfig, RunOptions]:
-        """Validate the words and build what runs, before anything runs.
-
-        A run directory given with ``-p`` brings its mission parameters (below ``--set``)
-        and, without ``-m``, its mission (:func:`parcat.eval.trained_run.load_missions`).
+        """Validate the words and build what runs, before anything runs (a run directory
+        given with ``-p`` brings its mission and parameters: :func:`load_missions`).
 
         Args:
-            on_note: Told, one line each, which checkpoint a run directory loads and which
-                default policy was chosen.
+            on_note: Told which checkpoint a run directory loads and which default policy
+                was chosen.
 
         Raises:
             ConfigError: a bad value, or a Ray executor without Ray installed.
@@ -98,11 +88,7 @@ def default_policies(missions: Sequence[Mission],
 
 
 def require_count(flag: str, value: Any) -> int:
-    """``value`` if it is an integer from 1 to :data:`~parcat.core.limits.MAX_COUNT`.
-
-    Raises:
-        ConfigError: naming ``flag`` and the range.
-    """
+    """``value`` if it is an integer from 1 to ``MAX_COUNT`` (else ``ConfigError``)."""
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_COUNT:
         raise ConfigError(f"{flag} must be an integer between 1 and {MAX_COUNT:,}, "
                           f"got {brief(value)}")

@@ -7,7 +7,8 @@ import math
 import pickle
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -67,21 +68,16 @@ class EvalConfig:
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready ``config`` section of the results document."""
         return {
-            "missions": [
-                {"name": m.name, "env": m.env, "params": dict(m.params), "max_steps": m.max_steps}
-                for m in self.missions
-            ],
-            "policies": [
-                {"name": p.name, "target": p.target, "kwargs": dict(p.kwargs), "weight": p.weight}
-                for p in self.policies
-            ],
+            "missions": [{"name": m.name, "env": m.env, "params": dict(m.params),
+                          "max_steps": m.max_steps} for m in self.missions],
+            "policies": [{"name": p.name, "target": p.target, "kwargs": dict(p.kwargs),
+                          "weight": p.weight} for p in self.policies],
             "episodes": self.episodes,
             "seed": self.seed,
         }
 
 
 def _require_unique(kind: str, names: list[str]) -> None:
-    """Raise naming the first (alphabetically) of ``names`` that appears more than once."""
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ConfigError(f"{kind} '{duplicates[0]}' is given more than once")
@@ -92,21 +88,15 @@ class EvalReport:
     """The outcome of an eval run, in task order."""
 
     config: EvalConfig
-    """What was asked for."""
     episodes: list[EpisodeResult] = field(default_factory=list)
-    """One result per task, in task order."""
     status: str = "complete"
     """``complete``, ``failed`` (some episode failed) or ``interrupted``."""
     options: RunOptions = field(default_factory=RunOptions)
-    """Where and how it ran."""
     plan: Plan | None = None
-    """The planner's decision."""
     started: str = ""
     """ISO-8601 start time."""
     elapsed_s: float = 0.0
-    """Wall time of the run."""
     trace_events: list[dict[str, Any]] = field(default_factory=list)
-    """The timeline, when tracing."""
     checks: dict[str, EnvCheck] = field(default_factory=dict)
     """What the start-of-run check found about each mission's environment."""
     results: dict[int, EpisodeResult] = field(default_factory=dict)
@@ -115,11 +105,6 @@ class EvalReport:
     """Why the results file could not be written at the end (the results are complete)."""
     _clock: float = field(default=0.0, repr=False)
     _document: tuple[Any, dict[str, Any]] | None = field(default=None, repr=False)
-
-    def start_clock(self) -> None:
-        """Start timing the run (``started``, ``elapsed_s``)."""
-        self.started = datetime.now(timezone.utc).isoformat()
-        self._clock = time.perf_counter()
 
     def update(self, status: str) -> None:
         """Bring ``episodes``, ``elapsed_s`` and ``status`` up to date."""
@@ -137,10 +122,7 @@ class EvalReport:
         """One line per mission whose results are not reproducible."""
         lines = [f"mission '{name}': {check.note}; its results are not reproducible"
                  for name, check in self.checks.items() if check.reproducible is False]
-        odd: dict[str, int] = {}
-        for episode in self.episodes:
-            if episode.warnings:
-                odd[episode.mission] = odd.get(episode.mission, 0) + 1
+        odd = Counter(e.mission for e in self.episodes if e.warnings)
         lines += [f"mission '{name}': {count} episode(s) with non-finite returns or odd "
                   "observations (see \"warnings\" in the results); non-finite returns are "
                   "left out of the statistics (column non_finite)"
@@ -160,7 +142,7 @@ class EvalReport:
 
     def to_document(self) -> dict[str, Any]:
         """The JSON results document (a new dict each call; made once per state: the
-        results file and the JSON on stdout share it, and 20,000 episodes take 0.2 s)."""
+        results file and the JSON on stdout share it)."""
         key = (id(self.episodes), len(self.episodes), self.status, self.elapsed_s)
         if self._document is None or self._document[0] != key:
             timing = {"started": self.started, "elapsed_s": self.elapsed_s}
@@ -174,41 +156,10 @@ class EvalReport:
         return dict(self._document[1])
 
 
-def check_environments(missions: Sequence[Mission], start_method: str | None = None,
-                       timeout_s: float | None = None) -> dict[str, EnvCheck]:
-    """Check each mission's environment for reproducibility (:mod:`parcat.episode.probe`).
-
-    parcat's own environments are checked by its tests and skipped; environments from
-    outside parcat are checked in a worker process, where a crash cannot end the run,
-    for at most ``timeout_s`` seconds each (default :data:`parcat.episode.probe.PROBE_TIMEOUT_S`).
-    """
-    checks = {}
-    for mission in missions:
-        if not is_foreign(mission):
-            checks[mission.name] = EnvCheck(True, False, "")
-        else:
-            checks[mission.name] = check_in_a_worker(mission, start_method, timeout_s)
-    return checks
-
-
-def with_fresh_envs(tasks: TaskList, checks: Mapping[str, EnvCheck]) -> TaskList:
-    """Tasks whose missions leak state across resets, set to a fresh env per episode."""
-    leaky = {name for name, check in checks.items() if check.leaks_state}
-    return tasks.with_missions([
-        replace(m, fresh_env=True) if m.name in leaky and m.fresh_env is None else m
-        for m in tasks.missions])
-
-
-def make_config(
-    missions: Sequence[str],
-    policies: Sequence[str],
-    episodes: int = 10,
-    seed: int = 0,
-    overrides: dict[str, Any] | None = None,
-    trust_code: bool = False,
-) -> EvalConfig:
-    """Build and validate an :class:`EvalConfig` from names and specs, as the CLI does
-    (``trust_code``: a checkpoint may name a policy class from outside parcat)."""
+def make_config(missions: Sequence[str], policies: Sequence[str], episodes: int = 10,
+                seed: int = 0, overrides: dict[str, Any] | None = None,
+                trust_code: bool = False) -> EvalConfig:
+    """Build and validate an :class:`EvalConfig` from names and specs, as the CLI does."""
     loaded = tuple(load_mission(m, overrides) for m in missions)
     specs = tuple(parse_policy_spec(p, trust_code) for p in policies)
     config = EvalConfig(loaded, specs, episodes, seed)
@@ -217,14 +168,12 @@ def make_config(
 
 
 def check_policies(config: EvalConfig) -> None:
-    """Build every policy once for every agent of every mission, before any episode runs.
-
-    Policies from outside parcat are built in a worker process
-    (:func:`~parcat.policies.specs.check_builds`).
+    """Build every policy once for every agent of every mission, before any episode runs
+    (in a worker when some policy is from outside parcat).
 
     Raises:
-        PolicyError: a spec is unknown, a policy cannot be built for some agent, or the
-            networks of an episode's agents would be too big together.
+        PolicyError: a policy cannot be built for some agent, or an episode's networks
+            would be too big together.
         WorkerError: a policy's constructor ended its process, crashed or hung.
     """
     mlps = [spec for spec in config.policies if spec.target == "mlp"]
@@ -241,7 +190,7 @@ def check_policies(config: EvalConfig) -> None:
                 f"{total:,} network parameters together, more than the limit of "
                 f"{MAX_EPISODE_PARAMETERS:,}; use a smaller width or depth")
     for mission in config.missions:
-        try:  # in a worker when some policy is from outside parcat
+        try:
             check_builds([(spec, mission, agent) for agent in mission.agents()
                           for spec in config.policies])
         except PolicyError as exc:
@@ -250,25 +199,19 @@ def check_policies(config: EvalConfig) -> None:
 
 def make_tasks(config: EvalConfig, replay_dir: Path | None = None,
                seating: tuple[int, ...] | None = None) -> TaskList:
-    """Missions × episodes, mission-major, made as they are asked for (each recording its
-    replay into ``replay_dir``, if given; with ``seating``, each agent plays the policy
-    it names)."""
+    """Missions × episodes, made as they are asked for (:class:`TaskList`)."""
     return TaskList(config.missions, config.policies, config.seed, config.episodes,
                     replay_dir=None if replay_dir is None else str(replay_dir), seating=seating)
 
 
 def write_replay_index(folder: Path, episodes: Sequence[EpisodeResult]) -> None:
     """``folder/index.json``: every episode of the run whose replay file is there."""
-    entries = []
-    for result in episodes:
-        name = replay_file_name(result.mission, result.episode_index)
-        if (folder / name).is_file():
-            entries.append({
-                "file": name, "mission": result.mission, "episode_index": result.episode_index,
-                "seed": result.seed, "steps": result.steps, "status": result.status.value,
-                "returns": {a.agent_id: a.reward for a in result.agents},
-            })
-    write_index(folder, entries)
+    write_index(folder, [
+        {"file": name, "mission": result.mission, "episode_index": result.episode_index,
+         "seed": result.seed, "steps": result.steps, "status": result.status.value,
+         "returns": {a.agent_id: a.reward for a in result.agents}}
+        for result in episodes
+        if (folder / (name := replay_file_name(result.mission, result.episode_index))).is_file()])
 
 
 def unpicklable(config: EvalConfig) -> str | None:
@@ -286,8 +229,8 @@ def unpicklable(config: EvalConfig) -> str | None:
 
 def inline_if_unpicklable(config: EvalConfig, options: RunOptions,
                           on_warning: Callable[[str], None] | None = None) -> RunOptions:
-    """``options``, or, when a mission or policy built in Python cannot be pickled, options
-    that run everything in this process, with one warning naming it (as cogames does)."""
+    """``options``, or, when a mission or policy cannot be pickled, options that run
+    everything in this process, with one warning naming it."""
     if options.executor is ExecutorKind.INLINE and not options.parallel_policy:
         return options
     why = unpicklable(config)
@@ -305,33 +248,23 @@ class StopRun(Exception):
     """Raised from a result callback to end a run early (``--fail-fast``)."""
 
 
-def evaluate(
-    config: EvalConfig,
-    options: RunOptions | None = None,
-    on_result: ResultCallback | None = None,
-    on_plan: PlanCallback | None = None,
-    output: Path | None = None,
-    resume: bool = False,
-    keep: dict[tuple[str, int], EpisodeResult] | None = None,
-    on_warning: Callable[[str], None] | None = None,
-    replay_dir: Path | None = None,
-    seating: tuple[int, ...] | None = None,
-) -> EvalReport:
+def evaluate(config: EvalConfig, options: RunOptions | None = None,
+             on_result: ResultCallback | None = None, on_plan: PlanCallback | None = None,
+             output: Path | None = None, resume: bool = False,
+             keep: dict[tuple[str, int], EpisodeResult] | None = None,
+             on_warning: Callable[[str], None] | None = None, replay_dir: Path | None = None,
+             seating: tuple[int, ...] | None = None) -> EvalReport:
     """Run every episode of ``config`` where ``options`` and the planner say.
 
     Args:
-        config: What to evaluate.
         options: Where and how (jobs, executor, agent-level strategy); never the results.
-        on_result: Called with each episode's result as it finishes (progress bars).
-        on_plan: Called with the plan before anything runs.
+        on_result: Called with each episode's result as it finishes.
         output: Results file, rewritten as episodes finish and at the end.
         resume: Keep the finished episodes already in ``output`` and run only the rest.
         keep: Episodes already run (by ``(mission, episode_index)``); only the rest run.
         on_warning: Told when a write of ``output`` failed mid-run and will be retried.
-        replay_dir: Record every episode run into this folder (:mod:`parcat.episode.replay`),
-            with an ``index.json`` of them at the end.
-        seating: The policy index of each agent (every mission must have that many
-            agents); default: policies drawn by weight per episode.
+        replay_dir: Record every episode into this folder, with an ``index.json``.
+        seating: The policy index of each agent; default: drawn by weight per episode.
 
     Raises:
         OutputError: ``output`` cannot be written (checked before anything runs).
@@ -340,14 +273,20 @@ def evaluate(
     remove_stale_blocks()
     with _claim_outputs(config, output, replay_dir):
         report = EvalReport(config, options=options)
-        try:
-            report.checks = check_environments(config.missions, options.start_method_name,
-                                               options.episode_timeout_s)
+        try:  # parcat's own environments are checked by its tests
+            report.checks = {m.name: check_in_a_worker(m, options.start_method_name,
+                                                       options.episode_timeout_s)
+                             if is_foreign(m) else EnvCheck(True, False, "")
+                             for m in config.missions}
         except KeyboardInterrupt:
             if replay_dir is not None:  # the folder is this run's: its index says so
                 write_replay_index(replay_dir, [])
             raise
-        tasks = with_fresh_envs(make_tasks(config, replay_dir, seating), report.checks)
+        tasks = make_tasks(config, replay_dir, seating)
+        leaky = {name for name, check in report.checks.items() if check.leaks_state}
+        tasks = tasks.with_missions([  # a reset that leaks state: a fresh env per episode
+            replace(m, fresh_env=True) if m.name in leaky and m.fresh_env is None else m
+            for m in tasks.missions])
         done = load_finished(output, config.to_dict(), tasks) if output and resume else {}
         todo = _still_to_run(report, tasks, {**done, **(keep or {})})
         return _run(report, options, tasks, todo, on_result, on_plan, output, resume,
@@ -365,7 +304,8 @@ def _run(report: EvalReport, options: RunOptions, tasks: TaskList, todo: Sequenc
         on_plan(report.plan)
     writer = None if output is None else ResultsWriter(
         output, report.snapshot, config.to_dict(), resume=resume, on_warning=on_warning)
-    report.start_clock()
+    report.started = datetime.now(timezone.utc).isoformat()
+    report._clock = time.perf_counter()
 
     def finished(index: int, result: EpisodeResult) -> None:
         report.results[int(todo[index])] = result
@@ -398,8 +338,7 @@ def _still_to_run(report: EvalReport, tasks: TaskList,
                   done: dict[tuple[str, int], EpisodeResult]) -> Sequence[int]:
     """Put the episodes already run into ``report``; the positions of the rest."""
     for key, result in done.items():
-        position = tasks.position(key)
-        if position is not None:
+        if (position := tasks.position(key)) is not None:
             report.results[position] = result
     if not report.results:
         return range(len(tasks))
@@ -442,33 +381,22 @@ def _execute(
     return status
 
 
-def evaluate_to_precision(
-    config: EvalConfig,
-    precision: float,
-    options: RunOptions | None = None,
-    batch: int | None = None,
-    max_episodes: int = 10_000,
-    on_result: ResultCallback | None = None,
-    output: Path | None = None,
-    on_warning: Callable[[str], None] | None = None,
-    replay_dir: Path | None = None,
-) -> EvalReport:
+def evaluate_to_precision(config: EvalConfig, precision: float, options: RunOptions | None = None,
+                          batch: int | None = None, max_episodes: int = 10_000,
+                          on_result: ResultCallback | None = None, output: Path | None = None,
+                          on_warning: Callable[[str], None] | None = None,
+                          replay_dir: Path | None = None) -> EvalReport:
     """Add episodes in batches until every mission's 95% CI half-width is below ``precision``.
 
-    The first batch is ``config.episodes``; while some mission is not precise enough, each
-    further batch adds ``batch`` (default: the same number) episodes to every mission. The
-    batches are fixed and episodes are seeded by index, so the stopping point and the
-    results are deterministic for a seed.
-
-    Raises:
-        ConfigError: ``precision`` is not positive.
+    The first batch is ``config.episodes``; each further one adds ``batch`` (default: the
+    same number) to every mission. Batches are fixed and episodes seeded by index, so the
+    stopping point and the results are deterministic for a seed.
     """
     if not precision > 0:
         raise ConfigError(f"--precision must be > 0, got {precision}")
     step = batch or config.episodes
     kept: dict[tuple[str, int], EpisodeResult] = {}
-    episodes = config.episodes
-    began, started = time.perf_counter(), ""
+    episodes, began, started = config.episodes, time.perf_counter(), ""
     while True:
         current = replace(config, episodes=episodes)
         report = evaluate(current, options, on_result, output=output, keep=kept,

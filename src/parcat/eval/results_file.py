@@ -1,21 +1,12 @@
 """The results file while a run is under way: written as it goes, resumed after a kill.
 
-``--output results.json`` gets two files while a run is under way:
-
-- the journal ``results.json.episodes.jsonl``: a header line (schema and config), then
-  one line per finished episode, appended as it finishes, so writing costs the same
-  for the 20,000th episode as for the first;
-- the document ``results.json`` itself, rewritten atomically with ``"status": "running"``
-  at coarse intervals (at least ``every_s`` apart, and at least ``SNAPSHOT_RATIO`` times
-  as long apart as the last write took, so rewriting never costs more than a few percent
-  of the run), and a last time with the final status. The journal is removed then.
-
-A killed run leaves a valid document and a journal holding every episode that finished;
-``--resume`` reads both, keeps the episodes that finished for good and runs the rest; the
-final file equals an uninterrupted run's. A write that fails mid-run (a full disk) is
-reported once and tried again later; a final write that fails raises
-:class:`~parcat.core.errors.WriteError` naming what was saved, after the run's results are
-complete in memory.
+``--output results.json`` gets a journal ``results.json.episodes.jsonl`` (a header line, then
+one line per finished episode, appended) and the document itself, rewritten atomically with
+``"status": "running"`` at coarse intervals (so rewriting costs a few percent of the run at
+most) and a last time with the final status, when the journal is removed. ``--resume`` reads
+both after a kill and runs only the rest; the final file equals an uninterrupted run's. A
+write that fails mid-run is reported once and retried; a final one raises ``WriteError``
+naming what was saved.
 """
 
 from __future__ import annotations
@@ -46,9 +37,6 @@ MAX_HEADER_BYTES = 1 << 24
 SNAPSHOT_RATIO = 50.0
 """A snapshot waits at least this many times as long as the last one took to write."""
 
-# failures that depend on where and when an episode ran, not on its seeds: run them again
-_TRANSIENT_PHASES = {"worker"}
-
 
 def journal_path(path: Path) -> Path:
     """The journal beside a results file."""
@@ -57,8 +45,8 @@ def journal_path(path: Path) -> Path:
 
 def write_document(path: Path, document: dict[str, Any],
                    encoded: dict[tuple[str, int], str] | None = None) -> None:
-    """Write the results file atomically: full JSON, or the summary as CSV for ``.csv``.
-    ``encoded`` holds episodes already encoded as JSON, by ``(mission, episode_index)``."""
+    """Write the results file atomically: full JSON, or the summary as CSV for ``.csv``
+    (``encoded``: episodes already encoded as JSON, by ``(mission, episode_index)``)."""
     if path.suffix.lower() == ".csv":
         episodes = [EpisodeResult.from_dict(e) for e in document["episodes"]]
         text = summary_csv(summarize(episodes))
@@ -81,13 +69,11 @@ class ResultsWriter:
     """Journals episodes as they finish and rewrites the document now and then.
 
     Args:
-        path: The results file (checked with :func:`parcat.core.output_paths.check_output_file`).
         document: The whole results document for a status (``"running"`` while going).
         config: The run's config (the journal's header, checked by ``--resume``).
         every_s: Shortest time between two snapshots of the document.
         resume: Append to the journal an interrupted run left (else start a new one).
         on_warning: Told, once per kind, about writes that failed and will be retried.
-        ratio: A snapshot waits at least this many times as long as the last one took.
     """
 
     def __init__(
@@ -132,11 +118,7 @@ class ResultsWriter:
                                                 self.ratio * (time.monotonic() - now))
 
     def finish(self, status: str) -> None:
-        """Write the final file and drop the journal.
-
-        Raises:
-            WriteError: the file could not be written; the message says what was saved.
-        """
+        """Write the final file and drop the journal (``WriteError`` says what was saved)."""
         try:
             self._write(self.document(status))
         except OSError as exc:
@@ -199,8 +181,7 @@ class _Journal:
         return self._fd is not None and not self._backlog
 
     def append(self, line: str) -> bool:
-        """Add one episode's JSON ``line`` (and any a failed append owes); ``False`` if it
-        failed."""
+        """Add one episode's JSON ``line`` (and any a failed append owes); ``False`` if failed."""
         self._backlog.append((line + "\n").encode())
         self._owed += 1
         return self._flush()
@@ -255,12 +236,7 @@ def _cut_partial_line(fd: int, size: int) -> int:
 
 
 def read_results(path: Path, flag: str) -> dict[str, Any]:
-    """A results file parcat wrote: a JSON object of its schema whose ``episodes`` is a list.
-
-    Raises:
-        ConfigError: naming ``flag`` and the file: unreadable, not UTF-8, not JSON, or not
-            parcat results.
-    """
+    """A results file parcat wrote (else ``ConfigError`` naming ``flag`` and the file)."""
     try:
         data = read_regular(path)
     except OSError as exc:
@@ -275,17 +251,11 @@ def read_results(path: Path, flag: str) -> dict[str, Any]:
 
 def load_finished(path: Path, config: dict[str, Any], tasks: TaskList | None = None
                   ) -> dict[tuple[str, int], EpisodeResult]:
-    """The episodes of an earlier run of the same config that need not run again: those
-    in the results file and those in its journal.
+    """The episodes of an earlier run of the same config, in the results file and its
+    journal, that need not run again (a timeout or a lost worker runs again).
 
-    With ``tasks`` (the run's), every episode must be one of them, with its seed; an
-    episode found twice (the document and the journal both hold it) must be the same,
-    unless the earlier was one to run again (a timeout, a lost worker).
-
-    Raises:
-        ConfigError: a file is unreadable, not parcat results, from another config, or
-            holds a malformed episode, one outside ``tasks``, a wrong seed or a changed
-            duplicate (naming the file and line).
+    With ``tasks`` (the run's), every episode must be one of them, with its seed; one found
+    in both files must be the same. Anything else is a ``ConfigError`` naming file and line.
     """
     if path.suffix.lower() == ".csv":
         if path.exists():
@@ -303,10 +273,9 @@ def load_finished(path: Path, config: dict[str, Any], tasks: TaskList | None = N
         episode = _episode(where, data)
         if tasks is not None:
             _check_task(where, episode, tasks)
-        transient = episode.status is EpisodeStatus.TIMEOUT or (
-            episode.error is not None and episode.error.phase in _TRANSIENT_PHASES
-        )
-        if transient:
+        # failures that depend on where and when an episode ran, not on its seeds
+        if episode.status is EpisodeStatus.TIMEOUT or (
+                episode.error is not None and episode.error.phase == "worker"):
             continue
         key = (episode.mission, episode.episode_index)
         text = json.dumps(episode.to_dict(), sort_keys=True)
@@ -319,7 +288,6 @@ def load_finished(path: Path, config: dict[str, Any], tasks: TaskList | None = N
 
 
 def _check_task(where: str, episode: EpisodeResult, tasks: TaskList) -> None:
-    """``episode`` is one of ``tasks`` and has its seed."""
     name, index = episode.mission, episode.episode_index
     position = tasks.position((name, index))
     if position is None:
@@ -391,13 +359,8 @@ def _episode(where: str, data: Any) -> EpisodeResult:
 
 
 def check_journal(path: Path) -> None:
-    """Refuse, before the run, a journal path beside results file ``path`` that holds
-    something else than a parcat journal (which the run would truncate and remove): not
-    a regular file, or a first line that is not a journal header. An empty file is taken.
-
-    Raises:
-        OutputError: naming the file and the fix.
-    """
+    """Refuse (``OutputError``), before the run, a file at the journal's path beside
+    ``path`` that is not a parcat journal (or empty): the run would replace it."""
     journal = journal_path(path)
     if path.suffix.lower() == ".csv" or not os.path.lexists(journal):
         return

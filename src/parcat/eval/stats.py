@@ -1,10 +1,7 @@
-"""Statistics for comparing results, as rliable recommends (Agarwal et al., NeurIPS 2021).
-
-Point estimates are the interquartile mean (IQM: the mean of the middle 50% of scores,
-robust to outliers yet efficient) and the mean; uncertainty comes from stratified
-bootstrap confidence intervals — episodes are resampled *within* each mission, so every
-bootstrap replicate keeps the design of the evaluation — and the probability of
-improvement P(X > Y) is the Mann–Whitney statistic averaged over missions.
+"""Statistics for comparing results, as rliable recommends (Agarwal et al., NeurIPS 2021):
+the interquartile mean (IQM) and the mean, stratified bootstrap confidence intervals
+(episodes resampled *within* each mission), and the probability of improvement P(X > Y),
+the Mann–Whitney statistic averaged over missions.
 """
 
 from __future__ import annotations
@@ -20,11 +17,7 @@ Scores = Mapping[str, Any]
 
 
 def iqm(values: Sequence[float] | np.ndarray) -> float:
-    """Interquartile mean: the mean of the middle 50% (25% trimmed from each end).
-
-    Matches ``scipy.stats.trim_mean(values, 0.25)``: ``floor(0.25 n)`` values are cut from
-    each end.
-    """
+    """Interquartile mean, as ``scipy.stats.trim_mean(values, 0.25)``."""
     x = np.sort(np.asarray(values, dtype=float))
     if x.size == 0:
         return float("nan")
@@ -49,28 +42,13 @@ class Interval:
     value: float
     """The statistic on the data."""
     low: float
-    """Lower end of the interval."""
     high: float
-    """Upper end of the interval."""
 
 
-def stratified_bootstrap(
-    scores: Scores,
-    statistic: Callable[[Scores], float],
-    reps: int = 2000,
-    confidence: float = 0.95,
-    seed: int = 0,
-) -> Interval:
+def stratified_bootstrap(scores: Scores, statistic: Callable[[Scores], float],
+                         reps: int = 2000, confidence: float = 0.95, seed: int = 0) -> Interval:
     """Percentile bootstrap CI of ``statistic``, resampling episodes within each mission."""
-    rng = np.random.default_rng(seed)
-    arrays = {k: np.asarray(v, dtype=float) for k, v in scores.items()}
-    draws = np.empty(reps)
-    for r in range(reps):
-        sample = {k: a[rng.integers(0, a.size, a.size)] for k, a in arrays.items()}
-        draws[r] = statistic(sample)
-    tail = (1 - confidence) / 2 * 100
-    low, high = np.percentile(draws, [tail, 100 - tail])
-    return Interval(statistic(arrays), float(low), float(high))
+    return paired_bootstrap(scores, {}, lambda x, _: statistic(x), reps, confidence, seed)
 
 
 def probability_of_improvement(x: Sequence[float], y: Sequence[float]) -> float:
@@ -111,21 +89,17 @@ def average_improvement_probability(x: Scores, y: Scores) -> float:
 
 def normalised(all_scores: Sequence[Scores]) -> list[dict[str, np.ndarray]]:
     """Each mission's scores mapped to [0, 1] by the lowest and highest episode score any
-    of ``all_scores`` had on it (rliable's per-task normalisation, with the observed range
-    as the reference; a mission where every score is equal maps to 0.5), so missions on
-    different scales weigh alike in an aggregate."""
+    of ``all_scores`` had on it (all equal: 0.5), so missions on different scales weigh
+    alike in an aggregate (rliable's per-task normalisation)."""
     bounds = {}
     for mission in set().union(*all_scores):
         values = np.concatenate([np.asarray(s[mission], dtype=float)
                                  for s in all_scores if mission in s])
         bounds[mission] = (float(values.min()), float(values.max()))
-    out: list[dict[str, np.ndarray]] = []
-    for scores in all_scores:
-        mapped: dict[str, np.ndarray] = {}
-        for mission, values in scores.items():
-            low, high = bounds[mission]
-            array = np.asarray(values, dtype=float)
-            mapped[mission] = (np.full(array.shape, 0.5) if high == low
-                               else (array - low) / (high - low))
-        out.append(mapped)
-    return out
+
+    def mapped(mission: str, values: Any) -> np.ndarray:
+        low, high = bounds[mission]
+        array = np.asarray(values, dtype=float)
+        return np.full(array.shape, 0.5) if high == low else (array - low) / (high - low)
+
+    return [{m: mapped(m, v) for m, v in scores.items()} for scores in all_scores]

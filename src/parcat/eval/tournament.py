@@ -1,19 +1,14 @@
 """Comparing policies in one command: each on its own (``--each``) and every pair against
 each other (``--cross``).
 
-``--each`` evaluates every ``-p`` with all agents playing it, on the same episode seeds,
-so the runs are paired episode by episode. Each policy gets, per mission, its mean and
-IQM with bootstrap 95% intervals, and against the first policy (the baseline) the
-difference of means and the probability of improvement P(policy > baseline), each with
-its interval (:mod:`parcat.eval.compare`'s statistics). Across missions, scores are first
-normalised per mission (rliable's convention): 0 is the lowest episode score any policy
-had on that mission, 1 the highest.
+``--each`` evaluates every ``-p`` with all agents playing it, on the same episode seeds; each
+policy gets, per mission and overall (normalised per mission, as rliable does), its mean and
+IQM and, against the first policy, the difference of means and P(policy > baseline), all
+with bootstrap 95% intervals.
 
 ``--cross`` splits each mission's agents into two sides (by agent-id prefix, e.g.
-``pursuer_*`` and ``evader_*``; agents that share one prefix are split in halves:
-``player_0`` | ``player_1``) and plays every ordered pair of policies: the row policy on
-one side, the column policy on the other. Each cell holds both sides' mean returns with
-intervals.
+``pursuer_*`` | ``evader_*``; one shared prefix is split in halves) and plays every ordered
+pair of policies, the row policy on one side; each cell holds both sides' mean returns.
 """
 
 from __future__ import annotations
@@ -47,10 +42,8 @@ def episode_scores(episodes: Sequence[EpisodeResult], agents: set[str] | None = 
     """Per mission, each finished episode's mean agent return (of ``agents`` if given)."""
     found: dict[str, list[float]] = {}
     for episode in episodes:
-        if not episode.ok:
-            continue
         rewards = [a.reward for a in episode.agents if agents is None or a.agent_id in agents]
-        if rewards and all(math.isfinite(r) for r in rewards):
+        if episode.ok and rewards and all(math.isfinite(r) for r in rewards):
             found.setdefault(episode.mission, []).append(sum(rewards) / len(rewards))
     return {mission: np.asarray(values) for mission, values in found.items()}
 
@@ -142,18 +135,13 @@ def _each_row(mission: str, name: str, own: Scores, base: Scores, report: EvalRe
 
 
 def sides(mission: Mission) -> tuple[list[int], list[int]]:
-    """The two sides of ``mission``'s agents, as agent positions (see the module docstring).
-
-    Raises:
-        ValueError: the mission has a single agent.
-    """
+    """The two sides of ``mission``'s agents, as agent positions (``ValueError`` for one)."""
     ids = [str(spec.agent_id) for spec in mission.agents()]
     if len(ids) < 2:
         raise ValueError(f"mission '{mission.name}' has one agent: cross-play needs two sides")
     prefixes = [re.sub(r"[_\-]?\d+$", "", agent) for agent in ids]
-    first = prefixes[0]
     if len(set(prefixes)) > 1:
-        row = [i for i, p in enumerate(prefixes) if p == first]
+        row = [i for i, p in enumerate(prefixes) if p == prefixes[0]]
     else:
         row = list(range((len(ids) + 1) // 2))
     return row, [i for i in range(len(ids)) if i not in row]
@@ -166,7 +154,6 @@ class CrossCell:
     row: Interval
     """The row side's mean return per agent."""
     col: Interval
-    """The column side's mean return per agent."""
     episodes: int
 
     def to_dict(self) -> dict[str, Any]:
@@ -206,11 +193,7 @@ class CrossResult:
 
 def cross_play(config: EvalConfig, options: RunOptions | None = None,
                on_result: OnResult | None = None, seed: int = 0) -> CrossResult:
-    """Play every ordered pair of ``config``'s policies on every mission (module docstring).
-
-    Raises:
-        ValueError: a mission has a single agent.
-    """
+    """Play every ordered pair of ``config``'s policies on every mission (module docstring)."""
     tables, episodes = [], []
     specs = [replace(s, weight=1.0) for s in config.policies]
     for mission in config.missions:
@@ -234,11 +217,7 @@ def cross_play(config: EvalConfig, options: RunOptions | None = None,
 
 
 def _cell(episodes: list[EpisodeResult], row: set[str], col: set[str], seed: int) -> CrossCell:
-    out = []
-    for agents in (row, col):
-        scores = episode_scores(episodes, agents)
-        if scores:
-            out.append(stratified_bootstrap(scores, aggregate_mean, reps=1000, seed=seed))
-        else:
-            out.append(Interval(math.nan, math.nan, math.nan))
+    out = [stratified_bootstrap(scores, aggregate_mean, reps=1000, seed=seed) if scores
+           else Interval(math.nan, math.nan, math.nan)
+           for scores in (episode_scores(episodes, agents) for agents in (row, col))]
     return CrossCell(out[0], out[1], sum(1 for e in episodes if e.ok))

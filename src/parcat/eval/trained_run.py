@@ -1,10 +1,7 @@
 """``parcat eval -p RUN``: a run directory knows the mission it was trained on.
 
-A run checkpoint's manifest records the mission and its parameters (``mission_params``).
-Evaluating the run on that mission uses them as the layer below ``--set`` (the precedence
-rule of :func:`parcat.core.settings.merge_settings`); without ``-m`` the run's own mission is
-evaluated. Parameters that change an agent's observation or action space against what the
-run was trained on are one error.
+Its manifest's ``mission_params`` are the layer below ``--set``; without ``-m`` the run's own
+mission is evaluated. Parameters that change an agent's spaces against the run are one error.
 """
 
 from __future__ import annotations
@@ -30,7 +27,6 @@ class RunCheckpoint:
     mission: str
     """What ``load_mission`` takes: the training config's ``mission`` (a name or path)."""
     name: str
-    """The mission's name."""
     params: Mapping[str, Any]
     spaces: Mapping[str, tuple[str, str]]
     """Each agent's observation and action space, as text."""
@@ -53,13 +49,8 @@ class RunCheckpoint:
 
 
 def read_run(target: str) -> RunCheckpoint | None:
-    """The run checkpoint at ``target``, or ``None`` when it is no run directory (no folder,
-    or no manifest: the policy loader says what it is not).
-
-    Raises:
-        CheckpointError: a run directory whose manifest, or an agent's, is damaged; the
-            message names the file.
-    """
+    """The run checkpoint at ``target``, or ``None`` when it is no run directory (the policy
+    loader says what it is); ``CheckpointError`` when its manifest or an agent's is damaged."""
     path = Path(target)
     if not path.is_dir():
         return None
@@ -95,15 +86,12 @@ def load_missions(missions: Sequence[str], policy_targets: Sequence[str],
                   on_note: Callable[[str], None] | None = None,
                   trust_code: bool = False) -> tuple[Mission, ...]:
     """The missions to evaluate: ``-m`` (or, without it, the runs' own), each with the
-    parameters of a run among ``policy_targets`` trained on it below ``overrides``.
-
-    A mission taken from a run's manifest may use only parcat's own environments and
-    heuristics unless ``trust_code`` (``--trust-code``): the manifest is a file, and the
-    user named no code.
+    parameters of a run among ``policy_targets`` trained on it below ``overrides``. A mission
+    taken from a run's manifest (a file) may use only parcat's own code unless ``trust_code``.
 
     Raises:
-        ConfigError: no mission and no run to take one from; two runs of one mission
-            trained with different parameters; spaces that differ from a run's.
+        ConfigError: no mission to evaluate; two runs of one mission with different
+            parameters; spaces that differ from a run's.
         MissionError: an unknown mission or bad parameters.
         CheckpointError: a run directory among ``policy_targets`` is damaged.
         UntrustedCodeError: a run's mission names code from outside parcat.
@@ -151,11 +139,8 @@ def _same_params(runs: list[RunCheckpoint]) -> None:
 
 
 def check_spaces(run: RunCheckpoint, mission: Mission, overrides: Mapping[str, Any]) -> None:
-    """Every agent of ``run`` sees the spaces it was trained on in ``mission``.
-
-    Raises:
-        ConfigError: naming the agent, both spaces and the ``--set`` keys given.
-    """
+    """Every agent of ``run`` sees the spaces it was trained on in ``mission`` (else
+    ``ConfigError`` naming the agent, both spaces and the ``--set`` keys given)."""
     for spec in mission.agents():
         saved = run.spaces.get(str(spec.agent_id))
         if saved is None:

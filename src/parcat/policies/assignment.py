@@ -10,11 +10,9 @@ import numpy as np
 def assign_policies(weights: Sequence[float], num_agents: int, seed: int) -> list[int]:
     """Give each of ``num_agents`` agents the index of a policy.
 
-    Each policy gets ``floor(num_agents * share)`` agents; the remaining seats go to
-    policies drawn without replacement with probability proportional to what their share
-    lost to rounding, so over many episodes every policy gets exactly its share on average
-    (one agent and two equal policies: each plays half the episodes). Seats are then
-    shuffled, so every policy plays every role.
+    Each policy gets ``floor(num_agents * share)`` agents; the remaining seats are drawn
+    without replacement in proportion to what each share lost to rounding, so on average
+    every policy gets exactly its share. Seats are then shuffled.
     """
     if not weights:
         raise ValueError("at least one policy is needed")

@@ -1,8 +1,5 @@
-"""The policy contract and what a policy is told about the agent it plays.
-
-:class:`AgentSpec` is defined with the environment contract (missions build it from an
-environment) and re-exported here, where policy authors look for it.
-"""
+"""The policy contract; :class:`AgentSpec` (defined with the environment contract) is
+re-exported here, where policy authors look for it."""
 
 from __future__ import annotations
 
@@ -16,12 +13,8 @@ __all__ = ["AgentSpec", "BatchPolicy", "Policy"]
 
 @runtime_checkable
 class Policy(Protocol):
-    """What a user implements to act in parcat: one instance plays one agent.
-
-    ``reset`` is called with a seed derived from (run seed, mission, episode, agent) at the
-    start of every episode; a policy must draw all its randomness from that seed so that
-    episodes are reproducible wherever they run.
-    """
+    """What a user implements to act in parcat: one instance plays one agent, and draws
+    all its randomness from the seed ``reset`` gets at the start of every episode."""
 
     def reset(self, seed: int) -> None:
         """Start an episode; reseed any randomness and clear any memory."""

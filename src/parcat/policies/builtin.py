@@ -19,9 +19,8 @@ _BLOCK = 256
 
 
 def legal_actions(obs: Any, space: gymnasium.spaces.Space[Any]) -> np.ndarray | None:
-    """Where ``obs`` carries an ``action_mask`` for a Discrete space (PettingZoo's classic
-    games: ``{"observation": ..., "action_mask": ...}``), the legal action indices
-    (``0 .. n - 1``, ascending); otherwise ``None``: every action is legal."""
+    """The legal action indices (ascending) where ``obs`` carries an ``action_mask`` for a
+    Discrete space (PettingZoo's classic games); otherwise ``None``: every action is legal."""
     if not isinstance(space, spaces.Discrete) or not isinstance(obs, Mapping):
         return None
     mask = obs.get("action_mask")
@@ -35,12 +34,8 @@ def legal_actions(obs: Any, space: gymnasium.spaces.Space[Any]) -> np.ndarray | 
 
 
 class RandomPolicy:
-    """Uniformly random actions from the agent's action space, seeded per episode.
-
-    Discrete actions are drawn in blocks, so a step costs a list index rather than a
-    call into numpy's generator. An observation with an ``action_mask``
-    (:func:`legal_actions`) gets a uniform draw among the legal actions only.
-    """
+    """Uniformly random (legal) actions, seeded per episode; Discrete ones drawn in blocks,
+    so a step costs a list index rather than a call into numpy's generator."""
 
     def __init__(self, spec: AgentSpec) -> None:
         self.space = spec.action_space
@@ -82,10 +77,8 @@ class RandomPolicy:
 
 
 class NoopPolicy:
-    """Always the 'do nothing' action: 0, or the zero vector clipped into the space.
-
-    Where the observation's ``action_mask`` (:func:`legal_actions`) forbids it, the lowest
-    legal action instead, so a noop player never forfeits a turn-based game."""
+    """Always the 'do nothing' action (:func:`noop_action`), or the lowest legal one where
+    an ``action_mask`` forbids it, so a noop player never forfeits a turn-based game."""
 
     stateless = True
     """Actions depend only on the observation: one instance may act for many agents."""
@@ -125,22 +118,16 @@ def noop_action(space: gymnasium.spaces.Space[Any]) -> Any:
 class MLPPolicy:
     """A numpy multi-layer perceptron: the CPU-heavy reference policy for benchmarks.
 
-    Weights are drawn from ``init_seed`` (or loaded from a checkpoint), so every agent
-    with the same arguments acts the same way wherever it runs. Discrete actions take the
-    argmax of the outputs; Box actions squash them with ``tanh`` into the bounds.
+    Weights are drawn from ``init_seed`` (or loaded from a checkpoint). Discrete actions take
+    the argmax of the outputs; Box actions squash them with ``tanh`` into the bounds.
 
     Args:
-        spec: The agent this policy plays.
-        width: Units per hidden layer.
-        depth: Number of hidden layers.
-        init_seed: Seed of the initial weights.
         agent_ids: A network shared by these agents (``parcat train --shared-learner``):
             the one-hot of ``spec.agent_id``'s position among them follows the observation.
     """
 
     stateless = True
-    """Actions depend only on the observation: one instance may act for many agents (not
-    with ``agent_ids``: a shared network acts differently per agent)."""
+    """One instance may act for many agents (not with ``agent_ids``)."""
 
     def __init__(self, spec: AgentSpec, width: int = 64, depth: int = 2, init_seed: int = 0,
                  agent_ids: Sequence[str] | None = None):
@@ -160,7 +147,7 @@ class MLPPolicy:
             self.biases.append(np.zeros(fan_out, dtype=np.float32))
 
     def reset(self, seed: int) -> None:
-        """The MLP is deterministic; nothing to reset."""
+        """Nothing to reset."""
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         """Outputs for a batch of flat observations, shape (batch, outputs)."""
@@ -200,9 +187,8 @@ class MLPPolicy:
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """The weights as named arrays (the checkpoint format)."""
-        arrays = {f"w{i}": w for i, w in enumerate(self.weights)}
-        arrays.update({f"b{i}": b for i, b in enumerate(self.biases)})
-        return arrays
+        return {**{f"w{i}": w for i, w in enumerate(self.weights)},
+                **{f"b{i}": b for i, b in enumerate(self.biases)}}
 
     def load_state_dict(self, arrays: dict[str, np.ndarray]) -> None:
         """Load weights saved by :meth:`state_dict`; shapes must match."""
@@ -218,20 +204,14 @@ class MLPPolicy:
 
 
 def mlp_parameters(spec: AgentSpec, width: Any = 64, depth: Any = 2, **_: Any) -> int:
-    """Parameters of the ``mlp`` policy ``MLPPolicy(spec, width, depth)`` would build,
-    without building it (its sizes are checked as :func:`mlp_sizes` checks them)."""
+    """Parameters of the network ``MLPPolicy(spec, width, depth)`` would build, unbuilt."""
     sizes = mlp_sizes(spaces.flatdim(spec.observation_space), _output_size(spec.action_space),
                       width, depth)
     return network_parameters(sizes)
 
 
 def mlp_sizes(n_in: int, n_out: int, width: Any, depth: Any) -> list[int]:
-    """The layer sizes of an ``mlp`` network, checked against parcat's limits.
-
-    Raises:
-        PolicyError: ``width`` or ``depth`` is not an integer in its range, or the network
-            would have more than :data:`~parcat.core.limits.MAX_NET_PARAMETERS` parameters.
-    """
+    """The layer sizes of an ``mlp`` network, checked against parcat's limits (``PolicyError``)."""
     for name, value, high in (("width", width, MAX_NET_WIDTH), ("depth", depth, MAX_NET_DEPTH)):
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= high:
             raise PolicyError(
@@ -241,7 +221,6 @@ def mlp_sizes(n_in: int, n_out: int, width: Any, depth: Any) -> list[int]:
 
 
 def _one_hot(spec: AgentSpec, agent_ids: Sequence[str] | None) -> np.ndarray:
-    """The agent's one-hot id among ``agent_ids`` (empty without them)."""
     if agent_ids is None:
         return np.zeros(0, dtype=np.float32)
     ids = [str(a) for a in agent_ids] if isinstance(agent_ids, list | tuple) else None

@@ -9,22 +9,14 @@ One agent's policy::
       arrays.npz      the policy's state_dict()
       state.npz       training state (optional)
 
-A run (written by ``parcat train``) is a directory of such agent directories with its own
-manifest (``"format": "parcat.run"``, ``"agents": {"agent_0": "agent_0", ...}``) whose
-``"files"`` lists every file of the agent directories. A write goes to a folder inside the
-checkpoint directory (``.checkpoint.new.*``) whose entries are then renamed into place, the
-manifest last, the entries they replace moved aside first, with Ctrl-C and SIGTERM held
-back; a writer killed in between leaves its new checkpoint marked complete and the next
-writer (or reader) finishes the swap. Nothing else in the directory is touched: the folder
-itself is never replaced, so files parcat did not write stay where they are. The sizes and
-hashes catch what a rename cannot: a file truncated, overwritten or damaged later.
-
-A file is parcat's only when parcat can prove it wrote it (:func:`proven_files`): the run's
-(or ``best/``'s) manifest records its path, size and SHA-256 and the file on disk matches.
-Whatever else the replaced entries held (the user's files, a file changed since) is moved
-back to the same relative path once the new checkpoint is in place (a name the new
-checkpoint took gets ``.kept``); a writer killed before that leaves it in the
-``.checkpoint.old.*`` folder, and the next writer (or reader) moves it back.
+A run (``parcat train``) is a directory of such agent directories with its own manifest
+(``"format": "parcat.run"``, ``"agents": {...}``) whose ``"files"`` lists every file below it.
+A write goes to ``.checkpoint.new.*`` inside the directory; its entries are then renamed into
+place, the manifest last, the replaced ones moved aside into ``.checkpoint.old.*`` first, with
+Ctrl-C and SIGTERM held back. A writer killed in between leaves its checkpoint marked complete
+and the next writer (or reader) finishes the swap. Of the replaced entries, whatever parcat
+cannot prove it wrote (:func:`proven_files`) is moved back (as ``NAME.kept`` if the new
+checkpoint took its name): the folder itself and the user's files are never touched.
 """
 
 from __future__ import annotations
@@ -37,10 +29,10 @@ import signal
 import stat
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -86,26 +78,18 @@ class PolicyCheckpoint:
     read only by ``parcat train --resume`` (:func:`load_state`)."""
 
 
-def save_run(
-    path: str | Path,
-    agents: Mapping[str, PolicyCheckpoint],
-    meta: Mapping[str, Any],
-    copy_to: str = "",
-    arrays: Mapping[str, Mapping[str, np.ndarray]] | None = None,
-) -> Path:
-    """Write a run checkpoint (one policy directory per agent) atomically.
+def save_run(path: str | Path, agents: Mapping[str, PolicyCheckpoint], meta: Mapping[str, Any],
+             copy_to: str = "", arrays: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+             ) -> Path:
+    """Write a run checkpoint (one policy directory per agent) atomically into ``path``,
+    replacing only the checkpoint's own entries (:func:`entries`).
 
     Args:
-        path: The run directory. Only the checkpoint's own entries are replaced
-            (:func:`entries`); the rest (the metrics log, the TensorBoard folder, ``best/``,
-            files parcat did not write) stays as it is.
-        agents: Each agent's policy (and training state).
         meta: Written into the run's manifest.
-        copy_to: A sub-folder that receives a copy of this checkpoint (a run checkpoint of
-            its own, e.g. ``best``), written in the same atomic replacement.
-        arrays: More ``.npz`` files by name (e.g. the episodes in flight), written beside
-            the agents' directories and recorded in the manifest (read them with
-            :func:`load_run_arrays`).
+        copy_to: A sub-folder that receives a copy of this checkpoint (e.g. ``best``), in
+            the same atomic replacement.
+        arrays: More ``.npz`` files by name, recorded in the manifest
+            (:func:`load_run_arrays`).
     """
     path = Path(path)
     names = {agent_id: _dir_name(agent_id) for agent_id in agents}
@@ -141,14 +125,11 @@ def _link_or_copy(source: str, target: str) -> None:
 
 
 def read_manifest(path: str | Path) -> dict[str, Any]:
-    """Read and check a checkpoint manifest, and that the files it records are all there.
-
-    Sizes are checked for every recorded file; hashes for the agents' manifests of a run
-    (the arrays' hashes when they are loaded).
+    """Read and check a checkpoint manifest, and the sizes of the files it records (the
+    hashes of a run's agent manifests; the arrays' hashes when they are loaded).
 
     Raises:
-        CheckpointError: no manifest, unreadable or malformed JSON, an unknown format or
-            version, or a recorded file missing, of another size or another hash.
+        CheckpointError: the manifest or a file it records is missing or damaged.
     """
     path = Path(path)
     recover_swap(path)
@@ -167,15 +148,11 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
 
 
 def load_policy(path: str | Path, agent_id: str | None = None) -> PolicyCheckpoint:
-    """Read one agent's checkpoint directory.
-
-    Args:
-        path: The directory.
-        agent_id: The agent it should belong to (when read through a run's ``agents``).
+    """Read one agent's checkpoint directory (``agent_id``: the agent it must belong to).
 
     Raises:
-        CheckpointError: the directory is no policy checkpoint or another agent's, a file
-            is damaged or missing, or a weight is NaN or infinite.
+        CheckpointError: no policy checkpoint or another agent's, a file damaged or
+            missing, or a weight NaN or infinite.
     """
     path = Path(path)
     manifest = read_manifest(path)
@@ -194,46 +171,20 @@ def load_policy(path: str | Path, agent_id: str | None = None) -> PolicyCheckpoi
 
 
 def load_run_arrays(path: str | Path, name: str) -> dict[str, np.ndarray] | None:
-    """The arrays :func:`save_run` wrote as ``name`` (``None`` if the run has no such file).
-
-    Raises:
-        CheckpointError: the manifest is damaged, or the file is missing, of another size
-            or hash, or no numpy archive.
-    """
-    path = Path(path)
-    manifest = read_manifest(path)
-    if name not in manifest["files"]:
-        return None
-    return _read_npz(path, name, manifest)
+    """The arrays :func:`save_run` wrote as ``name`` (``None`` if the run has no such file)."""
+    manifest = read_manifest(path := Path(path))
+    return _read_npz(path, name, manifest) if name in manifest["files"] else None
 
 
 def load_state(path: str | Path) -> dict[str, np.ndarray]:
-    """The training state saved beside one agent's policy (empty if there is none).
-
-    Raises:
-        CheckpointError: as :func:`load_policy`, for ``state.npz``.
-    """
-    path = Path(path)
-    manifest = read_manifest(path)
-    if STATE not in manifest["files"]:
-        return {}
-    return _read_npz(path, STATE, manifest)
+    """The training state saved beside one agent's policy (empty if there is none)."""
+    return load_run_arrays(path, STATE) or {}
 
 
 def check_finite(path: Path, agent: str, arrays: Mapping[str, np.ndarray], name: str,
                  skip: tuple[str, ...] = ()) -> None:
-    """Refuse NaN or infinite values in the float arrays (a diverged run's weights).
-
-    Args:
-        path: The checkpoint directory, for the message.
-        agent: The agent the arrays belong to.
-        arrays: The arrays to check.
-        name: The file they came from.
-        skip: Key prefixes not to check (data that may hold NaN, like a replay buffer).
-
-    Raises:
-        CheckpointError: naming the agent, the file and the first bad array.
-    """
+    """Refuse (``CheckpointError``) NaN or infinite values in the float arrays of file
+    ``name`` (a diverged run's weights), except keys starting with one of ``skip``."""
     for key, array in arrays.items():
         if key.startswith(skip) or array.dtype.kind not in "fc":
             continue
@@ -246,7 +197,6 @@ def check_finite(path: Path, agent: str, arrays: Mapping[str, np.ndarray], name:
 
 
 def _write_policy(directory: Path, checkpoint: PolicyCheckpoint) -> dict[str, Any]:
-    """Write one agent's files into ``directory``; return the run manifest's records."""
     files = {ARRAYS: _write_npz(directory / ARRAYS, checkpoint.arrays)}
     if checkpoint.state:
         files[STATE] = _write_npz(directory / STATE, checkpoint.state)
@@ -264,22 +214,18 @@ def _write_policy(directory: Path, checkpoint: PolicyCheckpoint) -> dict[str, An
 
 def _write_npz(file: Path, arrays: Mapping[str, Any]) -> dict[str, Any]:
     plain: dict[str, Any] = {k: np.asarray(v) for k, v in arrays.items()}
+    return _write_file(file, lambda handle: np.savez(handle, **plain))
+
+
+def _write_file(file: Path, data: bytes | Callable[[BinaryIO], object]) -> dict[str, Any]:
+    """Write ``data`` (or what it writes) to ``file``, synced; the manifest's record of it."""
     with file.open("wb") as handle:
-        np.savez(handle, **plain)
+        if callable(data):
+            data(handle)
+        else:
+            handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())
-    return _record(file)
-
-
-def _write_file(file: Path, data: bytes) -> dict[str, Any]:
-    with file.open("wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-
-
-def _record(file: Path) -> dict[str, Any]:
     return {"size": file.stat().st_size, "sha256": _sha256(file)}
 
 
@@ -340,16 +286,13 @@ def _dir_name(agent_id: Any) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text) or "agent"
 
 
-SWAP_NEW = ".checkpoint.new."
-"""Prefix of the folder inside a checkpoint directory where the next checkpoint is written."""
-SWAP_OLD = ".checkpoint.old."
-"""Prefix of the folder the replaced entries wait in until they are deleted."""
+SWAP_NEW = ".checkpoint.new."  # where the next checkpoint is written
+SWAP_OLD = ".checkpoint.old."  # where the replaced entries wait until they are deleted
 
 
 def entries(manifest: Mapping[str, Any]) -> set[str]:
     """The names a checkpoint's manifest makes its own in its directory: the manifest, the
-    agents' directories and the first part of every file it records. Anything else there
-    (a metrics log, ``best/``, the user's files) is left alone by the next checkpoint."""
+    agents' directories and the first part of every file it records."""
     names = {MANIFEST}
     agents = manifest.get("agents")
     files = manifest.get("files")
@@ -364,9 +307,7 @@ def _is_plain_name(name: str) -> bool:
 
 
 def _write_dir_atomically(path: Path, write: Any) -> None:
-    """Write a checkpoint into ``path`` (created if needed) so a reader sees the old one or
-    the new one whole, replacing only the checkpoint's own entries (:func:`entries`):
-    whatever else the folder holds stays where it is, untouched."""
+    """Write a checkpoint into ``path`` so a reader sees the old one or the new one whole."""
     path.mkdir(parents=True, exist_ok=True)
     with runlock.acquire(path / runlock.LOCK_FILE, f"checkpoint '{path}'",
                          "write the checkpoint elsewhere"):
@@ -384,9 +325,7 @@ def _write_dir_atomically(path: Path, write: Any) -> None:
 
 def _swap_in(path: Path, new: Path, old: Path | None = None) -> None:
     """Move the entries of ``new`` into ``path``, the manifest last, the replaced ones aside
-    into ``old`` (the old manifest first), then move back what of them parcat cannot prove
-    it wrote. A writer killed halfway leaves ``new`` marked complete, and :func:`_recover`
-    finishes the swap."""
+    into ``old`` (the old manifest first), then move back those parcat cannot prove it wrote."""
     old = old or Path(tempfile.mkdtemp(prefix=SWAP_OLD, dir=path))
     replaced = _old_entries(path) | {e.name for e in new.iterdir()}
     for name in sorted(replaced, key=lambda n: n != MANIFEST):
@@ -424,7 +363,6 @@ def proven_files(path: Path) -> set[str]:
 
 
 def _is_plain_file(root: Path, name: str) -> bool:
-    """Whether ``root/name`` is a regular file reached through real folders only."""
     parts = name.split("/")
     if not all(_is_plain_name(part) for part in parts):
         return False
@@ -466,9 +404,8 @@ def _move_back(source: Path, target: Path, rel: str, proven: set[str]) -> None:
 
 
 def remove_proven(path: Path) -> None:
-    """Delete the files of the checkpoint in ``path`` that parcat proves it wrote
-    (:func:`proven_files`; the manifests last) and the folders this leaves empty; anything
-    else stays where it is."""
+    """Delete the files in ``path`` parcat proves it wrote (the manifests last) and the
+    folders this leaves empty."""
     with signals_deferred():
         for name in sorted(proven_files(path), key=lambda n: (n.endswith(MANIFEST), -len(n))):
             (path / name).unlink(missing_ok=True)
@@ -487,9 +424,8 @@ def _remove_swap_folders(path: Path) -> None:
 
 
 def _recover(path: Path) -> None:
-    """Finish a swap a killed writer left halfway (its new checkpoint is complete, and the
-    manifest, moved last, is not in place yet); move back what it moved aside and parcat
-    cannot prove it wrote; drop what else a killed writer left."""
+    """Finish a swap a killed writer left halfway (its new checkpoint complete, the manifest
+    not in place yet) and drop what else it left."""
     for new in path.glob(f"{SWAP_NEW}*"):
         if (new / ".complete").is_file() and not (path / MANIFEST).exists():
             olds = sorted(path.glob(f"{SWAP_OLD}*"))
@@ -512,8 +448,7 @@ def recover_swap(path: Path) -> None:
 
 @contextlib.contextmanager
 def signals_deferred() -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM back until the block ends (main thread only), so what it
-    does happens whole."""
+    """Hold Ctrl-C and SIGTERM back until the block ends (main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

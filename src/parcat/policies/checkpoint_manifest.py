@@ -1,10 +1,8 @@
 """Reading a checkpoint's ``manifest.json``: JSON of the right shape, or one clear error.
 
-A manifest is checked before anything in it is used: its format and version, the types of
-the keys parcat reads (``policy``, ``kwargs``, ``agents``, ``epoch``, ``config``, a run's
-``mission``, ``mission_params`` and ``eval_return``) and the ``files`` it records. Names in
-``files`` and ``agents`` stay inside the checkpoint directory. Messages never quote the
-file's content, only what kind of value arrived.
+Its format, version, the types of the keys parcat reads and the ``files`` it records are
+checked before anything in it is used; names in ``files`` and ``agents`` stay inside the
+checkpoint directory. Messages never quote the file's content, only what kind of value arrived.
 """
 
 from __future__ import annotations
@@ -34,11 +32,7 @@ _JSON_KINDS = {dict: "an object", list: "a list", str: "a string", bool: "true o
 
 
 def parse_manifest(path: Path) -> dict[str, Any]:
-    """The manifest of the checkpoint directory ``path``, checked.
-
-    Raises:
-        CheckpointError: unreadable, not UTF-8 JSON, too large, or a key of the wrong type.
-    """
+    """The manifest of the checkpoint directory ``path``, checked (else ``CheckpointError``)."""
     file = path / MANIFEST
     try:
         size = file.stat().st_size
@@ -67,10 +61,8 @@ def parse_manifest(path: Path) -> dict[str, Any]:
 
 def _checked(path: Path, manifest: Any) -> dict[str, Any]:
     file = path / MANIFEST
-    if not isinstance(manifest, dict):
-        raise _wrong_type(file, "the manifest", "an object", manifest)
-    fmt = manifest.get("format")
-    if fmt not in (POLICY_FORMAT, RUN_FORMAT):
+    _check_types(file, [("the manifest", manifest, dict, "an object")])
+    if (fmt := manifest.get("format")) not in (POLICY_FORMAT, RUN_FORMAT):
         raise CheckpointError(
             f"checkpoint manifest '{file}': format is not '{POLICY_FORMAT}' or '{RUN_FORMAT}'; "
             f"'{path}' is not a parcat checkpoint"
@@ -100,8 +92,7 @@ def _check_files(file: Path, files: Any) -> None:
                 f"checkpoint manifest '{file}': 'files' names a path outside the checkpoint; "
                 f"{FIX}"
             )
-        if not isinstance(record, dict):
-            raise _wrong_type(file, f"'files' entry '{name}'", "an object", record)
+        _check_types(file, [(f"'files' entry '{name}'", record, dict, "an object")])
         size, digest = record.get("size", _MISSING), record.get("sha256", _MISSING)
         if not _is_int(size) or size < 0:
             raise _wrong_type(file, f"'size' of '{name}'", "an integer >= 0", size)
@@ -109,13 +100,16 @@ def _check_files(file: Path, files: Any) -> None:
             raise _wrong_type(file, f"'sha256' of '{name}'", "64 hex digits", digest)
 
 
+def _check_types(file: Path, checks: list[tuple[str, Any, type, str]]) -> None:
+    for what, value, kind, expected in checks:
+        if not isinstance(value, kind):
+            raise _wrong_type(file, what, expected, value)
+
+
 def _check_policy(file: Path, manifest: Mapping[str, Any]) -> None:
-    policy = manifest.get("policy", _MISSING)
-    if not isinstance(policy, str):
-        raise _wrong_type(file, "'policy'", "a 'module:Class' string", policy)
-    kwargs = manifest.get("kwargs", {})
-    if not isinstance(kwargs, dict):
-        raise _wrong_type(file, "'kwargs'", "an object", kwargs)
+    _check_types(file, [
+        ("'policy'", manifest.get("policy", _MISSING), str, "a 'module:Class' string"),
+        ("'kwargs'", manifest.get("kwargs", {}), dict, "an object")])
     if "arrays.npz" not in manifest["files"]:
         raise CheckpointError(
             f"checkpoint manifest '{file}': 'files' does not record arrays.npz; {FIX}"
@@ -124,8 +118,7 @@ def _check_policy(file: Path, manifest: Mapping[str, Any]) -> None:
 
 def _check_run(file: Path, manifest: Mapping[str, Any]) -> None:
     agents = manifest.get("agents", _MISSING)
-    if not isinstance(agents, dict):
-        raise _wrong_type(file, "'agents'", "an object of agent directories", agents)
+    _check_types(file, [("'agents'", agents, dict, "an object of agent directories")])
     for agent, name in agents.items():
         if not isinstance(name, str) or "/" in name or not _is_relative(name):
             raise _wrong_type(file, f"the directory of agent '{agent}'", "a directory name",
@@ -134,16 +127,13 @@ def _check_run(file: Path, manifest: Mapping[str, Any]) -> None:
     if not _is_int(epoch) or epoch < 0:
         raise _wrong_type(file, "'epoch'", "an integer >= 0", epoch)
     config = manifest.get("config", {})
-    if not isinstance(config, dict):
-        raise _wrong_type(file, "'config'", "an object", config)
+    _check_types(file, [("'config'", config, dict, "an object")])
     # what `eval -p RUN` takes from a run: the mission and its parameters
-    for what, value, kind, expected in [
-            ("'mission'", manifest.get("mission", ""), str, "a string"),
-            ("'config.mission'", config.get("mission", ""), str, "a string"),
-            ("'mission_params'", manifest.get("mission_params", {}), dict, "an object"),
-            ("'eval_return'", manifest.get("eval_return", {}), dict, "an object")]:
-        if not isinstance(value, kind):
-            raise _wrong_type(file, what, expected, value)
+    _check_types(file, [
+        ("'mission'", manifest.get("mission", ""), str, "a string"),
+        ("'config.mission'", config.get("mission", ""), str, "a string"),
+        ("'mission_params'", manifest.get("mission_params", {}), dict, "an object"),
+        ("'eval_return'", manifest.get("eval_return", {}), dict, "an object")])
 
 
 def _is_int(value: Any) -> TypeGuard[int]:
@@ -151,10 +141,8 @@ def _is_int(value: Any) -> TypeGuard[int]:
 
 
 def _is_relative(name: str) -> bool:
-    parts = name.split("/")
     return bool(name) and "\\" not in name and "\0" not in name and all(
-        part not in ("", ".", "..") for part in parts
-    )
+        part not in ("", ".", "..") for part in name.split("/"))
 
 
 def _wrong_type(file: Path, what: str, expected: str, value: Any) -> CheckpointError:

@@ -1,9 +1,5 @@
-"""Scripted heuristic policies for the built-in missions.
-
-Each class plays one agent: ``Class(spec, **kwargs)``, then ``reset(seed)`` at the start of
-every episode and ``step(obs)`` for every action. Any randomness comes from a generator made
-in ``reset``, so episodes are reproducible wherever they run.
-"""
+"""Scripted heuristic policies (``greedy``) for the built-in missions; any randomness comes
+from a generator made in ``reset``, so episodes are reproducible wherever they run."""
 
 from __future__ import annotations
 
@@ -22,29 +18,18 @@ NOOP, UP, DOWN, LEFT, RIGHT = range(5)
 
 
 def _require_rng(rng: np.random.Generator | None, name: str) -> np.random.Generator:
-    """Return ``rng``, or fail clearly when ``step`` comes before ``reset``."""
     if rng is None:
         raise RuntimeError(f"{name}: call reset(seed) before step()")
     return rng
 
 
 class HarvestGreedy:
-    """Harvest: deliver when carrying, else fetch the nearest visible resource, else explore.
-
-    Exploring keeps one random direction, changing it with probability ``explore`` each step
-    or when a wall blocks it.
-
-    Args:
-        spec: The agent this policy plays.
-        explore: Probability of picking a new exploration direction at each step.
-    """
+    """Harvest: deliver when carrying, else fetch the nearest visible resource, else explore
+    in one random direction, changed with probability ``explore`` each step or at a wall."""
 
     def __init__(self, spec: AgentSpec, explore: float = 0.1) -> None:
-        if (
-            not isinstance(explore, int | float)
-            or isinstance(explore, bool)
-            or not (0.0 <= explore <= 1.0)
-        ):
+        if (not isinstance(explore, int | float) or isinstance(explore, bool)
+                or not 0.0 <= explore <= 1.0):
             raise PolicyError(
                 f"HarvestGreedy: argument 'explore' must be a number in [0, 1], got {explore!r}"
             )
@@ -86,27 +71,17 @@ def _blocked(action: int, walls: NDArray[np.float32]) -> bool:
 
 def _toward(dy: float, dx: float, walls: NDArray[np.float32]) -> int:
     """Step along the longer axis towards ``(dy, dx)``, or the other axis when walled."""
-    vertical = DOWN if dy > 0 else UP
-    horizontal = RIGHT if dx > 0 else LEFT
-    order = [(abs(dy), vertical), (abs(dx), horizontal)]
-    order.sort(key=lambda item: -item[0])
-    for length, action in order:
+    order = [(abs(dy), DOWN if dy > 0 else UP), (abs(dx), RIGHT if dx > 0 else LEFT)]
+    for length, action in sorted(order, key=lambda item: -item[0]):
         if length > 0 and not _blocked(action, walls):
             return action
     return NOOP
 
 
 class EvadeGreedy:
-    """Evade: pursuers head straight for the evader; the evader flees pursuers and walls.
-
-    The evader sums inverse-square repulsions from every pursuer and from the four walls
-    (weighted by ``wall_weight``) and runs at full speed along the result. The role comes from
-    the observation's role flag, so one class plays both sides.
-
-    Args:
-        spec: The agent this policy plays; ``spec.params["arena"]`` gives the arena size.
-        wall_weight: Strength of the walls' repulsion relative to a pursuer's.
-    """
+    """Evade: pursuers head straight for the evader; the evader runs along the sum of
+    inverse-square repulsions from every pursuer and the walls (weighted by ``wall_weight``).
+    The observation's role flag picks the side."""
 
     def __init__(self, spec: AgentSpec, wall_weight: float = 2.0) -> None:
         if not isinstance(wall_weight, int | float) or isinstance(wall_weight, bool):
@@ -118,7 +93,7 @@ class EvadeGreedy:
         self.arena = float(spec.params.get("arena", 1.0))
 
     def reset(self, seed: int) -> None:
-        """Nothing to reset: the policy is deterministic and memoryless."""
+        """Nothing to reset."""
 
     def step(self, obs: NDArray[np.float32]) -> NDArray[np.float32]:
         """Return the desired velocity (norm 1, float32) for one observation."""
@@ -130,29 +105,17 @@ class EvadeGreedy:
         return np.clip(direction / norm, -1.0, 1.0).astype(np.float32)
 
     def _flee(self, obs: NDArray[np.float32]) -> NDArray[np.float64]:
-        """The evader's escape direction: repulsion from pursuers and walls."""
         relative = obs[4:-1].astype(np.float64).reshape(-1, 2)
         distance = np.maximum(np.sqrt((relative * relative).sum(axis=1)), 1e-6)
         force = -(relative / distance[:, None] ** 3).sum(axis=0)
         near = np.maximum(obs[0:2].astype(np.float64), 1e-3)
         far = np.maximum(self.arena - near, 1e-3)
-        flee: NDArray[np.float64] = force + self.wall_weight * (1.0 / near**2 - 1.0 / far**2)
-        return flee
+        return force + self.wall_weight * (1.0 / near**2 - 1.0 / far**2)
 
 
 class GoalSeeker:
-    """Goal tasks: walk to an observed goal, or hill-climb on the reward when it is hidden.
-
-    With the goal in the observation, the seeker steps along the axis that reduces the
-    remaining offset most (position tasks) or that has the largest component of the goal
-    direction (direction tasks). Without it, the seeker keeps a direction while the reward
-    improves (position tasks: the reward rises; direction tasks: it is positive) and otherwise
-    tries one of the other three directions at random.
-
-    Args:
-        spec: The agent this policy plays; ``spec.params`` gives ``task_kind`` and
-            ``step_size``.
-    """
+    """Goal tasks: step along the axis of the goal's larger component when the goal is
+    observed; else keep a direction while the reward improves, otherwise try another."""
 
     def __init__(self, spec: AgentSpec) -> None:
         self.spec = spec
@@ -177,7 +140,6 @@ class GoalSeeker:
         return self._climb(float(obs[2]))
 
     def _seek(self, dx: float, dy: float) -> int:
-        """Step along the axis of the larger component of ``(dx, dy)``."""
         if self.kind == "position" and max(abs(dx), abs(dy)) < self.step_size / 2:
             return 0
         if abs(dx) >= abs(dy):
@@ -185,7 +147,6 @@ class GoalSeeker:
         return 1 if dy > 0 else 2
 
     def _climb(self, reward: float) -> int:
-        """Keep the current direction while the reward improves, else switch at random."""
         rng = _require_rng(self._rng, "GoalSeeker")
         if self._action is None:
             self._action = int(rng.integers(1, 5))

@@ -1,14 +1,8 @@
 """Policy specs from the command line, the built-in registry, and building policies.
 
-A spec is ``TARGET[,KEY=VALUE...][@WEIGHT]``:
-
-- ``TARGET`` is a built-in name (``random``, ``noop``, ``greedy``, ``mlp``), ``module:Class``,
-  or the path of a checkpoint directory (one agent's, or a whole run's);
-- ``KEY=VALUE`` pairs are keyword arguments (values are YAML scalars: ``width=256``);
-- ``@WEIGHT`` is the policy's share of the agents (default 1).
-
-Examples: ``greedy``, ``mlp,width=256,depth=3@2``, ``my_pkg.agents:Chaser,speed=0.5``,
-``runs/harvest-dqn``.
+A spec is ``TARGET[,KEY=VALUE...][@WEIGHT]``: a built-in name, ``module:Class`` or a
+checkpoint directory; keyword arguments as YAML scalars; the policy's share of the agents.
+Examples: ``greedy``, ``mlp,width=256,depth=3@2``, ``my_pkg.agents:Chaser,speed=0.5``.
 """
 
 from __future__ import annotations
@@ -41,8 +35,7 @@ BUILTINS: dict[str, tuple[str | None, str]] = {
 }
 
 BUILTIN_CLASSES = frozenset(reference for reference, _ in BUILTINS.values() if reference)
-"""The policy classes a checkpoint may name without ``--trust-code``: parcat's own (what
-its learners save is ``mlp``'s)."""
+"""The policy classes a checkpoint may name without ``--trust-code``: parcat's own."""
 
 
 @dataclass(frozen=True)
@@ -56,8 +49,7 @@ class PolicySpec:
     weight: float = 1.0
     """Share of the agents this policy plays."""
     trust_code: bool = False
-    """A checkpoint's manifest may name a policy class from outside parcat
-    (``--trust-code``); without it only :data:`BUILTIN_CLASSES` load from a checkpoint."""
+    """A checkpoint may name a policy class outside :data:`BUILTIN_CLASSES`."""
 
     @property
     def name(self) -> str:
@@ -67,8 +59,7 @@ class PolicySpec:
 
 
 def parse_policy_spec(text: str, trust_code: bool = False) -> PolicySpec:
-    """Parse ``TARGET[,KEY=VALUE...][@WEIGHT]`` (``trust_code``: see
-    :attr:`PolicySpec.trust_code`).
+    """Parse ``TARGET[,KEY=VALUE...][@WEIGHT]``.
 
     Raises:
         PolicyError: empty target, a malformed ``KEY=VALUE`` or a bad weight.
@@ -95,12 +86,7 @@ def parse_policy_spec(text: str, trust_code: bool = False) -> PolicySpec:
 
 
 def check_weights(specs: Sequence[PolicySpec]) -> None:
-    """The policies' weights add up to a finite number (each is finite and positive: see
-    :func:`parse_policy_spec`), so their shares can be computed.
-
-    Raises:
-        PolicyError: the sum overflows, naming the weights.
-    """
+    """Refuse (``PolicyError``) weights whose sum overflows: no shares can be computed."""
     if not math.isfinite(sum(spec.weight for spec in specs)):
         shown = ", ".join(f"@{spec.weight:g}" for spec in specs[:4])
         raise PolicyError(f"the policies' weights ({shown}) add up to more than a number can "
@@ -119,11 +105,8 @@ def unknown_policy_message(target: str) -> str:
 
 
 def foreign_code(spec: PolicySpec, mission: Mission) -> str | None:
-    """The reference of the code from outside parcat that ``spec`` runs, if any.
-
-    parcat's own built-ins and checkpoints of its own policies are trusted to stay in
-    their process; anything else may exit, crash or hang it, so runs isolate it.
-    """
+    """The reference of the code from outside parcat that ``spec`` runs, if any (such
+    code may exit, crash or hang its process, so runs isolate it)."""
     target = spec.target
     if target in BUILTINS:
         reference = BUILTINS[target][0] or mission.heuristic or ""
@@ -146,11 +129,8 @@ def _checkpoint_policy(path: Path) -> str:
 
 
 def check_builds(builds: Sequence[tuple[PolicySpec, Mission, AgentSpec]]) -> None:
-    """Build (and close) each policy once, so a bad spec fails before any run.
-
-    When any of them is code from outside parcat (:func:`foreign_code`), they are built in
-    a worker process (:func:`~parcat.ipc.process.call_in_worker`): a constructor's exit,
-    crash or hang ends the worker and is one line naming the policy, agent and mission.
+    """Build (and close) each policy once, so a bad spec fails before any run; in a worker
+    process when any is code from outside parcat, where an exit, crash or hang is one line.
 
     Raises:
         PolicyError: a spec is unknown or bad, or a constructor raised (exit code 2).
@@ -180,11 +160,7 @@ def _build_each(builds: Sequence[tuple[PolicySpec, Mission, AgentSpec]]) -> None
 
 
 def make_policy(spec: PolicySpec, mission: Mission, agent: AgentSpec) -> Policy:
-    """Build the policy that ``spec`` names for one agent of ``mission``.
-
-    Raises:
-        PolicyError: unknown name, unimportable class, rejected arguments, bad checkpoint.
-    """
+    """Build the policy that ``spec`` names for one agent of ``mission`` (else ``PolicyError``)."""
     target = spec.target
     if target in BUILTINS:
         reference = BUILTINS[target][0] or mission.heuristic
@@ -223,18 +199,17 @@ def _construct(reference: str, spec: PolicySpec, agent: AgentSpec, kwargs: dict[
 
 
 def _takes_spec(factory: Any) -> bool:
+    """Whether the agent spec goes to a first positional parameter without a default."""
     try:
         params = list(inspect.signature(factory).parameters.values())
     except (TypeError, ValueError):
         return True
-    # the agent spec goes to a first positional parameter without a default
-    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     if not params:
         return False
     first = params[0]
-    if first.kind == inspect.Parameter.VAR_POSITIONAL:
-        return True
-    return first.kind in positional and first.default is inspect.Parameter.empty
+    return first.kind == first.VAR_POSITIONAL or (
+        first.kind in (first.POSITIONAL_ONLY, first.POSITIONAL_OR_KEYWORD)
+        and first.default is first.empty)
 
 
 def _from_checkpoint(path: Path, spec: PolicySpec, agent: AgentSpec) -> Any:
