@@ -12,7 +12,7 @@ it so. What a flag does in a given command (which file extensions ``-o`` takes, 
 fields of :class:`EvalFlags`, which their settings extend (:mod:`parcat.cli.flag_config`
 reads ``-c FILE``).
 The flags' types come from light modules (the planner, ``parcat.ipc.process``,
-``parcat.core.raycluster``: the same enums :mod:`parcat.parallel.launch` re-exports), so a
+``parcat.core.raycluster``: the same enums :mod:`parcat.parallel.run_options` re-exports), so a
 command's ``--help`` does not import the evaluation stack.
 """
 
@@ -191,7 +191,7 @@ class EvalFlags(Settings):
         """These flags as one :class:`EvalArgs` (not yet validated: its ``build`` does)."""
         with held_imports():
             from parcat.eval.eval_args import EvalArgs
-            from parcat.parallel.launch import RunOptions
+            from parcat.parallel.run_options import RunOptions
         options = RunOptions(
             jobs=self.jobs,
             # --backend ray is the CLI's other word for --executor ray

@@ -2,7 +2,7 @@
 
 ``EvalArgs(("harvest",), options=RunOptions(jobs=4)).build()`` gives what
 ``parcat eval -m harvest --jobs 4`` runs: the :class:`~parcat.eval.evaluate.EvalConfig` (what,
-built from the command line's words) and the :class:`~parcat.parallel.launch.RunOptions`
+built from the command line's words) and the :class:`~parcat.parallel.run_options.RunOptions`
 (where and how).
 """
 
@@ -19,8 +19,8 @@ from parcat.core.settings import parse_overrides
 from parcat.envs.missions import Mission
 from parcat.eval.evaluate import EvalConfig, check_policies
 from parcat.eval.trained_run import load_missions
-from parcat.parallel.launch import RunOptions
 from parcat.parallel.planner import ExecutorKind
+from parcat.parallel.run_options import RunOptions
 from parcat.policies.specs import parse_policy_spec
 
 

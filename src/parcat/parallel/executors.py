@@ -22,6 +22,7 @@ from parcat.core.trace import Tracer
 from parcat.episode.results import EpisodeResult, timed_out_result
 from parcat.episode.rollout import EpisodeRunner, EpisodeTask
 from parcat.ipc.process import Terminated
+from parcat.parallel.planner import ExecutorKind, Plan
 from parcat.stepping.config import StepperConfig
 from parcat.stepping.thread import DaemonThreadPool
 
@@ -188,3 +189,29 @@ class ThreadExecutor(Executor):
         self._pool.shutdown(wait=not force, cancel=force)
         for runner in self._runners:
             runner.close()
+
+
+def make_executor(plan: Plan) -> Executor:
+    """The executor the plan calls for, built from the plan alone."""
+    from parcat.parallel.hybrid_executor import HybridExecutor
+    from parcat.parallel.process_executor import ProcessExecutor
+
+    stepper = StepperConfig(plan.strategy, plan.policy_workers, plan.spin, plan.action_timeout_s,
+                            plan.start_method, plan.blas_threads, plan.retries)
+    workers = plan.episode_workers
+    if plan.executor is ExecutorKind.PROCESS:
+        kind = HybridExecutor if plan.local_lane else ProcessExecutor
+        return kind(workers - plan.local_lane, stepper, start_method=plan.start_method,
+                    blas_threads=plan.blas_threads, gpus=plan.gpus, trace=plan.trace,
+                    retries=plan.retries, episode_timeout_s=plan.episode_timeout_s)
+    if plan.executor is ExecutorKind.THREAD:
+        return ThreadExecutor(workers, stepper, plan.trace)
+    if plan.executor is ExecutorKind.RAY:
+        from parcat.parallel.ray_executor import RayExecutor
+
+        return RayExecutor(
+            workers, stepper, plan.address, cpus_per_task=max(1, plan.busy_processes // workers),
+            gpus_per_task=1.0 if plan.gpus else 0.0, retries=plan.retries,
+            episode_timeout_s=plan.episode_timeout_s, trace=plan.trace,
+        )
+    return InlineExecutor(stepper, plan.trace, plan.episode_timeout_s)

@@ -48,13 +48,11 @@ class HybridExecutor(ProcessExecutor):
 
     name = "hybrid"
 
-    def __init__(self, workers: int, stepper: StepperConfig | None = None,
-                 start_method: str | None = None, blas_threads: int = 1,
-                 gpus: Sequence[str] = (), trace: bool = False, retries: int = 1,
-                 worth_starting_s: float = WORTH_STARTING_S) -> None:
-        super().__init__(workers, stepper, start_method, blas_threads, gpus, trace, retries)
+    def __init__(self, workers: int, stepper: StepperConfig | None = None, *,
+                 worth_starting_s: float = WORTH_STARTING_S, **options: Any) -> None:
+        super().__init__(workers, stepper, **options)
         self.worth_starting_s = worth_starting_s
-        self.tracer = Tracer("this process") if trace else None
+        self.tracer = Tracer("this process") if self.trace else None
         self._local = EpisodeRunner(self.stepper.make_stepper(self.tracer), tracer=self.tracer,
                                     retries=self.stepper.retries)
         self._arrivals: queue.SimpleQueue[_Lane | BaseException] = queue.SimpleQueue()

@@ -1,54 +1,32 @@
-"""From user options to a plan and an executor: measuring, planning, building.
+"""``RunOptions`` (where and how to run, never what) and the plan they make for a run.
 
-The planner itself is pure (:mod:`parcat.parallel.planner`); this module gathers its
-inputs (CPUs, GPUs, agents per episode, the measured cost of a policy step) and turns the
-plan into an executor.
+:func:`plan_run` gathers the planner's inputs (CPUs, GPUs, agents, limits, the measured
+cost of a policy step) and returns a :class:`~parcat.parallel.planner.Plan` that carries
+everything the executor and its workers need (:func:`~parcat.parallel.executors.make_executor`).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from parcat.core.errors import ConfigError
 from parcat.core.raycluster import Backend
 from parcat.core.resources import available_cpus, free_cpus, pids_headroom, visible_gpus
 from parcat.envs.missions import Mission, is_foreign
-from parcat.episode.rollout import EpisodeRunner, EpisodeTask
-from parcat.ipc.process import (
-    TASKS_PER_WORKER,
-    Handlers,
-    StartMethod,
-    WorkerLostError,
-    WorkerRaisedError,
-    start_worker,
-)
-from parcat.parallel.executors import Executor, InlineExecutor, ThreadExecutor
+from parcat.ipc.process import TASKS_PER_WORKER, StartMethod
+from parcat.parallel.calibration import measure_in_a_worker, measure_policy_step
 from parcat.parallel.planner import ExecutorKind, Plan, PolicyStrategy, Workload, make_plan
-from parcat.parallel.process_executor import ProcessExecutor
 from parcat.policies.specs import PolicySpec, foreign_code
-from parcat.stepping.base import InlineStepper
-from parcat.stepping.config import StepperConfig
 
 # Backend and StartMethod are the words of RunOptions; they are defined where they are used
-__all__ = ["Backend", "RunOptions", "StartMethod", "first_foreign_code", "make_executor",
-           "measure_policy_step", "plan_run", "process_limit"]
+__all__ = ["Backend", "RunOptions", "StartMethod", "first_foreign_code", "plan_run",
+           "process_limit"]
 
-HANDOFF_S = 20e-6
-"""Cost of handing a step to a spinning policy worker and back, with margin: the
-benchmark measures 2–10 µs per agent-step (BENCHMARKS.md)."""
-CALIBRATION_STEPS = 20
 FDS_PER_WORKER = 8
 """Open files a worker costs its parent (pipe, sentinel, shared memory), with margin."""
 FDS_RESERVED = 64
 """Open files kept for everything else (imports, the results file, the terminal)."""
-CALIBRATION_BUDGET_S = 0.25
-CALIBRATION_TIMEOUT_S = 60.0
-"""Longest wait for a calibration worker to start (imports included)."""
-CALIBRATION_WAIT_S = 2.0
-"""Longest wait for its measurement: a policy that takes longer is that slow."""
 
 
 @dataclass(frozen=True)
@@ -142,26 +120,21 @@ def plan_run(
     missions: tuple[Mission, ...], policies: tuple[PolicySpec, ...], tasks: int,
     options: RunOptions, measure: bool = True,
 ) -> Plan:
-    """Gather the planner's inputs for this run and ask it for a plan."""
+    """The plan for this run: its inputs gathered, the planner asked, the options carried."""
     cpus = available_cpus()
-    jobs = options.jobs or cpus
-    gpus = visible_gpus() if options.gpus is None else options.gpus
-    agents = max(len(m.agents()) for m in missions)
     step_s = None
-    wants_auto = options.parallel_policy and options.policy_strategy is PolicyStrategy.AUTO
     foreign = first_foreign_code(missions, policies)
-    if wants_auto and measure:
+    if measure and options.parallel_policy and options.policy_strategy is PolicyStrategy.AUTO:
         # code from outside parcat is timed in a worker, where an exit cannot end the run
         step_s = (measure_policy_step(missions[0], policies) if foreign is None
                   else measure_in_a_worker(missions[0], policies, options.start_method_name))
     workload = Workload(
         tasks=tasks,
-        agents=agents,
+        agents=max(len(m.agents()) for m in missions),
         parallel_policy=options.parallel_policy,
         strategy=options.policy_strategy,
         executor=options.executor,
-        policy_step_s=step_s,
-        handoff_s=HANDOFF_S,
+        step_s=step_s,
         batchable=any(p.target in ("mlp", "noop") for p in policies),
         isolate=options.episode_timeout_s is not None,
         foreign_code=foreign,
@@ -171,7 +144,14 @@ def plan_run(
         # what other processes leave free now: only an auto plan follows it
         free_cpus=free_cpus(cpus) if options.executor is ExecutorKind.AUTO else None,
     )
-    return make_plan(jobs, cpus, gpus, workload)
+    gpus = visible_gpus() if options.gpus is None else options.gpus
+    timeout_ms = options.action_timeout_ms
+    return replace(
+        make_plan(options.jobs or cpus, cpus, gpus, workload),
+        start_method=options.start_method_name, trace=options.trace, retries=options.retries,
+        episode_timeout_s=options.episode_timeout_s, address=options.address,
+        action_timeout_s=None if timeout_ms is None else timeout_ms / 1000,
+    )
 
 
 def first_foreign_code(missions: tuple[Mission, ...],
@@ -204,97 +184,3 @@ def process_limit() -> int | None:
         # the fork server and the resource tracker come first
         limits.append(max(1, (headroom - 2) // TASKS_PER_WORKER))
     return min(limits) if limits else None
-
-
-def make_executor(plan: Plan, options: RunOptions) -> Executor:
-    """The executor the plan calls for."""
-    timeout = None if options.action_timeout_ms is None else options.action_timeout_ms / 1000
-    stepper = StepperConfig(
-        strategy=plan.strategy,
-        workers=plan.policy_workers,
-        spin=plan.spin,
-        action_timeout_s=timeout,
-        start_method=options.start_method_name,
-        blas_threads=plan.blas_threads,
-        retries=options.retries,
-    )
-    if plan.executor is ExecutorKind.PROCESS and plan.local_lane:
-        from parcat.parallel.hybrid_executor import HybridExecutor
-
-        return HybridExecutor(
-            plan.episode_workers - 1, stepper, options.start_method_name, plan.blas_threads,
-            plan.gpus, options.trace, options.retries,
-        )
-    if plan.executor is ExecutorKind.PROCESS:
-        return ProcessExecutor(
-            plan.episode_workers, stepper, options.start_method_name, plan.blas_threads, plan.gpus,
-            options.trace, options.retries, options.episode_timeout_s,
-        )
-    if plan.executor is ExecutorKind.THREAD:
-        return ThreadExecutor(plan.episode_workers, stepper, options.trace)
-    if plan.executor is ExecutorKind.RAY:
-        from parcat.parallel.ray_executor import RayExecutor
-
-        return RayExecutor(
-            plan.episode_workers, stepper, options.address,
-            cpus_per_task=max(1, plan.busy_processes // plan.episode_workers),
-            gpus_per_task=1.0 if plan.gpus else 0.0, retries=options.retries,
-            episode_timeout_s=options.episode_timeout_s, trace=options.trace,
-        )
-    return InlineExecutor(stepper, options.trace, options.episode_timeout_s)
-
-
-def measure_policy_step(mission: Mission, policies: tuple[PolicySpec, ...]) -> float:
-    """Median seconds of one agent's policy step over the first steps of a throwaway
-    episode (:data:`CALIBRATION_STEPS`, or fewer once they took :data:`CALIBRATION_BUDGET_S`)."""
-    stepper = _TimedStepper()
-
-    def enough(task: EpisodeTask, steps: int) -> bool:
-        timings = stepper.timings
-        return len(timings) >= CALIBRATION_STEPS or sum(timings) > CALIBRATION_BUDGET_S
-
-    runner = EpisodeRunner(stepper, on_step=enough)
-    try:
-        runner.run(EpisodeTask(mission, policies, seed=0, episode_index=0))
-    finally:
-        runner.close()
-    if not stepper.timings:
-        return 0.0
-    return sorted(stepper.timings)[len(stepper.timings) // 2]
-
-
-class _TimedStepper(InlineStepper):
-    """Steps inline and keeps each step's time per agent."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.timings: list[float] = []
-
-    def act(self, obs: dict[Any, Any], live: Sequence[Any]) -> dict[Any, Any]:
-        begin = time.perf_counter()
-        actions = super().act(obs, live)
-        self.timings.append((time.perf_counter() - begin) / max(1, len(actions)))
-        return actions
-
-
-def measure_in_a_worker(mission: Mission, policies: tuple[PolicySpec, ...],
-                        start_method: str | None = None) -> float | None:
-    """:func:`measure_policy_step` in a worker process; ``None`` if it failed there."""
-    worker = start_worker(_calibration_worker, (), "parcat-calibration",
-                          start_method=start_method)
-    try:
-        worker.wait_ready(CALIBRATION_TIMEOUT_S)
-        try:
-            return float(worker.call("measure", mission, policies, timeout=CALIBRATION_WAIT_S))
-        except WorkerLostError:
-            if worker.alive:  # still in its first steps: a policy step is that slow
-                return CALIBRATION_WAIT_S
-            raise
-    except (WorkerLostError, WorkerRaisedError):
-        return None
-    finally:
-        worker.stop(grace_s=0.5, terminate=True)
-
-
-def _calibration_worker() -> Handlers:
-    return Handlers({"measure": measure_policy_step})
