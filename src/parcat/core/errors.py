@@ -83,11 +83,8 @@ class ResourceLimitError(RunError):
 
 
 def brief(value: Any, limit: int = BRIEF_LENGTH) -> str:
-    """``repr(value)`` cut to ``limit`` characters, ending ``…`` when cut.
-
-    Messages show what arrived with it, so a 5,000-character name or a huge list from a
-    YAML file is named, never echoed whole.
-    """
+    """``repr(value)`` cut to ``limit`` characters, ending ``…`` when cut: a message names
+    what arrived, never echoes a huge value whole."""
     try:
         text = repr(value)
     except (ValueError, RecursionError):  # an int of more than 4,300 digits, deep nesting
