@@ -1,9 +1,9 @@
 """Episode executors: where whole episodes run. Results always come back in task order.
 
-``InlineExecutor`` runs tasks in this process; ``ThreadExecutor`` on threads (for
-environments that release the GIL); ``ProcessExecutor`` (in
-:mod:`parcat.parallel.process_executor`) on persistent worker processes, each of which runs
-the same :class:`~parcat.episode.rollout.EpisodeRunner` as the inline path.
+Every executor bounds an episode by ``--episode-timeout`` its own way (``SIGALRM`` inline, a
+deadline per worker in :mod:`~parcat.parallel.process_executor`, ``ray.cancel`` on Ray)
+behind one interface: :attr:`Executor.timeout_s`, :meth:`Executor.overdue` and
+:meth:`Executor.timed_out`, the record of an episode stopped at its deadline.
 """
 
 from __future__ import annotations
@@ -33,12 +33,24 @@ class Executor(ABC):
     """Runs episode tasks somewhere and returns their results in task order."""
 
     name = "executor"
+    timeout_s: float | None = None
+    """``--episode-timeout``: an episode running longer is stopped and recorded as a timeout."""
 
     @abstractmethod
     def run(
         self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None = None
     ) -> list[EpisodeResult]:
         """Run every task; call ``on_result(index, result)`` as each one finishes."""
+
+    def overdue(self, running_s: float) -> bool:
+        """Whether an episode running for ``running_s`` is past the timeout."""
+        return self.timeout_s is not None and running_s > self.timeout_s
+
+    def timed_out(self, task: EpisodeTask, how: str, partial: EpisodeResult | None = None,
+                  agent: str | None = None, phase: str = "worker") -> EpisodeResult:
+        """The record of ``task`` stopped at its deadline (``how``: what was done to it)."""
+        assert self.timeout_s is not None
+        return timed_out_result(task, self.timeout_s, how, partial, agent, phase)
 
     def trace_events(self) -> list[dict[str, Any]]:
         """Trace events gathered during :meth:`run` (empty unless tracing)."""
@@ -55,14 +67,9 @@ class Executor(ABC):
 
 
 class InlineExecutor(Executor):
-    """Every episode in this process, one after the other.
-
-    With ``episode_timeout_s``, a real-time alarm (``SIGALRM``) interrupts an episode that
-    runs longer: it is recorded as a timeout with what it had got, and the next episode
-    starts with a new environment and new policy workers. The alarm interrupts Python code
-    (a loop, a sleep); a C call that never returns to the interpreter needs the process
-    executor, which can kill its worker.
-    """
+    """Every episode in this process, one after the other. A timeout is a real-time alarm
+    (``SIGALRM``): it interrupts Python code, not a C call that never returns (the process
+    executor can kill its worker)."""
 
     name = "inline"
 
@@ -70,7 +77,7 @@ class InlineExecutor(Executor):
                  episode_timeout_s: float | None = None) -> None:
         self.tracer = Tracer("episodes") if trace else None
         self.stepper = stepper or StepperConfig()
-        self.timeout = episode_timeout_s
+        self.timeout_s = episode_timeout_s
         self.runner = self._new_runner()
 
     def _new_runner(self) -> EpisodeRunner:
@@ -83,15 +90,13 @@ class InlineExecutor(Executor):
         """Run the tasks in order."""
         results = []
         for index, task in enumerate(tasks):
-            result = self.runner.run(task) if self.timeout is None else self._run_bounded(task)
+            result = self.runner.run(task) if self.timeout_s is None else self._run_bounded(task)
             results.append(result)
             if on_result is not None:
                 on_result(index, result)
         return results
 
     def _run_bounded(self, task: EpisodeTask) -> EpisodeResult:
-        """Run one episode under an alarm of ``self.timeout`` seconds."""
-        assert self.timeout is not None
         if threading.current_thread() is not threading.main_thread():
             raise ConfigError("--episode-timeout with --executor inline needs the main "
                               "thread (use --executor process from other threads)")
@@ -101,25 +106,21 @@ class InlineExecutor(Executor):
 
         previous = signal.signal(signal.SIGALRM, expire)
         try:
-            signal.setitimer(signal.ITIMER_REAL, self.timeout)
+            signal.setitimer(signal.ITIMER_REAL, self.timeout_s or 0.0)
             try:
                 return self.runner.run(task)
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
         except Terminated as stop:
-            return self._timed_out(task, stop.partial)
+            # the alarm may have stopped any code mid-way: nothing it touched is reused
+            with contextlib.suppress(Exception):
+                self.runner.close()
+            self.runner = self._new_runner()
+            partial = stop.partial
+            phase = partial.error.phase if partial is not None and partial.error else "step"
+            return self.timed_out(task, "stopped", partial, phase=phase)
         finally:
             signal.signal(signal.SIGALRM, previous)
-
-    def _timed_out(self, task: EpisodeTask, partial: EpisodeResult | None) -> EpisodeResult:
-        """The timeout's result; the environment and workers it used are replaced."""
-        # the alarm may have stopped any code mid-way: nothing it touched is reused
-        with contextlib.suppress(Exception):
-            self.runner.close()
-        self.runner = self._new_runner()
-        assert self.timeout is not None
-        phase = partial.error.phase if partial is not None and partial.error else "step"
-        return timed_out_result(task, self.timeout, "stopped", partial, phase=phase)
 
     def trace_events(self) -> list[dict[str, Any]]:
         """Events recorded so far."""
@@ -150,8 +151,7 @@ class ThreadExecutor(Executor):
         if runner is None:
             track = threading.current_thread().name
             runner = EpisodeRunner(self.stepper.make_stepper(self.tracer), tracer=self.tracer,
-                                   retries=self.stepper.retries,
-                                   track=track)
+                                   retries=self.stepper.retries, track=track)
             self._local.runner = runner
             with self._lock:
                 self._runners.append(runner)

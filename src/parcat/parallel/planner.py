@@ -56,42 +56,34 @@ class Workload:
     """Agents per episode (the largest over the missions)."""
     parallel_policy: bool = False
     strategy: PolicyStrategy = PolicyStrategy.AUTO
-    """The requested agent-level strategy."""
     executor: ExecutorKind = ExecutorKind.AUTO
-    """The requested episode executor."""
     step_s: float | None = None
     """Measured seconds of the step a worker would take over: one agent's policy step
     (eval), one environment step (train); ``None``: not measured."""
     handoff_s: float = SPIN_HANDOFF_S
-    """Cost of handing one step to a worker and back."""
     batchable: bool = False
     """Some policy is shared by several agents and can act in one batch."""
     isolate: bool = False
-    """Episodes must run in worker processes (so a hung one can be stopped)."""
+    """Episodes must run in worker processes (an episode timeout)."""
     action_deadline: bool = False
     """An action timeout is set: no agent may step on the episode's own thread."""
     foreign_code: str | None = None
     """Code from outside parcat the run executes, if any: it runs in worker processes,
     where exiting or crashing fails an episode (or restarts a worker), not the run."""
     max_processes: int | None = None
-    """Most worker processes the open-file and pids limits allow."""
     steps: int | None = None
     """Steps the run takes: per episode (eval), vector steps in all (train)."""
     free_cpus: int | None = None
     """CPUs other processes leave free now (``None``: not measured); an auto plan never
     has more busy processes than this."""
+    # training: the config's values; learners 0 is one per agent, train_threads 0 one per
+    # learner, env_workers None: planned
     envs_per_worker: int = 1
-    """Train: the config's ``envs_per_worker``."""
     asynchronous: bool = False
-    """Train: a learner process trains beside collection."""
     parallel_training: bool = False
-    """Train: agents trained at the same time (threads)."""
     learners: int = 0
-    """Train: learners to train (0: one per agent)."""
     train_threads: int = 0
-    """Train: the config's ``train_threads`` (0: one per learner)."""
     env_workers: int | None = None
-    """Train: environment workers given by the config (``None``: planned)."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +91,6 @@ class Plan:
     """How an eval run uses the machine: everything its executor and workers need."""
 
     jobs: int
-    """The budget that was asked for (``--jobs``)."""
     executor: ExecutorKind
     episode_workers: int
     """Episodes that run at once."""
@@ -108,26 +99,22 @@ class Plan:
     policy_workers: int
     """Policy worker processes (or threads) per episode, besides the episode's own process."""
     blas_threads: int
-    """BLAS/OpenMP threads each worker may use."""
     spin: bool
     """Whether policy workers spin on shared memory (never more spinners than cores)."""
     gpus: tuple[str, ...] = ()
     """``CUDA_VISIBLE_DEVICES`` value per episode worker, round-robin."""
     free_cpus: int | None = None
-    """The free CPUs measured when planning, for the record."""
     local_lane: bool = False
     """This process is one of the episode lanes (:mod:`parcat.parallel.hybrid_executor`)."""
     reasons: tuple[str, ...] = field(default_factory=tuple)
     """Why, one sentence per decision (``parcat plan`` prints them)."""
+    # how the workers run, as RunOptions said (parcat.parallel.run_options)
     start_method: str | None = None
-    """How worker processes start (``None``: ``forkserver`` where there is one)."""
     trace: bool = False
     retries: int = 1
-    """Times an episode whose worker died is run again in a fresh worker."""
     episode_timeout_s: float | None = None
     action_timeout_s: float | None = None
     address: str | None = None
-    """Ray cluster address (``None``: start a local one)."""
 
     @property
     def busy_processes(self) -> int:
@@ -145,8 +132,7 @@ class TrainPlan:
     train_workers: int
     """Agents trained at the same time (threads; 1 means one after the other)."""
     spin: bool
-    """Whether environment workers spin: only when they, the trainer and an async learner
-    process fit the free CPUs."""
+    """Only when the workers, the trainer and an async learner process fit the free CPUs."""
     num_envs: int
     """Environments stepped together (wherever they step)."""
     reasons: tuple[str, ...] = ()

@@ -7,7 +7,8 @@ everything the executor and its workers need (:func:`~parcat.parallel.executors.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import enum
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from parcat.core.errors import ConfigError
@@ -36,25 +37,21 @@ class RunOptions:
     jobs: int | None = None
     """Worker budget; ``None`` means the CPUs this process may use."""
     executor: ExecutorKind = ExecutorKind.AUTO
-    """Where episodes run."""
     parallel_policy: bool = False
     """Agent-level parallelism within episodes."""
     policy_strategy: PolicyStrategy = PolicyStrategy.AUTO
-    """How agents are stepped when ``parallel_policy``."""
     action_timeout_ms: float | None = None
     """Late actions are replaced by the mission's default action."""
     gpus: int | None = None
     """GPUs to use; ``None`` detects them."""
     start_method: StartMethod | None = None
-    """How worker processes start; ``None``: ``forkserver`` where the platform has it."""
+    """``None``: ``forkserver`` where the platform has it."""
     trace: bool = False
-    """Record a timeline."""
     retries: int = 1
     """Times an episode whose worker died is run again in a fresh worker."""
     episode_timeout_s: float | None = None
-    """Episodes running longer are stopped and recorded as timeouts (needs worker processes)."""
+    """Episodes running longer are stopped and recorded as timeouts."""
     fail_fast: bool = False
-    """Stop the run at the first failed episode."""
     address: str | None = None
     """Ray cluster address with the Ray executor (``None``: start a local cluster)."""
 
@@ -101,19 +98,8 @@ class RunOptions:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (the ``execution`` section of a results document)."""
-        return {
-            "jobs": self.jobs,
-            "executor": self.executor.value,
-            "parallel_policy": self.parallel_policy,
-            "policy_strategy": self.policy_strategy.value,
-            "action_timeout_ms": self.action_timeout_ms,
-            "gpus": self.gpus,
-            "start_method": self.start_method_name,
-            "retries": self.retries,
-            "episode_timeout_s": self.episode_timeout_s,
-            "fail_fast": self.fail_fast,
-            "address": self.address,
-        }
+        return {f.name: v.value if isinstance(v := getattr(self, f.name), enum.Enum) else v
+                for f in fields(self) if f.name != "trace"}
 
 
 def plan_run(
