@@ -8,12 +8,13 @@ behind one interface: :attr:`Executor.timeout_s`, :meth:`Executor.overdue` and
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import signal
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
@@ -189,6 +190,54 @@ class ThreadExecutor(Executor):
         self._pool.shutdown(wait=not force, cancel=force)
         for runner in self._runners:
             runner.close()
+
+
+class PendingTasks:
+    """Task indices still to send: a lost worker's first, then the next new ones (nothing
+    is held per task never sent)."""
+
+    def __init__(self, total: int) -> None:
+        self.returned: collections.deque[int] = collections.deque()
+        self.next_new = 0
+        self.total = total
+
+    def __len__(self) -> int:
+        return len(self.returned) + self.total - self.next_new
+
+    def popleft(self) -> int:
+        if self.returned:
+            return self.returned.popleft()
+        if self.next_new >= self.total:
+            raise IndexError("no task pending")
+        self.next_new += 1
+        return self.next_new - 1
+
+    def appendleft(self, index: int) -> None:
+        self.returned.appendleft(index)
+
+    def extendleft(self, indices: Iterable[int]) -> None:
+        self.returned.extendleft(indices)
+
+
+class RunState:
+    """The tasks of one run: what is pending, what finished (exactly one record per
+    episode, reported as it finishes) and how often each was attempted."""
+
+    def __init__(self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None) -> None:
+        self.tasks = tasks
+        self.on_result = on_result
+        self.pending = PendingTasks(len(tasks))
+        self.results: dict[int, EpisodeResult] = {}
+        self.remaining = len(tasks)
+        self.attempts: collections.Counter[int] = collections.Counter()
+
+    def finish(self, index: int, result: EpisodeResult) -> None:
+        if index in self.results:
+            return  # exactly one record per episode
+        self.results[index] = result
+        self.remaining -= 1
+        if self.on_result is not None:
+            self.on_result(index, result)
 
 
 def make_executor(plan: Plan) -> Executor:

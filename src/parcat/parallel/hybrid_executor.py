@@ -19,8 +19,8 @@ from parcat.core.trace import Tracer
 from parcat.episode.results import EpisodeResult
 from parcat.episode.rollout import EpisodeRunner, EpisodeTask
 from parcat.ipc.process import wait_any
-from parcat.parallel.executors import ResultCallback
-from parcat.parallel.process_executor import ProcessExecutor, _check_picklable, _Lane, _Run
+from parcat.parallel.executors import ResultCallback, RunState
+from parcat.parallel.process_executor import ProcessExecutor, _check_picklable, _Lane
 from parcat.stepping.config import StepperConfig
 
 WORTH_STARTING_S = 1.0
@@ -53,7 +53,7 @@ class HybridExecutor(ProcessExecutor):
     ) -> list[EpisodeResult]:
         """Run tasks here and on the workers as they arrive; results in task order."""
         _check_picklable(tasks)
-        run = _Run(tasks, on_result)
+        run = RunState(tasks, on_result)
         local_s, local_n = 0.0, 0
         while run.remaining:
             if self._starter is None and local_n and \

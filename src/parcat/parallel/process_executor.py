@@ -13,7 +13,7 @@ import collections
 import pickle
 import time
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.context import BaseContext
 from typing import Any
@@ -32,7 +32,7 @@ from parcat.ipc.process import (
     wait_any,
 )
 from parcat.parallel.episode_worker import make_episode_worker
-from parcat.parallel.executors import Executor, ResultCallback
+from parcat.parallel.executors import Executor, ResultCallback, RunState
 from parcat.stepping.config import StepperConfig
 
 PREFETCH = 2
@@ -107,7 +107,7 @@ class ProcessExecutor(Executor):
         _check_picklable(tasks)
         while len(self._workers) < min(self.num_workers, max(1, len(tasks))):
             self._workers.append(self._start(len(self._workers)))
-        run = _Run(tasks, on_result)
+        run = RunState(tasks, on_result)
         while run.remaining:
             for worker in self._workers:
                 self._feed(worker, run)
@@ -117,7 +117,7 @@ class ProcessExecutor(Executor):
                 self._collect(worker, run)
         return [run.results[i] for i in sorted(run.results)]
 
-    def _feed(self, worker: _Lane, run: _Run) -> None:
+    def _feed(self, worker: _Lane, run: RunState) -> None:
         # queue a second task only while there is work for every worker: at the tail a
         # task queued behind a slow episode would wait while another worker idles
         depth = PREFETCH if len(run.pending) >= len(self._workers) else 1
@@ -137,7 +137,7 @@ class ProcessExecutor(Executor):
         first_deadline = min(w.head_started + self.timeout_s for w in busy)
         return max(0.0, min(WAIT_S, first_deadline - time.monotonic()))
 
-    def _collect(self, worker: _Lane, run: _Run) -> None:
+    def _collect(self, worker: _Lane, run: RunState) -> None:
         while worker.inflight:
             try:
                 if not worker.worker.conn.poll():
@@ -158,7 +158,7 @@ class ProcessExecutor(Executor):
         elif self.overdue(time.monotonic() - worker.head_started):
             self._lost(worker, run, timed_out=True)
 
-    def _receive_one(self, worker: _Lane, run: _Run, message: Any) -> None:
+    def _receive_one(self, worker: _Lane, run: RunState, message: Any) -> None:
         kind, payload = message[0], message[1]
         if worker.setup is False:  # the first reply is the set-up's
             worker.setup = payload if kind == "error" else True
@@ -175,7 +175,7 @@ class ProcessExecutor(Executor):
             self._events.extend(events)
         run.finish(index, result)
 
-    def _lost(self, worker: _Lane, run: _Run, timed_out: bool) -> None:
+    def _lost(self, worker: _Lane, run: RunState, timed_out: bool) -> None:
         """The worker's current episode ended it (death or timeout): replace the worker."""
         index = worker.inflight.popleft()
         task = run.tasks[index]
@@ -219,51 +219,6 @@ def _stop_all(workers: list[_Lane], force: bool = False) -> None:
     for worker in workers:
         worker.worker.stop(grace_s=grace, terminate=bool(worker.inflight) or force)
     workers.clear()
-
-
-class _Pending:
-    """Task indices still to send: a lost worker's first, then the next new ones (nothing
-    is held per task never sent)."""
-
-    def __init__(self, total: int) -> None:
-        self.returned: collections.deque[int] = collections.deque()
-        self.next_new = 0
-        self.total = total
-
-    def __len__(self) -> int:
-        return len(self.returned) + self.total - self.next_new
-
-    def popleft(self) -> int:
-        if self.returned:
-            return self.returned.popleft()
-        if self.next_new >= self.total:
-            raise IndexError("no task pending")
-        self.next_new += 1
-        return self.next_new - 1
-
-    def appendleft(self, index: int) -> None:
-        self.returned.appendleft(index)
-
-    def extendleft(self, indices: Iterable[int]) -> None:
-        self.returned.extendleft(indices)
-
-
-class _Run:
-    def __init__(self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None) -> None:
-        self.tasks = tasks
-        self.on_result = on_result
-        self.pending = _Pending(len(tasks))
-        self.results: dict[int, EpisodeResult] = {}
-        self.remaining = len(tasks)
-        self.attempts: collections.Counter[int] = collections.Counter()
-
-    def finish(self, index: int, result: EpisodeResult) -> None:
-        if index in self.results:
-            return  # exactly one record per episode
-        self.results[index] = result
-        self.remaining -= 1
-        if self.on_result is not None:
-            self.on_result(index, result)
 
 
 def _check_picklable(tasks: Sequence[EpisodeTask]) -> None:

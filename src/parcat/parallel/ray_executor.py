@@ -19,7 +19,7 @@ from parcat.core.raycluster import import_ray
 from parcat.core.trace import Tracer
 from parcat.episode.results import EpisodeResult, failed_result
 from parcat.episode.rollout import EpisodeRunner, EpisodeTask
-from parcat.parallel.executors import Executor, ResultCallback
+from parcat.parallel.executors import Executor, ResultCallback, RunState
 from parcat.stepping.config import StepperConfig
 
 __all__ = ["RayExecutor", "import_ray"]
@@ -99,28 +99,26 @@ class RayExecutor(Executor):
         episode whose node died (Ray says so once the node is marked dead) is submitted
         again, up to :data:`NODE_LOSSES` times."""
         ray = self.ray
-        results: dict[int, EpisodeResult] = {}
-        todo = collections.deque(range(len(tasks)))
+        run = RunState(tasks, on_result)
         losses = collections.Counter[int]()
-        inflight: dict[Any, tuple[int, float]] = {}
+        inflight: dict[Any, int] = {}
         stepper_ref = ray.put(self.stepper)
-        while todo or inflight:
-            while todo and len(inflight) < self.workers:
-                index = todo.popleft()
-                ref = self._remote.remote(stepper_ref, tasks[index], index, self._clock,
-                                          self.trace)
-                inflight[ref] = (index, time.monotonic())
+        while run.remaining:
+            while run.pending and len(inflight) < self.workers:
+                index = run.pending.popleft()
+                inflight[self._remote.remote(stepper_ref, tasks[index], index, self._clock,
+                                             self.trace)] = index
             ready, _ = ray.wait(list(inflight), num_returns=1, timeout=0.5)
             for ref in ready:
-                index, _ = inflight.pop(ref)
+                index = inflight.pop(ref)
                 result = self._result(ref, tasks[index], losses[index] < NODE_LOSSES)
                 if result is None:
                     losses[index] += 1
-                    todo.appendleft(index)
+                    run.pending.appendleft(index)
                 else:
-                    self._finish(results, index, result, on_result)
-            self._cancel_late(inflight, tasks, results, on_result)
-        return [results[i] for i in sorted(results)]
+                    run.finish(index, result)
+            self._cancel_late(inflight, run)
+        return [run.results[i] for i in sorted(run.results)]
 
     def _result(self, ref: Any, task: EpisodeTask, resubmit: bool) -> EpisodeResult | None:
         """The task's result; ``None`` when its node died and ``resubmit`` allows a rerun."""
@@ -140,28 +138,15 @@ class RayExecutor(Executor):
             return failed_result(task, "WorkerError",
                            f"Ray task failed after retries ({kind}): {_first_line(exc)}")
 
-    def _cancel_late(self, inflight: dict[Any, tuple[int, float]], tasks: Sequence[EpisodeTask],
-                     results: dict[int, EpisodeResult],
-                     on_result: ResultCallback | None) -> None:
+    def _cancel_late(self, inflight: dict[Any, int], run: RunState) -> None:
         if self._clock is None or not inflight:
             return
-        running = self.ray.get(self._clock.running_for.remote(
-            [index for index, _ in inflight.values()]))
-        for ref, (index, _) in list(inflight.items()):
+        running = self.ray.get(self._clock.running_for.remote(list(inflight.values())))
+        for ref, index in list(inflight.items()):
             if self.overdue(running.get(index, 0.0)):
                 self.ray.cancel(ref, force=True)
                 del inflight[ref]
-                self._finish(results, index, self.timed_out(tasks[index], "cancelled"),
-                             on_result)
-
-    @staticmethod
-    def _finish(results: dict[int, EpisodeResult], index: int, result: EpisodeResult,
-                on_result: ResultCallback | None) -> None:
-        if index in results:
-            return  # at-least-once delivery: keep the first record of an episode
-        results[index] = result
-        if on_result is not None:
-            on_result(index, result)
+                run.finish(index, self.timed_out(run.tasks[index], "cancelled"))
 
     def trace_events(self) -> list[dict[str, Any]]:
         """Events shipped back with the results."""

@@ -9,6 +9,7 @@ agents move here for the rest of the run (:mod:`parcat.stepping.fallback`).
 
 from __future__ import annotations
 
+import itertools
 import time
 import warnings
 from collections.abc import Sequence
@@ -71,19 +72,11 @@ class ProcessStepper(InlineStepper):
 
     name = "process"
 
-    def __init__(
-        self,
-        workers: int,
-        spin: bool = True,
-        action_timeout_s: float | None = None,
-        start_method: str | None = None,
-        blas_threads: int = 1,
-        tracer: Tracer | None = None,
-        fallback: bool = True,
-        check_steps: int = CHECK_STEPS,
-        payoff_ratio: float = PAYOFF_RATIO,
-        history_steps: int = HISTORY_STEPS,
-    ) -> None:
+    def __init__(self, workers: int, spin: bool = True, action_timeout_s: float | None = None,
+                 start_method: str | None = None, blas_threads: int = 1,
+                 tracer: Tracer | None = None, fallback: bool = True,
+                 check_steps: int = CHECK_STEPS, payoff_ratio: float = PAYOFF_RATIO,
+                 history_steps: int = HISTORY_STEPS) -> None:
         super().__init__()
         self.num_workers = max(1, workers)
         self.spin = spin
@@ -188,12 +181,8 @@ class ProcessStepper(InlineStepper):
             raise PolicyStepError(report.agent, "reset", report)
         moved = worker.seats
         for name in sorted({s.spec.name for s in moved} - self._inline_specs):
-            warnings.warn(
-                f"policy '{name}' cannot run in a policy worker ({report.summary}); "
-                "stepping it inline",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+            warnings.warn(f"policy '{name}' cannot run in a policy worker ({report.summary}); "
+                          "stepping it inline", RuntimeWarning, stacklevel=2)
             self._inline_specs.add(name)
         worker.seats = []
         self._send_episode(worker, mission)
@@ -389,9 +378,5 @@ class ProcessStepper(InlineStepper):
 def _split(items: list[Seat], parts: int) -> list[list[Seat]]:
     """Contiguous, as even as possible, earlier parts larger."""
     size, extra = divmod(len(items), parts)
-    out, start = [], 0
-    for i in range(parts):
-        end = start + size + (1 if i < extra else 0)
-        out.append(items[start:end])
-        start = end
-    return out
+    bounds = [i * size + min(i, extra) for i in range(parts + 1)]
+    return [items[a:b] for a, b in itertools.pairwise(bounds)]
