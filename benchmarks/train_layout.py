@@ -1,8 +1,8 @@
 """`parcat train`'s planned layout against the in-process run: whole commands.
 
 1. What the layout planner's constants (``parcat.parallel.planner.PARKED_HANDOFF_S``,
-   ``FIRST_WORKER_S``, ``NEXT_WORKER_S``) stand on: the extra time of a vector step whose one environment
-   (goal_tasks) steps in a parked, or a spinning, environment worker instead of in-process
+   ``FIRST_WORKER_S``, ``NEXT_WORKER_S``) stand on: the extra time of a vector step whose
+   one environment (goal_tasks) steps in a parked, or a spinning, environment worker instead of in-process
    (``vec.step`` + ``vec.gather("obs")``, interleaved, medians); and, in a fresh process,
    the time to start the first environment worker (fork server included) and a second.
 2. Whole ``parcat train`` commands timed end to end as a user runs them (start, imports,
