@@ -3,8 +3,9 @@
 1. What the layout planner's constants (``parcat.parallel.planner.PARKED_HANDOFF_S``,
    ``FIRST_WORKER_S``, ``NEXT_WORKER_S``) stand on: the extra time of a vector step whose
    one environment (goal_tasks) steps in a parked, or a spinning, environment worker instead
-   of in-process (``vec.step`` + ``vec.gather("obs")``, interleaved, medians); and, in a fresh process,
-   the time to start the first environment worker (fork server included) and a second.
+   of in-process (``vec.step`` + ``vec.gather("obs")``, interleaved, medians); and, in a
+   fresh process, the time to start the first environment worker (fork server included) and
+   a second.
 2. Whole ``parcat train`` commands timed end to end as a user runs them (start, imports,
    planning, workers, epochs, checkpoints, exit), interleaved repeat by repeat with the
    order alternating; ratios are medians of per-repeat ratios against ``--env-workers 0``
