@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-BRIEF_LENGTH = 60
-"""Most characters of a value or name that a message shows (see :func:`brief`)."""
+BRIEF_LENGTH = 60  # most characters of a value or name that a message shows (see :func:`brief`)
 
 
 class ParcatError(Exception):

@@ -41,8 +41,7 @@ def import_reference(reference: str) -> Any:
     return obj
 
 
-TRUST_FLAG = "--trust-code"
-"""The flag by which a user lets files name code from outside parcat."""
+TRUST_FLAG = "--trust-code"  # the flag by which a user lets files name code from outside parcat
 
 
 def require_trusted(reference: str, builtin: Collection[str], trusted: bool, named_by: str,

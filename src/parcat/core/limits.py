@@ -46,8 +46,7 @@ and the default run directory."""
 
 # --- environments -----------------------------------------------------------------------------
 
-MAX_AGENTS = 4096
-"""Most agents in one built-in environment."""
+MAX_AGENTS = 4096  # most agents in one built-in environment
 MAX_GRID_SIDE = 1024
 """Largest side of a grid map (``harvest``'s ``size``): a million cells, a few MiB per layer."""
 MAX_VIEW_RADIUS = 64
@@ -56,26 +55,22 @@ MAX_OBSERVATION_FLOATS = 2**24
 """Most numbers observed by all agents of an environment in one step (agents times the length
 of one observation): 64 MiB of float32 a step. ``evade``'s observations grow with the square
 of its agents, ``harvest``'s with the square of its view."""
-MAX_EPISODE_STEPS = 10**8
-"""Largest ``max_steps`` of a mission or a built-in environment."""
+MAX_EPISODE_STEPS = 10**8  # largest ``max_steps`` of a mission or a built-in environment
 MAX_ENV_NUMBER = 1e9
 """Largest real-valued environment parameter (arena side, speeds, radii, time step); float32
 observations of larger worlds lose their precision."""
 
 # --- networks, learners, runs -----------------------------------------------------------------
 
-MAX_NET_WIDTH = 8192
-"""Most units in a hidden layer of the ``mlp`` policy or the DQN learner."""
-MAX_NET_DEPTH = 64
-"""Most hidden layers of the ``mlp`` policy or the DQN learner."""
+MAX_NET_WIDTH = 8192  # most units in a hidden layer of the ``mlp`` policy or the DQN learner
+MAX_NET_DEPTH = 64  # most hidden layers of the ``mlp`` policy or the DQN learner
 MAX_NET_PARAMETERS = 2**24
 """Most weights and biases of one network (64 MiB of float32; a DQN learner keeps five
 copies: online, target, gradient and two Adam moments)."""
 MAX_EPISODE_PARAMETERS = 2**26
 """Network parameters of all of an episode's agents together (each agent gets its own
 network): 256 MiB of float32 weights per episode worker."""
-MAX_BATCH_SIZE = 65_536
-"""Largest DQN minibatch."""
+MAX_BATCH_SIZE = 65_536  # largest DQN minibatch
 MAX_BUFFER_BYTES = 2**32
 """Largest replay buffer of one learner once full (4 GiB); it grows as it fills, so this
 is checked from the capacity and the size of one transition."""

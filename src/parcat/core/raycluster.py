@@ -94,8 +94,7 @@ def _cluster_errors_to_stderr(ray: Any) -> None:
     module.print_to_stdstream = print_to_stderr  # type: ignore[union-attr]
 
 
-CONNECT_TIMEOUT_S = 5.0
-"""How long a cluster address may take to accept a connection."""
+CONNECT_TIMEOUT_S = 5.0  # how long a cluster address may take to accept a connection
 
 
 def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:

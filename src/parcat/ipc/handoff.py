@@ -26,10 +26,8 @@ PARENT_SPIN_S = 0.05
 """The longest the parent spins for a result before parking (its budget adapts below it)."""
 WORKER_SPIN_S = 0.02
 """The longest an idle worker spins before it parks on its pipe (adapts below it)."""
-CLOCK_EVERY = 64
-"""Spin iterations between two looks at the clock (a few microseconds)."""
-POLL_EVERY = 1024
-"""Spin iterations between two looks at the worker's pipe."""
+CLOCK_EVERY = 64  # spin iterations between two looks at the clock (a few microseconds)
+POLL_EVERY = 1024  # spin iterations between two looks at the worker's pipe
 
 
 class Handoff:

@@ -3,8 +3,7 @@
 
 from __future__ import annotations
 
-HEADER_SLOTS = 8
-"""``int64`` slots at the start of every block."""
+HEADER_SLOTS = 8  # ``int64`` slots at the start of every block
 
 
 class HandoffSlots:

@@ -49,14 +49,11 @@ PRELOAD: list[str] = ["threadpoolctl"]
 """Modules the fork server imports once, so the workers it forks start warm."""
 QUIET_START = "parcat.ipc.quiet_start"
 """Imported last by the fork server: its hook is the fork server's, no one else's."""
-STOP_GRACE_S = 2.0
-"""How long each step of stopping a worker (close, SIGTERM, SIGKILL) waits."""
-BEAT_S = 0.2
-"""How often a worker's watch thread bumps its heartbeat."""
+STOP_GRACE_S = 2.0  # how long each step of stopping a worker (close, SIGTERM, SIGKILL) waits
+BEAT_S = 0.2  # how often a worker's watch thread bumps its heartbeat
 LIVENESS_TIMEOUT_S = float(os.environ.get("PARCAT_LIVENESS_TIMEOUT", "15"))
 """A worker whose heartbeat has not moved for this long is frozen (stopped, deadlocked)."""
-PARENT_CHECK_S = 1.0
-"""How often a worker checks that its parent is alive."""
+PARENT_CHECK_S = 1.0  # how often a worker checks that its parent is alive
 SETUP_TIMEOUT_S = float(os.environ.get("PARCAT_SETUP_TIMEOUT", "60"))
 """Longest run of user code's set-up in a worker (:func:`call_in_worker`)."""
 BEAT, ACTING = 0, 1

@@ -15,8 +15,7 @@ import os
 import secrets
 from dataclasses import dataclass
 
-PREFIX = "parcat_"
-"""Every block's name starts with this, so leftovers can be found."""
+PREFIX = "parcat_"  # every block's name starts with this, so leftovers can be found
 NAMESPACE_MARK = "ns"
 
 _START_FIELD = 19

@@ -10,23 +10,17 @@ The class is pure (fed wait times, never reading a clock), so its rules are test
 
 from __future__ import annotations
 
-MULTIPLE = 3.0
-"""Spin up to this many times the usual answer time."""
+MULTIPLE = 3.0  # spin up to this many times the usual answer time
 FLOOR_S = 100e-6
 """The shortest reach: parking and waking costs tens of microseconds, so an answer within
 this counts as quick however it was seen."""
 FALL = 0.5
 """Weight of an answer quicker than the estimate (the estimate follows quick answers fast)."""
-RISE = 1 / 16
-"""Weight of an answer slower than the estimate (one slow answer barely moves it)."""
-GROW = 1 / 8
-"""Scale added by an answer within reach."""
-SHRINK = 4.0
-"""A miss divides the scale by this."""
-MIN_SCALE = 1 / 64
-"""Below this scale the budget is zero: park at once."""
-CONTESTED_CPU = 0.75
-"""A spin that got less CPU time than this share of its wall time lost its core."""
+RISE = 1 / 16  # weight of an answer slower than the estimate (one slow answer barely moves it)
+GROW = 1 / 8  # scale added by an answer within reach
+SHRINK = 4.0  # a miss divides the scale by this
+MIN_SCALE = 1 / 64  # below this scale the budget is zero: park at once
+CONTESTED_CPU = 0.75  # a spin that got less CPU time than this share of its wall time lost its core
 CONTESTED_MIN_S = 200e-6
 """Spins shorter than this say nothing about contention (clock granularity, noise)."""
 

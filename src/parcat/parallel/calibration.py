@@ -14,8 +14,7 @@ from parcat.stepping.base import InlineStepper
 
 CALIBRATION_STEPS = 20
 CALIBRATION_BUDGET_S = 0.25
-CALIBRATION_TIMEOUT_S = 60.0
-"""Longest wait for a calibration worker to start (imports included)."""
+CALIBRATION_TIMEOUT_S = 60.0  # longest wait for a calibration worker to start (imports included)
 CALIBRATION_WAIT_S = 2.0
 """Longest wait for its measurement: a policy that takes longer is that slow."""
 

@@ -31,14 +31,11 @@ SPIN_HANDOFF_S = 20e-6
 PARKED_HANDOFF_S = 150e-6
 """A step handed to a worker parked on its pipe (two wake-ups) and the arrays gathered:
 what a training plan counts on, since a later process may take a spinner's core."""
-PROCESS_PAYOFF = 8.0
-"""A policy step must cost this many handoffs before a policy worker pays."""
+PROCESS_PAYOFF = 8.0  # a policy step must cost this many handoffs before a policy worker pays
 POLICY_WORKER_START_S = 0.3
 """Starting policy workers: a worker's start and its first steps' handoffs."""
-FIRST_WORKER_S = 0.3
-"""Starting a run's first environment worker (the fork server and its imports)."""
-NEXT_WORKER_S = 0.03
-"""Starting each further environment worker."""
+FIRST_WORKER_S = 0.3  # starting a run's first environment worker (the fork server and its imports)
+NEXT_WORKER_S = 0.03  # starting each further environment worker
 MIN_GAIN = 0.2
 """Environment workers must cut a vector step by this share to be worth a timing error."""
 FOREIGN_REASON = ("the environment is code from outside parcat: it steps in an environment "

@@ -35,12 +35,10 @@ from parcat.parallel.episode_worker import make_episode_worker
 from parcat.parallel.executors import Executor, ResultCallback, RunState
 from parcat.stepping.config import StepperConfig
 
-PREFETCH = 2
-"""Tasks queued per worker, so a worker never idles waiting for its next task."""
+PREFETCH = 2  # tasks queued per worker, so a worker never idles waiting for its next task
 PARTIAL_WAIT_S = 1.0
 """How long a timed-out worker may take to hand back its episode's partial result."""
-WAIT_S = 0.5
-"""Longest single wait; deadlines and liveness are checked at least this often."""
+WAIT_S = 0.5  # longest single wait; deadlines and liveness are checked at least this often
 
 
 @dataclass(eq=False)  # compared by identity: fields hold processes and pipes

@@ -26,8 +26,7 @@ __all__ = ["Backend", "RunOptions", "StartMethod", "first_foreign_code", "plan_r
 
 FDS_PER_WORKER = 8
 """Open files a worker costs its parent (pipe, sentinel, shared memory), with margin."""
-FDS_RESERVED = 64
-"""Open files kept for everything else (imports, the results file, the terminal)."""
+FDS_RESERVED = 64  # open files kept for everything else (imports, the results file, the terminal)
 
 
 @dataclass(frozen=True)

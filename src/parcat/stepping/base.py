@@ -18,8 +18,7 @@ from parcat.ipc.process import ACTING, ErrorReport, acting_marker
 from parcat.policies.base import AgentSpec, Policy
 from parcat.policies.specs import PolicySpec, make_policy
 
-STRAGGLER_WAIT_S = 5.0
-"""How long a new episode waits for a late policy step of the last one."""
+STRAGGLER_WAIT_S = 5.0  # how long a new episode waits for a late policy step of the last one
 
 
 def straggler_wait(action_timeout_s: float | None) -> float:

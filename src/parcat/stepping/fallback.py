@@ -24,12 +24,10 @@ from parcat.ipc.shm import Codec
 from parcat.policies.base import Policy
 from parcat.stepping.base import PolicyCache, Seat
 
-CHECK_STEPS = 128
-"""Steps in one window of the comparison."""
+CHECK_STEPS = 128  # steps in one window of the comparison
 PAYOFF_RATIO = 1.0
 """Fall back when a window's wall time exceeds this many times its inline estimate."""
-MAX_STRETCH = 10.0
-"""The most the inline estimate stretches CPU time into wall time."""
+MAX_STRETCH = 10.0  # the most the inline estimate stretches CPU time into wall time
 HISTORY_STEPS = 4096
 """Steps of an episode kept to rebuild its workers' policies; a later fallback waits for the
 next episode."""
