@@ -111,7 +111,6 @@ class ErrorReport:
     """The exception's type name."""
     message: str
     traceback: str
-    """The formatted traceback, as printed in the worker."""
     agent: Any = None
     """The agent whose code raised, where there was one."""
 
@@ -155,14 +154,12 @@ class SetupFailedError(Exception):
 
 
 class WorkerState(enum.Enum):
-    """Where a worker is in its life."""
+    """Where a worker is in its life: ``STOPPED`` by the parent, ``DEAD`` on its own."""
 
     STARTING = "starting"
     READY = "ready"
     STOPPED = "stopped"
-    """Stopped by the parent and reaped."""
     DEAD = "dead"
-    """Ended on its own (crash, signal, exit)."""
 
 
 def default_start_method() -> str:
@@ -323,7 +320,6 @@ class Worker:
 
     @property
     def alive(self) -> bool:
-        """Whether the process is running."""
         return not self._stopped and self.process.is_alive()
 
     @property
@@ -411,7 +407,7 @@ class Worker:
         return self._reply(timeout)
 
     def call(self, command: str, *payload: Any, timeout: float) -> Any:
-        """Send ``command`` and return its result (see :meth:`reply`)."""
+        """Send ``command`` and return its result."""
         self.send((command, *payload))
         return self.reply(timeout)
 
@@ -622,9 +618,6 @@ def parent_alive(parent_pid: int) -> bool:
     return state not in (b"Z", b"X")
 
 
-# -- the worker's side -----------------------------------------------------------------
-
-
 def become_worker(parent_pid: int, blas_threads: int = 1,
                   check_every_s: float = PARENT_CHECK_S) -> None:
     """Set up a worker process: ignore Ctrl-C (the parent decides how a run ends), raise
@@ -723,7 +716,6 @@ class Handlers:
 
     commands: dict[str, Callable[..., Any]] = field(default_factory=dict)
     ready: Any = None
-    """Sent with the set-up's ``("ok", ready)``."""
     idle: Callable[[], bool] | None = None
     """Serves the per-step data path (a shared-memory handoff) between commands; returns
     False when it stopped for a message on the pipe."""
