@@ -7,7 +7,7 @@ ratios (differences) of variants that ran back to back, so slow drift cancels.
 
 1. Episode level: 8 CPU-bound episodes (harvest, 4 agents, ``mlp`` sized to ~0.1 ms a
    step), process executor with 2 workers vs inline. Warm: persistent executors built with
-   ``make_executor(plan, options)``, runs after the first (workers already started). Cold:
+   ``make_executor(plan)``, runs after the first (workers already started). Cold:
    the whole ``evaluate()`` call (planning, worker start, run, worker shutdown).
 2. Agent-level overhead: 2 agents with the ``noop`` policy, ``ProcessStepper(1, spin=True)``
    vs ``InlineStepper``: the extra time per agent-step handed to the worker. Beside it a
@@ -69,8 +69,9 @@ from parcat.envs.missions import Mission, load_mission  # noqa: E402
 from parcat.episode.results import EpisodeResult  # noqa: E402
 from parcat.episode.rollout import EpisodeRunner, EpisodeTask  # noqa: E402
 from parcat.eval.evaluate import EvalConfig, evaluate, make_config, make_tasks  # noqa: E402
-from parcat.parallel.launch import RunOptions, make_executor, plan_run  # noqa: E402
+from parcat.parallel.executors import make_executor  # noqa: E402
 from parcat.parallel.planner import ExecutorKind  # noqa: E402
+from parcat.parallel.run_options import RunOptions, plan_run  # noqa: E402
 from parcat.policies.base import AgentSpec  # noqa: E402
 from parcat.policies.builtin import MLPPolicy  # noqa: E402
 from parcat.policies.specs import PolicySpec, parse_policy_spec  # noqa: E402
@@ -232,8 +233,8 @@ def episode_level(table: Table, repeats: int, quick: bool, settle_s: float) -> N
     par_options = RunOptions(jobs=2, executor=ExecutorKind.PROCESS)
     seq_plan = plan_run(config.missions, config.policies, len(tasks), seq_options)
     par_plan = plan_run(config.missions, config.policies, len(tasks), par_options)
-    inline = make_executor(seq_plan, seq_options)
-    pool = make_executor(par_plan, par_options)
+    inline = make_executor(seq_plan)
+    pool = make_executor(par_plan)
     ceiling = Ceiling()
     try:
         pool_first, first = timed(lambda: pool.run(tasks))  # starts the workers
@@ -451,7 +452,7 @@ def episode_worker_probe(method: str, task: EpisodeTask) -> tuple[float, tuple[f
     options = RunOptions(jobs=1, executor=ExecutorKind.PROCESS, start_method=method)
     plan = plan_run((task.mission,), task.policies, 1, options)
     start = time.perf_counter()
-    executor = make_executor(plan, options)
+    executor = make_executor(plan)
     try:
         results = executor.run([task])
         elapsed = time.perf_counter() - start

@@ -32,7 +32,7 @@ COMMAND = [sys.executable, "-m", "parcat", "eval", "-m", "harvest", "-p", "rando
 FIRST_EPISODE = """
 import resource, sys
 from parcat.eval.evaluate import StopRun, evaluate, make_config
-from parcat.parallel.launch import RunOptions
+from parcat.parallel.run_options import RunOptions
 
 def first(result):
     print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)

@@ -1,10 +1,11 @@
 """`parcat train`'s planned layout against the in-process run: whole commands.
 
-1. What the layout planner's constants (``parcat.train.plan.HANDOFF_S``, ``FIRST_WORKER_S``,
-   ``NEXT_WORKER_S``) stand on: the extra time of a vector step whose one environment
-   (goal_tasks) steps in a parked, or a spinning, environment worker instead of in-process
-   (``vec.step`` + ``vec.gather("obs")``, interleaved, medians); and, in a fresh process,
-   the time to start the first environment worker (fork server included) and a second.
+1. What the layout planner's constants (``parcat.parallel.planner.PARKED_HANDOFF_S``,
+   ``FIRST_WORKER_S``, ``NEXT_WORKER_S``) stand on: the extra time of a vector step whose
+   one environment (goal_tasks) steps in a parked, or a spinning, environment worker instead
+   of in-process (``vec.step`` + ``vec.gather("obs")``, interleaved, medians); and, in a
+   fresh process, the time to start the first environment worker (fork server included) and
+   a second.
 2. Whole ``parcat train`` commands timed end to end as a user runs them (start, imports,
    planning, workers, epochs, checkpoints, exit), interleaved repeat by repeat with the
    order alternating; ratios are medians of per-repeat ratios against ``--env-workers 0``
@@ -128,7 +129,7 @@ def constants(repeats: int) -> None:
     first, second = startup(repeats)
     print("1. the planner's constants (goal_tasks, 1 environment, 2000 steps a repeat)")
     print(f"   in-process vector step              {figures['inline']:8.1f} us")
-    print(f"   + parked worker handoff             {figures['parked']:8.1f} us  (HANDOFF_S)")
+    print(f"   + parked worker handoff             {figures['parked']:8.1f} us  (PARKED_HANDOFF_S)")
     print(f"   + spinning worker handoff           {figures['spinning']:8.1f} us")
     print(f"   first worker ready, fresh process   {first:8.0f} ms  (FIRST_WORKER_S)")
     print(f"   second worker ready                 {second:8.0f} ms  (NEXT_WORKER_S)")

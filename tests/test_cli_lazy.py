@@ -20,7 +20,7 @@ from parcat.cli.main import COMMANDS
 TIMEOUT_S = 120.0
 """Upper bound on one run (never reached when things work)."""
 HEAVY = ("numpy", "gymnasium", "yaml", "parcat.eval.evaluate", "parcat.train", "parcat.sim",
-         "parcat.parallel.launch", "parcat.envs.missions", "parcat.cli.render")
+         "parcat.parallel.run_options", "parcat.envs.missions", "parcat.cli.render")
 """Modules no help text needs: the libraries and parcat's eval, train and sim stacks."""
 COMMAND_MODULES = {"parcat.cli.eval_cmd", "parcat.cli.plan_cmd", "parcat.cli.train_cmd",
                    "parcat.cli.compare_cmd", "parcat.cli.bench_cmd", "parcat.cli.plot_cmd",

@@ -9,7 +9,7 @@ import pytest
 
 from parcat.core.errors import ConfigError
 from parcat.eval.eval_args import EvalArgs
-from parcat.parallel.launch import RunOptions, StartMethod
+from parcat.parallel.run_options import RunOptions, StartMethod
 
 
 def test_build_gives_the_config_and_options_the_flags_describe(tmp_path: Path) -> None:

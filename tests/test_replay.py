@@ -16,7 +16,7 @@ import pytest
 from parcat.envs.missions import Mission
 from parcat.episode import replay
 from parcat.eval.evaluate import EvalConfig, evaluate, make_config
-from parcat.parallel.launch import RunOptions
+from parcat.parallel.run_options import RunOptions
 from parcat.policies.specs import parse_policy_spec
 
 

@@ -17,7 +17,7 @@ from parcat.eval.evaluate import make_config
 from parcat.eval.report import strip_timings
 from parcat.eval.stats import normalised
 from parcat.eval.tournament import cross_play, evaluate_each, sides
-from parcat.parallel.launch import RunOptions
+from parcat.parallel.run_options import RunOptions
 
 
 def test_each_plays_every_policy_alone_on_the_same_episodes() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from parcat.eval.evaluate import EvalConfig, evaluate
 from parcat.eval.report import strip_timings
-from parcat.parallel.launch import RunOptions
+from parcat.parallel.run_options import RunOptions
 from parcat.policies.specs import PolicySpec, parse_policy_spec
 from tests.fakes import StatefulPolicy, scripted_mission
 

@@ -16,7 +16,7 @@ from parcat.envs.missions import Mission
 from parcat.episode.results import EpisodeStatus
 from parcat.eval.evaluate import EvalConfig, evaluate
 from parcat.eval.report import strip_timings
-from parcat.parallel.launch import RunOptions
+from parcat.parallel.run_options import RunOptions
 from parcat.policies.specs import parse_policy_spec
 
 ROOT = Path(__file__).resolve().parents[2]

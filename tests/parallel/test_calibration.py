@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from parcat.parallel import launch
-from parcat.parallel.launch import measure_in_a_worker, measure_policy_step
+from parcat.parallel import calibration
+from parcat.parallel.calibration import measure_in_a_worker, measure_policy_step
 from parcat.policies.specs import parse_policy_spec
 from tests.fakes import scripted_mission
 
@@ -16,7 +16,7 @@ RANDOM = (parse_policy_spec("random"),)
 def steps_seen(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The steps of the calibration episode, as its runner's ``on_step`` saw them."""
     seen: list[int] = []
-    original = launch.EpisodeRunner
+    original = calibration.EpisodeRunner
 
     def runner(*args: object, **kwargs: object) -> object:
         made = original(*args, **kwargs)  # type: ignore[arg-type]
@@ -30,19 +30,19 @@ def steps_seen(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         made.on_step = counted
         return made
 
-    monkeypatch.setattr(launch, "EpisodeRunner", runner)
+    monkeypatch.setattr(calibration, "EpisodeRunner", runner)
     return seen
 
 
 def test_calibration_times_only_the_first_steps_of_its_episode(steps_seen: list[int]) -> None:
     step_s = measure_policy_step(scripted_mission(max_steps=500), RANDOM)
     assert step_s > 0.0
-    assert steps_seen == list(range(1, launch.CALIBRATION_STEPS + 1))  # then it stopped
+    assert steps_seen == list(range(1, calibration.CALIBRATION_STEPS + 1))  # then it stopped
 
 
 def test_the_budget_ends_calibration_of_a_slow_policy_early(
         steps_seen: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(launch, "CALIBRATION_BUDGET_S", 0.005)
+    monkeypatch.setattr(calibration, "CALIBRATION_BUDGET_S", 0.005)
     slow = (parse_policy_spec("tests.fakes:HangingPolicy,at_step=0,seconds=0.01"),)
     assert measure_policy_step(scripted_mission(max_steps=500, agents=1), slow) >= 0.01
     assert steps_seen == [1]

@@ -6,8 +6,8 @@ import pytest
 
 from parcat.eval.evaluate import EvalReport, evaluate, make_config
 from parcat.eval.report import strip_timings
-from parcat.parallel.launch import RunOptions
 from parcat.parallel.planner import ExecutorKind, PolicyStrategy
+from parcat.parallel.run_options import RunOptions
 
 # stateful, seeded, scripted and CPU-heavy policies mixed over Discrete and Box actions
 POLICIES = ["greedy", "random@2", "tests.fakes:StatefulPolicy", "mlp,width=32"]

@@ -13,7 +13,7 @@ from parcat.episode.results import EpisodeResult
 from parcat.episode.rollout import EpisodeRunner, EpisodeTask
 from parcat.policies.specs import PolicySpec, parse_policy_spec
 from parcat.stepping.base import InlineStepper, Stepper
-from parcat.stepping.payoff import Payoff
+from parcat.stepping.fallback import Payoff
 from parcat.stepping.process import ProcessStepper
 
 pytestmark = pytest.mark.usefixtures("clean_machine")

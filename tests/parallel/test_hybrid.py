@@ -12,8 +12,8 @@ from parcat.eval.evaluate import evaluate, make_config, make_tasks
 from parcat.eval.report import strip_timings
 from parcat.parallel.executors import InlineExecutor
 from parcat.parallel.hybrid_executor import HybridExecutor
-from parcat.parallel.launch import RunOptions
 from parcat.parallel.planner import ExecutorKind
+from parcat.parallel.run_options import RunOptions
 from parcat.stepping.config import StepperConfig
 from tests.conftest import worker_children
 

@@ -63,11 +63,11 @@ def test_jobs_larger_than_work_is_trimmed_and_said() -> None:
 
 
 def test_auto_picks_process_only_for_expensive_steps() -> None:
-    cheap = make_plan(2, 2, 0, Workload(1, 2, True, PolicyStrategy.AUTO, policy_step_s=2e-6))
+    cheap = make_plan(2, 2, 0, Workload(1, 2, True, PolicyStrategy.AUTO, step_s=2e-6))
     assert cheap.strategy is PolicyStrategy.INLINE
-    costly = make_plan(2, 2, 0, Workload(1, 2, True, PolicyStrategy.AUTO, policy_step_s=2e-3))
+    costly = make_plan(2, 2, 0, Workload(1, 2, True, PolicyStrategy.AUTO, step_s=2e-3))
     assert (costly.strategy, costly.policy_workers) == (PolicyStrategy.PROCESS, 1)
-    shared = make_plan(2, 2, 0, Workload(4, 8, True, PolicyStrategy.AUTO, policy_step_s=1e-5,
+    shared = make_plan(2, 2, 0, Workload(4, 8, True, PolicyStrategy.AUTO, step_s=1e-5,
                                          batchable=True))
     assert shared.strategy is PolicyStrategy.BATCH
 
@@ -78,7 +78,7 @@ def test_an_auto_plan_uses_only_the_cpus_other_processes_leave_free() -> None:
     assert "1 of the 2 CPU(s) are busy with other processes: --jobs 2 trimmed to 1" \
         in busy.reasons
     # agent-level parallelism has no spare job either: agents are stepped inline
-    agents = make_plan(2, 2, 0, Workload(1, 2, True, PolicyStrategy.AUTO, policy_step_s=2e-3,
+    agents = make_plan(2, 2, 0, Workload(1, 2, True, PolicyStrategy.AUTO, step_s=2e-3,
                                          free_cpus=1))
     assert agents.busy_processes == 1 and agents.strategy is PolicyStrategy.INLINE
     big = make_plan(64, 64, 0, Workload(1000, 4, False, free_cpus=40))
@@ -113,17 +113,17 @@ def test_free_cpus_sees_a_busy_neighbour(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_auto_steps_agents_inline_when_the_run_cannot_pay_for_policy_workers() -> None:
     # 0.2 ms steps, 2 agents, one 1,000-step episode: ~0.2 s to save, less than starting
-    short = make_plan(2, 2, 0, Workload(1, 2, True, PolicyStrategy.AUTO, policy_step_s=2e-4,
+    short = make_plan(2, 2, 0, Workload(1, 2, True, PolicyStrategy.AUTO, step_s=2e-4,
                                         steps=1000))
     assert short.strategy is PolicyStrategy.INLINE
     assert any("less than twice" in r for r in short.reasons)
     # 2 ms steps: ~2 s to save
-    long = make_plan(2, 2, 0, Workload(1, 2, True, PolicyStrategy.AUTO, policy_step_s=2e-3,
+    long = make_plan(2, 2, 0, Workload(1, 2, True, PolicyStrategy.AUTO, step_s=2e-3,
                                        steps=1000))
     assert long.strategy is PolicyStrategy.PROCESS and long.policy_workers == 1
     # episodes of the cheap policy add up: four of them can pay (~0.8 s to save)
-    many = make_plan(8, 8, 0, Workload(4, 2, True, PolicyStrategy.AUTO, policy_step_s=2e-4,
+    many = make_plan(8, 8, 0, Workload(4, 2, True, PolicyStrategy.AUTO, step_s=2e-4,
                                        steps=1000))
     assert many.strategy is PolicyStrategy.PROCESS
-    unknown = make_plan(2, 2, 0, Workload(1, 2, True, PolicyStrategy.AUTO, policy_step_s=2e-4))
+    unknown = make_plan(2, 2, 0, Workload(1, 2, True, PolicyStrategy.AUTO, step_s=2e-4))
     assert unknown.strategy is PolicyStrategy.PROCESS  # no step count: the step cost decides

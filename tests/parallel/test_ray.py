@@ -13,8 +13,8 @@ from parcat.envs.missions import Mission
 from parcat.episode.results import EpisodeStatus
 from parcat.eval.evaluate import EvalConfig, evaluate, make_config
 from parcat.eval.report import strip_timings
-from parcat.parallel.launch import RunOptions
 from parcat.parallel.planner import ExecutorKind
+from parcat.parallel.run_options import RunOptions
 from parcat.policies.specs import parse_policy_spec
 from tests.fakes import dying_mission, scripted_mission
 from tests.raytemp import shutdown_and_clean

@@ -29,7 +29,7 @@ from parcat.core.seeding import episode_seed
 from parcat.envs.missions import builtin_code
 from parcat.episode import replay
 from parcat.eval.evaluate import evaluate, make_config
-from parcat.parallel.launch import RunOptions
+from parcat.parallel.run_options import RunOptions
 from parcat.policies.specs import BUILTIN_CLASSES
 from tests.reliability.helpers import ROOT, kill_group
 

@@ -15,8 +15,8 @@ from parcat.episode.results import EpisodeStatus
 from parcat.episode.rollout import EpisodeRunner, EpisodeTask
 from parcat.eval.evaluate import EvalConfig, evaluate
 from parcat.eval.report import strip_timings
-from parcat.parallel.launch import RunOptions
 from parcat.parallel.planner import ExecutorKind, PolicyStrategy
+from parcat.parallel.run_options import RunOptions
 from parcat.policies.specs import parse_policy_spec
 from parcat.stepping.process import ProcessStepper
 from tests.fakes import scripted_mission

@@ -21,8 +21,8 @@ from parcat.cli.main import main
 from parcat.core.errors import ConfigError, MissionError, PolicyError, UsageError
 from parcat.envs.missions import load_mission
 from parcat.eval.evaluate import EvalConfig, evaluate
-from parcat.parallel.launch import RunOptions
 from parcat.parallel.planner import ExecutorKind
+from parcat.parallel.run_options import RunOptions
 from parcat.policies.specs import make_policy, parse_policy_spec
 from parcat.train.config import TrainConfig, load_train_config
 from parcat.train.dqn import DQNConfig

@@ -16,7 +16,7 @@ from tests.reliability.helpers import ROOT, kill_group, wait_until
 
 UNGUARDED = """\
 from parcat.eval.evaluate import make_config, evaluate
-from parcat.parallel.launch import RunOptions
+from parcat.parallel.run_options import RunOptions
 
 report = evaluate(make_config(["harvest"], ["random"], 4, 0, {"agents": 2}),
                   RunOptions(jobs=2, executor="process"))

@@ -6,8 +6,8 @@ import pytest
 
 from parcat.episode.results import EpisodeStatus
 from parcat.eval.evaluate import EvalConfig, evaluate
-from parcat.parallel.launch import RunOptions
 from parcat.parallel.planner import PolicyStrategy
+from parcat.parallel.run_options import RunOptions
 from parcat.policies.specs import parse_policy_spec
 from tests.fakes import dying_mission, scripted_mission
 

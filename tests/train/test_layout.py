@@ -15,8 +15,9 @@ from typer.testing import CliRunner
 
 from parcat.cli.main import app
 from parcat.core.resources import FREE_CPUS_VARIABLE
+from parcat.parallel.planner import FOREIGN_REASON
 from parcat.train.config import TrainConfig, load_train_config
-from parcat.train.plan import FOREIGN_REASON, plan_training
+from parcat.train.plan import plan_training
 from parcat.train.trainer import Trainer
 from tests.train.slowenv import write_slow_mission
 from tests.train.test_trainer import SMALL, assert_same, saved_arrays

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,20 +12,21 @@ from typer.testing import CliRunner
 
 from parcat.cli.main import app
 from parcat.core.resources import FREE_CPUS_VARIABLE
-from parcat.train.config import TrainConfig, load_train_config
-from parcat.train.plan import (
-    HANDOFF_S,
-    TrainWorkload,
+from parcat.parallel.planner import (
+    PARKED_HANDOFF_S,
+    Workload,
     choose_env_workers,
     make_train_plan,
-    plan_training,
 )
+from parcat.train.config import TrainConfig, load_train_config
+from parcat.train.plan import plan_training
 from parcat.train.trainer import Trainer
 
 GOALS = {"agents": 2, "task_kind": "direction", "max_steps": 10}
 CHEAP_S = 20e-6
 """About goal_tasks' step (17-32 us measured on the development machine)."""
 COSTLY_S = 500e-6
+COSTLY = Workload(agents=2, envs_per_worker=8, step_s=COSTLY_S, steps=1500)
 
 
 def test_jobs_are_split_by_the_planner_unless_env_workers_is_given() -> None:
@@ -32,8 +34,8 @@ def test_jobs_are_split_by_the_planner_unless_env_workers_is_given() -> None:
                          parallel_training=True)
     planned = plan_training(config, cpus=8)
     assert planned.env_step_s is not None and planned.env_step_s > 0
-    work = TrainWorkload(2, 4, asynchronous=True, parallel_training=True, learners=2,
-                    env_step_s=planned.env_step_s, vector_steps=20 * 100)
+    work = Workload(agents=2, envs_per_worker=4, asynchronous=True, parallel_training=True,
+                    learners=2, step_s=planned.env_step_s, steps=20 * 100)
     assert planned == make_train_plan(work, free=8, jobs=4)
     given = plan_training(TrainConfig(overrides=GOALS, jobs=4, env_workers=1), cpus=8)
     assert (given.env_workers, given.train_workers, given.num_envs) == (1, 1, 4)
@@ -43,17 +45,20 @@ def test_jobs_are_split_by_the_planner_unless_env_workers_is_given() -> None:
 
 
 def test_jobs_split_the_budget_and_set_the_number_of_environments() -> None:
-    unmeasured = make_train_plan(TrainWorkload(4, 2, True, True), free=8, jobs=8)
+    unmeasured = make_train_plan(Workload(agents=4, envs_per_worker=2, asynchronous=True,
+                                             parallel_training=True), free=8, jobs=8)
     assert (unmeasured.env_workers, unmeasured.train_workers) == (3, 4)
     assert unmeasured.num_envs == 3 * 2
-    cheap = make_train_plan(TrainWorkload(4, 2, True, True, env_step_s=CHEAP_S,
-                                     vector_steps=10_000), free=8, jobs=8)
+    cheap = make_train_plan(Workload(agents=4, envs_per_worker=2, asynchronous=True,
+                                     parallel_training=True, step_s=CHEAP_S, steps=10_000),
+                            free=8, jobs=8)
     assert (cheap.env_workers, cheap.train_workers, cheap.num_envs) == (0, 4, 3 * 2)
-    assert make_train_plan(TrainWorkload(2), free=2, jobs=1).env_workers == 0
+    assert make_train_plan(Workload(agents=2), free=2, jobs=1).env_workers == 0
 
 
 def test_a_cheap_step_plans_no_environment_workers() -> None:
-    plan = make_train_plan(TrainWorkload(2, 8, env_step_s=CHEAP_S, vector_steps=1_000_000), free=16)
+    plan = make_train_plan(Workload(agents=2, envs_per_worker=8, step_s=CHEAP_S,
+                                    steps=1_000_000), free=16)
     assert (plan.env_workers, plan.spin, plan.num_envs) == (0, False, 8)
     assert plan.reasons == (
         "one environment step measured 20 µs: 8 environment(s) take 160 µs a vector step "
@@ -64,29 +69,29 @@ def test_a_cheap_step_plans_no_environment_workers() -> None:
 
 
 def test_a_costly_step_plans_workers_on_the_free_cpus_but_one() -> None:
-    plan = make_train_plan(TrainWorkload(2, 8, env_step_s=COSTLY_S, vector_steps=1500), free=4)
+    plan = make_train_plan(COSTLY, free=4)
     # 3 workers and this process step 2 environments each: 1.0 ms + 3 handoffs < 4.0 ms
     assert (plan.env_workers, plan.spin, plan.num_envs) == (3, True, 8)
     assert plan.reasons[1] == ("3 environment worker(s) would take ~1.4 ms a step "
                                "(~150 µs handoff each): ~3.5 s saved over 1500 steps")
-    two = make_train_plan(TrainWorkload(2, 8, env_step_s=COSTLY_S, vector_steps=1500), free=2)
+    two = make_train_plan(COSTLY, free=2)
     assert (two.env_workers, two.spin, two.num_envs) == (1, True, 8)
 
 
 def test_a_costly_step_with_one_free_cpu_stays_in_process() -> None:
-    plan = make_train_plan(TrainWorkload(2, 8, env_step_s=COSTLY_S, vector_steps=1500), free=1)
+    plan = make_train_plan(COSTLY, free=1)
     assert (plan.env_workers, plan.num_envs) == (0, 8)
     assert plan.reasons[1] == ("1 free CPU(s), 1 kept for the trainer: no core left for an "
                                "environment worker: environments step in-process")
 
 
 def test_async_keeps_a_core_for_the_learner_and_short_runs_skip_the_start_up() -> None:
-    asynchronous = TrainWorkload(2, 8, asynchronous=True, env_step_s=COSTLY_S, vector_steps=1500)
+    asynchronous = replace(COSTLY, asynchronous=True)
     assert make_train_plan(asynchronous, free=2).env_workers == 0
     # without the trainer's share, one worker only moves the work: async needs two
     assert make_train_plan(asynchronous, free=3).env_workers == 0
     assert make_train_plan(asynchronous, free=4).env_workers == 2
-    short = make_train_plan(TrainWorkload(2, 8, env_step_s=COSTLY_S, vector_steps=50), free=4)
+    short = make_train_plan(replace(COSTLY, steps=50), free=4)
     assert short.env_workers == 0
     assert "saves less than starting them (~0.36 s)" in short.reasons[1]
 
@@ -100,10 +105,11 @@ def test_a_plan_fits_the_free_cpus_and_the_jobs_and_never_changes_the_environmen
     step_s: float, envs_per_worker: int, free: int, jobs: int | None, asynchronous: bool,
     vector_steps: int,
 ) -> None:
-    work = TrainWorkload(2, envs_per_worker, asynchronous, env_step_s=step_s,
-                    vector_steps=vector_steps)
+    work = Workload(agents=2, envs_per_worker=envs_per_worker, asynchronous=asynchronous,
+                    step_s=step_s, steps=vector_steps)
     plan = make_train_plan(work, free, jobs)
-    unmeasured = make_train_plan(TrainWorkload(2, envs_per_worker, asynchronous), free, jobs)
+    unmeasured = make_train_plan(Workload(agents=2, envs_per_worker=envs_per_worker,
+                                              asynchronous=asynchronous), free, jobs)
     assert plan.num_envs == unmeasured.num_envs  # the measurement moves, never adds
     assert plan.env_workers == 0 or plan.env_workers + 1 + asynchronous <= free
     if jobs is not None:
@@ -115,7 +121,7 @@ def test_a_plan_fits_the_free_cpus_and_the_jobs_and_never_changes_the_environmen
 def test_choose_env_workers_weighs_the_handoff() -> None:
     # two environments of 300 us: a worker saves 300 us a step and costs 150 us of handoff
     assert choose_env_workers(300e-6, 2, 1, 100_000)[0] == 1
-    assert choose_env_workers(HANDOFF_S, 2, 1, 100_000)[0] == 0
+    assert choose_env_workers(PARKED_HANDOFF_S, 2, 1, 100_000)[0] == 0
 
 
 @pytest.mark.parametrize(("free", "spin"), [("1", False), ("2", True)])

@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 from parcat.cli.main import app
 from parcat.core.errors import ConfigError
 from parcat.eval.evaluate import evaluate, make_config
+from parcat.parallel.planner import Workload, make_train_plan
 from parcat.policies import checkpoint
 from parcat.train.config import TrainConfig, load_train_config
 from parcat.train.metrics import read_metrics
-from parcat.train.plan import TrainWorkload, make_train_plan
 from parcat.train.trainer import Trainer
 
 GOALS = {"agents": 2, "task_kind": "direction", "max_steps": 20}
@@ -151,10 +151,11 @@ def test_config_errors_name_the_key(tmp_path: Path) -> None:
 
 
 def test_train_plan_splits_jobs() -> None:
-    plan = make_train_plan(TrainWorkload(4, asynchronous=True, parallel_training=True), 8, jobs=8)
+    plan = make_train_plan(Workload(agents=4, asynchronous=True, parallel_training=True), 8,
+                           jobs=8)
     assert (plan.env_workers, plan.train_workers) == (3, 4)
     assert plan.env_workers + plan.train_workers + 1 <= 8
-    assert make_train_plan(TrainWorkload(2), 2, jobs=1).env_workers == 0
+    assert make_train_plan(Workload(agents=2), 2, jobs=1).env_workers == 0
 
 
 def test_cli_train_smoke(tmp_path: Path) -> None:

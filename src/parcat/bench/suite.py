@@ -33,8 +33,8 @@ from parcat.envs.missions import load_mission
 from parcat.episode.rollout import EpisodeRunner, EpisodeTask
 from parcat.eval.compare import spread, under_load
 from parcat.eval.evaluate import EvalConfig, evaluate
-from parcat.parallel.launch import RunOptions
 from parcat.parallel.planner import ExecutorKind
+from parcat.parallel.run_options import RunOptions
 from parcat.policies.specs import parse_policy_spec
 from parcat.stepping.base import InlineStepper
 from parcat.stepping.process import ProcessStepper

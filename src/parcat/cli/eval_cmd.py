@@ -27,7 +27,7 @@ from parcat.core.output_paths import check_output_file, check_output_folder, che
 
 if TYPE_CHECKING:
     from parcat.eval.evaluate import EvalConfig, EvalReport
-    from parcat.parallel.launch import RunOptions
+    from parcat.parallel.run_options import RunOptions
 
 OUTPUT_FORMATS = {".json": "the full results", ".csv": "the summary"}
 """What ``-o`` writes, by extension."""

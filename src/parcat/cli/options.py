@@ -171,7 +171,7 @@ class EvalFlags(Settings):
         """These flags as one :class:`EvalArgs` (not yet validated: its ``build`` does)."""
         with held_imports():
             from parcat.eval.eval_args import EvalArgs
-            from parcat.parallel.launch import RunOptions
+            from parcat.parallel.run_options import RunOptions
         options = RunOptions(
             jobs=self.jobs,
             # --backend ray is the CLI's other word for --executor ray

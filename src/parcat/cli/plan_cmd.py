@@ -30,7 +30,7 @@ def plan_command(settings: PlanSettings) -> None:
     with held_imports():  # here, not at the top: `parcat plan --help` needs none of them
         from parcat.cli.render import key_value_table, stdout_console
         from parcat.eval.evaluate import make_tasks, plan_to_dict
-        from parcat.parallel.launch import plan_run
+        from parcat.parallel.run_options import plan_run
     with user_errors():
         config, options = settings.args().build()
         plan = plan_run(config.missions, config.policies, len(make_tasks(config)), options)

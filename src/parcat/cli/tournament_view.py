@@ -13,7 +13,7 @@ from parcat.core.jsontext import dumps
 from parcat.eval.evaluate import EvalConfig
 from parcat.eval.stats import Interval
 from parcat.eval.tournament import CrossResult, EachResult, cross_play, evaluate_each
-from parcat.parallel.launch import RunOptions
+from parcat.parallel.run_options import RunOptions
 
 
 def run_tournament(kind: str, config: EvalConfig, options: RunOptions, fmt: OutputFormat,

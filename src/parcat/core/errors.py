@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-BRIEF_LENGTH = 60
-"""Most characters of a value or name that a message shows (see :func:`brief`)."""
+BRIEF_LENGTH = 60  # most characters of a value or name that a message shows (see :func:`brief`)
 
 
 class ParcatError(Exception):
@@ -83,11 +82,8 @@ class ResourceLimitError(RunError):
 
 
 def brief(value: Any, limit: int = BRIEF_LENGTH) -> str:
-    """``repr(value)`` cut to ``limit`` characters, ending ``…`` when cut.
-
-    Messages show what arrived with it, so a 5,000-character name or a huge list from a
-    YAML file is named, never echoed whole.
-    """
+    """``repr(value)`` cut to ``limit`` characters, ending ``…`` when cut: a message names
+    what arrived, never echoes a huge value whole."""
     try:
         text = repr(value)
     except (ValueError, RecursionError):  # an int of more than 4,300 digits, deep nesting

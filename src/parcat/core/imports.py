@@ -19,12 +19,7 @@ def is_reference(text: str) -> bool:
 
 
 def import_module(name: str) -> Any:
-    """Import module ``name`` with the current directory importable, so ``my_env`` finds
-    ``./my_env.py`` the way ``python -m`` would.
-
-    Raises:
-        ImportError: the module cannot be imported.
-    """
+    """Import module ``name`` with the current directory importable (as ``python -m``)."""
     cwd = str(Path.cwd())
     if cwd not in sys.path and "" not in sys.path:
         sys.path.append(cwd)
@@ -32,14 +27,9 @@ def import_module(name: str) -> Any:
 
 
 def import_reference(reference: str) -> Any:
-    """Import ``package.module:attr.sub`` and return the attribute.
-
-    The current directory is importable, so ``my_policies:Agent`` finds ``./my_policies.py``
-    the way ``python -m`` would.
+    """Import ``package.module:attr.sub`` and return the attribute (see :func:`import_module`).
 
     Raises:
-        ImportError: the module cannot be imported.
-        AttributeError: the module has no such attribute.
         ValueError: ``reference`` has no ``module:attribute`` shape.
     """
     module_name, sep, attr_path = reference.partition(":")
@@ -51,27 +41,16 @@ def import_reference(reference: str) -> Any:
     return obj
 
 
-TRUST_FLAG = "--trust-code"
-"""The flag by which a user lets files name code from outside parcat."""
+TRUST_FLAG = "--trust-code"  # the flag by which a user lets files name code from outside parcat
 
 
 def require_trusted(reference: str, builtin: Collection[str], trusted: bool, named_by: str,
                     other_fix: str = "") -> None:
-    """Refuse code that a file names unless it is parcat's own or the user allowed it.
-
-    Files come from colleagues, tournaments and downloads: a replay, a run's manifest or a
-    checkpoint that makes parcat import and call what it names would run anyone's code
-    (``os:system``). So, as ``trust_remote_code`` guards HuggingFace models, parcat runs
-    only its own built-ins from a file, and anything else only when the user names it
-    themselves or passes :data:`TRUST_FLAG`. Every path that reads code from a file
-    calls this before importing anything.
-
-    Args:
-        reference: What the file names (``module:attr``, ``gymnasium:ID``, a module path).
-        builtin: parcat's own references of that kind, always allowed.
-        trusted: The user passed :data:`TRUST_FLAG`.
-        named_by: The file, for the message (``replay 'x.npz'``).
-        other_fix: Another way to allow it, said before the flag (``name it with -m, or``).
+    """Refuse code that a file names unless it is parcat's own (``builtin``) or the user
+    allowed it (``trusted``): a replay, manifest or checkpoint from elsewhere must not make
+    parcat run anyone's code (``os:system``), as ``trust_remote_code`` guards HuggingFace
+    models. ``named_by`` names the file in the message; ``other_fix`` is said before the flag
+    (``name it with -m, or``).
 
     Raises:
         UntrustedCodeError: one line naming the file, the code and how to allow it.

@@ -1,10 +1,5 @@
-"""JSON as parcat writes it: standard JSON, with ``null`` where a number is NaN or infinite.
-
-Python's ``json`` writes ``NaN`` and ``Infinity`` bare, which strict readers (``jq``,
-JavaScript, Go, most databases) refuse. Every results file, summary and ``-f json`` output
-goes through :func:`dumps`, so a statistic over no episodes or a diverged reward is
-``null``; parcat's readers take ``null`` back as NaN.
-"""
+"""JSON as parcat writes it: standard JSON, with ``null`` where a number is NaN or infinite
+(Python writes ``NaN`` bare, which strict readers refuse); parcat reads ``null`` back as NaN."""
 
 from __future__ import annotations
 
@@ -16,11 +11,8 @@ import numpy as np
 
 
 def dumps(data: Any, **kwargs: Any) -> str:
-    """``json.dumps(data, **kwargs)``, non-finite numbers written as ``null``.
-
-    Data without them (nearly all) is encoded once, by the C encoder; only what holds one
-    is copied with :func:`finite` first.
-    """
+    """``json.dumps(data, **kwargs)``, non-finite numbers written as ``null`` (data without
+    them, nearly all, is encoded once by the C encoder)."""
     try:
         return json.dumps(data, allow_nan=False, **kwargs)
     except ValueError:

@@ -1,17 +1,9 @@
 """Output paths checked before a run starts, so a bad one costs nothing and breaks nothing.
 
-Every file parcat writes (``--output``, ``--trace``, ``--history``, charts) and every
-folder it fills (``--run-dir``, sim ``--output``) is checked up front:
-
-- a path that exists must be a regular file (a folder, for folders) and not a symlink:
-  parcat replaces files atomically by renaming a temp file over them, which would turn a
-  device node, a FIFO, a socket or a symlink into a plain file;
-- the parent folder must exist or be creatable, and be writable: a temp file is created
-  and removed there, which also catches read-only mounts and ``/proc``;
-- the file system must have room for a first write.
-
-Standard output is not a path: ``--format json`` (and ``-`` where a flag accepts it)
-writes to it.
+A path that exists must be a regular file (a folder, for folders) and no symlink: parcat
+replaces files by renaming a temp file over them, which would turn a device, FIFO, socket
+or symlink into a plain file. The folder must be creatable and writable (a temp file is
+made and removed there) and its file system must have room for a first write.
 """
 
 from __future__ import annotations
@@ -40,12 +32,8 @@ _KINDS = (
 
 
 def check_output_file(path: Path, flag: str, free_bytes: int = MIN_FREE_BYTES) -> Path:
-    """Check that ``path`` can be written as a regular file; create its parent folders.
-
-    Raises:
-        OutputError: ``path`` is something else than a regular file (or is a symlink),
-            or its folder cannot be created or written, or its file system is full.
-    """
+    """Check that ``path`` can be written as a regular file (else :class:`OutputError`);
+    create its parent folders."""
     _refuse_non_file(path, flag)
     _check_folder(path.parent, flag, path, free_bytes)
     return path
@@ -59,19 +47,8 @@ def _refuse_non_file(path: Path, flag: str) -> None:
 
 
 def check_output_suffix(path: Path, flag: str, formats: Mapping[str, str]) -> str:
-    """The extension of ``path`` (lower case), one of those in ``formats``.
-
-    Every ``-o/--output`` file takes its format from its extension, so an extension the
-    command does not write is refused before anything runs, never written as another format.
-
-    Args:
-        path: The output file.
-        flag: How the message names the flag (``--output``).
-        formats: Every extension the command writes (``.json``) and what it holds there.
-
-    Raises:
-        OutputError: naming the extension that arrived and every one expected.
-    """
+    """The extension of ``path`` (lower case), one of ``formats`` (extension → what the
+    command writes there); any other is an :class:`OutputError` naming those expected."""
     _refuse_non_file(path, flag)  # what the path is tells more than its name: /dev/full
     suffix = path.suffix.lower()
     if suffix not in formats:
@@ -82,12 +59,8 @@ def check_output_suffix(path: Path, flag: str, formats: Mapping[str, str]) -> st
 
 
 def check_output_folder(path: Path, flag: str, free_bytes: int = MIN_FREE_BYTES) -> Path:
-    """Check that ``path`` is (or can be created as) a writable folder; create it.
-
-    Raises:
-        OutputError: ``path`` exists and is not a folder (or is a symlink), or it cannot
-            be created or written, or its file system is full.
-    """
+    """Check that ``path`` is (or can be created as) a writable folder (else
+    :class:`OutputError`); create it."""
     kind = _kind(path)
     if kind is not None and kind != "a folder":
         raise OutputError(f"{flag} '{path}' is {kind}, not a folder; give the path of a folder")
@@ -99,12 +72,8 @@ def _kind(path: Path) -> str | None:
     """What ``path`` is when it exists and is not a regular file (``None`` otherwise)."""
     try:
         mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return None
-    except NotADirectoryError:
-        return None  # a parent is a file: _check_folder names it
     except OSError:
-        return None  # unreadable: the write check below says why
+        return None  # missing, or a parent is a file or unreadable: _check_folder says why
     if stat.S_ISREG(mode):
         return None
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")

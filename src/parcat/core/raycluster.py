@@ -23,10 +23,7 @@ from parcat.core.errors import ConfigError
 
 
 class Backend(str, enum.Enum):
-    """Where workers run (``--backend``): processes on this machine, or a Ray cluster.
-
-    For episodes, ``ray`` is ``executor=ExecutorKind.RAY``; for training, ``TrainConfig.backend``.
-    """
+    """Where workers run (``--backend``): processes on this machine, or a Ray cluster."""
 
     LOCAL = "local"
     RAY = "ray"
@@ -37,11 +34,7 @@ EXCLUDES = [".venv", ".git", "runs", "__pycache__", "*.npz", ".mypy_cache", ".ru
 
 
 def import_ray() -> Any:
-    """Import Ray or explain how to get it.
-
-    Raises:
-        ConfigError: Ray is not installed.
-    """
+    """Import Ray, or a :class:`ConfigError` saying how to get it."""
     try:
         import ray
     except ImportError as exc:
@@ -52,16 +45,8 @@ def import_ray() -> Any:
 
 
 def connect(address: str | None, num_cpus: int | None = None) -> bool:
-    """Join the cluster at ``address``, or start a local one (``None`` or empty).
-
-    Args:
-        address: A cluster address (``ray start --head`` prints it).
-        num_cpus: CPUs of a local cluster (default: Ray's own count).
-
-    Returns:
-        Whether this call connected (then the caller calls :func:`disconnect`); False when
-        Ray was already initialised by someone else.
-    """
+    """Join the cluster at ``address``, or start a local one of ``num_cpus`` (``None`` or
+    empty address); whether this call connected (then the caller calls :func:`disconnect`)."""
     ray = import_ray()
     if ray.is_initialized():
         return False
@@ -95,11 +80,8 @@ def _our_sigterm_handler() -> Iterator[None]:
 
 
 def _cluster_errors_to_stderr(ray: Any) -> None:
-    """Send the cluster's error messages Ray prints on the driver to stderr.
-
-    Ray prints them (``(raylet) Task ... failed. There are 1 retries remaining``, when a
-    node or worker dies) to stdout, where they would corrupt ``--format json``.
-    """
+    """Send the cluster's error messages Ray prints on the driver (``(raylet) Task ...
+    failed``) to stderr: on stdout they would corrupt ``--format json``."""
     module = getattr(getattr(ray, "_private", None), "worker", None)
     original = getattr(module, "print_to_stdstream", None)
     if original is None or getattr(original, "to_stderr", False):
@@ -112,20 +94,12 @@ def _cluster_errors_to_stderr(ray: Any) -> None:
     module.print_to_stdstream = print_to_stderr  # type: ignore[union-attr]
 
 
-CONNECT_TIMEOUT_S = 5.0
-"""How long a cluster address may take to accept a connection."""
+CONNECT_TIMEOUT_S = 5.0  # how long a cluster address may take to accept a connection
 
 
 def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
-    """Refuse, in bounded time, an address where no Ray cluster answers.
-
-    ``ray.init`` itself retries a wrong address for many minutes, logging as it goes, and
-    waits for ever on a listener that never answers; so the address must answer the
-    handshake of gRPC (which Ray's GCS speaks) within ``timeout_s``.
-
-    Raises:
-        ConfigError: the address is malformed, unknown, refuses or does not answer.
-    """
+    """Refuse an address where no Ray cluster answers gRPC's handshake within ``timeout_s``
+    (a :class:`ConfigError`): ``ray.init`` retries a wrong address for minutes."""
     if address == "auto":
         return  # Ray finds the cluster started on this machine
     target = address.split("://", 1)[-1]
@@ -153,12 +127,8 @@ _HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 
 
 
 def _grpc_handshake(host: str, port: int, timeout_s: float) -> bool:
-    """Whether a gRPC server (Ray's GCS is one) answers at ``host:port``: it must reply to
-    the HTTP/2 preface with a SETTINGS frame, all within ``timeout_s``.
-
-    Raises:
-        OSError: the connection failed (``TimeoutError``: nothing answered in time).
-    """
+    """Whether a gRPC server answers the HTTP/2 preface at ``host:port`` with a SETTINGS
+    frame within ``timeout_s`` (``OSError`` when the connection fails)."""
     deadline = time.monotonic() + timeout_s
     with socket.create_connection((host, port), timeout=timeout_s) as sock:
         sock.sendall(_HTTP2_PREFACE)

@@ -1,9 +1,5 @@
-"""Reading a user's file without hanging on a FIFO, a device or a socket.
-
-Every file parcat reads goes through :func:`read_regular`: it opens without blocking, checks
-the opened file is a regular one, and only then reads, so a FIFO where a file was expected is
-one ``OSError`` (whose ``strerror`` callers show) instead of a read that waits forever.
-"""
+"""Reading a user's file without hanging on a FIFO, a device or a socket: open without
+blocking, check the opened file is regular, then read."""
 
 from __future__ import annotations
 
@@ -18,13 +14,8 @@ NOT_REGULAR = "not a regular file (a FIFO, device or socket?)"
 
 def read_regular(path: Path, limit: int | None = None) -> bytes:
     """The bytes of the regular file at ``path`` (at most ``limit`` + 1 with a ``limit``,
-    so a caller can tell a file over it).
-
-    Raises:
-        OSError: the path is missing or unreadable, a directory (``IsADirectoryError``), or
-            any other non-regular file (``strerror`` :data:`NOT_REGULAR`).
-        ValueError: a NUL byte in the path.
-    """
+    so a caller can tell a file over it); an ``OSError`` for any other kind of file
+    (``IsADirectoryError``, or ``strerror`` :data:`NOT_REGULAR`)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     with os.fdopen(fd, "rb") as stream:
         mode = os.fstat(fd).st_mode

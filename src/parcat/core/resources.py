@@ -37,12 +37,8 @@ def available_cpus() -> int:
 
 def other_busy_cpus(samples: int = 7, gap_s: float = 0.0005) -> int:
     """CPUs that other processes keep busy right now: the median over a few milliseconds
-    of the runnable tasks the kernel counts (``/proc/loadavg``), less this process.
-
-    A busy neighbour is runnable at every sample; a short-lived one rarely is, so the
-    median ignores it. The count is the whole machine's (containers share it), so callers
-    compare it with :func:`os.cpu_count`, not with their own quota.
-    """
+    of the machine's runnable tasks (``/proc/loadavg``; a short-lived one rarely counts),
+    less this process. Compare it with :func:`os.cpu_count`, not a container's quota."""
     counts = []
     for index in range(samples):
         try:

@@ -1,14 +1,9 @@
 """One writer per run: an exclusive ``flock`` on a lock file, held for the whole run.
 
-``parcat train`` holds ``RUN/.parcat.lock``, ``parcat sim -o DIR`` holds ``DIR/.parcat.lock``
-and ``parcat eval -o FILE`` holds ``.FILE.lock`` beside the results file (and its journal).
-A second process that wants the same run gets one line naming the holder's pid and exits
-2; it never waits. The lock file holds the pid of its holder and is removed when the run
-ends; a killed holder leaves it behind, but the kernel drops a ``flock`` with the last
-descriptor, so the next run takes it over and removes it in turn.
-
-A lock is re-entrant within one process: the checkpoint writer takes the run's lock again
-while ``parcat train`` holds it, and that costs nothing.
+``RUN/.parcat.lock`` (train), ``DIR/.parcat.lock`` (sim), ``.FILE.lock`` beside eval's
+results file. A second writer fails at once, naming the holder's pid. The file holds the
+holder's pid and is removed at the end; a killed holder's is taken over (the kernel drops
+the ``flock``). Re-entrant within one process.
 """
 
 from __future__ import annotations
@@ -26,8 +21,7 @@ from parcat.core.errors import OutputError, RunLockedError
 LOCK_FILE = ".parcat.lock"
 """The lock file inside a folder a run writes (a run directory, a sim output folder)."""
 
-_HELD: dict[str, list[int]] = {}
-"""Locks this process holds: the lock file's absolute path -> [descriptor, holds]."""
+_HELD: dict[str, list[int]] = {}  # lock file's absolute path -> [descriptor, holds]
 
 
 def lock_beside(path: Path) -> Path:
@@ -68,12 +62,8 @@ class RunLock:
 
 
 def acquire(file: Path, what: str, fix: str) -> RunLock:
-    """Take the lock ``file`` (created if needed) or fail at once.
-
-    Args:
-        file: The lock file; its folder must exist.
-        what: How the message names what is locked (``run directory 'runs/x'``).
-        fix: What the user can do instead (``give another -o DIR``).
+    """Take the lock ``file`` (created if needed; its folder must exist) or fail at once.
+    Messages name ``what`` is locked (``run directory 'runs/x'``) and the ``fix``.
 
     Raises:
         RunLockedError: another process holds the lock (the message names its pid).

@@ -20,15 +20,7 @@ def parse_settings(
     items: Iterable[str], error: Callable[[str], ParcatError]
 ) -> dict[str, Any]:
     """Parse ``KEY=VALUE`` items into a mapping; a later key wins over an earlier one.
-
-    Args:
-        items: The ``KEY=VALUE`` texts.
-        error: Makes the error raised for an item with no ``=`` or an empty key; it is
-            given that item, so the message can show it in its context.
-
-    Raises:
-        ParcatError: whatever ``error`` makes, for the first malformed item.
-    """
+    ``error(item)`` makes the error raised for an item with no ``=`` or an empty key."""
     settings: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -48,11 +40,7 @@ def parse_value(text: str) -> Any:
 
 
 def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
-    """Parse ``--set KEY=VALUE`` mission parameter overrides.
-
-    Raises:
-        MissionError: an item has no ``=`` or no key.
-    """
+    """Parse ``--set KEY=VALUE`` mission parameter overrides (:class:`MissionError`)."""
     return parse_settings(
         items,
         lambda item: MissionError(f"--set expects KEY=VALUE (e.g. --set agents=8), got '{item}'"),
@@ -62,13 +50,9 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
 def merge_settings(
     base: Mapping[str, Any], top: Mapping[str, Any], nested: Iterable[str] = ()
 ) -> dict[str, Any]:
-    """The one precedence rule: ``top`` wins over ``base``, key by key.
-
-    Every command layers its settings this way: built-in defaults < a YAML config file <
-    flags (``--set`` included), and for ``eval -p RUN`` the run's mission parameters <
-    ``--set``. A key in ``nested`` whose values are mappings on both sides is merged key by
-    key (``--set learner.lr=0.01`` keeps the file's other ``learner`` keys).
-    """
+    """The one precedence rule: ``top`` wins over ``base``, key by key (defaults < a YAML
+    file < flags). A key in ``nested`` whose values are mappings on both sides is merged key
+    by key (``--set learner.lr=0.01`` keeps the file's other ``learner`` keys)."""
     merged = dict(base)
     for key, value in top.items():
         below = merged.get(key)
@@ -83,13 +67,8 @@ LEARNER_PREFIX = "learner."
 
 
 def split_learner_settings(settings: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``--set`` settings split into (mission parameters, learner settings).
-
-    ``learner.lr=0.01`` is the learner's ``lr``; every other key is a mission parameter.
-
-    Raises:
-        ConfigError: ``learner.`` with no key after it.
-    """
+    """``--set`` settings split into (mission parameters, learner settings): ``learner.lr``
+    is the learner's ``lr``; ``learner.`` with no key after it is a :class:`ConfigError`."""
     mission: dict[str, Any] = {}
     learner: dict[str, Any] = {}
     for key, value in settings.items():

@@ -1,10 +1,8 @@
-"""A timeline of a run in the Chrome trace-event format (opens in Perfetto or chrome://tracing).
+"""A timeline of a run in the Chrome trace-event format (opens in Perfetto).
 
-Each process records complete events (``"ph": "X"``) against the system-wide monotonic
-clock, so events from different workers line up; workers ship theirs back with each
-episode's result. Events are recorded on named tracks (``episode-worker-0``,
-``episode-worker-0/agents``); the file numbers them as integer thread ids and names each
-with a ``thread_name`` metadata event, as the format specifies.
+Each process records complete events against the system-wide monotonic clock, so workers'
+events line up; they ship theirs back with each episode's result. Events are recorded on
+named tracks; the file numbers them as thread ids named by metadata events.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""Reading user YAML safely, with one-line errors that name the file, never its content.
-
-A file is read as at most :data:`~parcat.core.limits.MAX_YAML_BYTES` bytes, decoded as UTF-8 and
-parsed by a safe loader that refuses documents nested deeper than
-:data:`~parcat.core.limits.MAX_YAML_DEPTH`, alias bombs (more than
-:data:`~parcat.core.limits.MAX_YAML_NODES` values once aliases are expanded), recursive aliases and
-integers of more than :data:`~parcat.core.limits.MAX_NUMBER_DIGITS` digits, each before it costs
-memory or time.
-"""
+"""Reading user YAML safely, with one-line errors that name the file, never its content:
+a size cap, UTF-8, and a safe loader that refuses deep nesting, alias bombs, recursive
+aliases and huge integers before they cost memory or time (:mod:`parcat.core.limits`)."""
 
 from __future__ import annotations
 
@@ -64,12 +58,8 @@ def _children(node: Node) -> list[Node]:
 
 
 def _measure(node: Node, depth: int, seen: dict[int, tuple[int, int]], open_: set[int]) -> int:
-    """Count the values under ``node`` with aliases expanded, checking depth and size.
-
-    ``seen`` remembers each node's (values, height), so an alias costs one look-up however
-    often it is repeated; ``open_`` holds the nodes being measured, to find an alias inside
-    its own anchor.
-    """
+    """Count the values under ``node`` with aliases expanded, checking depth and size;
+    ``seen`` memoises (values, height) per node, ``open_`` finds an alias in its own anchor."""
     key = id(node)
     if key in open_:
         raise YAMLLimitError(f"line {node.start_mark.line + 1}: an alias refers to a value "
@@ -94,11 +84,8 @@ def _measure(node: Node, depth: int, seen: dict[int, tuple[int, int]], open_: se
 
 
 def load_yaml(text: str) -> Any:
-    """The document in ``text``, loaded safely within parcat's limits.
-
-    Raises:
-        yaml.YAMLError: invalid YAML, or :class:`YAMLLimitError` past a limit.
-    """
+    """The document in ``text``, loaded safely within parcat's limits (``yaml.YAMLError``,
+    or :class:`YAMLLimitError` past a limit)."""
     loader = _LimitedLoader(text)
     try:
         node = loader.get_single_node()
@@ -113,11 +100,8 @@ def load_yaml(text: str) -> Any:
 
 
 def read_text(path: Path, label: str, error: type[UsageError]) -> str:
-    """The UTF-8 text of a user file of at most :data:`MAX_YAML_BYTES` bytes.
-
-    Raises:
-        UsageError: (as ``error``) a missing, unreadable, too large or non-UTF-8 file.
-    """
+    """The UTF-8 text of a user file of at most :data:`MAX_YAML_BYTES` bytes; ``error``
+    for a missing, unreadable, too large or non-UTF-8 one."""
     try:
         data = read_regular(path, MAX_YAML_BYTES)
     except FileNotFoundError:
@@ -137,17 +121,8 @@ def read_text(path: Path, label: str, error: type[UsageError]) -> str:
 
 
 def read_yaml_mapping(path: Path, label: str, error: type[UsageError]) -> dict[str, Any]:
-    """The mapping in a YAML file (empty for an empty file).
-
-    Args:
-        path: The file.
-        label: How messages name it, e.g. ``"mission file 'x.yaml'"``.
-        error: The error class to raise (``MissionError``, ``ConfigError``, ...).
-
-    Raises:
-        UsageError: (as ``error``) a missing, unreadable, too large or non-UTF-8 file, invalid
-            YAML with its line, a document past a limit, or one that is not a mapping.
-    """
+    """The mapping in a YAML file (empty for an empty file). ``error`` (``MissionError``,
+    ...) names the file as ``label`` and the line, for any file that is not such a mapping."""
     text = read_text(path, label, error)
     try:
         loaded = load_yaml(text)

@@ -15,8 +15,8 @@ from parcat.core.settings import parse_overrides
 from parcat.envs.missions import Mission
 from parcat.eval.evaluate import EvalConfig, check_policies
 from parcat.eval.trained_run import load_missions
-from parcat.parallel.launch import RunOptions
 from parcat.parallel.planner import ExecutorKind
+from parcat.parallel.run_options import RunOptions
 from parcat.policies.specs import parse_policy_spec
 
 

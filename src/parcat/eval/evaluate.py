@@ -30,8 +30,9 @@ from parcat.eval.report import ALL_POLICIES, make_document, summarize
 from parcat.eval.results_file import ResultsWriter, check_journal, load_finished
 from parcat.ipc.process import SHUTTING_DOWN
 from parcat.ipc.shm import remove_stale_blocks
-from parcat.parallel.launch import RunOptions, make_executor, plan_run
+from parcat.parallel.executors import make_executor
 from parcat.parallel.planner import ExecutorKind, Plan
+from parcat.parallel.run_options import RunOptions, plan_run
 from parcat.policies.builtin import mlp_parameters
 from parcat.policies.specs import PolicySpec, check_builds, check_weights, parse_policy_spec
 
@@ -316,7 +317,7 @@ def _run(report: EvalReport, options: RunOptions, tasks: TaskList, todo: Sequenc
         if options.fail_fast and not result.ok:
             raise StopRun
 
-    status = _execute(report.plan, options, tasks.subset(todo), finished, report)
+    status = _execute(report.plan, tasks.subset(todo), finished, report)
     _close(report, status, replay_dir, writer)
     return report
 
@@ -362,11 +363,11 @@ def _close(report: EvalReport, status: str, replay_dir: Path | None,
 
 
 def _execute(
-    plan: Plan, options: RunOptions, tasks: Sequence[EpisodeTask],
+    plan: Plan, tasks: Sequence[EpisodeTask],
     finished: Callable[[int, EpisodeResult], None], report: EvalReport,
 ) -> str:
     """Run the tasks; return ``complete``, ``failed`` (stopped early) or ``interrupted``."""
-    executor = make_executor(plan, options)
+    executor = make_executor(plan)
     status = "complete"
     try:
         executor.run(tasks, finished)

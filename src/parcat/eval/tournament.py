@@ -32,7 +32,7 @@ from parcat.eval.stats import (
     normalised,
     stratified_bootstrap,
 )
-from parcat.parallel.launch import RunOptions
+from parcat.parallel.run_options import RunOptions
 
 Scores = dict[str, np.ndarray]
 OnResult = Callable[[EpisodeResult], None]

@@ -1,15 +1,10 @@
 """The request/done handoff between a process and one worker, over a shared-memory header.
 
-The parent bumps ``REQUEST``; the worker does the work and sets ``DONE`` to the same
-number. While the plan allows a spinner per core both sides spin on the header (a handoff
-costs a few microseconds), but only while spinning pays: each side's
-:class:`~parcat.ipc.spin.SpinBudget` learns how long the other side usually takes and how
-often a spin fails, and spins for a small multiple of the usual answer time, or not at all
-when the answers come late or the core is contested. Then, or when the plan forbids
-spinning, the waiting side sets its ``PARKED`` flag, re-checks, and blocks on the pipe
-until the other side, seeing the flag, sends a wake-up. The re-check after setting the
-flag closes the race: whichever side moves second sees the other's write. Control
-messages share the pipe.
+The parent bumps ``REQUEST``; the worker does the work and sets ``DONE`` to the same number.
+Each side spins on the header while its :class:`~parcat.ipc.spin.SpinBudget` says spinning
+pays, then sets its ``PARKED`` flag, re-checks (whichever side moves second sees the other's
+write) and blocks on the pipe until the other side, seeing the flag, sends a wake-up.
+Control messages share the pipe.
 """
 
 from __future__ import annotations
@@ -23,21 +18,16 @@ from parcat.ipc.layout import HandoffSlots
 from parcat.ipc.process import ErrorReport, Worker, WorkerLostError
 from parcat.ipc.spin import SpinBudget, contested
 
-REQUEST = HandoffSlots.REQUEST
-DONE = HandoffSlots.DONE
-WORKER_PARKED = HandoffSlots.WORKER_PARKED
-ERROR = HandoffSlots.ERROR
-MAIN_PARKED = HandoffSlots.MAIN_PARKED
-WORK_NS = HandoffSlots.WORK_NS
+REQUEST, DONE, WORKER_PARKED, ERROR, MAIN_PARKED, WORK_NS = (
+    HandoffSlots.REQUEST, HandoffSlots.DONE, HandoffSlots.WORKER_PARKED, HandoffSlots.ERROR,
+    HandoffSlots.MAIN_PARKED, HandoffSlots.WORK_NS)
 
 PARENT_SPIN_S = 0.05
 """The longest the parent spins for a result before parking (its budget adapts below it)."""
 WORKER_SPIN_S = 0.02
 """The longest an idle worker spins before it parks on its pipe (adapts below it)."""
-CLOCK_EVERY = 64
-"""Spin iterations between two looks at the clock (a few microseconds)."""
-POLL_EVERY = 1024
-"""Spin iterations between two looks at the worker's pipe."""
+CLOCK_EVERY = 64  # spin iterations between two looks at the clock (a few microseconds)
+POLL_EVERY = 1024  # spin iterations between two looks at the worker's pipe
 
 
 class Handoff:
@@ -49,8 +39,7 @@ class Handoff:
         self.worker = worker
         self.conn = worker.conn
         self.spin = spin
-        self.budget = SpinBudget(ceiling_s) if spin else None
-        """How long to spin for a result (``None``: park at once)."""
+        self.budget = SpinBudget(ceiling_s) if spin else None  # None: park at once
         self.requested = int(header[REQUEST])
 
     @property
@@ -76,11 +65,7 @@ class Handoff:
             self.worker.send(("wake",))
 
     def wait_done(self, deadline: float | None = None) -> bool:
-        """Wait for the result of the last request; False if ``deadline`` passed first.
-
-        Raises:
-            WorkerLostError: the worker died meanwhile.
-        """
+        """Wait for the last request's result; False if ``deadline`` passed first."""
         header, target, budget = self.header, self.requested, self.budget
         if header[DONE] == target:
             if budget is not None:
@@ -132,11 +117,7 @@ class Handoff:
         return True
 
     def error(self, timeout: float = 10.0) -> ErrorReport:
-        """The report of the failure flagged with the last result (clears the flag).
-
-        Raises:
-            WorkerLostError: the worker died, or sent no report in time.
-        """
+        """The report of the failure flagged with the last result (clears the flag)."""
         self.header[ERROR] = 0
         message = self.worker.recv(timeout, skip=("done", "wake"))
         if message[0] != "error":
@@ -154,7 +135,6 @@ class Handoff:
         self.header[ERROR] = 0
 
     def describe(self) -> str:
-        """How the worker ended, e.g. ``died (signal SIGKILL)``."""
         return self.worker.describe()
 
 
@@ -166,8 +146,7 @@ class Serving:
         self.header = header
         self.conn = conn
         self.spin = spin
-        self.budget = SpinBudget(ceiling_s) if spin else None
-        """How long to spin for a request (``None``: park at once)."""
+        self.budget = SpinBudget(ceiling_s) if spin else None  # None: park at once
         self.last = int(header[REQUEST])
         self._taken_ns = 0
         self._since: float | None = None
@@ -220,11 +199,8 @@ class Serving:
         return self.last
 
     def finish(self, request: int, error: ErrorReport | None = None) -> None:
-        """Publish the result of ``request`` (an error report goes first, on the pipe).
-
-        The error flag is raised before the report is sent: a parked parent woken by the
-        report must see the flag, or it would take the report for a wake-up.
-        """
+        """Publish the result of ``request``; an error report goes first, on the pipe, after
+        the flag (a parked parent woken by the report must not take it for a wake-up)."""
         self.header[WORK_NS] = time.thread_time_ns() - self._taken_ns
         if error is not None:
             self.header[ERROR] = 1

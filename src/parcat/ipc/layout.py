@@ -1,14 +1,9 @@
-"""Every shared-memory header layout, in one place.
-
-Each block (:class:`~parcat.ipc.shm.ArrayBlock`) starts with :data:`HEADER_SLOTS` ``int64``
-slots. What a slot means depends on what the block is for; the layouts below are all there
-is, and two layouts that share a block never share a slot (checked at import).
-"""
+"""Every shared-memory header layout, in one place: each block starts with
+:data:`HEADER_SLOTS` ``int64`` slots; layouts sharing a block never share a slot (checked)."""
 
 from __future__ import annotations
 
-HEADER_SLOTS = 8
-"""``int64`` slots at the start of every block."""
+HEADER_SLOTS = 8  # ``int64`` slots at the start of every block
 
 
 class HandoffSlots:

@@ -1,26 +1,13 @@
 """Worker processes: the one place they are started, watched and stopped.
 
-Workers start with ``forkserver`` (or ``spawn`` where there is none) — never plain fork,
-which copies locks held by other threads. Every worker is ``target(conn, parent_pid,
-*args)``; the parent holds a :class:`Worker`: the process, its end of a duplex pipe, and
-its state (:class:`WorkerState`). Every wait on a worker has a timeout and also watches
-the process sentinel, so a dead worker is noticed at once (:class:`WorkerLostError`).
-
-Every worker kind is one command loop (:func:`start_worker`, in the manner of Gymnasium's
-``_async_worker``): its set-up returns :class:`Handlers`, a handler per command name; the
-parent sends ``(command, *payload)`` and gets ``("ok", result)`` or ``("error",
-ErrorReport)`` — with the original formatted traceback. The set-up's own reply is the
-handshake (:meth:`Worker.wait_ready`); :meth:`Worker.call` is one command's round trip.
-Per-step data of the policy and environment workers travels in shared memory
-(:mod:`parcat.ipc.handoff`), served by :attr:`Handlers.idle` between commands.
-
-Liveness: every worker runs a watch thread (:func:`become_worker`) that bumps a shared
-heartbeat counter several times a second and ends the worker when its parent is gone (also
-when the parent is an unreaped zombie). A worker whose heartbeat stops — SIGSTOP, a
-deadlock or a native call that holds the GIL — is :meth:`Worker.frozen` after
-:data:`LIVENESS_TIMEOUT_S`, and every wait on it raises :class:`WorkerLostError` then. The
-parent stops workers with a polite message, then SIGTERM, then SIGKILL, each with a
-deadline.
+Workers start with ``forkserver`` (``spawn`` where there is none), never plain fork, which
+copies locks held by other threads. The parent holds a :class:`Worker` (process, duplex
+pipe, :class:`WorkerState`); every wait on it has a timeout and watches the process
+sentinel and the worker's heartbeat, so a dead or frozen worker is a
+:class:`WorkerLostError` at once. Every worker kind is one command loop
+(:func:`start_worker`, in the manner of Gymnasium's ``_async_worker``): its set-up returns
+:class:`Handlers`; the parent sends ``(command, *payload)`` and gets ``("ok", result)`` or
+``("error", ErrorReport)``. Per-step data travels in shared memory (:mod:`parcat.ipc.handoff`).
 """
 
 from __future__ import annotations
@@ -59,10 +46,41 @@ class StartMethod(str, enum.Enum):
 
 START_METHODS = tuple(m.value for m in StartMethod)
 PRELOAD: list[str] = ["threadpoolctl"]
-"""Modules the fork server imports once, so each worker it forks starts warm: the modules
-that workers run register themselves (:func:`preload`) when this process imports them."""
+"""Modules the fork server imports once, so the workers it forks start warm."""
 QUIET_START = "parcat.ipc.quiet_start"
 """Imported last by the fork server: its hook is the fork server's, no one else's."""
+STOP_GRACE_S = 2.0  # how long each step of stopping a worker (close, SIGTERM, SIGKILL) waits
+BEAT_S = 0.2  # how often a worker's watch thread bumps its heartbeat
+LIVENESS_TIMEOUT_S = float(os.environ.get("PARCAT_LIVENESS_TIMEOUT", "15"))
+"""A worker whose heartbeat has not moved for this long is frozen (stopped, deadlocked)."""
+PARENT_CHECK_S = 1.0  # how often a worker checks that its parent is alive
+SETUP_TIMEOUT_S = float(os.environ.get("PARCAT_SETUP_TIMEOUT", "60"))
+"""Longest run of user code's set-up in a worker (:func:`call_in_worker`)."""
+BEAT, ACTING = 0, 1
+"""A worker's status cells: its heartbeat, and 1 + the index of the agent whose code it
+runs now (0: none), so the parent can name the agent a dying worker was stepping."""
+TASKS_PER_WORKER = 4
+"""Processes and threads a new worker may need: itself, its watch thread, and the fork
+server's and resource tracker's share, with margin."""
+EXIT_UNGUARDED_MAIN = 86
+UNGUARDED_MAIN = (
+    "a worker process ran this program's main script and it started parcat again: put the "
+    "code that runs parcat under `if __name__ == \"__main__\":` (worker processes import "
+    "the main script to find functions defined in it)"
+)
+TEMP_PREFIX = "parcat-mp-"
+"""multiprocessing's temporary folder is ``parcat-mp-<signature>-<random>``, so one a
+killed run left behind can be found."""
+SHUTTING_DOWN = threading.Event()
+"""Set where parcat caught an interrupt and stops the run (each step with a deadline);
+until then, a run that SIGTERM does not end soon is stuck in user code."""
+
+# this worker's own status cells, pipe and parent, set by _bootstrap
+_status: Any = None
+_pipe: Connection | None = None
+_parent_pid = 0
+_fork_server_of: int | None = None
+_deferral: dict[str, Any] = {"depth": 0, "pending": set()}
 
 
 def preload(module: str) -> None:
@@ -71,41 +89,18 @@ def preload(module: str) -> None:
         PRELOAD.append(module)
 
 
-STOP_GRACE_S = 2.0
-"""How long each step of stopping a worker (close, SIGTERM, SIGKILL) waits."""
-BEAT_S = 0.2
-"""How often a worker's watch thread bumps its heartbeat."""
-LIVENESS_TIMEOUT_S = float(os.environ.get("PARCAT_LIVENESS_TIMEOUT", "15"))
-"""A worker whose heartbeat has not moved for this long is frozen (stopped, deadlocked)."""
-PARENT_CHECK_S = 1.0
-"""How often a worker checks that its parent is alive."""
-SETUP_TIMEOUT_S = float(os.environ.get("PARCAT_SETUP_TIMEOUT", "60"))
-"""Longest run of user code's set-up in a worker (:func:`call_in_worker`): building an
-environment or policy, its first reset; a hang there ends after this long."""
-BEAT, ACTING = 0, 1
-"""Slots of a worker's status cells: its heartbeat, and 1 + the index of the agent whose
-code it runs now (0: none), so a parent can name the agent a dying worker was stepping."""
-_status: Any = None
-"""This worker's status cells (shared with the parent), set by :func:`_bootstrap`."""
-_pipe: Connection | None = None
-"""This worker's end of its pipe, set by :func:`_bootstrap`."""
-_parent_pid = 0
-"""This worker's parent (the process that started it), set by :func:`_bootstrap`."""
-
-
 class WorkerLostError(Exception):
     """The worker process ended (or its pipe broke, or it said nothing in time)."""
 
 
 class Terminated(BaseException):
-    """Raised in a worker by SIGTERM: its parent ends it. Not a ``SystemExit``, so code
-    that catches what user code raises (``sys.exit`` included) lets it through."""
+    """Raised in a worker by SIGTERM. Not a ``SystemExit``, so code that catches what user
+    code raises lets it through; ``partial`` is what the stopped work had produced."""
 
     def __init__(self, code: int, partial: Any = None) -> None:
         super().__init__(code)
         self.code = code
         self.partial = partial
-        """What the interrupted work had produced, where the code it stopped saved it."""
 
 
 @dataclass(frozen=True)
@@ -115,9 +110,7 @@ class ErrorReport:
     kind: str
     """The exception's type name."""
     message: str
-    """``str(exception)``."""
     traceback: str
-    """The formatted traceback, as printed in the worker."""
     agent: Any = None
     """The agent whose code raised, where there was one."""
 
@@ -143,13 +136,9 @@ class WorkerRaisedError(Exception):
 
 
 class SetupFailedError(Exception):
-    """User code run by :func:`call_in_worker` raised, ended its process, froze or hung.
-
-    Attributes:
-        happened: What it did, e.g. ``ended its process with exit code 6``.
-        acting: The index of the item it was on (:func:`mark_acting`), if it marked one.
-        raised: Whether it raised an exception (as opposed to ending or hanging).
-    """
+    """User code run by :func:`call_in_worker` raised, ended its process, froze or hung:
+    ``happened`` says what (``ended its process with exit code 6``), ``acting`` is the item
+    it was on (:func:`mark_acting`), ``raised`` whether it raised."""
 
     def __init__(self, happened: str, acting: int | None, raised: bool) -> None:
         super().__init__(happened)
@@ -158,23 +147,19 @@ class SetupFailedError(Exception):
         self.raised = raised
 
     def as_error(self, subject: str, when: str, usage: type[Exception]) -> Exception:
-        """One line naming ``subject``: ``usage`` (bad input, exit 2) when the code raised
-        (it refused what it was given), :class:`WorkerError` (exit 1) when it crashed."""
+        """One line naming ``subject``: ``usage`` (exit 2) when the code raised (it refused
+        what it was given), :class:`WorkerError` (exit 1) when it crashed."""
         kind = usage if self.raised else WorkerError
         return kind(f"{subject} {self.happened} {when}")
 
 
 class WorkerState(enum.Enum):
-    """Where a worker is in its life."""
+    """Where a worker is in its life: ``STOPPED`` by the parent, ``DEAD`` on its own."""
 
     STARTING = "starting"
-    """Started; has not answered its set-up yet."""
     READY = "ready"
-    """Set up and serving."""
     STOPPED = "stopped"
-    """Stopped by the parent and reaped."""
     DEAD = "dead"
-    """Ended on its own (crash, signal, exit)."""
 
 
 def default_start_method() -> str:
@@ -201,16 +186,9 @@ def get_context(method: str | None = None) -> BaseContext:
     return ctx
 
 
-TEMP_PREFIX = "parcat-mp-"
-"""multiprocessing's temporary folder (the fork server's socket) is
-``parcat-mp-<pid>-<random>``, so one a killed run left behind can be found."""
-
-
 def _own_temp_dir() -> None:
-    """Give multiprocessing a temporary folder marked with this process's signature (it
-    would make an anonymous ``pymp-*`` one), and remove those of parcat processes that are
-    provably gone (the same test as for shared-memory blocks: our PID namespace, a pid
-    that is free or reused since)."""
+    """Give multiprocessing a temporary folder signed by this process (not an anonymous
+    ``pymp-*``), and remove those of parcat processes that are provably gone."""
     from multiprocessing import util
 
     from parcat.ipc.shm_names import signature, signature_is_stale
@@ -230,19 +208,10 @@ def _own_temp_dir() -> None:
     config["tempdir"] = path
 
 
-_fork_server_of: int | None = None
-"""The process that started its fork server through :func:`_start_fork_server`."""
-
-
 def _start_fork_server() -> None:
-    """Start the fork server with Ctrl-C blocked.
-
-    The fork server is a process of its own in our process group: a Ctrl-C while it
-    imports its preload would print its traceback and break every worker after. It
-    inherits the blocked signal until it ignores Ctrl-C for good, and so do the workers it
-    forks until :func:`become_worker`; here a Ctrl-C meanwhile waits and arrives after.
-    (Blocking, not ignoring: a signal that arrives while ignored is lost.)
-    """
+    """Start the fork server with Ctrl-C blocked: one arriving while it imports its preload
+    would break every worker after. It and the workers it forks inherit the blocked signal
+    (blocked, not ignored: an ignored signal is lost) until they ignore Ctrl-C for good."""
     from multiprocessing import forkserver, resource_tracker
 
     global _fork_server_of
@@ -252,32 +221,20 @@ def _start_fork_server() -> None:
     _check_headroom("the fork server")
     _fork_server_of = os.getpid()
     try:
-        if threading.current_thread() is not threading.main_thread():
-            # Ctrl-C is the main thread's: blocking it in this thread only decides what the
-            # fork server inherits (the resource tracker's start unblocks it: first)
-            resource_tracker.ensure_running()
-            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-            try:
-                forkserver.ensure_running()
-            finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-            return
-        # the resource tracker first: starting it unblocks Ctrl-C, which must not happen
-        # while the fork server starts below
+        # the resource tracker first: starting it unblocks Ctrl-C
         resource_tracker.ensure_running()
-        with _ctrl_c_deferred():
+        if threading.current_thread() is threading.main_thread():
+            with _ctrl_c_deferred():
+                forkserver.ensure_running()
+            return
+        # Ctrl-C is the main thread's: blocking it here only decides what the server inherits
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
             forkserver.ensure_running()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     except OSError as exc:
         raise _limit_error("the fork server", exc) from exc
-
-
-EXIT_UNGUARDED_MAIN = 86
-"""Exit code of a worker that found parcat started while it imported the main script."""
-UNGUARDED_MAIN = (
-    "a worker process ran this program's main script and it started parcat again: put the "
-    "code that runs parcat under `if __name__ == \"__main__\":` (worker processes import "
-    "the main script to find functions defined in it)"
-)
 
 
 def _refuse_unguarded_main() -> None:
@@ -293,17 +250,9 @@ def raise_if_unguarded_main(worker: Worker) -> None:
         raise WorkerError(UNGUARDED_MAIN)
 
 
-TASKS_PER_WORKER = 4
-"""Processes and threads a new worker may need: itself, its watch thread, and the fork
-server's and resource tracker's share, with margin."""
-
-
 def _check_headroom(name: str) -> None:
-    """Refuse a worker up front when the pids cgroup has no room for it.
-
-    Past the limit the fork server's own ``fork()`` fails, and it prints its traceback
-    and dies; asking first keeps that one clean line.
-    """
+    """Refuse a worker up front when the pids cgroup has no room for it (past the limit
+    the fork server's own ``fork()`` fails with a traceback)."""
     left = pids_headroom()
     if left is not None and left < TASKS_PER_WORKER:
         raise ResourceLimitError(
@@ -324,16 +273,9 @@ def _limit_error(name: str, exc: OSError) -> Exception:
 
 
 class Worker:
-    """The parent's handle on one worker process running ``target(conn, parent_pid, *args)``.
-
-    Args:
-        target: The worker's entry point (a module-level function).
-        args: Its arguments after ``(conn, parent_pid)``.
-        name: The process name (also used in messages).
-        start_method: ``forkserver`` or ``spawn`` (ignored when ``ctx`` is given).
-        ctx: A context from :func:`get_context`, when the caller needs it for more
-            (e.g. a shared ``Value``).
-    """
+    """The parent's handle on one worker process running ``target(conn, parent_pid, *args)``
+    (a module-level function). ``ctx``, from :func:`get_context`, when the caller needs it
+    for more (e.g. a shared ``Value``); else one for ``start_method``."""
 
     def __init__(self, target: Callable[..., Any], args: tuple[Any, ...], name: str,
                  start_method: str | None = None, ctx: BaseContext | None = None) -> None:
@@ -353,14 +295,12 @@ class Worker:
         try:
             with _main_without_missing_file(), _ctrl_c_deferred():
                 self.process.start()
-        except OSError as exc:
+        except BaseException as exc:
             ours.close()
             theirs.close()
-            raise _limit_error(f"worker process {name}", exc) from exc
-        except BaseException:  # an interrupt held back during the start: no orphan
-            ours.close()
-            theirs.close()
-            if self.process.pid is not None:
+            if isinstance(exc, OSError):
+                raise _limit_error(f"worker process {name}", exc) from exc
+            if self.process.pid is not None:  # an interrupt held back during the start
                 self.process.kill()
                 self.process.join(STOP_GRACE_S)
             raise
@@ -368,8 +308,6 @@ class Worker:
         self.conn: Connection = ours
         self._ready = False
         self._stopped = False
-
-    # -- state ------------------------------------------------------------------------
 
     @property
     def state(self) -> WorkerState:
@@ -382,12 +320,10 @@ class Worker:
 
     @property
     def alive(self) -> bool:
-        """Whether the process is running."""
         return not self._stopped and self.process.is_alive()
 
     @property
     def pid(self) -> int | None:
-        """The process id."""
         return self.process.pid
 
     @property
@@ -418,16 +354,10 @@ class Worker:
         self.process.join(0.5)
         return f"died ({describe_exit(self.process)})"
 
-    # -- messages ---------------------------------------------------------------------
-
     def send(self, message: Any) -> None:
-        """Send a message (pickled).
-
-        Raises:
-            WorkerLostError: the pipe is broken (the worker is gone).
-        """
+        """Send a message (pickled); :class:`WorkerLostError` when the pipe is broken."""
         try:
-            with _ctrl_c_deferred(_MESSAGE):  # half a message would jam the pipe
+            with _ctrl_c_deferred(frozenset()):  # half a message would jam the pipe
                 self.conn.send(message)
         except (OSError, ValueError) as exc:
             raise WorkerLostError(f"{self.name} {self.describe()}") from exc
@@ -440,37 +370,28 @@ class Worker:
             return True
 
     def recv(self, timeout: float, skip: Sequence[str] = ()) -> tuple[Any, ...]:
-        """The next message whose name is not in ``skip``, waiting at most ``timeout`` s.
-
-        Raises:
-            WorkerLostError: the worker died, or said nothing in time.
-        """
+        """The next message whose name is not in ``skip``, waiting at most ``timeout`` s;
+        :class:`WorkerLostError` when the worker died or said nothing in time."""
         end = time.monotonic() + timeout
-        while True:
-            remaining = end - time.monotonic()
-            if remaining <= 0:
-                raise WorkerLostError(f"{self.name} did not answer in {timeout:g} s")
+        while (remaining := end - time.monotonic()) > 0:
             ready = wait([self.conn, self.process.sentinel], min(remaining, PARENT_CHECK_S))
             if not ready and self.frozen():
                 raise WorkerLostError(f"{self.name} {self.describe()}")
-            if self.conn in ready:
+            if ready and self.conn not in ready:
+                raise WorkerLostError(f"{self.name} {self.describe()}")
+            if ready:
                 try:
-                    with _ctrl_c_deferred(_MESSAGE):  # read whole or not at all
+                    with _ctrl_c_deferred(frozenset()):  # read whole or not at all
                         message = self.conn.recv()
                 except (EOFError, OSError) as exc:
                     raise WorkerLostError(f"{self.name} {self.describe()}") from exc
                 if message[0] not in skip:
                     return tuple(message)
-            elif ready:
-                raise WorkerLostError(f"{self.name} {self.describe()}")
+        raise WorkerLostError(f"{self.name} did not answer in {timeout:g} s")
 
     def wait_ready(self, timeout: float) -> Any:
-        """The handshake: wait for the set-up's ``("ok", ready)`` and return ``ready``.
-
-        Raises:
-            WorkerRaisedError: the worker's set-up raised (its report is attached).
-            WorkerLostError: it died, or was not ready in time.
-        """
+        """The handshake: the set-up's ``ready`` value (:class:`WorkerRaisedError` when the
+        set-up raised, :class:`WorkerLostError` when the worker died or was late)."""
         try:
             result = self._reply(timeout)
         except WorkerLostError:
@@ -480,18 +401,13 @@ class Worker:
         return result
 
     def reply(self, timeout: float) -> Any:
-        """The result of the last command (the handshake is read first if still unread).
-
-        Raises:
-            WorkerRaisedError: the command raised in the worker (its report is attached).
-            WorkerLostError: the worker died, or did not answer in time.
-        """
+        """The result of the last command (the handshake is read first if still unread)."""
         if not self._ready:
             self.wait_ready(timeout)
         return self._reply(timeout)
 
     def call(self, command: str, *payload: Any, timeout: float) -> Any:
-        """Send ``command`` and return its result (see :meth:`reply`)."""
+        """Send ``command`` and return its result."""
         self.send((command, *payload))
         return self.reply(timeout)
 
@@ -503,12 +419,10 @@ class Worker:
             raise WorkerRaisedError(self.name, message[1])
         raise WorkerLostError(f"{self.name} sent {message[0]!r} instead of a reply")
 
-    # -- stopping ---------------------------------------------------------------------
-
     def stop(self, grace_s: float = STOP_GRACE_S, terminate: bool = False) -> None:
-        """Ask the worker to close (or, with ``terminate``, SIGTERM it at once), then
-        SIGTERM, then SIGKILL it, ``grace_s`` apart; always reap it and close the pipe.
-        A frozen worker is killed at once."""
+        """Ask the worker to close (with ``terminate``, SIGTERM it at once), then SIGTERM,
+        then SIGKILL it, ``grace_s`` apart; a frozen one is killed at once. Always reaps
+        it and closes the pipe."""
         if self._stopped:
             return
         if self.frozen():  # a stopped or stuck process answers neither the pipe nor SIGTERM
@@ -517,13 +431,11 @@ class Worker:
             self.process.terminate()
         with contextlib.suppress(OSError, ValueError):
             self.conn.send(("close",))
-        self.process.join(grace_s)
-        if self.process.is_alive():
-            self.process.terminate()
+        for end in (self.process.terminate, self.process.kill, None):
             self.process.join(grace_s)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join(grace_s)
+            if end is None or not self.process.is_alive():
+                break
+            end()
         with contextlib.suppress(OSError):
             self.conn.close()
         self._stopped = True
@@ -531,9 +443,7 @@ class Worker:
 
 def wait_any(workers: Iterable[Worker], timeout: float) -> None:
     """Block until some worker sent a message or ended, or ``timeout`` passed."""
-    objects: list[Any] = []
-    for worker in workers:
-        objects += [worker.conn, worker.process.sentinel]
+    objects = [o for w in workers for o in (w.conn, w.process.sentinel)]
     if objects:
         wait(objects, timeout=timeout)
     else:
@@ -553,14 +463,11 @@ def stop_all(workers: Iterable[Worker], grace_s: float = STOP_GRACE_S) -> None:
 def call_in_worker(function: Callable[..., Any], args: tuple[Any, ...], name: str,
                    timeout_s: float | None = None, start_method: str | None = None) -> Any:
     """``function(*args)`` in a worker process, where user code's ``sys.exit``, crash or
-    hang ends the worker, not this process; its return value comes back pickled.
-
-    A parcat error it raises (:mod:`parcat.core.errors`) is raised here again, message kept.
+    hang ends the worker, not this process; a parcat error it raises is raised here again.
 
     Raises:
         SetupFailedError: it raised something else, ended its process, froze, or ran past
             ``timeout_s`` (default :data:`SETUP_TIMEOUT_S`).
-        TypeError, AttributeError, pickle.PicklingError: ``args`` cannot reach a worker.
     """
     timeout_s = SETUP_TIMEOUT_S if timeout_s is None else timeout_s
     worker = start_worker(_call, (function, args), name, start_method=start_method)
@@ -580,7 +487,6 @@ def call_in_worker(function: Callable[..., Any], args: tuple[Any, ...], name: st
 
 
 def _rebuilt(kind: type[errors.ParcatError], message: str) -> errors.ParcatError:
-    """The parcat error a worker raised, rebuilt here from its message."""
     try:
         return kind(message)
     except TypeError:  # a class whose constructor takes more than the message
@@ -610,25 +516,16 @@ def in_worker() -> bool:
 
 
 def mark_acting(index: int | None) -> None:
-    """In a worker: note which item (agent, policy, environment) its code runs now, so
-    the parent can name it when the worker dies; outside a worker nothing happens."""
+    """In a worker: note which item (agent, policy, environment) its code runs now, so the
+    parent can name it when the worker dies; outside a worker nothing happens."""
     if _status is not None:
         _status[ACTING] = 0 if index is None else index + 1
 
 
-def _acting_now() -> int | None:
-    value = int(_status[ACTING]) if _status is not None else 0
-    return value - 1 if value > 0 else None
-
-
-_deferral: dict[str, Any] = {"depth": 0, "pending": set()}
-"""How deep in :func:`_ctrl_c_deferred` the main thread is, and which signals wait."""
-
-
 def postpone_interrupt(signum: int = signal.SIGINT) -> bool:
-    """For a SIGINT or SIGTERM handler: True (and the signal is kept for later) while the
-    main thread must not be interrupted; it is raised again when that part is done. The
-    same signal again meanwhile is not postponed: that part is stuck (a pipe no one reads)."""
+    """For a SIGINT or SIGTERM handler: True (the signal is raised again later) while the
+    main thread must not be interrupted. The same signal again meanwhile is not postponed:
+    that part is stuck (a pipe no one reads)."""
     if _deferral["depth"] > 0 and signum not in _deferral["pending"]:
         _deferral["pending"].add(signum)
         return True
@@ -636,28 +533,14 @@ def postpone_interrupt(signum: int = signal.SIGINT) -> bool:
     return False
 
 
-SHUTTING_DOWN = threading.Event()
-"""Set where parcat has caught an interrupt and stops the run (each step with a deadline);
-until then, a run that SIGTERM does not end soon is stuck in user code and the CLI ends it
-at once."""
-
-
-_MESSAGE = frozenset[int]()
-"""Around a message on a pipe, no signal is blocked: the CLI's handlers postpone Ctrl-C and
-SIGTERM (:func:`postpone_interrupt`), and a second one still ends a send that waits on a
-pipe no one reads."""
-
-
 @contextlib.contextmanager
 def _ctrl_c_deferred(blocked: frozenset[int] = frozenset({signal.SIGINT})) -> Iterator[None]:
     """Hold Ctrl-C and SIGTERM until the block is done (they arrive right after).
 
-    Starting a worker is a conversation with the fork server, and a message on a pipe is
-    written and read in several calls; cut in the middle, the other side reads half a
-    message. The CLI's handlers postpone what arrives meanwhile
-    (:func:`postpone_interrupt`); the ``blocked`` signals are also blocked in this thread,
-    so that processes started here inherit them blocked (Ctrl-C, which workers ignore,
-    around a start).
+    A worker's start and a message on a pipe take several calls; cut in the middle, the
+    other side reads half a message. The CLI's handlers postpone what arrives meanwhile
+    (:func:`postpone_interrupt`); ``blocked`` signals are also blocked in this thread, so
+    processes started here inherit them blocked (Ctrl-C, which workers ignore).
     """
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -677,12 +560,8 @@ def _ctrl_c_deferred(blocked: frozenset[int] = frozenset({signal.SIGINT})) -> It
 
 @contextlib.contextmanager
 def _main_without_missing_file() -> Iterator[None]:
-    """Hide a ``__main__.__file__`` that is no file (``python -``, notebooks) or parcat's CLI.
-
-    A new worker re-runs the parent's main file to find user code; when that "file" is
-    ``<stdin>`` the worker would die on start-up, and when it is the ``parcat`` command it
-    would import the whole CLI (~100 ms, ~10 MB). Our workers only need importable modules.
-    """
+    """Hide a ``__main__.__file__`` that is no file (``python -``, notebooks) or parcat's
+    CLI: a new worker re-runs it, and would die on ``<stdin>`` or import the whole CLI."""
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
     if main is None or path is None or (os.path.exists(path) and not _is_parcat_entry(path)):
@@ -715,16 +594,16 @@ def describe_exit(process: BaseProcess) -> str:
     code = process.exitcode
     if code is None:
         return "still running"
-    if code < 0:
-        try:
-            return f"signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit code {code}"
+    if code >= 0:
+        return f"exit code {code}"
+    try:
+        return f"signal {signal.Signals(-code).name}"
+    except ValueError:
+        return f"signal {-code}"
 
 
 def parent_alive(parent_pid: int) -> bool:
-    """Whether the process ``parent_pid`` still runs (a zombie, dead but not reaped, does not)."""
+    """Whether ``parent_pid`` still runs (a zombie, dead but not reaped, does not)."""
     try:
         os.kill(parent_pid, 0)
     except ProcessLookupError:
@@ -739,20 +618,12 @@ def parent_alive(parent_pid: int) -> bool:
     return state not in (b"Z", b"X")
 
 
-# -- the worker's side -----------------------------------------------------------------
-
-
 def become_worker(parent_pid: int, blas_threads: int = 1,
                   check_every_s: float = PARENT_CHECK_S) -> None:
-    """Set up a worker process: ignore Ctrl-C, clean up on SIGTERM, die with the parent,
-    print on stderr.
-
-    Ctrl-C reaches the whole process group, but the parent decides how a run ends, so
-    workers ignore SIGINT. SIGTERM raises :class:`Terminated` so ``finally`` blocks release
-    shared memory and stop child workers. A daemon thread bumps the heartbeat the parent
-    watches, checks that the parent is alive and sends this process SIGTERM when it is not
-    (a SIGKILLed parent cannot tell us). BLAS/OpenMP pools are capped at ``blas_threads``.
-    """
+    """Set up a worker process: ignore Ctrl-C (the parent decides how a run ends), raise
+    :class:`Terminated` on SIGTERM (so ``finally`` blocks release shared memory), print on
+    stderr, cap BLAS pools at ``blas_threads``; a daemon thread bumps the heartbeat and
+    SIGTERMs this process when the parent is gone (a SIGKILLed parent cannot tell us)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     with contextlib.suppress(OSError, ValueError):  # stdout is the command's output alone
@@ -792,8 +663,8 @@ def acting_marker() -> Any:
 
 def _bootstrap(target: Callable[..., Any], status: Any, conn: Connection, parent_pid: int,
                *args: Any) -> None:
-    """Every worker's first frame: keep its status cells for :func:`become_worker`, run.
-    SIGTERM ends it by default again (the fork server it was forked from ignores it)."""
+    """Every worker's first frame. SIGTERM ends it by default again (the fork server it was
+    forked from ignores it)."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     global _status, _pipe, _parent_pid
     _status, _pipe, _parent_pid = status, conn, parent_pid
@@ -808,12 +679,10 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 
 
 def hold_sigterm(hold_s: float) -> None:
-    """In a worker that holds what its parent still needs (the trained learners): a
-    SIGTERM while the parent lives is held, so that one sent to the whole process group
-    (``kill -- -PGID``, systemd) leaves the parent time to ask for it and close this
-    worker. It ends after ``hold_s`` all the same, at a second SIGTERM (the parent's
-    :meth:`Worker.stop` escalating) or at once when the parent is gone. Outside a worker,
-    nothing changes."""
+    """In a worker holding what its parent still needs (the trained learners): a SIGTERM
+    while the parent lives is held, so one sent to the whole process group leaves the
+    parent time to ask for it. It ends after ``hold_s`` all the same, at a second SIGTERM,
+    or at once when the parent is gone. Outside a worker, nothing changes."""
     if _pipe is None:
         return
 
@@ -826,9 +695,6 @@ def hold_sigterm(hold_s: float) -> None:
         timer.start()
 
     signal.signal(signal.SIGTERM, on_sigterm)
-
-
-# -- the command loop: every worker kind is a set of handlers ---------------------------
 
 
 class ReportedError(Exception):
@@ -844,14 +710,12 @@ class Handlers:
     """One worker kind: what its set-up function (run once in the worker) returns.
 
     The worker replies ``("ok", ready)`` when set up, then serves ``(command, *payload)``
-    messages: ``("ok", commands[command](*payload))``, or ``("error", ErrorReport)`` when a
-    handler raised. ``close``, a parent gone and SIGTERM end every worker kind alike.
+    with ``("ok", commands[command](*payload))`` or ``("error", ErrorReport)``. ``close``,
+    a parent gone and SIGTERM end every worker kind alike.
     """
 
     commands: dict[str, Callable[..., Any]] = field(default_factory=dict)
-    """The handler of each command name."""
     ready: Any = None
-    """Sent with the set-up's ``("ok", ready)``."""
     idle: Callable[[], bool] | None = None
     """Serves the per-step data path (a shared-memory handoff) between commands; returns
     False when it stopped for a message on the pipe."""
@@ -874,8 +738,7 @@ def _command_loop(conn: Connection, parent_pid: int, setup: Callable[..., Handle
         try:
             handlers = setup(*args)
         except USER_CODE_ERRORS as exc:
-            _reply_error(conn, exc)
-            return
+            return _reply_error(conn, exc)
         _reply(conn, handlers.ready)
         while True:
             if handlers.idle is not None and handlers.idle():
@@ -910,13 +773,13 @@ def _reply(conn: Connection, result: Any) -> None:
     try:
         data = pickle.dumps(("ok", result))
     except Exception as exc:  # a result that cannot be pickled is the handler's error
-        _reply_error(conn, exc)
-        return
+        return _reply_error(conn, exc)
     conn.send_bytes(data)
 
 
 def _reply_error(conn: Connection, exc: BaseException) -> None:
+    acting = int(_status[ACTING]) - 1 if _status is not None else -1
     report = exc.report if isinstance(exc, ReportedError) \
-        else ErrorReport.from_exception(exc, _acting_now())
+        else ErrorReport.from_exception(exc, acting if acting >= 0 else None)
     with contextlib.suppress(OSError, ValueError):
         conn.send(("error", report))

@@ -1,13 +1,9 @@
 """Single-writer slots guarded by seqlocks: readers take a consistent snapshot, never wait.
 
-Each slot has one writer. A write makes the sequence number odd, writes the value and its
-fields, and makes it even again; a reader copies the value and fields between two reads of
-the sequence number and retries if it was odd or changed — so every read is a consistent
-snapshot of one write, and neither side ever waits for the other (a lock would make a
-reader wait for a descheduled writer). Stores and loads of the aligned ``int64``
-sequence number are single instructions, and x86-64 keeps stores in order and loads in
-order, which is all a seqlock needs; each numpy call is an opaque function call, so the
-compiler cannot move the value's copy across the sequence-number updates either.
+A write makes the sequence number odd, writes, and makes it even again; a reader copies
+between two reads of it and retries if it was odd or changed (a lock would make a reader
+wait for a descheduled writer). Aligned ``int64`` stores and loads are single instructions
+and x86-64 keeps them in order, which is all a seqlock needs.
 """
 
 from __future__ import annotations
@@ -26,13 +22,8 @@ YIELD_AFTER = 64
 
 
 class SeqSlot:
-    """One value with integer fields, one writer, any number of readers.
-
-    Args:
-        meta: ``int64`` array: ``meta[0]`` is the sequence number, the rest the fields.
-        data: Where the value lives.
-        codec: How the value is written and read.
-    """
+    """One value (in ``data``) with integer fields, one writer, any number of readers;
+    ``meta[0]`` is the sequence number, ``meta[1:]`` the fields."""
 
     def __init__(self, meta: np.ndarray, data: np.ndarray, codec: Codec) -> None:
         self.meta = meta
@@ -53,11 +44,8 @@ class SeqSlot:
         meta[0] += 1  # even: consistent again
 
     def read(self, tries: int = READ_TRIES) -> tuple[int, Any, np.ndarray] | None:
-        """A consistent ``(seq, value, fields)``, or ``None`` if no snapshot was consistent.
-
-        ``None`` after ``tries`` attempts means the writer stopped in the middle of a write
-        (it died); the caller keeps what it had.
-        """
+        """A consistent ``(seq, value, fields)``, or ``None`` when the writer stopped in the
+        middle of a write (it died) and the caller keeps what it had."""
         meta, codec, data = self.meta, self.codec, self.data
         for attempt in range(tries):
             before = int(meta[0])

@@ -1,15 +1,9 @@
 """Named arrays in one shared-memory block, and codecs that copy values into them.
 
-An :class:`ArrayBlock` is a header (:data:`~parcat.ipc.layout.HEADER_SLOTS` ``int64``
-slots whose meaning :mod:`parcat.ipc.layout` defines) followed by named arrays, each
-64-byte aligned. A :class:`SlotBlock` lays out per-agent observation and action slots::
-
-    header             see parcat.ipc.layout.HandoffSlots
-    per hosted agent:  live flag, observation slot, action slot
-
-Observations and actions of ``Box`` spaces are copied as raw arrays and ``Discrete``
-actions as one int64; any other space goes through ``gymnasium.spaces.flatten``. Nothing
-is pickled per step.
+An :class:`ArrayBlock` is a header (:mod:`parcat.ipc.layout`) then named, 64-byte aligned
+arrays; a :class:`SlotBlock` holds a live flag, an observation and an action slot per hosted
+agent. ``Box`` values are copied raw, ``Discrete`` as one int64, any other space flattened:
+nothing is pickled per step.
 """
 
 from __future__ import annotations
@@ -86,10 +80,8 @@ class AgentSlots:
 
 
 class SlotBlock:
-    """Per-agent observation and action slots, laid out in an :class:`ArrayBlock`.
-
-    The creator owns the block and unlinks it on :meth:`close`; a worker attaches by name.
-    """
+    """Per-agent observation and action slots in an :class:`ArrayBlock`: the creator owns
+    it and unlinks it on :meth:`close`; a worker attaches by name."""
 
     def __init__(
         self, codecs: list[tuple[Codec, Codec]], name: str | None = None, create: bool = True
@@ -110,7 +102,6 @@ class SlotBlock:
 
     @property
     def name(self) -> str:
-        """The block's name, for workers to attach."""
         return self.block.name
 
     def close(self) -> None:
@@ -129,9 +120,8 @@ _OWN: set[str] = set()
 
 
 def unlink_own_blocks() -> None:
-    """Unlink every block this process created and still holds: a last resort when it
-    exits (an interrupt can land between a block's creation and the code that records it
-    for closing); the resource tracker is told, so it warns of no leak."""
+    """Unlink every block this process created and still holds: a last resort at exit (an
+    interrupt can land between a block's creation and the code that records it)."""
     for name in list(_OWN):
         with contextlib.suppress(OSError):
             os.unlink(os.path.join("/dev/shm", name))
@@ -140,12 +130,8 @@ def unlink_own_blocks() -> None:
 
 
 class ArrayBlock:
-    """Named numpy arrays laid out in one shared-memory block (after a handoff header).
-
-    Args:
-        specs: ``name -> (shape, dtype)`` in a fixed order.
-        name: The block to attach to; ``None`` creates a new one (this process owns it).
-    """
+    """Named numpy arrays (``specs``: name → (shape, dtype)) in one shared-memory block
+    after its header; ``name`` attaches to a block, ``None`` creates one this process owns."""
 
     def __init__(self, specs: dict[str, tuple[tuple[int, ...], Any]],
                  name: str | None = None) -> None:
@@ -176,7 +162,6 @@ class ArrayBlock:
 
     @property
     def name(self) -> str:
-        """The block's name, for workers to attach."""
         return self.shm.name
 
     def close(self) -> None:

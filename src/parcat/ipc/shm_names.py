@@ -1,22 +1,10 @@
 """Shared-memory block names: who made a block, and whether that process is provably gone.
 
-A block is named ``parcat_ns<namespace>_<pid>_<start>_<random>``:
-
-- ``namespace`` (12 hex digits) tags the creator's PID namespace (and time namespace, whose
-  offset shifts the start times ``/proc`` reports). ``/dev/shm`` is often shared between
-  containers, and pid 1234 in a container is not pid 1234 here, so only blocks with our own
-  tag are ever judged. Where ``/proc`` is missing or belongs to another PID namespace, the
-  tag is random: nobody else can judge such a block, and it is never removed by others.
-- ``pid`` is the creator's pid in that namespace, ``start`` its start time (clock ticks
-  after boot, hex), so a block whose pid was reused by another process is stale too.
-- ``random`` tells one process's blocks apart.
-
-The tag starts with letters, so an older parcat (which read the field after ``parcat_`` as a
-pid) skips these names. A name in that older form, ``parcat_<pid>_<random>``, says nothing
-about its namespace and is never removed.
-
-Names are about 45 characters: within Linux's 255. macOS's 31 is not a concern: parcat
-needs ``/dev/shm`` and ``/proc`` (Linux).
+A block is ``parcat_ns<namespace>_<pid>_<start>_<random>``: ``namespace`` tags the creator's
+PID (and time) namespace, since ``/dev/shm`` is often shared between containers and only
+blocks of our own tag are judged (without a ``/proc`` of ours the tag is random: no one
+judges them); ``pid`` and ``start`` (clock ticks after boot, hex) tell a reused pid from its
+creator. Any other name is never removed.
 """
 
 from __future__ import annotations
@@ -27,8 +15,7 @@ import os
 import secrets
 from dataclasses import dataclass
 
-PREFIX = "parcat_"
-"""Every block's name starts with this, so leftovers can be found."""
+PREFIX = "parcat_"  # every block's name starts with this, so leftovers can be found
 NAMESPACE_MARK = "ns"
 
 _START_FIELD = 19
@@ -40,11 +27,8 @@ class BlockCreator:
     """The process that made a block, as its name records it."""
 
     namespace: str
-    """Tag of the creator's PID namespace (12 hex digits)."""
     pid: int
-    """The creator's pid in that namespace."""
     start: str
-    """The creator's start time: clock ticks after boot, in hex."""
 
 
 def block_creator(name: str) -> BlockCreator | None:
@@ -94,11 +78,8 @@ def signature_is_stale(mark: str) -> bool:
 
 
 def block_is_stale(name: str) -> bool:
-    """Whether block ``name`` was made in our PID namespace by a process that is gone.
-
-    Anything that cannot be proven gone is kept: another namespace's block, a name in an
-    older form, a creator whose ``/proc`` entry cannot be read.
-    """
+    """Whether block ``name`` was made in our PID namespace by a process that is gone
+    (anything not provably gone is kept)."""
     creator = block_creator(name)
     if creator is None or creator.namespace != this_creator().namespace:
         return False
@@ -177,11 +158,8 @@ def _namespace_tag() -> str | None:
 
 
 def _proc_is_ours() -> bool:
-    """Whether ``/proc`` numbers processes as our PID namespace does.
-
-    ``NSpid`` lists our pid in the namespace of whoever mounted ``/proc`` and then in each
-    namespace nested below it: one entry means that namespace is ours.
-    """
+    """Whether ``/proc`` numbers processes as our PID namespace does (``NSpid`` then has
+    one entry)."""
     try:
         with open("/proc/self/status", "rb") as status:
             lines = status.read().splitlines()

@@ -1,40 +1,26 @@
 """How long a waiting side of a handoff spins before it parks, learned from the answers.
 
-Spinning on shared memory answers a handoff in microseconds, but only while the spinner
-has a core of its own: on a machine where another process wants that core, every
-millisecond spent spinning is taken from someone — often the very process whose answer
-is awaited, which then answers a scheduler quantum later. So a spin pays only when the
-answer is about to come. :class:`SpinBudget` keeps a running estimate of how long the
-other side usually takes (biased towards its quick answers: the time it takes while it
-runs, not while it waits for a core) and spins up to a small multiple of it. Answers that
-come later than that are misses, and so are spins that lost their core to another process
-(the spinner got clearly less CPU time than the wall time it spun: the core is contested,
-and the spin was paid by someone): each miss shrinks the budget (towards zero: park at
-once); answers within reach, spun for or seen after parking, grow it back.
-
-The class is pure (it is fed wait times and never reads a clock), so its rules are tested
-directly.
+A spin pays only while the spinner has a core of its own and the answer is about to come;
+otherwise it takes the core from someone, often the very process whose answer is awaited.
+:class:`SpinBudget` keeps an estimate of the other side's usual answer time (biased towards
+its quick answers) and spins up to a small multiple of it. Late answers and spins that lost
+their core shrink the budget towards zero (park at once); answers within reach grow it back.
+The class is pure (fed wait times, never reading a clock), so its rules are tested directly.
 """
 
 from __future__ import annotations
 
-MULTIPLE = 3.0
-"""Spin up to this many times the usual answer time."""
+MULTIPLE = 3.0  # spin up to this many times the usual answer time
 FLOOR_S = 100e-6
-"""The reach is never below this: parking and waking costs tens of microseconds, so
-waiting this long counts as a quick answer whichever way it was seen."""
+"""The shortest reach: parking and waking costs tens of microseconds, so an answer within
+this counts as quick however it was seen."""
 FALL = 0.5
 """Weight of an answer quicker than the estimate (the estimate follows quick answers fast)."""
-RISE = 1 / 16
-"""Weight of an answer slower than the estimate (one slow answer barely moves it)."""
-GROW = 1 / 8
-"""Scale added by an answer within reach."""
-SHRINK = 4.0
-"""A miss divides the scale by this."""
-MIN_SCALE = 1 / 64
-"""Below this scale the budget is zero: park at once."""
-CONTESTED_CPU = 0.75
-"""A spin that got less CPU time than this share of its wall time lost its core."""
+RISE = 1 / 16  # weight of an answer slower than the estimate (one slow answer barely moves it)
+GROW = 1 / 8  # scale added by an answer within reach
+SHRINK = 4.0  # a miss divides the scale by this
+MIN_SCALE = 1 / 64  # below this scale the budget is zero: park at once
+CONTESTED_CPU = 0.75  # a spin that got less CPU time than this share of its wall time lost its core
 CONTESTED_MIN_S = 200e-6
 """Spins shorter than this say nothing about contention (clock granularity, noise)."""
 
@@ -45,13 +31,7 @@ def contested(spun_s: float, cpu_s: float) -> bool:
 
 
 class SpinBudget:
-    """The spin budget of one waiting side of one handoff.
-
-    Args:
-        ceiling_s: The longest spin, whatever was measured.
-        multiple: Spin up to this many times the usual answer time.
-        floor_s: The shortest reach (see :data:`FLOOR_S`).
-    """
+    """The spin budget of one waiting side of one handoff; never more than ``ceiling_s``."""
 
     def __init__(self, ceiling_s: float, multiple: float = MULTIPLE,
                  floor_s: float = FLOOR_S) -> None:
@@ -63,11 +43,9 @@ class SpinBudget:
         self.typical_s: float | None = None
         """Running estimate of the usual answer time (``None`` before the first answer)."""
         self.scale = 1.0
-        """Share of the reach spun for, in [0, 1]: misses shrink it, quick answers grow it."""
+        """Share of the reach spun for, in [0, 1]."""
         self.hits = 0
-        """Answers within reach so far."""
         self.misses = 0
-        """Answers beyond reach so far."""
 
     @property
     def reach_s(self) -> float:
@@ -82,12 +60,8 @@ class SpinBudget:
         return self.reach_s * self.scale
 
     def observe(self, waited_s: float, contested: bool = False) -> None:
-        """Learn from one answer.
-
-        Args:
-            waited_s: The answer came this long after the wait began.
-            contested: The spin of this wait lost its core to another process.
-        """
+        """Learn from an answer that came ``waited_s`` after the wait began (``contested``:
+        the wait's spin lost its core to another process)."""
         waited_s = max(0.0, waited_s)
         if waited_s <= self.reach_s and not contested:
             self.hits += 1

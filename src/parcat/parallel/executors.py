@@ -1,19 +1,20 @@
 """Episode executors: where whole episodes run. Results always come back in task order.
 
-``InlineExecutor`` runs tasks in this process; ``ThreadExecutor`` on threads (for
-environments that release the GIL); ``ProcessExecutor`` (in
-:mod:`parcat.parallel.process_executor`) on persistent worker processes, each of which runs
-the same :class:`~parcat.episode.rollout.EpisodeRunner` as the inline path.
+Every executor bounds an episode by ``--episode-timeout`` its own way (``SIGALRM`` inline, a
+deadline per worker in :mod:`~parcat.parallel.process_executor`, ``ray.cancel`` on Ray)
+behind one interface: :attr:`Executor.timeout_s`, :meth:`Executor.overdue` and
+:meth:`Executor.timed_out`, the record of an episode stopped at its deadline.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import signal
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
@@ -22,6 +23,7 @@ from parcat.core.trace import Tracer
 from parcat.episode.results import EpisodeResult, timed_out_result
 from parcat.episode.rollout import EpisodeRunner, EpisodeTask
 from parcat.ipc.process import Terminated
+from parcat.parallel.planner import ExecutorKind, Plan
 from parcat.stepping.config import StepperConfig
 from parcat.stepping.thread import DaemonThreadPool
 
@@ -32,12 +34,24 @@ class Executor(ABC):
     """Runs episode tasks somewhere and returns their results in task order."""
 
     name = "executor"
+    timeout_s: float | None = None
+    """``--episode-timeout``: an episode running longer is stopped and recorded as a timeout."""
 
     @abstractmethod
     def run(
         self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None = None
     ) -> list[EpisodeResult]:
         """Run every task; call ``on_result(index, result)`` as each one finishes."""
+
+    def overdue(self, running_s: float) -> bool:
+        """Whether an episode running for ``running_s`` is past the timeout."""
+        return self.timeout_s is not None and running_s > self.timeout_s
+
+    def timed_out(self, task: EpisodeTask, how: str, partial: EpisodeResult | None = None,
+                  agent: str | None = None, phase: str = "worker") -> EpisodeResult:
+        """The record of ``task`` stopped at its deadline (``how``: what was done to it)."""
+        assert self.timeout_s is not None
+        return timed_out_result(task, self.timeout_s, how, partial, agent, phase)
 
     def trace_events(self) -> list[dict[str, Any]]:
         """Trace events gathered during :meth:`run` (empty unless tracing)."""
@@ -54,14 +68,9 @@ class Executor(ABC):
 
 
 class InlineExecutor(Executor):
-    """Every episode in this process, one after the other.
-
-    With ``episode_timeout_s``, a real-time alarm (``SIGALRM``) interrupts an episode that
-    runs longer: it is recorded as a timeout with what it had got, and the next episode
-    starts with a new environment and new policy workers. The alarm interrupts Python code
-    (a loop, a sleep); a C call that never returns to the interpreter needs the process
-    executor, which can kill its worker.
-    """
+    """Every episode in this process, one after the other. A timeout is a real-time alarm
+    (``SIGALRM``): it interrupts Python code, not a C call that never returns (the process
+    executor can kill its worker)."""
 
     name = "inline"
 
@@ -69,7 +78,7 @@ class InlineExecutor(Executor):
                  episode_timeout_s: float | None = None) -> None:
         self.tracer = Tracer("episodes") if trace else None
         self.stepper = stepper or StepperConfig()
-        self.timeout = episode_timeout_s
+        self.timeout_s = episode_timeout_s
         self.runner = self._new_runner()
 
     def _new_runner(self) -> EpisodeRunner:
@@ -82,15 +91,13 @@ class InlineExecutor(Executor):
         """Run the tasks in order."""
         results = []
         for index, task in enumerate(tasks):
-            result = self.runner.run(task) if self.timeout is None else self._run_bounded(task)
+            result = self.runner.run(task) if self.timeout_s is None else self._run_bounded(task)
             results.append(result)
             if on_result is not None:
                 on_result(index, result)
         return results
 
     def _run_bounded(self, task: EpisodeTask) -> EpisodeResult:
-        """Run one episode under an alarm of ``self.timeout`` seconds."""
-        assert self.timeout is not None
         if threading.current_thread() is not threading.main_thread():
             raise ConfigError("--episode-timeout with --executor inline needs the main "
                               "thread (use --executor process from other threads)")
@@ -100,25 +107,21 @@ class InlineExecutor(Executor):
 
         previous = signal.signal(signal.SIGALRM, expire)
         try:
-            signal.setitimer(signal.ITIMER_REAL, self.timeout)
+            signal.setitimer(signal.ITIMER_REAL, self.timeout_s or 0.0)
             try:
                 return self.runner.run(task)
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
         except Terminated as stop:
-            return self._timed_out(task, stop.partial)
+            # the alarm may have stopped any code mid-way: nothing it touched is reused
+            with contextlib.suppress(Exception):
+                self.runner.close()
+            self.runner = self._new_runner()
+            partial = stop.partial
+            phase = partial.error.phase if partial is not None and partial.error else "step"
+            return self.timed_out(task, "stopped", partial, phase=phase)
         finally:
             signal.signal(signal.SIGALRM, previous)
-
-    def _timed_out(self, task: EpisodeTask, partial: EpisodeResult | None) -> EpisodeResult:
-        """The timeout's result; the environment and workers it used are replaced."""
-        # the alarm may have stopped any code mid-way: nothing it touched is reused
-        with contextlib.suppress(Exception):
-            self.runner.close()
-        self.runner = self._new_runner()
-        assert self.timeout is not None
-        phase = partial.error.phase if partial is not None and partial.error else "step"
-        return timed_out_result(task, self.timeout, "stopped", partial, phase=phase)
 
     def trace_events(self) -> list[dict[str, Any]]:
         """Events recorded so far."""
@@ -149,8 +152,7 @@ class ThreadExecutor(Executor):
         if runner is None:
             track = threading.current_thread().name
             runner = EpisodeRunner(self.stepper.make_stepper(self.tracer), tracer=self.tracer,
-                                   retries=self.stepper.retries,
-                                   track=track)
+                                   retries=self.stepper.retries, track=track)
             self._local.runner = runner
             with self._lock:
                 self._runners.append(runner)
@@ -188,3 +190,77 @@ class ThreadExecutor(Executor):
         self._pool.shutdown(wait=not force, cancel=force)
         for runner in self._runners:
             runner.close()
+
+
+class PendingTasks:
+    """Task indices still to send: a lost worker's first, then the next new ones (nothing
+    is held per task never sent)."""
+
+    def __init__(self, total: int) -> None:
+        self.returned: collections.deque[int] = collections.deque()
+        self.next_new = 0
+        self.total = total
+
+    def __len__(self) -> int:
+        return len(self.returned) + self.total - self.next_new
+
+    def popleft(self) -> int:
+        if self.returned:
+            return self.returned.popleft()
+        if self.next_new >= self.total:
+            raise IndexError("no task pending")
+        self.next_new += 1
+        return self.next_new - 1
+
+    def appendleft(self, index: int) -> None:
+        self.returned.appendleft(index)
+
+    def extendleft(self, indices: Iterable[int]) -> None:
+        self.returned.extendleft(indices)
+
+
+class RunState:
+    """The tasks of one run: what is pending, what finished (exactly one record per
+    episode, reported as it finishes) and how often each was attempted."""
+
+    def __init__(self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None) -> None:
+        self.tasks = tasks
+        self.on_result = on_result
+        self.pending = PendingTasks(len(tasks))
+        self.results: dict[int, EpisodeResult] = {}
+        self.remaining = len(tasks)
+        self.attempts: collections.Counter[int] = collections.Counter()
+
+    def finish(self, index: int, result: EpisodeResult) -> None:
+        if index in self.results:
+            return  # exactly one record per episode
+        self.results[index] = result
+        self.remaining -= 1
+        if self.on_result is not None:
+            self.on_result(index, result)
+
+
+def make_executor(plan: Plan) -> Executor:
+    """The executor the plan calls for, built from the plan alone."""
+    from parcat.parallel.hybrid_executor import HybridExecutor
+    from parcat.parallel.process_executor import ProcessExecutor
+
+    stepper = StepperConfig(plan.strategy, plan.policy_workers, plan.spin, plan.action_timeout_s,
+                            plan.start_method, plan.blas_threads, plan.retries)
+    workers = plan.episode_workers
+    if plan.executor is ExecutorKind.PROCESS:
+        kind = HybridExecutor if plan.local_lane else ProcessExecutor
+        return kind(workers - plan.local_lane, stepper, start_method=plan.start_method,
+                    blas_threads=plan.blas_threads, gpus=plan.gpus, trace=plan.trace,
+                    retries=plan.retries, episode_timeout_s=plan.episode_timeout_s)
+    if plan.executor is ExecutorKind.THREAD:
+        return ThreadExecutor(workers, stepper, plan.trace)
+    if plan.executor is ExecutorKind.RAY:
+        from parcat.parallel.ray_executor import RayExecutor
+
+        return RayExecutor(
+            workers, stepper, plan.address, cpus_per_task=max(1, plan.busy_processes // workers),
+            gpus_per_task=1.0 if plan.gpus else 0.0, retries=plan.retries,
+            episode_timeout_s=plan.episode_timeout_s, trace=plan.trace,
+        )
+    return InlineExecutor(stepper, plan.trace, plan.episode_timeout_s)

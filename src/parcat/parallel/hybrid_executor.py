@@ -1,19 +1,9 @@
 """Episodes in this process *and* on worker processes that start in the background.
 
-Starting worker processes takes a few hundred milliseconds (the fork server imports numpy,
-gymnasium and parcat before it forks the first worker), and a run of a few short episodes
-is over before that. So an ``auto`` plan with trusted code makes this process one of its
-episode lanes: the first episode starts at once, here. Its duration tells what the rest
-of the run costs; only when that is worth more than starting workers
-(:data:`WORTH_STARTING_S`) does a thread start the fork server and the workers, each
-joining the run as it comes up. A short run starts nothing (starting the fork server at
-once instead cost a 0.5 s run 0.1 s here: its imports slow this core's twin, and gained
-a 1.6 s run 0.03 s), a long one gets every lane. This process runs one episode
-at a time between handing tasks to workers, so busy processes are the workers plus one,
-as planned.
-
-Only trusted code (parcat's own environments and policies) runs here: code from outside
-parcat runs in workers, where an exit or a crash fails an episode, not the run.
+Starting workers takes a few hundred milliseconds, and a run of a few short episodes is
+over before that. So an ``auto`` plan with trusted code makes this process one of its lanes:
+the first episode starts at once, here, and only when the rest of the run looks longer than
+:data:`WORTH_STARTING_S` does a thread start the workers, each joining as it comes up.
 """
 
 from __future__ import annotations
@@ -29,32 +19,28 @@ from parcat.core.trace import Tracer
 from parcat.episode.results import EpisodeResult
 from parcat.episode.rollout import EpisodeRunner, EpisodeTask
 from parcat.ipc.process import wait_any
-from parcat.parallel.executors import ResultCallback
-from parcat.parallel.process_executor import ProcessExecutor, _check_picklable, _Lane, _Run
+from parcat.parallel.executors import ResultCallback, RunState
+from parcat.parallel.process_executor import ProcessExecutor, _check_picklable, _Lane
 from parcat.stepping.config import StepperConfig
 
 WORTH_STARTING_S = 1.0
-"""Workers start only when the run's remaining work, estimated from the episodes run here,
-is longer than this: starting one took 0.3–0.5 s here (fork server and its imports), and
-with two lanes the remaining work takes about half as long, so below ~1 s it cannot pay."""
+"""Remaining work (estimated from the episodes run here) worth starting workers for: one
+takes 0.3–0.5 s to start and two lanes halve the rest, so below ~1 s it cannot pay."""
 JOIN_STARTER_S = 30.0
 """Longest wait at the end of a run for a worker still starting (it stops itself then)."""
 
 
 class HybridExecutor(ProcessExecutor):
     """This process as one episode lane plus ``workers`` worker processes started in the
-    background (see the module docstring). Arguments as :class:`ProcessExecutor`'s, and
-    ``worth_starting_s``: remaining work (seconds) that is worth starting workers for."""
+    background; other arguments as :class:`ProcessExecutor`'s."""
 
     name = "hybrid"
 
-    def __init__(self, workers: int, stepper: StepperConfig | None = None,
-                 start_method: str | None = None, blas_threads: int = 1,
-                 gpus: Sequence[str] = (), trace: bool = False, retries: int = 1,
-                 worth_starting_s: float = WORTH_STARTING_S) -> None:
-        super().__init__(workers, stepper, start_method, blas_threads, gpus, trace, retries)
+    def __init__(self, workers: int, stepper: StepperConfig | None = None, *,
+                 worth_starting_s: float = WORTH_STARTING_S, **options: Any) -> None:
+        super().__init__(workers, stepper, **options)
         self.worth_starting_s = worth_starting_s
-        self.tracer = Tracer("this process") if trace else None
+        self.tracer = Tracer("this process") if self.trace else None
         self._local = EpisodeRunner(self.stepper.make_stepper(self.tracer), tracer=self.tracer,
                                     retries=self.stepper.retries)
         self._arrivals: queue.SimpleQueue[_Lane | BaseException] = queue.SimpleQueue()
@@ -67,7 +53,7 @@ class HybridExecutor(ProcessExecutor):
     ) -> list[EpisodeResult]:
         """Run tasks here and on the workers as they arrive; results in task order."""
         _check_picklable(tasks)
-        run = _Run(tasks, on_result)
+        run = RunState(tasks, on_result)
         local_s, local_n = 0.0, 0
         while run.remaining:
             if self._starter is None and local_n and \
@@ -86,16 +72,14 @@ class HybridExecutor(ProcessExecutor):
                     self._collect(worker, run)
                 continue
             busy = [w for w in self._workers if w.inflight]
-            self._wait(busy)
+            wait_any([w.worker for w in busy], timeout=self._next_wait(busy))
             for worker in busy:
                 self._collect(worker, run)
         return [run.results[i] for i in sorted(run.results)]
 
-    def _wait(self, busy: list[_Lane]) -> None:
-        wait_any([w.worker for w in busy], timeout=self._next_wait(busy))
-
     def _start_in_background(self, count: int) -> None:
         """Start ``count`` workers on a thread (the first also starts the fork server)."""
+
         def start() -> None:
             for index in range(count):
                 if self._closing.is_set():

@@ -1,20 +1,16 @@
-"""The resource planner: a pure function from resources × workload to a plan.
+"""The planner: pure functions from resources × :class:`Workload` to a plan, with reasons.
 
-Measuring the machine (CPUs, GPUs) lives in :mod:`parcat.core.resources` and measuring the
-workload in :mod:`parcat.parallel.launch`; this module only decides. The rules come from
-what was measured on the target machines (BENCHMARKS.md):
-
-- whole episodes per worker reach 0.93–1.0 efficiency, so episode-level parallelism takes
-  the budget first whenever there are at least as many episodes as workers;
-- agent-level parallelism uses what is left: each episode's process steps a share of the
-  agents itself and hands the rest to policy workers;
-- a handoff through shared memory with a spinning worker costs ~2 µs, but only while no
-  more processes spin than there are cores; past that the workers block instead.
+One workload model serves eval (:func:`make_plan`: episode workers × policy workers) and
+train (:func:`make_train_plan`: environment workers and training threads); measuring the
+machine and the workload happens elsewhere. The rules follow BENCHMARKS.md: whole episodes
+per worker take the budget first, agent-level parallelism uses what is left, and a worker
+takes over a step only where the step costs well above the handoff to it.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 
 from parcat.stepping.strategy import PolicyStrategy
@@ -30,59 +26,69 @@ class ExecutorKind(str, enum.Enum):
     RAY = "ray"
 
 
-# A policy step must cost this many times the handoff before a policy worker pays off.
-PROCESS_PAYOFF = 8.0
+SPIN_HANDOFF_S = 20e-6
+"""A step handed to a spinning worker and back, with margin (2–10 µs measured)."""
+PARKED_HANDOFF_S = 150e-6
+"""A step handed to a worker parked on its pipe (two wake-ups) and the arrays gathered:
+what a training plan counts on, since a later process may take a spinner's core."""
+PROCESS_PAYOFF = 8.0  # a policy step must cost this many handoffs before a policy worker pays
 POLICY_WORKER_START_S = 0.3
-"""What starting policy workers costs a run before they pay: a worker's start and its first
-steps' handoffs (0.2 ms policies on 1,000-step episodes lost 7-16% to it: BENCHMARKS.md)."""
+"""Starting policy workers: a worker's start and its first steps' handoffs."""
+FIRST_WORKER_S = 0.3  # starting a run's first environment worker (the fork server and its imports)
+NEXT_WORKER_S = 0.03  # starting each further environment worker
+MIN_GAIN = 0.2
+"""Environment workers must cut a vector step by this share to be worth a timing error."""
+FOREIGN_REASON = ("the environment is code from outside parcat: it steps in an environment "
+                  "worker instead, never in the trainer's process, so a crash restarts the "
+                  "worker")
 
 
 @dataclass(frozen=True)
 class Workload:
-    """What is to be run, and what it costs where that was measured."""
+    """What is to be run, and what it costs where that was measured (eval and train)."""
 
-    tasks: int
-    """Episodes to run (missions × episodes)."""
-    agents: int
+    tasks: int = 0
+    """Episodes to run (eval)."""
+    agents: int = 1
     """Agents per episode (the largest over the missions)."""
     parallel_policy: bool = False
-    """Whether agent-level parallelism was asked for."""
     strategy: PolicyStrategy = PolicyStrategy.AUTO
-    """The requested agent-level strategy."""
     executor: ExecutorKind = ExecutorKind.AUTO
-    """The requested episode executor."""
-    policy_step_s: float | None = None
-    """Measured mean cost of one policy step of one agent, if measured."""
-    handoff_s: float = 20e-6
-    """Measured (or assumed) cost of handing one step to a policy worker and back."""
+    step_s: float | None = None
+    """Measured seconds of the step a worker would take over: one agent's policy step
+    (eval), one environment step (train); ``None``: not measured."""
+    handoff_s: float = SPIN_HANDOFF_S
     batchable: bool = False
-    """Whether some policy is shared by several agents and can act in one batch."""
+    """Some policy is shared by several agents and can act in one batch."""
     isolate: bool = False
-    """Episodes must run in worker processes (so a hung one can be stopped)."""
+    """Episodes must run in worker processes (an episode timeout)."""
     action_deadline: bool = False
     """An action timeout is set: no agent may step on the episode's own thread."""
     foreign_code: str | None = None
-    """Code from outside parcat the episodes run (a policy or env reference), if any: it
-    runs in worker processes, where exiting or crashing fails an episode, not the run."""
+    """Code from outside parcat the run executes, if any: it runs in worker processes,
+    where exiting or crashing fails an episode (or restarts a worker), not the run."""
     max_processes: int | None = None
-    """Most worker processes the open-file and pids limits allow (``None``: no limit)."""
     steps: int | None = None
-    """Steps per episode (the longest mission's ``max_steps``), if known: with the policy
-    step cost it tells whether the run's policy work can pay for starting policy workers."""
+    """Steps the run takes: per episode (eval), vector steps in all (train)."""
     free_cpus: int | None = None
-    """CPUs not kept busy by other processes right now (``None``: not measured). An
-    ``auto`` plan never has more busy processes than this: on a machine whose other cores
-    are taken, a second process only takes turns with the first."""
+    """CPUs other processes leave free now (``None``: not measured); an auto plan never
+    has more busy processes than this."""
+    # training: the config's values; learners 0 is one per agent, train_threads 0 one per
+    # learner, env_workers None: planned
+    envs_per_worker: int = 1
+    asynchronous: bool = False
+    parallel_training: bool = False
+    learners: int = 0
+    train_threads: int = 0
+    env_workers: int | None = None
 
 
 @dataclass(frozen=True)
 class Plan:
-    """The decision: how many processes of each kind, and how they wait."""
+    """How an eval run uses the machine: everything its executor and workers need."""
 
     jobs: int
-    """The budget that was asked for (``--jobs``)."""
     executor: ExecutorKind
-    """Where episodes run."""
     episode_workers: int
     """Episodes that run at once."""
     strategy: PolicyStrategy
@@ -90,18 +96,22 @@ class Plan:
     policy_workers: int
     """Policy worker processes (or threads) per episode, besides the episode's own process."""
     blas_threads: int
-    """BLAS/OpenMP threads each worker may use."""
     spin: bool
     """Whether policy workers spin on shared memory (never more spinners than cores)."""
     gpus: tuple[str, ...] = ()
-    """``CUDA_VISIBLE_DEVICES`` value per episode worker, round-robin; empty without GPUs."""
+    """``CUDA_VISIBLE_DEVICES`` value per episode worker, round-robin."""
     free_cpus: int | None = None
-    """The free CPUs measured when planning (``None``: not measured), for the record."""
     local_lane: bool = False
-    """This process is one of the ``episode_workers`` lanes (the process executor then
-    starts one worker fewer, in the background): see :mod:`parcat.parallel.hybrid_executor`."""
+    """This process is one of the episode lanes (:mod:`parcat.parallel.hybrid_executor`)."""
     reasons: tuple[str, ...] = field(default_factory=tuple)
     """Why, one sentence per decision (``parcat plan`` prints them)."""
+    # how the workers run, as RunOptions said (parcat.parallel.run_options)
+    start_method: str | None = None
+    trace: bool = False
+    retries: int = 1
+    episode_timeout_s: float | None = None
+    action_timeout_s: float | None = None
+    address: str | None = None
 
     @property
     def busy_processes(self) -> int:
@@ -110,21 +120,30 @@ class Plan:
         return self.episode_workers * per_episode
 
 
-def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
-    """Decide episode workers × policy workers so busy processes never exceed ``jobs``.
+@dataclass(frozen=True)
+class TrainPlan:
+    """How ``parcat train`` lays out collection and learning."""
 
-    Args:
-        jobs: The worker budget (``--jobs``), at least 1.
-        cpus: CPUs this process may use.
-        gpus: GPUs visible (``--gpus`` or detected).
-        workload: The work and its measured costs.
-    """
+    env_workers: int
+    """Environment worker processes (0: environments step in the trainer's process)."""
+    train_workers: int
+    """Agents trained at the same time (threads; 1 means one after the other)."""
+    spin: bool
+    """Only when the workers, the trainer and an async learner process fit the free CPUs."""
+    num_envs: int
+    """Environments stepped together (wherever they step)."""
+    reasons: tuple[str, ...] = ()
+    env_step_s: float | None = None
+    """The measured environment step the layout was chosen by, if any."""
+
+
+def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
+    """Decide episode workers × policy workers so busy processes never exceed ``jobs``."""
     if jobs < 1 or cpus < 1 or gpus < 0 or workload.tasks < 0 or workload.agents < 1:
         raise ValueError("jobs and cpus must be >= 1, gpus and tasks >= 0, agents >= 1")
     reasons: list[str] = []
-    tasks = max(workload.tasks, 1)
     jobs = _trimmed(jobs, cpus, workload, reasons)
-    episode_workers = min(jobs, tasks)
+    episode_workers = min(jobs, max(workload.tasks, 1))
     if episode_workers < jobs:
         reasons.append(
             f"--jobs {jobs} is more than the {workload.tasks} episodes: "
@@ -142,7 +161,11 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
             f"this process runs episodes too, as one of the {episode_workers} lanes: the first "
             f"episode starts at once and {episode_workers - 1} worker(s) join as they start"
         )
-    strategy, policy_workers = _agent_level(jobs, episode_workers, workload, reasons)
+    strategy, policy_workers = _strategy(jobs, episode_workers, workload, reasons)
+    if workload.action_deadline and strategy in (PolicyStrategy.INLINE, PolicyStrategy.BATCH):
+        reasons.append("--action-timeout-ms: agents step on a policy thread, so a late "
+                       "action can be replaced (no extra process)")
+        strategy, policy_workers = PolicyStrategy.THREAD, max(1, policy_workers)
     busy = episode_workers * (1 + (policy_workers if strategy is PolicyStrategy.PROCESS else 0))
     spin = busy <= cpus
     if strategy is PolicyStrategy.PROCESS:
@@ -156,30 +179,8 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
     gpu_ids = tuple(str(i % gpus) for i in range(episode_workers)) if gpus else ()
     if gpus:
         reasons.append(f"{gpus} GPU(s) assigned round-robin to {episode_workers} worker(s)")
-    return Plan(
-        jobs=jobs,
-        executor=executor,
-        episode_workers=episode_workers,
-        strategy=strategy,
-        policy_workers=policy_workers,
-        blas_threads=blas_threads,
-        spin=spin,
-        gpus=gpu_ids,
-        reasons=tuple(reasons),
-        free_cpus=workload.free_cpus,
-        local_lane=local_lane,
-    )
-
-
-def _agent_level(jobs: int, episode_workers: int, workload: Workload,
-                 reasons: list[str]) -> tuple[PolicyStrategy, int]:
-    """The agent-level strategy and policy workers; a deadline needs a policy thread."""
-    strategy, policy_workers = _strategy(jobs, episode_workers, workload, reasons)
-    if workload.action_deadline and strategy in (PolicyStrategy.INLINE, PolicyStrategy.BATCH):
-        reasons.append("--action-timeout-ms: agents step on a policy thread, so a late "
-                       "action can be replaced (no extra process)")
-        return PolicyStrategy.THREAD, max(1, policy_workers)
-    return strategy, policy_workers
+    return Plan(jobs, executor, episode_workers, strategy, policy_workers, blas_threads, spin,
+                gpu_ids, workload.free_cpus, local_lane, tuple(reasons))
 
 
 def _trimmed(jobs: int, cpus: int, workload: Workload, reasons: list[str]) -> int:
@@ -253,7 +254,7 @@ def _strategy(
 
 
 def _auto_strategy(workload: Workload, spare: int, reasons: list[str]) -> PolicyStrategy:
-    cost = workload.policy_step_s
+    cost = workload.step_s
     if cost is None:
         reasons.append("auto: policy step cost unknown, agents stepped inline")
         return PolicyStrategy.INLINE
@@ -274,15 +275,132 @@ def _auto_strategy(workload: Workload, spare: int, reasons: list[str]) -> Policy
 
 def _too_short_for_workers(workload: Workload, cost: float, spare: int,
                            reasons: list[str]) -> bool:
-    """Whether the whole run's policy work is too little to pay for starting policy
-    workers (then the caller steps agents inline and says why)."""
+    """Whether the run's policy work is too little to pay for starting policy workers."""
     if workload.steps is None:
         return False
-    moved = workload.agents * min(spare, workload.agents - 1) / (1 + min(spare,
-                                                                          workload.agents - 1))
-    saved = cost * workload.steps * max(1, workload.tasks) * moved
+    hosted = min(spare, workload.agents - 1)
+    saved = cost * workload.steps * max(1, workload.tasks) * workload.agents * hosted / (1 + hosted)
     if saved >= 2 * POLICY_WORKER_START_S:
         return False
     reasons.append(f"auto: the run's policy steps would save at most ~{saved:.2f} s on policy "
                    f"workers, less than twice the ~{POLICY_WORKER_START_S:g} s of starting them")
     return True
+
+
+def make_train_plan(work: Workload, free: int, jobs: int | None = None) -> TrainPlan:
+    """Lay out a training run on ``free`` CPUs, within ``jobs`` when given.
+
+    With ``jobs`` the trainer's process is one job, an async learner process another, and
+    every agent trained concurrently beyond the first one more; the rest bounds the
+    environment workers and sets how many environments there are. Workers are then used
+    only where the measured step makes them pay (:func:`choose_env_workers`).
+    """
+    if free < 1 or work.agents < 1 or (jobs is not None and jobs < 1):
+        raise ValueError("free, jobs and agents must be >= 1")
+    reasons: list[str] = []
+    if jobs is None or work.env_workers is not None:
+        learners = work.learners or work.agents
+        train_workers = (work.train_threads or learners) if work.parallel_training else 1
+        budget = work.env_workers
+    else:
+        budget, train_workers = _split_jobs(jobs, work, reasons)
+    num_envs = max(1, budget or 0) * work.envs_per_worker
+    if work.env_workers is not None:
+        env_workers = work.env_workers
+        reasons.append(f"env_workers is given ({env_workers}): jobs ({jobs}) is not split"
+                       if jobs is not None
+                       else f"{env_workers} environment worker(s) as configured")
+    elif work.step_s is None:
+        env_workers = budget or 0
+        if jobs is None:
+            reasons.append("environments step in-process (no step time measured, no --jobs)")
+        elif env_workers:
+            reasons.append(f"{env_workers} environment worker(s) with the remaining jobs")
+        else:
+            reasons.append("no job left for environment workers: environments step in-process")
+    else:
+        env_workers = _measured_workers(work, free, budget, train_workers, num_envs, reasons)
+    if work.foreign_code and env_workers == 0:
+        env_workers = 1
+        reasons.append(FOREIGN_REASON)
+    spin = env_workers > 0 and env_workers + 1 + work.asynchronous <= free
+    step_s = None if work.env_workers is not None else work.step_s
+    return TrainPlan(env_workers, train_workers, spin, num_envs, tuple(reasons), step_s)
+
+
+def _measured_workers(work: Workload, free: int, budget: int | None, train_workers: int,
+                      num_envs: int, reasons: list[str]) -> int:
+    """Environment workers for the measured step, within the free CPUs and the budget."""
+    step_s = work.step_s or 0.0
+    reasons.append(f"one environment step measured {_time(step_s)}: {num_envs} environment(s) "
+                   f"take {_time(num_envs * step_s)} a vector step in-process")
+    if budget == 0:
+        reasons.append("no job left for environment workers: environments step in-process")
+        return 0
+    # an async learner process trains while the environments step: it needs its cores
+    learning = train_workers if work.asynchronous else 0
+    room = free - 1 - learning
+    if room < 1:
+        reasons.append(f"{free} free CPU(s), {1 + learning} kept for the trainer"
+                       f"{' and the learner process' if learning else ''}: no core left for "
+                       "an environment worker: environments step in-process")
+        return 0
+    most = room if budget is None else min(room, budget)
+    workers, why = choose_env_workers(step_s, num_envs, most, work.steps or 0,
+                                      local_share=not work.asynchronous)
+    reasons.append(why)
+    return workers
+
+
+def _split_jobs(jobs: int, work: Workload, reasons: list[str]) -> tuple[int, int]:
+    """(jobs left for environment workers, agents trained at once)."""
+    reasons.append("the trainer's process acts for every agent: 1 job")
+    left = jobs - 1
+    train_workers = 1
+    if work.asynchronous and left > 0:
+        left -= 1
+        reasons.append("async: the learner process trains while collection goes on: 1 job")
+    if work.parallel_training:
+        train_workers = max(1, min(work.agents, left + 1))
+        left -= train_workers - 1
+        reasons.append(f"--parallel-training: {train_workers} agent(s) trained at once")
+    left = max(0, left)
+    reasons.append(f"{left} job(s) left for environment workers: "
+                   f"{max(1, left)} x envs_per_worker {work.envs_per_worker} environments")
+    return left, train_workers
+
+
+def choose_env_workers(step_s: float, num_envs: int, most: int, vector_steps: int,
+                       local_share: bool = True) -> tuple[int, str]:
+    """How many environment workers (at most ``most``) pay for themselves, and why.
+
+    With ``W`` workers the slowest lane steps ``ceil(num_envs / lanes)`` environments (the
+    trainer's process is a lane too with ``local_share``) and each worker adds
+    :data:`PARKED_HANDOFF_S`; workers must save :data:`MIN_GAIN` of the step and, over
+    ``vector_steps``, more than starting them costs.
+    """
+    inline_s = num_envs * step_s
+    best, best_s = 0, inline_s
+    for workers in range(1, most + 1):
+        lanes = min(num_envs, workers + local_share)
+        estimate = math.ceil(num_envs / lanes) * step_s + workers * PARKED_HANDOFF_S
+        if estimate < best_s:
+            best, best_s = workers, estimate
+    handoff = _time(PARKED_HANDOFF_S)
+    if best == 0:
+        return 0, (f"an environment worker would cost more than it saves (handoff "
+                   f"~{handoff} a step): environments step in-process")
+    start_s = FIRST_WORKER_S + (best - 1) * NEXT_WORKER_S
+    saved_s = (inline_s - best_s) * vector_steps - start_s
+    layout = f"{best} environment worker(s) would take ~{_time(best_s)} a step (~{handoff} " \
+             "handoff each)"
+    if inline_s - best_s < MIN_GAIN * inline_s:
+        return 0, f"{layout}, less than {MIN_GAIN:.0%} faster: environments step in-process"
+    if saved_s <= 0:
+        return 0, (f"{layout}, but over {vector_steps} steps that saves less than starting "
+                   f"them (~{start_s:.2f} s): environments step in-process")
+    return best, f"{layout}: ~{saved_s:.1f} s saved over {vector_steps} steps"
+
+
+def _time(seconds: float) -> str:
+    return f"{seconds * 1e6:,.0f} µs" if seconds < 1e-3 else f"{seconds * 1e3:,.1f} ms"

@@ -1,16 +1,10 @@
 """Episodes on persistent worker processes, surviving their workers.
 
-Each worker runs the inline episode path on tasks it receives by pipe, two at a time so it
-never idles. The parent waits on every worker's pipe *and* process sentinel with a
-timeout, so it notices a dead worker at once and a hung episode at its deadline:
-
-- a worker that dies mid-episode (signal, ``os._exit``, segfault) is replaced; its episode
-  is retried in the fresh worker up to ``retries`` times (an episode is a pure function of
-  its seeds, so a retry reproduces the result) and otherwise recorded as failed, naming how
-  the worker ended; episodes queued behind it are requeued, never lost or run twice;
-- an episode past ``episode_timeout_s`` has its worker terminated, then killed, and is
-  recorded as a timeout;
-- a result that cannot be read is recorded as a failure of that episode.
+Each worker runs the inline episode path on tasks sent by pipe, two at a time so it never
+idles; the parent waits on every pipe and process sentinel. A worker that dies mid-episode
+is replaced and its episode retried ``retries`` times (an episode is a pure function of its
+seeds), then recorded as failed; episodes queued behind it are requeued, never lost or run
+twice. An episode past the timeout has its worker terminated and is recorded as a timeout.
 """
 
 from __future__ import annotations
@@ -19,13 +13,13 @@ import collections
 import pickle
 import time
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.context import BaseContext
 from typing import Any
 
 from parcat.core.errors import ConfigError
-from parcat.episode.results import EpisodeResult, failed_result, timed_out_result
+from parcat.episode.results import EpisodeResult, failed_result
 from parcat.episode.rollout import EpisodeTask, TaskList
 from parcat.ipc.process import (
     START_METHODS,
@@ -38,15 +32,13 @@ from parcat.ipc.process import (
     wait_any,
 )
 from parcat.parallel.episode_worker import make_episode_worker
-from parcat.parallel.executors import Executor, ResultCallback
+from parcat.parallel.executors import Executor, ResultCallback, RunState
 from parcat.stepping.config import StepperConfig
 
-PREFETCH = 2
-"""Tasks queued per worker, so a worker never idles waiting for its next task."""
+PREFETCH = 2  # tasks queued per worker, so a worker never idles waiting for its next task
 PARTIAL_WAIT_S = 1.0
 """How long a timed-out worker may take to hand back its episode's partial result."""
-WAIT_S = 0.5
-"""Longest single wait; deadlines and liveness are checked at least this often."""
+WAIT_S = 0.5  # longest single wait; deadlines and liveness are checked at least this often
 
 
 @dataclass(eq=False)  # compared by identity: fields hold processes and pipes
@@ -58,22 +50,11 @@ class _Lane:
     inflight: collections.deque[int] = field(default_factory=collections.deque)
     head_started: float = 0.0
     setup: ErrorReport | bool = False
-    """The reply to the worker's set-up once read: True, or the report of its failure."""
 
 
 class ProcessExecutor(Executor):
-    """Episodes on persistent worker processes; each runs the inline episode path.
-
-    Args:
-        workers: Episode worker processes.
-        stepper: Agent-level strategy inside each worker.
-        start_method: ``forkserver`` (default on Linux) or ``spawn``.
-        blas_threads: BLAS/OpenMP threads per worker.
-        gpus: ``CUDA_VISIBLE_DEVICES`` per worker (round-robin), or empty.
-        trace: Record a timeline.
-        retries: Times an episode whose worker died is run again in a fresh worker.
-        episode_timeout_s: An episode running longer is stopped and recorded as a timeout.
-    """
+    """Episodes on ``workers`` persistent worker processes (``gpus``: a
+    ``CUDA_VISIBLE_DEVICES`` value per worker, round-robin); each runs the inline episode path."""
 
     name = "process"
 
@@ -94,7 +75,7 @@ class ProcessExecutor(Executor):
         self.gpus = tuple(gpus)
         self.trace = trace
         self.retries = retries
-        self.timeout = episode_timeout_s
+        self.timeout_s = episode_timeout_s
         self._start_method = start_method
         self._ctx: BaseContext | None = None  # made with the first worker: see _start
         if start_method is not None and start_method not in START_METHODS:
@@ -124,7 +105,7 @@ class ProcessExecutor(Executor):
         _check_picklable(tasks)
         while len(self._workers) < min(self.num_workers, max(1, len(tasks))):
             self._workers.append(self._start(len(self._workers)))
-        run = _Run(tasks, on_result)
+        run = RunState(tasks, on_result)
         while run.remaining:
             for worker in self._workers:
                 self._feed(worker, run)
@@ -134,7 +115,7 @@ class ProcessExecutor(Executor):
                 self._collect(worker, run)
         return [run.results[i] for i in sorted(run.results)]
 
-    def _feed(self, worker: _Lane, run: _Run) -> None:
+    def _feed(self, worker: _Lane, run: RunState) -> None:
         # queue a second task only while there is work for every worker: at the tail a
         # task queued behind a slow episode would wait while another worker idles
         depth = PREFETCH if len(run.pending) >= len(self._workers) else 1
@@ -149,13 +130,12 @@ class ProcessExecutor(Executor):
                 return  # the worker is dead: _collect notices and requeues
 
     def _next_wait(self, busy: list[_Lane]) -> float:
-        if self.timeout is None or not busy:
+        if self.timeout_s is None or not busy:
             return WAIT_S
-        now = time.monotonic()
-        first_deadline = min(w.head_started + self.timeout for w in busy)
-        return max(0.0, min(WAIT_S, first_deadline - now))
+        first_deadline = min(w.head_started + self.timeout_s for w in busy)
+        return max(0.0, min(WAIT_S, first_deadline - time.monotonic()))
 
-    def _collect(self, worker: _Lane, run: _Run) -> None:
+    def _collect(self, worker: _Lane, run: RunState) -> None:
         while worker.inflight:
             try:
                 if not worker.worker.conn.poll():
@@ -173,10 +153,10 @@ class ProcessExecutor(Executor):
             return
         if not worker.worker.alive or worker.worker.frozen():
             self._lost(worker, run, timed_out=False)
-        elif self.timeout is not None and time.monotonic() - worker.head_started > self.timeout:
+        elif self.overdue(time.monotonic() - worker.head_started):
             self._lost(worker, run, timed_out=True)
 
-    def _receive_one(self, worker: _Lane, run: _Run, message: Any) -> None:
+    def _receive_one(self, worker: _Lane, run: RunState, message: Any) -> None:
         kind, payload = message[0], message[1]
         if worker.setup is False:  # the first reply is the set-up's
             worker.setup = payload if kind == "error" else True
@@ -193,7 +173,7 @@ class ProcessExecutor(Executor):
             self._events.extend(events)
         run.finish(index, result)
 
-    def _lost(self, worker: _Lane, run: _Run, timed_out: bool) -> None:
+    def _lost(self, worker: _Lane, run: RunState, timed_out: bool) -> None:
         """The worker's current episode ended it (death or timeout): replace the worker."""
         index = worker.inflight.popleft()
         task = run.tasks[index]
@@ -207,10 +187,7 @@ class ProcessExecutor(Executor):
         worker.inflight.clear()
         self._workers[self._workers.index(worker)] = self._start(worker.index)
         if timed_out:
-            assert self.timeout is not None
-            run.finish(index, timed_out_result(task, self.timeout, "worker stopped", partial,
-                                               agent))
-            return
+            return run.finish(index, self.timed_out(task, "worker stopped", partial, agent))
         run.attempts[index] += 1
         if run.attempts[index] <= self.retries:
             run.pending.appendleft(index)
@@ -224,11 +201,9 @@ class ProcessExecutor(Executor):
         ))
 
     def worker_pids(self) -> list[int]:
-        """Process ids of the episode workers."""
         return [lane.worker.pid for lane in self._workers if lane.worker.pid]
 
     def trace_events(self) -> list[dict[str, Any]]:
-        """Events shipped back by the workers."""
         events, self._events = self._events, []
         return events
 
@@ -240,54 +215,8 @@ class ProcessExecutor(Executor):
 def _stop_all(workers: list[_Lane], force: bool = False) -> None:
     grace = 0.5 if force else 5.0
     for worker in workers:
-        # busy: SIGTERM makes it clean up and exit
         worker.worker.stop(grace_s=grace, terminate=bool(worker.inflight) or force)
     workers.clear()
-
-
-class _Pending:
-    """Task indices still to send: those sent back (a lost worker's) first, then the
-    next new ones in order; nothing is held per task that was never sent."""
-
-    def __init__(self, total: int) -> None:
-        self.returned: collections.deque[int] = collections.deque()
-        self.next_new = 0
-        self.total = total
-
-    def __len__(self) -> int:
-        return len(self.returned) + self.total - self.next_new
-
-    def popleft(self) -> int:
-        if self.returned:
-            return self.returned.popleft()
-        if self.next_new >= self.total:
-            raise IndexError("no task pending")
-        self.next_new += 1
-        return self.next_new - 1
-
-    def appendleft(self, index: int) -> None:
-        self.returned.appendleft(index)
-
-    def extendleft(self, indices: Iterable[int]) -> None:
-        self.returned.extendleft(indices)
-
-
-class _Run:
-    def __init__(self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None) -> None:
-        self.tasks = tasks
-        self.on_result = on_result
-        self.pending = _Pending(len(tasks))
-        self.results: dict[int, EpisodeResult] = {}
-        self.remaining = len(tasks)
-        self.attempts: collections.Counter[int] = collections.Counter()
-
-    def finish(self, index: int, result: EpisodeResult) -> None:
-        if index in self.results:
-            return  # exactly one record per episode
-        self.results[index] = result
-        self.remaining -= 1
-        if self.on_result is not None:
-            self.on_result(index, result)
 
 
 def _check_picklable(tasks: Sequence[EpisodeTask]) -> None:
@@ -295,12 +224,8 @@ def _check_picklable(tasks: Sequence[EpisodeTask]) -> None:
     if isinstance(tasks, TaskList):
         firsts = [EpisodeTask(m, tasks.policies, tasks.seed, 0) for m in tasks.missions]
     else:
-        firsts = list(tasks)
-    seen: set[int] = set()
+        firsts = list({id(t.mission): t for t in tasks}.values())  # one per mission
     for task in firsts:
-        if id(task.mission) in seen:
-            continue
-        seen.add(id(task.mission))
         try:
             pickle.dumps(task)
         except Exception as exc:
@@ -311,7 +236,7 @@ def _check_picklable(tasks: Sequence[EpisodeTask]) -> None:
 
 
 def _partial_result(worker: Worker, task: EpisodeTask) -> EpisodeResult | None:
-    """SIGTERM a timed-out worker and take what its episode had got (None if nothing came)."""
+    """SIGTERM a timed-out worker and take what its episode had got, if anything."""
     worker.process.terminate()
     try:
         while True:

@@ -1,13 +1,9 @@
 """Episodes as Ray tasks: the same tasks and results as local runs, on a cluster.
 
-Each task runs the inline episode path in a Ray worker (one cached runner per worker
-process). At most ``workers`` tasks are in flight, sized by the planner's CPUs (and GPUs)
-per task. Ray retries a task whose worker died (``max_retries``), and the executor submits
-again an episode whose node died; because an episode is a pure function of its seeds a
-retry reproduces it, and results are de-duplicated by task index. An episode past
-``episode_timeout_s`` is cancelled with ``ray.cancel(force=True)`` and recorded as a
-timeout. With ``trace``, each episode's events are on the track of the node that ran it.
-Connecting to the cluster: :mod:`parcat.core.raycluster`.
+Each task runs the inline episode path in a Ray worker (a runner cached per worker). Ray
+retries a task whose worker died, the executor resubmits one whose node died (an episode is
+a pure function of its seeds), and results are de-duplicated by task index. An episode past
+the timeout is cancelled (``ray.cancel(force=True)``). Traced episodes are on their node's track.
 """
 
 from __future__ import annotations
@@ -21,9 +17,9 @@ from typing import Any
 from parcat.core import raycluster
 from parcat.core.raycluster import import_ray
 from parcat.core.trace import Tracer
-from parcat.episode.results import EpisodeResult, failed_result, timed_out_result
+from parcat.episode.results import EpisodeResult, failed_result
 from parcat.episode.rollout import EpisodeRunner, EpisodeTask
-from parcat.parallel.executors import Executor, ResultCallback
+from parcat.parallel.executors import Executor, ResultCallback, RunState
 from parcat.stepping.config import StepperConfig
 
 __all__ = ["RayExecutor", "import_ray"]
@@ -37,10 +33,7 @@ NODE_TRACK = "ray-node-"
 
 def _run_task(stepper: StepperConfig, task: EpisodeTask, index: int, clock: Any,
               trace: bool) -> tuple[EpisodeResult, list[dict[str, Any]]]:
-    """Body of the Ray task: the inline episode path, with a runner kept per worker.
-
-    Returns the result and, when tracing, the episode's events on the node's track.
-    """
+    """Body of the Ray task: the result and (tracing) the episode's events."""
     global _RUNNER
     if clock is not None:
         clock.started.remote(index)  # the timeout counts from here, not from submission
@@ -54,14 +47,13 @@ def _run_task(stepper: StepperConfig, task: EpisodeTask, index: int, clock: Any,
 
 
 class EpisodeClock:
-    """A Ray actor that notes when episodes start (on its own clock, so machines' clocks
-    need not agree) and says how long each has been running."""
+    """A Ray actor that notes when episodes start, on its own clock (machines' clocks need
+    not agree)."""
 
     def __init__(self) -> None:
         self.starts: dict[int, float] = {}
 
     def started(self, index: int) -> None:
-        """Episode ``index`` starts now."""
         self.starts[index] = time.monotonic()
 
     def running_for(self, indices: list[int]) -> dict[int, float]:
@@ -71,18 +63,9 @@ class EpisodeClock:
 
 
 class RayExecutor(Executor):
-    """Episodes as Ray tasks on a local or remote Ray cluster.
-
-    Args:
-        workers: Tasks in flight at once.
-        stepper: Agent-level strategy inside each task.
-        address: Cluster address (``ray start --head`` prints it); ``None`` starts a local one.
-        cpus_per_task: CPUs Ray reserves per task.
-        gpus_per_task: GPUs Ray reserves per task.
-        retries: Times Ray re-runs a task whose worker died.
-        episode_timeout_s: Cancel an episode running longer.
-        trace: Record a timeline; each episode's track names the node that ran it.
-    """
+    """Episodes as Ray tasks on a local or remote Ray cluster (``address``; ``None`` starts
+    a local one), ``workers`` in flight at once; Ray re-runs a task whose worker died
+    ``retries`` times."""
 
     name = "ray"
 
@@ -95,7 +78,7 @@ class RayExecutor(Executor):
         self._events: list[dict[str, Any]] = []
         self.workers = max(1, workers)
         self.stepper = stepper or StepperConfig()
-        self.timeout = episode_timeout_s
+        self.timeout_s = episode_timeout_s
         self._owns_cluster = raycluster.connect(address, num_cpus=self.workers)
         self._clock: Any = None
         if episode_timeout_s is not None:
@@ -112,35 +95,30 @@ class RayExecutor(Executor):
     def run(
         self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None = None
     ) -> list[EpisodeResult]:
-        """Submit tasks with at most ``workers`` in flight; gather results by index.
-
-        An episode whose node died is submitted again (up to :data:`NODE_LOSSES` times):
-        Ray reports the death once the node is marked dead, so the new task goes to a
-        live node.
-        """
+        """Submit tasks with at most ``workers`` in flight; gather results by index. An
+        episode whose node died (Ray says so once the node is marked dead) is submitted
+        again, up to :data:`NODE_LOSSES` times."""
         ray = self.ray
-        results: dict[int, EpisodeResult] = {}
-        todo = collections.deque(range(len(tasks)))
+        run = RunState(tasks, on_result)
         losses = collections.Counter[int]()
-        inflight: dict[Any, tuple[int, float]] = {}
+        inflight: dict[Any, int] = {}
         stepper_ref = ray.put(self.stepper)
-        while todo or inflight:
-            while todo and len(inflight) < self.workers:
-                index = todo.popleft()
-                ref = self._remote.remote(stepper_ref, tasks[index], index, self._clock,
-                                          self.trace)
-                inflight[ref] = (index, time.monotonic())
+        while run.remaining:
+            while run.pending and len(inflight) < self.workers:
+                index = run.pending.popleft()
+                inflight[self._remote.remote(stepper_ref, tasks[index], index, self._clock,
+                                             self.trace)] = index
             ready, _ = ray.wait(list(inflight), num_returns=1, timeout=0.5)
             for ref in ready:
-                index, _ = inflight.pop(ref)
+                index = inflight.pop(ref)
                 result = self._result(ref, tasks[index], losses[index] < NODE_LOSSES)
                 if result is None:
                     losses[index] += 1
-                    todo.appendleft(index)
+                    run.pending.appendleft(index)
                 else:
-                    self._finish(results, index, result, on_result)
-            self._cancel_late(inflight, tasks, results, on_result)
-        return [results[i] for i in sorted(results)]
+                    run.finish(index, result)
+            self._cancel_late(inflight, run)
+        return [run.results[i] for i in sorted(run.results)]
 
     def _result(self, ref: Any, task: EpisodeTask, resubmit: bool) -> EpisodeResult | None:
         """The task's result; ``None`` when its node died and ``resubmit`` allows a rerun."""
@@ -149,8 +127,7 @@ class RayExecutor(Executor):
             self._events.extend(outcome[1])
             return outcome[0]
         except self.ray.exceptions.TaskCancelledError:
-            assert self.timeout is not None  # only a timeout cancels a task
-            return timed_out_result(task, self.timeout, "cancelled")
+            return self.timed_out(task, "cancelled")  # only a timeout cancels a task
         except self.ray.exceptions.NodeDiedError as exc:
             if resubmit:
                 return None
@@ -161,31 +138,18 @@ class RayExecutor(Executor):
             return failed_result(task, "WorkerError",
                            f"Ray task failed after retries ({kind}): {_first_line(exc)}")
 
-    def _cancel_late(self, inflight: dict[Any, tuple[int, float]], tasks: Sequence[EpisodeTask],
-                     results: dict[int, EpisodeResult],
-                     on_result: ResultCallback | None) -> None:
-        if self.timeout is None or self._clock is None or not inflight:
+    def _cancel_late(self, inflight: dict[Any, int], run: RunState) -> None:
+        if self._clock is None or not inflight:
             return
-        running = self.ray.get(self._clock.running_for.remote(
-            [index for index, _ in inflight.values()]))
-        for ref, (index, _) in list(inflight.items()):
-            if running.get(index, 0.0) > self.timeout:
+        running = self.ray.get(self._clock.running_for.remote(list(inflight.values())))
+        for ref, index in list(inflight.items()):
+            if self.overdue(running.get(index, 0.0)):
                 self.ray.cancel(ref, force=True)
                 del inflight[ref]
-                self._finish(results, index,
-                             timed_out_result(tasks[index], self.timeout, "cancelled"), on_result)
-
-    @staticmethod
-    def _finish(results: dict[int, EpisodeResult], index: int, result: EpisodeResult,
-                on_result: ResultCallback | None) -> None:
-        if index in results:
-            return  # at-least-once delivery: keep the first record of an episode
-        results[index] = result
-        if on_result is not None:
-            on_result(index, result)
+                run.finish(index, self.timed_out(run.tasks[index], "cancelled"))
 
     def trace_events(self) -> list[dict[str, Any]]:
-        """Events shipped back with the results, on each node's track."""
+        """Events shipped back with the results."""
         events, self._events = self._events, []
         return events
 

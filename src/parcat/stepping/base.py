@@ -1,12 +1,8 @@
 """Agent-level strategies: who computes the agents' actions within one episode.
 
-A :class:`Stepper` receives the episode's seats (agent, policy spec, seed) at the start of
-an episode and then maps observations to actions once per step. ``inline`` (here) calls
-every policy in this process; ``thread`` (:mod:`~parcat.stepping.thread`) hands some
-agents to threads (for policies that release the GIL); ``batch``
-(:mod:`~parcat.stepping.batch`) calls ``step_batch`` once for all agents that share a
-stateless policy; ``process`` (:mod:`~parcat.stepping.process`) hands some agents to
-persistent processes through shared memory.
+A :class:`Stepper` gets the episode's seats (agent, policy spec, seed) at its start, then
+maps observations to actions once per step: ``inline`` here, ``thread``, ``batch`` and
+``process`` in the modules of those names.
 """
 
 from __future__ import annotations
@@ -22,8 +18,7 @@ from parcat.ipc.process import ACTING, ErrorReport, acting_marker
 from parcat.policies.base import AgentSpec, Policy
 from parcat.policies.specs import PolicySpec, make_policy
 
-STRAGGLER_WAIT_S = 5.0
-"""How long a new episode waits for a late policy step of the last one."""
+STRAGGLER_WAIT_S = 5.0  # how long a new episode waits for a late policy step of the last one
 
 
 def straggler_wait(action_timeout_s: float | None) -> float:
@@ -39,9 +34,7 @@ class Seat:
     """One agent of one episode: who plays it and with which seed."""
 
     agent: AgentSpec
-    """The agent (id, index, spaces)."""
     spec: PolicySpec
-    """The policy that plays it."""
     seed: int
     """The seed for ``policy.reset``."""
 
@@ -73,14 +66,8 @@ class PolicyCache:
 
     def reset(self, mission: Mission, seats: Sequence[Seat],
               marker: Any = None) -> dict[Any, Policy]:
-        """Policies for ``seats``, each reset with its seed.
-
-        Args:
-            mission: The mission the seats play.
-            seats: The agents to build and reset policies for.
-            marker: This worker's :func:`~parcat.ipc.process.acting_marker`, if any: it
-                names the agent whose policy is being built or reset.
-        """
+        """Policies for ``seats``, each reset with its seed; ``marker`` (a worker's
+        :func:`~parcat.ipc.process.acting_marker`) names the agent being built or reset."""
         policies = {}
         for seat in seats:
             if marker is not None:
@@ -101,7 +88,6 @@ class PolicyCache:
             del self._policies[key]
 
     def clear(self) -> None:
-        """Forget every policy."""
         self._policies.clear()
 
 
@@ -161,5 +147,4 @@ class InlineStepper(Stepper):
         return actions
 
     def close(self) -> None:
-        """Forget the policies."""
         self.cache.clear()

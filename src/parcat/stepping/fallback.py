@@ -1,10 +1,13 @@
-"""Moving a worker's agents back into this process mid-episode: their policies rebuilt here.
+"""The policy-worker fallback: whether handing agents to policy workers still pays, and
+moving the workers' agents back into this process when it does not.
 
-A policy's state (its generator, its memory) lives in the worker that stepped it. Rather
-than ask foreign code to be picklable, the policies are built here, reset with the
-episode's seeds and fed the observations the workers' policies read, step by step. Each
-action they give must encode to the bytes the worker wrote; otherwise (a policy that is
-not a function of its seed and observations) the agents stay on the workers.
+:class:`Payoff` compares each window of steps' wall time with an estimate of stepping every
+agent inline: the local agents' wall time plus the CPU time the workers report for theirs,
+stretched as this process's own CPU time is stretched into wall time on a loaded machine.
+When a whole window was lost, the workers' policies are rebuilt here (:func:`rebuild`):
+reset with the episode's seeds and fed what the workers' policies read (:class:`StepHistory`),
+each action checked against the bytes the worker wrote, so results stay unchanged; a policy
+that is not a function of its seed and observations stays on its worker.
 """
 
 from __future__ import annotations
@@ -21,9 +24,54 @@ from parcat.ipc.shm import Codec
 from parcat.policies.base import Policy
 from parcat.stepping.base import PolicyCache, Seat
 
+CHECK_STEPS = 128  # steps in one window of the comparison
+PAYOFF_RATIO = 1.0
+"""Fall back when a window's wall time exceeds this many times its inline estimate."""
+MAX_STRETCH = 10.0  # the most the inline estimate stretches CPU time into wall time
 HISTORY_STEPS = 4096
 """Steps of an episode kept to rebuild its workers' policies; a later fallback waits for the
 next episode."""
+
+
+class Payoff:
+    """Sums a window's wall time and inline estimate; says when the window was lost (its
+    wall time over ``ratio`` times the estimate; 0 forces a fallback at the first check)."""
+
+    def __init__(self, check_steps: int = CHECK_STEPS, ratio: float = PAYOFF_RATIO) -> None:
+        if check_steps < 1 or ratio < 0:
+            raise ValueError("check_steps must be >= 1 and ratio >= 0")
+        self.check_steps = check_steps
+        self.ratio = ratio
+        self._restart()
+        self.verdict = ""
+        """Why the last lost window was lost (for the note)."""
+
+    def add(self, wall_s: float, local_wall_s: float, local_cpu_s: float,
+            worker_cpu_s: float) -> bool:
+        """Count one step (its wall time, the local agents' wall and CPU time, the workers'
+        reported CPU time); True when it closes a lost window."""
+        self.steps += 1
+        self.wall_s += wall_s
+        self.local_wall_s += local_wall_s
+        self.local_cpu_s += local_cpu_s
+        self.worker_cpu_s += worker_cpu_s
+        if self.steps < self.check_steps:
+            return False
+        stretch = 1.0
+        if self.local_cpu_s > 0:
+            stretch = min(MAX_STRETCH, max(1.0, self.local_wall_s / self.local_cpu_s))
+        inline_s = self.local_wall_s + stretch * self.worker_cpu_s
+        lost = self.wall_s > self.ratio * inline_s
+        if lost:
+            n = self.steps
+            self.verdict = (f"{self.wall_s / n * 1e3:.3f} ms a step with policy workers vs "
+                            f"{inline_s / n * 1e3:.3f} ms estimated inline over {n} steps")
+        self._restart()
+        return lost
+
+    def _restart(self) -> None:
+        self.steps = 0
+        self.wall_s = self.local_wall_s = self.local_cpu_s = self.worker_cpu_s = 0.0
 
 
 @dataclass
@@ -36,7 +84,6 @@ class StepHistory:
     """False once the episode ran past ``limit`` (its agents cannot move mid-episode)."""
 
     def clear(self) -> None:
-        """Forget the last episode."""
         self.steps = []
         self.complete = True
 
@@ -49,25 +96,15 @@ class StepHistory:
         return self.complete
 
     def add(self, obs: dict[Any, Any], actions: dict[Any, np.ndarray]) -> None:
-        """Record one step."""
         self.steps.append((obs, actions))
 
 
 def rebuild(cache: PolicyCache, mission: Mission, seats: Sequence[Seat],
             codecs: dict[Any, Codec], steps: Sequence[tuple[dict[Any, Any], dict[Any, Any]]],
             marker: Any = None) -> dict[Any, Policy] | None:
-    """The seats' policies, in the state the episode so far left them; ``None`` when an
-    action they give differs from the worker's.
-
-    Args:
-        cache: Where the policies are built (and kept for later episodes).
-        mission: The episode's mission.
-        seats: The agents to move here.
-        codecs: Each agent's action codec.
-        steps: Per step, each live agent's observation (as its worker read it) and its
-            encoded action.
-        marker: This process's acting marker, if any (see :class:`PolicyCache`).
-    """
+    """The seats' policies (built in ``cache``) in the state the episode's ``steps`` left
+    them; ``None`` when an action they give differs from the worker's (``codecs``: each
+    agent's action codec)."""
     try:
         policies = cache.reset(mission, seats, marker)
         scratch = {a: np.zeros(c.shape, c.dtype) for a, c in codecs.items()}

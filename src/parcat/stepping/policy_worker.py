@@ -1,9 +1,7 @@
 """The policy worker process: hosts some agents of each episode for :mod:`.process`.
 
-Between commands it waits for a step request in shared memory (spinning while the plan
-allows a spinner per core, parked on its pipe otherwise), steps its agents' policies and
-flags the actions done. Its one command, ``episode``, sets up the agents of a new episode;
-a policy that raises is reported with the agent and its traceback.
+Its command ``episode`` sets up a new episode's agents; between commands it serves step
+requests in shared memory. A policy that raises is reported with the agent and traceback.
 """
 
 from __future__ import annotations
@@ -67,6 +65,7 @@ class _PolicyHost:
             cause = exc.__cause__ if exc.__cause__ is not None else exc
             report = ErrorReport.from_exception(cause, getattr(exc, "agent", None))
             raise ReportedError(report) from None
+
     def _step(self, serving: Serving) -> None:
         block = self.block
         assert block is not None

@@ -1,21 +1,15 @@
 """The ``process`` agent-level strategy: persistent policy workers and shared memory.
 
-The episode's process keeps one share of the agents and hands the others to policy
-workers. Each step it writes the workers' observations into shared memory and raises
-their request flags (all dispatched before any is awaited), steps its own agents, then
-waits for the done flags and reads the actions (see :mod:`parcat.ipc.handoff`). The
-workers run :func:`~parcat.stepping.policy_worker.make_policy_worker`.
-
-While it runs it compares each step's wall time with an estimate of stepping every agent
-here (:mod:`parcat.stepping.payoff`). When a whole window of steps was lost to the
-handoffs (a loaded machine, or policies too quick to hand off), the workers' agents move
-here for the rest of the run: mid-episode, their policies are rebuilt by replaying the
-episode so far and checked action by action against what the workers did, so the results
-stay those of the sequential run; an episode too long to replay moves at its end.
+The episode's process keeps one share of the agents and hands the others to policy workers
+(:mod:`~parcat.stepping.policy_worker`): each step it writes their observations to shared
+memory and raises every request flag before it steps its own agents, then reads the actions
+(:mod:`parcat.ipc.handoff`). When a window of steps was lost to the handoffs, the workers'
+agents move here for the rest of the run (:mod:`parcat.stepping.fallback`).
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 import warnings
 from collections.abc import Sequence
@@ -36,8 +30,14 @@ from parcat.ipc.process import (
 from parcat.ipc.shm import Codec, SlotBlock
 from parcat.policies.builtin import noop_action
 from parcat.stepping.base import InlineStepper, PolicyStepError, Seat, straggler_wait
-from parcat.stepping.fallback import HISTORY_STEPS, StepHistory, rebuild
-from parcat.stepping.payoff import CHECK_STEPS, PAYOFF_RATIO, Payoff
+from parcat.stepping.fallback import (
+    CHECK_STEPS,
+    HISTORY_STEPS,
+    PAYOFF_RATIO,
+    Payoff,
+    StepHistory,
+    rebuild,
+)
 from parcat.stepping.policy_worker import make_policy_worker
 
 SETUP_TIMEOUT_S = 120.0
@@ -63,39 +63,20 @@ class _Host:
 
 
 class ProcessStepper(InlineStepper):
-    """Agents' policies in persistent worker processes, observations through shared memory.
-
-    Args:
-        workers: Policy worker processes (the calling process steps a share too).
-        spin: Spin on shared-memory flags (only when busy processes <= cores).
-        action_timeout_s: A worker later than this gets the default action for its agents.
-        start_method: ``forkserver`` or ``spawn``.
-        blas_threads: BLAS/OpenMP threads in each worker.
-        tracer: Records when each worker computed its agents' steps.
-        fallback: Move the workers' agents here when the handoffs cost more than they
-            save (never with ``action_timeout_s``: only a worker's step can be late).
-        check_steps: Steps in one window of that comparison.
-        payoff_ratio: A window is lost when its wall time exceeds this many times the
-            inline estimate (0 forces the fallback at the first check).
-        history_steps: Steps of an episode kept to move its agents here mid-episode; a
-            longer episode moves them when it ends.
-    """
+    """Agents' policies in ``workers`` persistent worker processes (this process steps a
+    share too), observations through shared memory. A worker later than
+    ``action_timeout_s`` gets the default action for its agents. ``fallback`` moves the
+    workers' agents here when the handoffs cost more than they save (never with a
+    deadline); ``check_steps``, ``payoff_ratio`` and ``history_steps`` tune it
+    (:mod:`parcat.stepping.fallback`)."""
 
     name = "process"
 
-    def __init__(
-        self,
-        workers: int,
-        spin: bool = True,
-        action_timeout_s: float | None = None,
-        start_method: str | None = None,
-        blas_threads: int = 1,
-        tracer: Tracer | None = None,
-        fallback: bool = True,
-        check_steps: int = CHECK_STEPS,
-        payoff_ratio: float = PAYOFF_RATIO,
-        history_steps: int = HISTORY_STEPS,
-    ) -> None:
+    def __init__(self, workers: int, spin: bool = True, action_timeout_s: float | None = None,
+                 start_method: str | None = None, blas_threads: int = 1,
+                 tracer: Tracer | None = None, fallback: bool = True,
+                 check_steps: int = CHECK_STEPS, payoff_ratio: float = PAYOFF_RATIO,
+                 history_steps: int = HISTORY_STEPS) -> None:
         super().__init__()
         self.num_workers = max(1, workers)
         self.spin = spin
@@ -114,10 +95,7 @@ class ProcessStepper(InlineStepper):
         self._mission: Mission | None = None
         self._inline_all = False
         self._move_at_episode_end = False
-        self.notes: list[str] = []
-        """One line per decision to stop using the workers (or to keep them regardless)."""
-
-    # -- episode set-up -------------------------------------------------------------
+        self.notes: list[str] = []  # each decision to stop using the workers, or not to
 
     def start(self, mission: Mission, seats: Sequence[Seat]) -> None:
         """Share the seats out, send each worker its own, and reset the local ones."""
@@ -203,12 +181,8 @@ class ProcessStepper(InlineStepper):
             raise PolicyStepError(report.agent, "reset", report)
         moved = worker.seats
         for name in sorted({s.spec.name for s in moved} - self._inline_specs):
-            warnings.warn(
-                f"policy '{name}' cannot run in a policy worker ({report.summary}); "
-                "stepping it inline",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+            warnings.warn(f"policy '{name}' cannot run in a policy worker ({report.summary}); "
+                          "stepping it inline", RuntimeWarning, stacklevel=2)
             self._inline_specs.add(name)
         worker.seats = []
         self._send_episode(worker, mission)
@@ -218,8 +192,6 @@ class ProcessStepper(InlineStepper):
             except (WorkerLostError, WorkerRaisedError):
                 self._lost(worker)
         return moved
-
-    # -- stepping -------------------------------------------------------------------
 
     def act(self, obs: dict[Any, Any], live: Sequence[Any]) -> dict[Any, Any]:
         """Dispatch every worker, step the local agents, then collect the workers' actions."""
@@ -375,11 +347,9 @@ class ProcessStepper(InlineStepper):
         self._replace(worker)
 
     def worker_pids(self) -> list[int]:
-        """Process ids of the policy workers."""
         return [h.worker.pid for h in self._workers if h.worker.pid]
 
     def late_actions(self) -> dict[Any, int]:
-        """Late steps per agent in this episode."""
         return dict(self._late)
 
     def _drain(self, worker: _Host, timeout: float) -> bool:
@@ -389,8 +359,6 @@ class ProcessStepper(InlineStepper):
                 return False
             time.sleep(0.001)
         return True
-
-    # -- shutdown -------------------------------------------------------------------
 
     def _stop(self, worker: _Host) -> None:
         worker.worker.stop()
@@ -410,9 +378,5 @@ class ProcessStepper(InlineStepper):
 def _split(items: list[Seat], parts: int) -> list[list[Seat]]:
     """Contiguous, as even as possible, earlier parts larger."""
     size, extra = divmod(len(items), parts)
-    out, start = [], 0
-    for i in range(parts):
-        end = start + size + (1 if i < extra else 0)
-        out.append(items[start:end])
-        start = end
-    return out
+    bounds = [i * size + min(i, extra) for i in range(parts + 1)]
+    return [items[a:b] for a, b in itertools.pairwise(bounds)]

@@ -18,15 +18,8 @@ from parcat.stepping.base import InlineStepper, PolicyStepError, Seat, straggler
 
 
 class DaemonThreadPool:
-    """A fixed pool of daemon threads running submitted calls.
-
-    Unlike ``ThreadPoolExecutor``, whose threads the interpreter joins at exit, a thread
-    stuck in user code (a hung policy or environment) never keeps parcat from exiting.
-
-    Args:
-        workers: Threads in the pool.
-        name: Prefix of the threads' names.
-    """
+    """A fixed pool of daemon threads running submitted calls: unlike
+    ``ThreadPoolExecutor``'s, a thread stuck in user code never keeps parcat from exiting."""
 
     def __init__(self, workers: int, name: str) -> None:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -80,14 +73,9 @@ class DaemonThreadPool:
 
 
 class ThreadStepper(InlineStepper):
-    """Some agents' policies run on threads while this thread steps its own share.
-
-    Only pays off for policies that release the GIL (numpy on large arrays, torch).
-
-    Args:
-        threads: Worker threads besides the calling one.
-        action_timeout_s: A policy later than this gets the default action for the step.
-    """
+    """Some agents' policies on ``threads`` threads while this thread steps its own share
+    (pays only for policies that release the GIL). A policy later than ``action_timeout_s``
+    gets the default action for the step."""
 
     name = "thread"
 
@@ -152,7 +140,6 @@ class ThreadStepper(InlineStepper):
         return self._defaults[agent_id]
 
     def late_actions(self) -> dict[Any, int]:
-        """Late steps per agent in this episode."""
         return dict(self._late)
 
     def close(self) -> None:

@@ -1,0 +1,171 @@
+"""``RunOptions`` (where and how to run, never what) and the plan they make for a run.
+
+:func:`plan_run` gathers the planner's inputs (CPUs, GPUs, agents, limits, the measured
+cost of a policy step) and returns a :class:`~parcat.parallel.planner.Plan` that carries
+everything the executor and its workers need (:func:`~parcat.parallel.executors.make_executor`).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from parcat.core.errors import ConfigError
+from parcat.core.raycluster import Backend
+from parcat.core.resources import available_cpus, free_cpus, pids_headroom, visible_gpus
+from parcat.envs.missions import Mission, is_foreign
+from parcat.ipc.process import TASKS_PER_WORKER, StartMethod
+from parcat.parallel.calibration import measure_in_a_worker, measure_policy_step
+from parcat.parallel.planner import ExecutorKind, Plan, PolicyStrategy, Workload, make_plan
+from parcat.policies.specs import PolicySpec, foreign_code
+
+# Backend and StartMethod are the words of RunOptions; they are defined where they are used
+__all__ = ["Backend", "RunOptions", "StartMethod", "first_foreign_code", "plan_run",
+           "process_limit"]
+
+FDS_PER_WORKER = 8
+"""Open files a worker costs its parent (pipe, sentinel, shared memory), with margin."""
+FDS_RESERVED = 64  # open files kept for everything else (imports, the results file, the terminal)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Where and how to run, independent of what is run (never changes the results)."""
+
+    jobs: int | None = None
+    """Worker budget; ``None`` means the CPUs this process may use."""
+    executor: ExecutorKind = ExecutorKind.AUTO
+    parallel_policy: bool = False
+    """Agent-level parallelism within episodes."""
+    policy_strategy: PolicyStrategy = PolicyStrategy.AUTO
+    action_timeout_ms: float | None = None
+    """Late actions are replaced by the mission's default action."""
+    gpus: int | None = None
+    """GPUs to use; ``None`` detects them."""
+    start_method: StartMethod | None = None
+    """``None``: ``forkserver`` where the platform has it."""
+    trace: bool = False
+    retries: int = 1
+    """Times an episode whose worker died is run again in a fresh worker."""
+    episode_timeout_s: float | None = None
+    """Episodes running longer are stopped and recorded as timeouts."""
+    fail_fast: bool = False
+    address: str | None = None
+    """Ray cluster address with the Ray executor (``None``: start a local cluster)."""
+
+    def __post_init__(self) -> None:
+        # accept the CLI's words from Python too: RunOptions(policy_strategy="process")
+        for name, kind in (("executor", ExecutorKind), ("policy_strategy", PolicyStrategy),
+                           ("start_method", StartMethod)):
+            value = getattr(self, name)
+            if value is None and name == "start_method":
+                continue
+            try:
+                object.__setattr__(self, name, kind(value))
+            except ValueError:
+                valid = ", ".join(k.value for k in kind)
+                flag = name.replace("_", "-")
+                raise ConfigError(f"--{flag} must be one of {valid}, got {value!r}") from None
+        if self.address is not None and self.executor is not ExecutorKind.RAY:
+            raise ConfigError("--address needs --backend ray")
+        if self.episode_timeout_s is not None and self.executor is ExecutorKind.THREAD:
+            raise ConfigError(
+                "--episode-timeout cannot stop an episode on a thread; use --executor "
+                "inline, process, ray or auto"
+            )
+        if self.retries < 0:
+            raise ConfigError(f"--retries must be >= 0, got {self.retries}")
+        if self.episode_timeout_s is not None and not self.episode_timeout_s > 0:
+            raise ConfigError(f"--episode-timeout must be > 0, got {self.episode_timeout_s}")
+        if self.jobs is not None and (not isinstance(self.jobs, int) or self.jobs < 1):
+            raise ConfigError(f"--jobs must be an integer >= 1, got {self.jobs!r}")
+        if self.gpus is not None and self.gpus < 0:
+            raise ConfigError(f"--gpus must be >= 0, got {self.gpus}")
+        if self.action_timeout_ms is not None and not self.action_timeout_ms > 0:
+            raise ConfigError(f"--action-timeout-ms must be > 0, got {self.action_timeout_ms}")
+        if self.action_timeout_ms is not None and not self.parallel_policy:
+            raise ConfigError(
+                "--action-timeout-ms needs --parallel-policy: only a policy worker's late "
+                "action can be replaced (inline steps cannot be interrupted)"
+            )
+
+    @property
+    def start_method_name(self) -> str | None:
+        """``start_method`` as multiprocessing names it (``None``: the default)."""
+        return None if self.start_method is None else self.start_method.value
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (the ``execution`` section of a results document)."""
+        return {f.name: v.value if isinstance(v := getattr(self, f.name), enum.Enum) else v
+                for f in fields(self) if f.name != "trace"}
+
+
+def plan_run(
+    missions: tuple[Mission, ...], policies: tuple[PolicySpec, ...], tasks: int,
+    options: RunOptions, measure: bool = True,
+) -> Plan:
+    """The plan for this run: its inputs gathered, the planner asked, the options carried."""
+    cpus = available_cpus()
+    step_s = None
+    foreign = first_foreign_code(missions, policies)
+    if measure and options.parallel_policy and options.policy_strategy is PolicyStrategy.AUTO:
+        # code from outside parcat is timed in a worker, where an exit cannot end the run
+        step_s = (measure_policy_step(missions[0], policies) if foreign is None
+                  else measure_in_a_worker(missions[0], policies, options.start_method_name))
+    workload = Workload(
+        tasks=tasks,
+        agents=max(len(m.agents()) for m in missions),
+        parallel_policy=options.parallel_policy,
+        strategy=options.policy_strategy,
+        executor=options.executor,
+        step_s=step_s,
+        batchable=any(p.target in ("mlp", "noop") for p in policies),
+        isolate=options.episode_timeout_s is not None,
+        foreign_code=foreign,
+        action_deadline=options.action_timeout_ms is not None,
+        max_processes=process_limit(),
+        steps=max(m.max_steps for m in missions),
+        # what other processes leave free now: only an auto plan follows it
+        free_cpus=free_cpus(cpus) if options.executor is ExecutorKind.AUTO else None,
+    )
+    gpus = visible_gpus() if options.gpus is None else options.gpus
+    timeout_ms = options.action_timeout_ms
+    return replace(
+        make_plan(options.jobs or cpus, cpus, gpus, workload),
+        start_method=options.start_method_name, trace=options.trace, retries=options.retries,
+        episode_timeout_s=options.episode_timeout_s, address=options.address,
+        action_timeout_s=None if timeout_ms is None else timeout_ms / 1000,
+    )
+
+
+def first_foreign_code(missions: tuple[Mission, ...],
+                       policies: tuple[PolicySpec, ...]) -> str | None:
+    """The first environment or policy reference from outside parcat, if any."""
+    for mission in missions:
+        if is_foreign(mission):
+            return mission.env
+        for spec in policies:
+            reference = foreign_code(spec, mission)
+            if reference is not None:
+                return reference
+    return None
+
+
+def process_limit() -> int | None:
+    """Worker processes the limits leave room for: open files (pipes, sentinels, blocks)
+    and the pids cgroup (processes and threads)."""
+    limits = []
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY:
+            limits.append(max(1, (soft - FDS_RESERVED) // FDS_PER_WORKER))
+    except (ImportError, OSError, ValueError):
+        pass
+    headroom = pids_headroom()
+    if headroom is not None:
+        # the fork server and the resource tracker come first
+        limits.append(max(1, (headroom - 2) // TASKS_PER_WORKER))
+    return min(limits) if limits else None
