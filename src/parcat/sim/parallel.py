@@ -226,10 +226,8 @@ def _collect(env: _Child) -> WorldResult:
 
 def _poll(child: _Child) -> tuple[Any, ...] | None:
     """The child's next message, if one is waiting (``None`` on a broken pipe too)."""
+    conn = child.worker.conn
     try:
-        if child.worker.conn.poll():
-            message: tuple[Any, ...] = child.worker.conn.recv()
-            return message
+        return conn.recv() if conn.poll() else None
     except (EOFError, OSError):
-        pass
-    return None
+        return None
