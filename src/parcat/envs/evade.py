@@ -109,10 +109,8 @@ class EvadeEnv(BuiltinEnv, name="evade"):
         except (TypeError, ValueError):
             pos = np.zeros(0)
         if pos.shape != self._pos.shape or (pos < 0).any() or (pos > self.arena).any():
-            raise MissionError(
-                f"evade: option 'positions' must hold {len(self.possible_agents)} (x, y) pairs "
-                f"inside [0, {self.arena:g}], got {brief(positions)}"
-            )
+            raise MissionError(f"evade: option 'positions' must hold {len(self.possible_agents)} "
+                               f"(x, y) pairs inside [0, {self.arena:g}], got {brief(positions)}")
         return pos
 
     def _advance(self, actions: dict[str, Any]) -> tuple[NDArray[np.float64], bool]:
