@@ -119,7 +119,7 @@ class EvadeEnv(BuiltinEnv, name="evade"):
         norm = np.sqrt((wish * wish).sum(axis=1, keepdims=True))
         speed = self._speeds[:, None]
         target = self._pos + wish / np.maximum(norm, 1.0) * (speed * self.dt)
-        # np.minimum/np.maximum: half the cost of np.clip on arrays this small.
+        # np.minimum/np.maximum: cheaper than np.clip on arrays this small
         moved = np.minimum(np.maximum(target, 0.0), self.arena)
         self._vel = np.minimum(np.maximum((moved - self._pos) / self.dt, -speed), speed)
         self._pos = moved

@@ -37,11 +37,7 @@ class HarvestEnv(BuiltinEnv, name="harvest"):
     (dy, dx) to the base centre divided by ``size``. :meth:`window` and :meth:`extras` split
     it. Actions: 0 noop, 1 up, 2 down, 3 left, 4 right. Reset options for a hand-built start:
     ``"agent_cells"`` (one ``(row, col)`` per agent), ``"resource_cells"`` (``resources``
-    distinct free cells).
-
-    Args:
-        size: Side of the square map in cells, wall border included.
-        view: Window radius.
+    distinct free cells). ``size`` is the side of the map in cells, wall border included.
     """
 
     def __init__(self, *, size: int = 16, agents: int = 4, resources: int = 12, view: int = 2,

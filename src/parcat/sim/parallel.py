@@ -173,7 +173,7 @@ def _monitor(children: list[_Child], block: SimBlock, config: SimConfig, t0_ns: 
         step = int(block.header[H_STEP])
         for child in children:
             reply = _reply(child, step)
-            if reply is not None and child is children[0]:  # an agent's: it stopped with us
+            if reply is not None and child is children[0]:  # an agent replies only once stopped
                 result: WorldResult = reply[1]
                 return result
         now = time.monotonic()
