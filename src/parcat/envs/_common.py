@@ -55,10 +55,9 @@ def require_observation_size(env: str, agents: int, length: int, fix: str) -> No
     step, before they are allocated; ``fix`` says what to lower."""
     total = agents * length
     if total > MAX_OBSERVATION_FLOATS:
-        raise MissionError(
-            f"{env}: {agents:,} agents observing {length:,} numbers each make {total:,} numbers "
-            f"a step, more than the limit of {MAX_OBSERVATION_FLOATS:,}; use {fix}"
-        )
+        raise MissionError(f"{env}: {agents:,} agents observing {length:,} numbers each make "
+                           f"{total:,} numbers a step, more than the limit of "
+                           f"{MAX_OBSERVATION_FLOATS:,}; use {fix}")
 
 
 class BuiltinEnv(ABC):

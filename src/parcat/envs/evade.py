@@ -109,10 +109,8 @@ class EvadeEnv(BuiltinEnv, name="evade"):
         except (TypeError, ValueError):
             pos = np.zeros(0)
         if pos.shape != self._pos.shape or (pos < 0).any() or (pos > self.arena).any():
-            raise MissionError(
-                f"evade: option 'positions' must hold {len(self.possible_agents)} (x, y) pairs "
-                f"inside [0, {self.arena:g}], got {brief(positions)}"
-            )
+            raise MissionError(f"evade: option 'positions' must hold {len(self.possible_agents)} "
+                               f"(x, y) pairs inside [0, {self.arena:g}], got {brief(positions)}")
         return pos
 
     def _advance(self, actions: dict[str, Any]) -> tuple[NDArray[np.float64], bool]:
@@ -121,7 +119,7 @@ class EvadeEnv(BuiltinEnv, name="evade"):
         norm = np.sqrt((wish * wish).sum(axis=1, keepdims=True))
         speed = self._speeds[:, None]
         target = self._pos + wish / np.maximum(norm, 1.0) * (speed * self.dt)
-        # np.minimum/np.maximum: half the cost of np.clip on arrays this small.
+        # np.minimum/np.maximum: cheaper than np.clip on arrays this small
         moved = np.minimum(np.maximum(target, 0.0), self.arena)
         self._vel = np.minimum(np.maximum((moved - self._pos) / self.dt, -speed), speed)
         self._pos = moved

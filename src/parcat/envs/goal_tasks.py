@@ -101,10 +101,9 @@ class GoalTasksEnv(BuiltinEnv, name="goal_tasks"):
             ok = False
         if not ok or not np.isfinite(values).all():
             within = f" with goals within radius {self.goal_radius:g}" if key == "goals" else ""
-            raise MissionError(
-                f"goal_tasks: task must be {{'kind': '{self.task_kind}', '{key}': "
-                f"[one per agent, {self.num_agents} in all]}}{within}, got {brief(task)}"
-            )
+            raise MissionError(f"goal_tasks: task must be {{'kind': '{self.task_kind}', '{key}': "
+                               f"[one per agent, {self.num_agents} in all]}}{within}, got "
+                               f"{brief(task)}")
         self.task = {"kind": self.task_kind, key: values.tolist()}
         if key == "goals":
             return values

@@ -37,11 +37,7 @@ class HarvestEnv(BuiltinEnv, name="harvest"):
     (dy, dx) to the base centre divided by ``size``. :meth:`window` and :meth:`extras` split
     it. Actions: 0 noop, 1 up, 2 down, 3 left, 4 right. Reset options for a hand-built start:
     ``"agent_cells"`` (one ``(row, col)`` per agent), ``"resource_cells"`` (``resources``
-    distinct free cells).
-
-    Args:
-        size: Side of the square map in cells, wall border included.
-        view: Window radius.
+    distinct free cells). ``size`` is the side of the map in cells, wall border included.
     """
 
     def __init__(self, *, size: int = 16, agents: int = 4, resources: int = 12, view: int = 2,
@@ -109,9 +105,8 @@ class HarvestEnv(BuiltinEnv, name="harvest"):
             self._cells = self._cells_from(options["agent_cells"], self.num_agents, "agent_cells")
         self._resource_layer[:] = 0.0
         if "resource_cells" in options:
-            spots = self._cells_from(
-                options["resource_cells"], self.num_resources, "resource_cells"
-            )
+            spots = self._cells_from(options["resource_cells"], self.num_resources,
+                                     "resource_cells")
             if not self._free_mask[spots].all() or len(set(spots.tolist())) != len(spots):
                 raise MissionError("harvest: option 'resource_cells' must be distinct free cells")
         else:
@@ -124,10 +119,8 @@ class HarvestEnv(BuiltinEnv, name="harvest"):
         except (TypeError, ValueError):
             rc = np.zeros((0, 2), dtype=np.intp)
         if len(rc) != count or (rc < 1).any() or (rc > self.size - 2).any():
-            raise MissionError(
-                f"harvest: option '{option}' must hold {count} (row, col) cells inside the "
-                f"walls (1..{self.size - 2}), got {brief(cells)}"
-            )
+            raise MissionError(f"harvest: option '{option}' must hold {count} (row, col) cells "
+                               f"inside the walls (1..{self.size - 2}), got {brief(cells)}")
         result: NDArray[np.intp] = (rc[:, 0] + self.view) * self._width + rc[:, 1] + self.view
         return result
 

@@ -29,7 +29,6 @@ class AgentFailure(Exception):
         super().__init__(f"{describe_agent(agent)} raised at env step {step}: "
                          f"{type(cause).__name__}: {cause}")
         self.agent = agent
-        self.step = step
         self.cause = cause
 
 

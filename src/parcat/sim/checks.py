@@ -128,21 +128,15 @@ def redact(message: str, values: Iterable[Any]) -> str:
 
 
 def _scalars(values: Iterable[Any]) -> Iterator[Any]:
-    """Every scalar in ``values``, nested mappings (keys too) and lists included."""
-    stack = [iter(values)]
-    while stack:
-        value = next(stack[-1], _END)
-        if value is _END:
-            stack.pop()
-        elif isinstance(value, Mapping):
-            stack.append(iter([*value.keys(), *value.values()]))
+    """Every scalar in ``values``, nested mappings (keys too) and lists included (the YAML
+    reader caps their depth)."""
+    for value in values:
+        if isinstance(value, Mapping):
+            yield from _scalars([*value.keys(), *value.values()])
         elif isinstance(value, list | tuple):
-            stack.append(iter(value))
+            yield from _scalars(value)
         else:
             yield value
-
-
-_END = object()
 
 
 def spec_parts(text: str) -> list[str]:

@@ -42,17 +42,15 @@ def check_size(config: SimConfig, where: str, iters_key: str) -> None:
     :data:`MAX_RECORD_BYTES`; messages name ``iters_key`` (``'iters'`` or ``--iters``)."""
     if config.iters * config.period > MAX_DURATION_S:
         most = int(MAX_DURATION_S / config.period)
-        raise ConfigError(
-            f"{where}: {iters_key} times 'environment.period' is longer than "
-            f"{MAX_DURATION_S / 86400:g} days; at most {most:,} steps fit at this period"
-        )
+        raise ConfigError(f"{where}: {iters_key} times 'environment.period' is longer than "
+                          f"{MAX_DURATION_S / 86400:g} days; at most {most:,} steps fit at this "
+                          "period")
     per_step = step_bytes(config)
     if config.iters * per_step > MAX_RECORD_BYTES:
         most = MAX_RECORD_BYTES // per_step
-        raise ConfigError(
-            f"{where}: the record of {iters_key} steps would exceed "
-            f"{MAX_RECORD_BYTES / 1024**3:g} GiB; at most {most:,} steps fit for these agents"
-        )
+        raise ConfigError(f"{where}: the record of {iters_key} steps would exceed "
+                          f"{MAX_RECORD_BYTES / 1024**3:g} GiB; at most {most:,} steps fit for "
+                          "these agents")
 
 
 def check_agents(config_agents: int, listed: int, where: str, mission: str) -> None:

@@ -27,7 +27,6 @@ from parcat.core.errors import WorkerError
 from parcat.ipc.process import (
     SHUTTING_DOWN,
     ErrorReport,
-    Handlers,
     Worker,
     get_context,
     start_worker,
@@ -131,10 +130,12 @@ def _run(config: SimConfig, block: SimBlock, held: set[int | signal.Signals],
     try:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a held signal is raised here
         ctx = get_context(start_method)
-        children.append(_start(ctx, "the environment", make_env, (config, block.name, fast)))
+        env = start_worker(make_env, (config, block.name, fast), "parcat-sim-env", ctx=ctx)
+        children.append(_Child("the environment", env))
         for slot, agent in enumerate(config.process_agents):
-            children.append(_start(ctx, describe_agent(agent), make_agent,
-                                   (config, slot, block.name)))
+            worker = start_worker(make_agent, (config, slot, block.name),
+                                  f"parcat-sim-agent-{slot}", ctx=ctx)
+            children.append(_Child(describe_agent(agent), worker))
         _await_ready(children)
         t0_ns = time.monotonic_ns() + START_MARGIN_NS
         for child in children:
@@ -147,12 +148,6 @@ def _run(config: SimConfig, block: SimBlock, held: set[int | signal.Signals],
         SHUTTING_DOWN.set()
         block.stop()
         return _collect(children[0]), True
-
-
-def _start(ctx: Any, label: str, setup: Callable[..., Handlers], args: tuple[Any, ...],
-           ) -> _Child:
-    name = "parcat-sim-env" if setup is make_env else f"parcat-sim-agent-{args[1]}"
-    return _Child(label, start_worker(setup, args, name, ctx=ctx))
 
 
 def _await_ready(children: list[_Child]) -> None:
@@ -178,7 +173,7 @@ def _monitor(children: list[_Child], block: SimBlock, config: SimConfig, t0_ns: 
         step = int(block.header[H_STEP])
         for child in children:
             reply = _reply(child, step)
-            if reply is not None and child is children[0]:  # an agent's: it stopped with us
+            if reply is not None and child is children[0]:  # an agent replies only once stopped
                 result: WorldResult = reply[1]
                 return result
         now = time.monotonic()
@@ -226,10 +221,8 @@ def _collect(env: _Child) -> WorldResult:
 
 def _poll(child: _Child) -> tuple[Any, ...] | None:
     """The child's next message, if one is waiting (``None`` on a broken pipe too)."""
+    conn = child.worker.conn
     try:
-        if child.worker.conn.poll():
-            message: tuple[Any, ...] = child.worker.conn.recv()
-            return message
+        return conn.recv() if conn.poll() else None
     except (EOFError, OSError):
-        pass
-    return None
+        return None

@@ -82,9 +82,9 @@ def make_record(config: SimConfig, mode: str, fast: bool, result: WorldResult,
     agents = []
     for agent in config.agents:
         stats = result.cycles.get(agent.spec.agent_index, CycleStats())
-        # the cycles its rate should have produced: one per boundary m * cycle_ns
-        due = (None if agent.lockstep else
-               0 if not result.steps else max(0, elapsed_ns) // agent.cycle_ns + 1)
+        due = None
+        if not agent.lockstep:  # the cycles its rate should have produced: one a boundary
+            due = max(0, elapsed_ns) // agent.cycle_ns + 1 if result.steps else 0
         agents.append({
             "agent": str(agent.agent_id),
             "index": agent.spec.agent_index,
