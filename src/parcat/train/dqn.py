@@ -44,8 +44,8 @@ _EXPLORE_STREAM, _REPLAY_STREAM = 1, 2
 
 @dataclass(frozen=True)
 class DQNConfig(MLPOptions):
-    """Hyperparameters of :class:`DQNLearner` (and the network's, ``lr`` and ``gamma`` in
-    :class:`MLPOptions`), validated on construction (:class:`ConfigError` naming the field)."""
+    """Hyperparameters of :class:`DQNLearner` (with :class:`MLPOptions`' own), validated on
+    construction."""
 
     batch_size: int = 64
     """Transitions sampled per gradient update."""
@@ -70,8 +70,7 @@ class DQNConfig(MLPOptions):
     grad_clip: float | None = 10.0
     """Largest global gradient norm; ``None`` disables clipping."""
     init: str = "he"
-    """Initial weights: ``he`` (``MLPPolicy``'s own draw) or ``uniform`` (PyTorch's
-    ``nn.Linear`` default, weights and biases in ``±1/sqrt(fan_in)``)."""
+    """Initial weights: ``he`` (``MLPPolicy``'s draw) or ``uniform`` (``nn.Linear``'s)."""
     seed: int = 0
     """Seed of the initial weights (as ``MLPPolicy``'s ``init_seed``), exploration and replay."""
 

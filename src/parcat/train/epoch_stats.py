@@ -55,8 +55,7 @@ class EpochStats:
     learner_metrics: dict[str, dict[str, float]] = field(default_factory=dict)
     """Per learner: the other metrics its last training step reported."""
     eval_return: dict[str, float] = field(default_factory=dict)
-    """Mean greedy evaluation return per agent and ``total`` (NaN between checkpoints;
-    empty with ``eval_episodes`` 0)."""
+    """Mean greedy evaluation return per agent and ``total`` (NaN between checkpoints)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (NaN becomes null)."""

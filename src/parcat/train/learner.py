@@ -55,8 +55,7 @@ class Transitions(NamedTuple):
     """Whether the episode was cut short (a time limit) in ``next_obs``, whose value is
     bootstrapped; the next row of the same ``env`` starts a new episode (``None``: never)."""
     env: np.ndarray | None = None
-    """Each row's environment, int64 ``(batch,)``: ``agent index * environments +
-    environment index``, so every (agent, environment) pair is its own sequence
+    """Each row's sequence, int64: ``agent index * environments + environment index``
     (``None``: rows are not sequences)."""
 
 
@@ -81,9 +80,8 @@ class Learner(Protocol):
         """The learner's options, JSON-able, for the run's manifest."""
 
     def act(self, obs_batch: np.ndarray, explore: bool = True) -> np.ndarray:
-        """One action per row of ``obs_batch`` (float32 ``(batch, obs_dim)``): int64
-        ``(batch,)`` for Discrete actions, ``(batch, *shape)`` in the bounds for Box.
-        ``explore=False`` acts as :attr:`policy` loaded with :meth:`policy_arrays` does."""
+        """One action per row (int64 for Discrete, in the bounds for Box); ``explore=False``
+        acts as :attr:`policy` loaded with :meth:`policy_arrays` does."""
 
     def observe(self, batch: Transitions) -> None:
         """Record a batch of transitions (moves :attr:`num_observed` on)."""

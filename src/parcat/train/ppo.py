@@ -43,9 +43,8 @@ _SQUASH_EPS = 1e-6
 
 @dataclass(frozen=True)
 class PPOConfig(MLPOptions):
-    """Hyperparameters of :class:`PPOLearner` (and the networks', ``gamma`` and ``lr`` in
-    :class:`MLPOptions`), validated on construction; defaults follow CleanRL's ``ppo.py``
-    (classic control)."""
+    """Hyperparameters of :class:`PPOLearner` (with :class:`MLPOptions`' own), validated on
+    construction; defaults follow CleanRL's ``ppo.py`` (classic control)."""
 
     lr: float = 3e-4
     """Adam learning rate."""
@@ -68,8 +67,7 @@ class PPOConfig(MLPOptions):
     init_log_std: float = 0.0
     """Box actions: the initial log standard deviation of the pre-tanh Gaussian."""
     seed: int = 0
-    """Seed of the initial weights (the actor's as ``MLPPolicy``'s ``init_seed``),
-    exploration and minibatches."""
+    """Seed of the initial weights (the actor's as ``MLPPolicy``'s), exploration, minibatches."""
 
     learner: ClassVar[str] = "ppo"
     int_ranges: ClassVar[dict[str, tuple[int, int | None]]] = {
