@@ -34,6 +34,7 @@ import gymnasium
 import numpy as np
 
 from parcat.core.errors import CheckpointError
+from parcat.core.jsontext import finite
 
 _BIT_GENERATORS = ("PCG64", "PCG64DXSM", "Philox", "SFC64", "MT19937")
 
@@ -104,7 +105,7 @@ class Learner(Protocol):
 
 def encode_rng(rng: np.random.Generator) -> np.ndarray:
     """A generator's full state as a uint8 array (UTF-8 JSON), for a ``state_dict``."""
-    text = json.dumps(rng.bit_generator.state, default=_jsonable, sort_keys=True)
+    text = json.dumps(finite(rng.bit_generator.state), sort_keys=True)
     return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).copy()
 
 
@@ -122,14 +123,6 @@ def decode_rng(array: np.ndarray, key: str = "rng") -> np.random.Generator:
     bit_generator = getattr(np.random, name)()
     bit_generator.state = state
     return np.random.Generator(bit_generator)
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.integer):
-        return int(value)
-    raise TypeError(f"cannot encode {type(value).__name__} in a generator state")
 
 
 def train_each(

@@ -8,7 +8,7 @@ the greedy evaluation in a worker all build a learner from its :class:`LearnerRe
 from __future__ import annotations
 
 import pickle
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -129,6 +129,15 @@ def _build_each(recipes: Sequence[LearnerRecipe]) -> None:
         mark_acting(index)
         recipe.build()
     mark_acting(None)
+
+
+def learner_inputs(agents: list[Any], shared: bool) -> Callable[[Any, np.ndarray], np.ndarray]:
+    """``(agent, observation) -> what the agent's learner observes``: a shared learner also
+    sees the agent's one-hot id among ``agents``."""
+    if not shared:
+        return lambda agent, obs: obs
+    index = {agent: i for i, agent in enumerate(agents)}
+    return lambda agent, obs: with_agent_id(obs, index[agent], len(index))
 
 
 def with_agent_id(obs: np.ndarray, index: int, num_agents: int) -> np.ndarray:

@@ -75,7 +75,7 @@ def claim_run_dir(config: TrainConfig, resume: bool = False,
     check_output_folder(path, FLAG)
     try:
         if config.run_dir or resume or force:
-            lock, choice = _take(config, path, resume, force), RunDirChoice(config)
+            lock, choice = _take(path, resume, force), RunDirChoice(config)
             if force and holds_run(path):
                 choice = RunDirChoice(config, _remove_run(path))
         else:
@@ -95,7 +95,7 @@ def _lock(path: Path) -> runlock.RunLock:
                            f"give another {FLAG}")
 
 
-def _take(config: TrainConfig, path: Path, resume: bool, force: bool) -> runlock.RunLock:
+def _take(path: Path, resume: bool, force: bool) -> runlock.RunLock:
     """Lock the directory the user named and check it may be written as asked."""
     lock = _lock(path)
     try:

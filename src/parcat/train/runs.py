@@ -29,7 +29,7 @@ from parcat.policies import checkpoint
 from parcat.train.config import TrainConfig
 from parcat.train.envslice import reset_seeded
 from parcat.train.learner import Learner
-from parcat.train.recipes import SHARED, LearnerRecipe, class_reference, with_agent_id
+from parcat.train.recipes import SHARED, LearnerRecipe, class_reference, learner_inputs
 from parcat.train.vecenv import FILE, InFlight, VecEnv
 
 log = logging.getLogger("parcat.train")
@@ -305,11 +305,9 @@ def _evaluate_rebuilt(mission: Mission, recipes: dict[str, LearnerRecipe],
     for name, learner in built.items():
         learner.load_policy_arrays(arrays[name])
     agents = [spec.agent_id for spec in mission.agents()]
-    if SHARED not in built:
-        return evaluate_greedy(mission, {a: built[str(a)] for a in agents}, seed, episodes)
-    index = {agent: i for i, agent in enumerate(agents)}
-    return evaluate_greedy(mission, dict.fromkeys(agents, built[SHARED]), seed, episodes,
-                           lambda agent, obs: with_agent_id(obs, index[agent], len(agents)))
+    shared = SHARED in built
+    return evaluate_greedy(mission, {a: built[SHARED if shared else str(a)] for a in agents},
+                           seed, episodes, learner_inputs(agents, shared))
 
 
 def _episode(env: Any, mission: Mission, learners: Mapping[Any, Learner], seed: int,

@@ -31,7 +31,13 @@ from parcat.train.epoch_stats import EpochStats, episode_summary
 from parcat.train.learner import Learner, Transitions, train_each
 from parcat.train.metrics import RunLoggers, check_installed
 from parcat.train.plan import TrainPlan, plan_training
-from parcat.train.recipes import SHARED, check_builds, check_trainable, make_recipes, with_agent_id
+from parcat.train.recipes import (
+    SHARED,
+    check_builds,
+    check_trainable,
+    learner_inputs,
+    make_recipes,
+)
 from parcat.train.runs import (
     Checkpointer,
     has_checkpoint,
@@ -78,11 +84,14 @@ class Trainer:
         check_builds(self.recipes)  # a foreign constructor that exits ends a worker, not us
         built = {name: recipe.build() for name, recipe in self.recipes.items()}
         self.learners: dict[Any, Learner] = {
-            spec.agent_id: built[SHARED] if SHARED in built else built[str(spec.agent_id)]
+            spec.agent_id: built[SHARED if SHARED in built else str(spec.agent_id)]
             for spec in self.mission.agents()}
         self.unique_learners = list(built.items())
         """(name, learner) once per learner (``shared`` with a shared learner)."""
-        self._agent_index = {spec.agent_id: i for i, spec in enumerate(self.mission.agents())}
+        agents = [spec.agent_id for spec in self.mission.agents()]
+        self._agent_index = {agent: i for i, agent in enumerate(agents)}
+        self._learner_obs = learner_inputs(agents, config.shared_learner)
+        """What an agent's learner observes of its observation."""
         self.plan: TrainPlan = plan_training(config, self.mission)
         self.config = config = replace(config, env_workers=self.plan.env_workers,
                                        train_threads=self.plan.train_workers)
@@ -241,12 +250,6 @@ class Trainer:
             reset = getattr(learner, "reset_states", None)
             if reset is not None:
                 reset(mask)
-
-    def _learner_obs(self, agent: Any, obs: np.ndarray) -> np.ndarray:
-        """What the agent's learner observes: a shared one also sees the agent's one-hot id."""
-        if not self.config.shared_learner:
-            return obs
-        return with_agent_id(obs, self._agent_index[agent], len(self._agent_index))
 
     def _observe(self, obs: dict[Any, np.ndarray], actions: dict[Any, np.ndarray]) -> None:
         final, rew, term, trunc, alive = (self.vec.gather(kind) for kind in
