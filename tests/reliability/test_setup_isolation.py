@@ -17,9 +17,8 @@ import psutil
 import pytest
 import yaml
 
-from parcat.train.checkpointing import Checkpointer
 from parcat.train.config import TrainConfig
-from parcat.train.greedy_eval import evaluate_greedy, evaluate_greedy_in_a_worker
+from parcat.train.runs import Checkpointer, evaluate_greedy, evaluate_greedy_in_a_worker
 from parcat.train.trainer import Trainer
 from tests.reliability.helpers import ROOT, kill_group, start_cli, wait_until
 from tests.train.test_trainer import SMALL

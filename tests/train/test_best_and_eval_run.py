@@ -12,7 +12,7 @@ from parcat.cli.main import main
 from parcat.envs.missions import load_mission
 from parcat.policies import checkpoint
 from parcat.train.config import TrainConfig
-from parcat.train.greedy_eval import evaluate_greedy
+from parcat.train.runs import evaluate_greedy
 from parcat.train.trainer import Trainer
 
 SETS = {"agents": 2, "max_steps": 10, "goal_radius": 0.5}

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from parcat.train.loggers import scalars
-from parcat.train.metrics import read_metrics
+from parcat.train.metrics import read_metrics, scalars
 from parcat.train.trainer import Trainer
 from tests.train.test_trainer import config
 

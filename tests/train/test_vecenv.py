@@ -21,8 +21,8 @@ import pytest
 from parcat.core.errors import WorkerError
 from parcat.envs.missions import load_mission
 from parcat.ipc.shm_names import block_creator, this_creator
+from parcat.train.async_learning import AsyncLearning
 from parcat.train.learner import Transitions
-from parcat.train.learner_process import LearnerWorker
 from parcat.train.vecenv import VecEnv
 from tests.raytemp import shutdown_and_clean
 from tests.reliability.helpers import shm_blocks, wait_until
@@ -152,25 +152,30 @@ def test_learner_worker_trains_and_reports_its_death() -> None:
                            gymnasium.spaces.Discrete(3),
                            {"width": 8, "depth": 1, "learning_starts": 8, "batch_size": 8}, 1)
     learner = recipe.build()
-    worker = LearnerWorker({"a": learner}, {"a": recipe}, train_steps=2)
+    events: list[tuple[str, int]] = []
+    learning = AsyncLearning({"a": learner}, {"a": recipe}, 2, lambda *e: events.append(e))
     try:
         rng = np.random.default_rng(0)
         batch = Transitions(rng.normal(size=(16, 4)), rng.integers(0, 3, 16),
                             rng.normal(size=16), rng.normal(size=(16, 4)), np.zeros(16, dtype=bool))
-        worker.submit(epoch=0, batches={"a": batch})
-        done = worker.result()
-        assert done.epoch == 0 and set(done.weights) == {"a"}
-        assert np.isfinite(done.metrics["a"]["loss"])
-        assert set(worker.states()["a"]) == set(learner.state_dict())
-        pid = worker.worker.pid
+        before = learner.policy_arrays()
+        learning.record("a", batch)
+        learning.submit(epoch=0)
+        learning.wait()
+        assert events == [("train_start", 0), ("train_end", 0)]
+        assert np.isfinite(learning.metrics["a"]["loss"])
+        assert any(not np.array_equal(before[k], v) for k, v in learner.policy_arrays().items())
+        learning.sync_states()
+        assert learner.num_updates > 0  # the trained state, loaded into the acting learner
+        pid = learning.worker.pid
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
         died = "the learner process (training parcat.train.dqn:DQNLearner) died (signal SIGKILL)"
         with pytest.raises(WorkerError, match=re.escape(died)):
-            worker.submit(epoch=1, batches={})
-            worker.result()
+            learning.submit(epoch=1)
+            learning.wait()
     finally:
-        worker.close()
+        learning.close()
 
 
 def test_learner_state_comes_after_a_round_an_interrupt_left_unread() -> None:
@@ -182,16 +187,16 @@ def test_learner_state_comes_after_a_round_an_interrupt_left_unread() -> None:
     recipe = LearnerRecipe(DQNLearner, gymnasium.spaces.Box(-1, 1, (4,)),
                            gymnasium.spaces.Discrete(3), {"width": 8, "depth": 1}, 1)
     learner = recipe.build()
-    worker = LearnerWorker({"a": learner}, {"a": recipe}, train_steps=1)
+    events: list[Any] = []
+    learning = AsyncLearning({"a": learner}, {"a": recipe}, 1, lambda *e: events.append(e))
     try:
-        worker.submit(epoch=0, batches={})
-        worker.busy = False  # as if the interrupt came before the flag was set
-        rounds: list[Any] = []
-        states = worker.states(rounds.append, timeout_s=60)
-        assert [r.epoch for r in rounds] == [0]
-        assert set(states["a"]) == set(learner.state_dict())
+        learning.submit(epoch=0)
+        learning.busy = False  # as if the interrupt came before the flag was set
+        learning.sync_states(timeout_s=60)
+        assert events == [("train_start", 0), ("train_end", 0)]
+        assert not learning.busy
     finally:
-        worker.close()
+        learning.close()
 
 
 def own_blocks() -> set[str]:

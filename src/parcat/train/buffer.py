@@ -1,8 +1,6 @@
-"""The replay buffer: a ring of transitions that a learner samples uniformly from its own seed.
-
-Observations are float32, actions int64, rewards float32 and ``terminated`` bool. Storage
-grows by doubling up to ``capacity``, so a buffer that never fills costs only what it holds;
-once full, each new transition overwrites the oldest.
+"""The replay buffer: a ring of transitions that a learner samples uniformly from its own
+seed. Storage grows by doubling up to ``capacity``, so a buffer that never fills costs only
+what it holds; once full, each new transition overwrites the oldest.
 """
 
 from __future__ import annotations
@@ -15,7 +13,9 @@ import numpy as np
 from parcat.core.errors import CheckpointError, ConfigError
 from parcat.train.learner import Transitions, decode_rng, encode_rng
 
-FIELDS = ("obs", "actions", "rewards", "next_obs", "terminated")
+DTYPES = {"obs": np.float32, "actions": np.int64, "rewards": np.float32,
+          "next_obs": np.float32, "terminated": np.bool_}
+FIELDS = tuple(DTYPES)
 """Names of the arrays of a transition batch, in ``add_batch`` order."""
 
 _MIN_ROWS = 1024
@@ -28,22 +28,13 @@ def transition_bytes(obs_size: int) -> int:
 
 
 class ReplayBuffer:
-    """A seeded ring buffer of transitions.
-
-    Args:
-        capacity: Most transitions kept; older ones are overwritten.
-        obs_shape: Shape of one observation (an int for flat observations).
-        seed: Seed of the generator that :meth:`sample` draws indices from.
-
-    Raises:
-        ConfigError: ``capacity`` is not an integer >= 1.
-    """
+    """A seeded ring buffer of at most ``capacity`` transitions (:class:`ConfigError` if
+    that is not an integer >= 1); ``seed`` seeds :meth:`sample`'s draws."""
 
     def __init__(self, capacity: int, obs_shape: int | tuple[int, ...], seed: int = 0) -> None:
         if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
             raise ConfigError(
-                f"replay buffer: 'capacity' must be an integer >= 1, got {capacity!r}"
-            )
+                f"replay buffer: 'capacity' must be an integer >= 1, got {capacity!r}")
         self.capacity = capacity
         self.obs_shape = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
         self.rng = np.random.default_rng(seed)
@@ -61,11 +52,7 @@ class ReplayBuffer:
         return sum(array.nbytes for array in self._data.values())
 
     def add_batch(self, batch: Transitions) -> None:
-        """Append a batch of transitions, each array with a leading batch dimension.
-
-        Raises:
-            ValueError: the arrays disagree on the batch size or an observation's shape.
-        """
+        """Append a batch of transitions (ValueError if the arrays disagree in shape)."""
         arrays = self._as_batch(*batch[: len(FIELDS)])
         n = len(arrays["actions"])
         if n == 0:
@@ -79,14 +66,8 @@ class ReplayBuffer:
         self._size = min(self.capacity, self._size + n)
 
     def sample(self, batch_size: int) -> dict[str, np.ndarray]:
-        """Draw ``batch_size`` transitions uniformly, with replacement.
-
-        Returns:
-            Fresh arrays keyed by :data:`FIELDS`.
-
-        Raises:
-            ValueError: the buffer is empty.
-        """
+        """Draw ``batch_size`` transitions uniformly, with replacement, as fresh arrays keyed
+        by :data:`FIELDS` (ValueError if the buffer is empty)."""
         if self._size == 0:
             raise ValueError("cannot sample from an empty replay buffer; add transitions first")
         index = self.rng.integers(0, self._size, size=batch_size)
@@ -101,47 +82,34 @@ class ReplayBuffer:
         return arrays
 
     def load_state_dict(self, arrays: Mapping[str, np.ndarray], prefix: str = "") -> None:
-        """Restore what :meth:`state_dict` returned.
-
-        Args:
-            arrays: The saved arrays.
-            prefix: Prefix of the keys in ``arrays``, for a buffer saved inside a learner's
-                state; error messages name the full key.
-
-        Raises:
-            CheckpointError: a key is missing, or a shape or the capacity does not match.
-        """
+        """Restore what :meth:`state_dict` returned (its keys after ``prefix``, for a buffer
+        saved inside a learner's state); :class:`CheckpointError` naming the full key for a
+        missing key or a shape or capacity that does not match."""
         capacity = int(_get(arrays, prefix, "capacity"))
         if capacity != self.capacity:
             raise CheckpointError(
                 f"array '{prefix}capacity' is {capacity}, but this buffer holds {self.capacity}; "
-                "build the learner with the buffer size it was saved with"
-            )
+                "build the learner with the buffer size it was saved with")
         size, pos = len(_get(arrays, prefix, "actions")), int(_get(arrays, prefix, "pos"))
         if size > capacity or not 0 <= pos < capacity or (size < capacity and pos != size):
             raise CheckpointError(
                 f"arrays '{prefix}actions' ({size} rows) and '{prefix}pos' ({pos}) do not "
-                f"describe a ring of capacity {capacity}; the state is corrupt"
-            )
+                f"describe a ring of capacity {capacity}; the state is corrupt")
         data = self._allocate(size)
         for key, target in data.items():
             value = _get(arrays, prefix, key)
             if value.shape != target.shape:
                 raise CheckpointError(
-                    f"array '{prefix}{key}' expected shape {target.shape}, got {value.shape}"
-                )
+                    f"array '{prefix}{key}' expected shape {target.shape}, got {value.shape}")
             target[...] = value
         rng = decode_rng(_get(arrays, prefix, "rng"), f"{prefix}rng")
         self._data, self._size, self._pos, self.rng = data, size, pos, rng
 
     def _allocate(self, rows: int) -> dict[str, np.ndarray]:
-        return {
-            "obs": np.zeros((rows, *self.obs_shape), dtype=np.float32),
-            "actions": np.zeros(rows, dtype=np.int64),
-            "rewards": np.zeros(rows, dtype=np.float32),
-            "next_obs": np.zeros((rows, *self.obs_shape), dtype=np.float32),
-            "terminated": np.zeros(rows, dtype=bool),
-        }
+        return {key: np.zeros((rows, *self._shape(key)), dtype) for key, dtype in DTYPES.items()}
+
+    def _shape(self, key: str) -> tuple[int, ...]:
+        return self.obs_shape if key.endswith("obs") else ()
 
     def _grow(self, needed: int) -> None:
         rows = len(self._data["actions"])
@@ -154,24 +122,19 @@ class ReplayBuffer:
         self._data = bigger
 
     def _as_batch(self, *arrays: Any) -> dict[str, np.ndarray]:
-        dtypes = (np.float32, np.int64, np.float32, np.float32, np.bool_)
         batch: dict[str, np.ndarray] = {
-            key: np.asarray(value, dtype=dtype)
-            for key, value, dtype in zip(FIELDS, arrays, dtypes, strict=True)
-        }
+            key: np.asarray(value, dtype=DTYPES[key]) for key, value in zip(FIELDS, arrays,
+                                                                            strict=True)}
         if batch["actions"].ndim != 1:
             raise ValueError(
-                f"replay buffer: 'actions' expected shape (batch,), got {batch['actions'].shape}"
-            )
+                f"replay buffer: 'actions' expected shape (batch,), got {batch['actions'].shape}")
         n = len(batch["actions"])
-        expected = {"obs": (n, *self.obs_shape), "next_obs": (n, *self.obs_shape)}
         for key, value in batch.items():
-            shape = expected.get(key, (n,))
+            shape = (n, *self._shape(key))
             if value.shape != shape:
                 raise ValueError(
                     f"replay buffer: '{key}' expected shape {shape} (from {n} actions), "
-                    f"got {value.shape}"
-                )
+                    f"got {value.shape}")
         return batch
 
 

@@ -1,12 +1,9 @@
-"""A slice of training environments stepped in one process, writing into arrays.
-
-The same :class:`EnvSlice` steps environments in the trainer's own process (``--env-workers
-0``) and inside every environment worker, so there is one code path for collection.
-Outputs go into preallocated arrays (plain numpy in-process, shared memory in a worker).
+"""A slice of training environments stepped in one process, writing into arrays: the one
+code path of collection, in the trainer's process and in every environment worker.
 
 Seeds and tasks depend only on (run seed, global environment index, episode number of that
-environment), never on the epoch or on which worker hosts an environment, so every worker
-layout collects the same data and episodes run on across epochs.
+environment), never on the epoch or the worker hosting it, so every layout collects the
+same data.
 """
 
 from __future__ import annotations
@@ -48,10 +45,20 @@ def agent_layouts(mission: Mission) -> list[AgentLayout]:
             act_shape, act_dtype = tuple(act_space.shape), act_space.dtype
         elif not isinstance(act_space, gymnasium.spaces.Discrete):
             raise TypeError(f"agent {agent!r}: unsupported action space {act_space}")
-        layouts.append(
-            AgentLayout(agent, tuple(obs_space.shape), obs_space.dtype, act_shape, act_dtype)
-        )
+        layouts.append(AgentLayout(agent, tuple(obs_space.shape), obs_space.dtype, act_shape,
+                                   act_dtype))
     return layouts
+
+
+def reset_seeded(env: Any, seed: int, streams: tuple[int, int], *key: int) -> Any:
+    """Reset ``env`` seeded from ``seed`` and ``key`` on the (reset, task) ``streams`` (a
+    meta-RL environment's task too); return the observations."""
+    options = None
+    sample_task = getattr(env, "sample_task", None)
+    if sample_task is not None:
+        rng = np.random.default_rng(seeding.derive_seed(seed, streams[1], *key))
+        options = {"task": sample_task(rng)}
+    return env.reset(seed=seeding.derive_seed(seed, streams[0], *key), options=options)[0]
 
 
 ArraySpecs = dict[str, tuple[tuple[int, ...], Any]]
@@ -59,60 +66,36 @@ ArraySpecs = dict[str, tuple[tuple[int, ...], Any]]
 
 def array_specs(layouts: list[AgentLayout], num_envs: int) -> ArraySpecs:
     """Every array a slice of ``num_envs`` environments reads or writes."""
+    n, flag, per_agent = (num_envs,), np.bool_, (num_envs, len(layouts))
     specs: ArraySpecs = {}
     for i, lay in enumerate(layouts):
-        specs[f"act{i}"] = ((num_envs, *lay.act_shape), lay.act_dtype)
-        specs[f"obs{i}"] = ((num_envs, *lay.obs_shape), lay.obs_dtype)
-        specs[f"final{i}"] = ((num_envs, *lay.obs_shape), lay.obs_dtype)
-        specs[f"rew{i}"] = ((num_envs,), np.float32)
-        specs[f"term{i}"] = ((num_envs,), np.bool_)
-        specs[f"trunc{i}"] = ((num_envs,), np.bool_)
-        specs[f"alive{i}"] = ((num_envs,), np.bool_)
-    specs["episode"] = ((num_envs,), np.int64)
-    specs["hold"] = ((num_envs,), np.bool_)
-    specs["ep_done"] = ((num_envs,), np.bool_)
-    specs["ep_len"] = ((num_envs,), np.int64)
-    specs["ep_ret"] = ((num_envs, len(layouts)), np.float64)
-    specs["run_ret"] = ((num_envs, len(layouts)), np.float64)
-    return specs
+        specs |= {f"act{i}": ((*n, *lay.act_shape), lay.act_dtype),
+                  f"obs{i}": ((*n, *lay.obs_shape), lay.obs_dtype),
+                  f"final{i}": ((*n, *lay.obs_shape), lay.obs_dtype), f"rew{i}": (n, np.float32),
+                  f"term{i}": (n, flag), f"trunc{i}": (n, flag), f"alive{i}": (n, flag)}
+    return specs | {"episode": (n, np.int64), "hold": (n, flag), "ep_done": (n, flag),
+                    "ep_len": (n, np.int64), "ep_ret": (per_agent, np.float64),
+                    "run_ret": (per_agent, np.float64)}
 
 
 class EnvSlice:
     """Environments ``first .. first + count - 1`` of a training run, with autoreset.
 
-    Args:
-        mission: What to build.
-        first: Global index of the first environment.
-        count: How many environments.
-        seed: The run's seed.
-        arrays: The arrays (see :func:`array_specs`), ``count`` rows each. Inputs: the
-            actions (``act*``), ``episode`` (the episode :meth:`reset_all` starts; it then
-            holds the episode running) and ``hold`` (environments :meth:`step` leaves alone).
-    """
+    ``arrays`` (:func:`array_specs`) hold the inputs too: ``act*``, ``episode`` (the episode
+    :meth:`reset_all` starts, then the one running) and ``hold`` (envs left unstepped)."""
 
-    def __init__(
-        self, mission: Mission, first: int, count: int, seed: int, arrays: dict[str, np.ndarray]
-    ) -> None:
-        self.mission = mission
-        self.first = first
-        self.seed = seed
-        self.arrays = arrays
+    def __init__(self, mission: Mission, first: int, count: int, seed: int,
+                 arrays: dict[str, np.ndarray]) -> None:
+        self.mission, self.first, self.seed, self.arrays = mission, first, seed, arrays
         self.envs = [mission.make_env() for _ in range(count)]
         self.agents = list(self.envs[0].possible_agents)
         self.episode = [0] * count
         self.steps = [0] * count
         self.returns = arrays["run_ret"]  # each episode's return so far
         # per agent: (id, act, obs, final, rew, term, trunc, alive) arrays, looked up once
-        self.columns = [
-            (
-                agent,
-                *(
-                    arrays[f"{kind}{i}"]
-                    for kind in ("act", "obs", "final", "rew", "term", "trunc", "alive")
-                ),
-            )
-            for i, agent in enumerate(self.agents)
-        ]
+        kinds = ("act", "obs", "final", "rew", "term", "trunc", "alive")
+        self.columns = [(agent, *(arrays[f"{kind}{i}"] for kind in kinds))
+                        for i, agent in enumerate(self.agents)]
 
     def reset_all(self) -> None:
         """Start every environment's episode numbered in the ``episode`` array."""
@@ -122,14 +105,8 @@ class EnvSlice:
         self.arrays["ep_done"][:] = False
 
     def _reset(self, e: int) -> None:
-        env, g = self.envs[e], self.first + e
-        key = (g, self.episode[e])
-        options = None
-        sample_task = getattr(env, "sample_task", None)
-        if sample_task is not None:
-            rng = np.random.default_rng(seeding.derive_seed(self.seed, TASK_STREAM, *key))
-            options = {"task": sample_task(rng)}
-        obs, _ = env.reset(seed=seeding.derive_seed(self.seed, RESET_STREAM, *key), options=options)
+        obs = reset_seeded(self.envs[e], self.seed, (RESET_STREAM, TASK_STREAM), self.first + e,
+                           self.episode[e])
         self.steps[e] = 0
         self.returns[e] = 0.0
         for agent, _, obs_array, *_ in self.columns:
@@ -137,11 +114,8 @@ class EnvSlice:
                 obs_array[e] = obs[agent]
 
     def step(self) -> None:
-        """Step every environment with the actions in the arrays; autoreset finished ones.
-
-        Environments marked in ``hold`` are not stepped (replaying a resumed run's
-        episodes of different lengths).
-        """
+        """Step every environment not on ``hold`` with the actions in the arrays;
+        autoreset finished ones."""
         self.arrays["ep_done"][:] = False
         hold = self.arrays["hold"]
         held = hold.tolist() if hold.any() else None
@@ -173,16 +147,12 @@ class EnvSlice:
                     obs_array[e] = obs[agent]
                     final[e] = obs[agent]
             if over:
-                self._finish(e)
-
-    def _finish(self, e: int) -> None:
-        arrays = self.arrays
-        arrays["ep_done"][e] = True
-        arrays["ep_len"][e] = self.steps[e]
-        arrays["ep_ret"][e] = self.returns[e]
-        self.episode[e] += 1
-        arrays["episode"][e] = self.episode[e]
-        self._reset(e)
+                self.arrays["ep_done"][e] = True
+                self.arrays["ep_len"][e] = self.steps[e]
+                self.arrays["ep_ret"][e] = self.returns[e]
+                self.episode[e] += 1
+                self.arrays["episode"][e] = self.episode[e]
+                self._reset(e)
 
     def close(self) -> None:
         """Close the environments."""

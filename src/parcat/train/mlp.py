@@ -1,67 +1,59 @@
-"""Numpy multi-layer perceptrons for the built-in learners: the ``mlp`` policy's network.
+"""What parcat's numpy learners share: the ``mlp`` policy's network, Adam, their options'
+common fields and checks (:class:`MLPOptions`) and the learner plumbing (:class:`MLPLearner`).
 
-The weights of a network live in one flat float32 vector with per-layer (weight, bias)
-views into it, so Adam, gradient clipping and copies are one numpy call each. Acting uses
-:func:`forward_einsum`, op for op ``MLPPolicy.forward``; training uses BLAS
-(:func:`forward_blas`, :func:`backward`) on one thread (:func:`single_threaded_blas`).
+A network's weights live in one flat float32 vector with per-layer (weight, bias) views, so
+Adam, gradient clipping and copies are one numpy call each. Acting uses
+:func:`forward_einsum`, op for op ``MLPPolicy.forward``; training uses BLAS on one thread.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
-from parcat.core.errors import CheckpointError
+from parcat.core.errors import CheckpointError, ConfigError, brief, clip
+from parcat.core.limits import MAX_NET_DEPTH, MAX_NET_WIDTH
+from parcat.train.learner import decode_rng, encode_rng
 
 BETA1, BETA2, ADAM_EPS = 0.9, 0.999, 1e-8
-
+INIT_SCHEMES = ("he", "uniform")
+"""Weight initialisations :func:`init_params` draws (the learners' ``init`` option)."""
 Layers = list[tuple[np.ndarray, np.ndarray]]
-
 _blas_controller: ThreadpoolController | None = None
 
 
 def single_threaded_blas() -> Any:
-    """A context in which BLAS runs on one thread.
-
-    On these small matrices extra threads cost far more than they give (2.6 ms instead of
-    0.12 ms per update on 2 cores), and one thread keeps the sums' order, hence the
-    results, independent of the machine's core count.
-    """
+    """A context in which BLAS runs on one thread: on these small matrices more threads
+    cost far more than they give, and one keeps the sums' order, hence the results,
+    independent of the machine."""
     global _blas_controller
     if _blas_controller is None:
         _blas_controller = ThreadpoolController()
     return _blas_controller.limit(limits=1, user_api="blas")
 
 
-INIT_SCHEMES = ("he", "uniform")
-"""Weight initialisations :func:`init_params` draws (the learners' ``init`` option)."""
-
-
 def init_params(sizes: Sequence[int], seed: int, scheme: str = "he") -> np.ndarray:
-    """A network's initial parameters, as one flat float32 vector.
-
-    ``he``: He-normal weights and zero biases, drawn exactly as ``MLPPolicy`` draws them.
-    ``uniform``: PyTorch's default for ``nn.Linear``: weights and biases uniform in
-    ``±1/sqrt(fan_in)``; smaller first Q-values than ``he`` (CartPole DQN measured far
-    better with it: BENCHMARKS.md, Learning).
-    """
+    """A network's initial parameters, one flat float32 vector: ``he`` draws as ``MLPPolicy``
+    does (He-normal, zero biases), ``uniform`` as PyTorch's ``nn.Linear`` (``±1/sqrt(fan_in)``;
+    BENCHMARKS.md, Learning: CartPole DQN learns far better with it)."""
     flat = np.zeros(sum(i * o + o for i, o in itertools.pairwise(sizes)), dtype=np.float32)
     rng = np.random.default_rng(seed)
-    for (fan_in, fan_out), (w, b) in zip(
-        itertools.pairwise(sizes), views(flat, sizes), strict=True
-    ):
+    for (fan_in, fan_out), (w, b) in zip(itertools.pairwise(sizes), views(flat, sizes),
+                                         strict=True):
         if scheme == "uniform":
             bound = 1.0 / np.sqrt(fan_in)
             w[...] = rng.uniform(-bound, bound, (fan_in, fan_out)).astype(np.float32)
             b[...] = rng.uniform(-bound, bound, fan_out).astype(np.float32)
         else:
-            scale = np.sqrt(2.0 / fan_in)
-            w[...] = (rng.standard_normal((fan_in, fan_out)) * scale).astype(np.float32)
+            w[...] = (rng.standard_normal((fan_in, fan_out)) * np.sqrt(2.0 / fan_in)).astype(
+                np.float32)
     return flat
 
 
@@ -70,19 +62,23 @@ def views(flat: np.ndarray, sizes: Sequence[int]) -> Layers:
     layers: Layers = []
     offset = 0
     for fan_in, fan_out in itertools.pairwise(sizes):
-        w = flat[offset : offset + fan_in * fan_out].reshape(fan_in, fan_out)
-        offset += fan_in * fan_out
-        layers.append((w, flat[offset : offset + fan_out]))
-        offset += fan_out
+        end = offset + fan_in * fan_out
+        layers.append((flat[offset:end].reshape(fan_in, fan_out), flat[end : end + fan_out]))
+        offset = end + fan_out
     return layers
+
+
+def assign_layers(layers: Layers, values: Layers) -> None:
+    """Copy ``values`` into the (weight, bias) arrays of ``layers``."""
+    for (w, b), (new_w, new_b) in zip(layers, values, strict=True):
+        w[...], b[...] = new_w, new_b
 
 
 def forward_einsum(layers: Layers, x: np.ndarray) -> np.ndarray:
     """``MLPPolicy.forward``, op for op: the same actions bit for bit, at any batch size."""
-    last = len(layers) - 1
     for i, (w, b) in enumerate(layers):
         x = np.einsum("bi,io->bo", x, w) + b
-        if i < last:
+        if i < len(layers) - 1:
             np.maximum(x, 0.0, out=x)
     return x
 
@@ -90,11 +86,10 @@ def forward_einsum(layers: Layers, x: np.ndarray) -> np.ndarray:
 def forward_blas(layers: Layers, x: np.ndarray) -> list[np.ndarray]:
     """The forward pass for training: every layer's input, then the outputs."""
     activations = [x]
-    last = len(layers) - 1
     for i, (w, b) in enumerate(layers):
         h = activations[-1] @ w
         h += b
-        if i < last:
+        if i < len(layers) - 1:
             np.maximum(h, 0.0, out=h)
         activations.append(h)
     return activations
@@ -111,18 +106,6 @@ def backward(layers: Layers, grads: Layers, inputs: list[np.ndarray], dout: np.n
             dout *= inputs[i] > 0  # ReLU: the input is the previous layer's output
 
 
-def adam_update(params: np.ndarray, grad: np.ndarray, m: np.ndarray, v: np.ndarray, step: int,
-                lr: float) -> None:
-    """One Adam step (Kingma & Ba) on ``params`` in place; ``step`` counts from 1."""
-    m *= np.float32(BETA1)
-    m += np.float32(1.0 - BETA1) * grad
-    v *= np.float32(BETA2)
-    v += np.float32(1.0 - BETA2) * grad * grad
-    # Kingma & Ba's efficient form: bias corrections folded into the step size
-    size = lr * math.sqrt(1.0 - BETA2**step) / (1.0 - BETA1**step)
-    params -= np.float32(size) * m / (np.sqrt(v) + np.float32(ADAM_EPS))
-
-
 def clip_grad(grad: np.ndarray, max_norm: float | None) -> float:
     """Scale ``grad`` in place to a global norm of at most ``max_norm``; return the norm before."""
     norm = float(np.sqrt(np.dot(grad, grad)))
@@ -131,19 +114,170 @@ def clip_grad(grad: np.ndarray, max_norm: float | None) -> float:
     return norm
 
 
-def expect_array(arrays: Mapping[str, np.ndarray], key: str, shape: tuple[int, ...] | None,
-                 learner: str, rebuild: str) -> Any:
-    """``arrays[key]`` as an array of ``shape``, for a learner's ``load_state_dict``.
+def is_int(value: Any) -> bool:
+    """An ``int`` and not a ``bool``."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
-    Raises:
-        CheckpointError: the array is missing or has another shape; the message names the
-            ``learner`` and how to ``rebuild`` it to fit.
-    """
-    if key not in arrays:
-        raise CheckpointError(f"{learner} state: array '{key}' is missing; pass what "
-                              f"{learner.upper()}Learner.state_dict() returned")
-    value = np.asarray(arrays[key])
-    if shape is not None and value.shape != shape:
-        raise CheckpointError(f"{learner} state: array '{key}' expected shape {shape}, got "
-                              f"{value.shape}; build the learner with {rebuild}")
-    return value
+
+def is_number(value: Any) -> bool:
+    """A finite ``int`` or ``float`` and not a ``bool``."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+OptionsT = TypeVar("OptionsT", bound="MLPOptions")
+
+
+@dataclass(frozen=True)
+class MLPOptions:
+    """The options every learner on the ``mlp`` network has, checked on construction
+    (:class:`ConfigError` naming the field): the integer ranges, ``lr``, the fields in
+    [0, 1], then the subclass's :meth:`check`."""
+
+    width: int = 64
+    """Units per hidden layer of each network (the ``mlp`` policy's ``width``)."""
+    depth: int = 2
+    """Number of hidden layers of each network (the ``mlp`` policy's ``depth``)."""
+    lr: float = 1e-3
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """Discount factor, in [0, 1]."""
+
+    learner: ClassVar[str] = "mlp"  # the name that begins every message
+    int_ranges: ClassVar[Mapping[str, tuple[int, int | None]]] = {}  # (lowest, highest or None)
+    unit_fields: ClassVar[tuple[str, ...]] = ()  # numbers in [0, 1]
+    flags: ClassVar[tuple[str, ...]] = ()  # true or false
+
+    def __post_init__(self) -> None:
+        name = self.learner
+        for key, (low, high) in {"width": (1, MAX_NET_WIDTH), "depth": (1, MAX_NET_DEPTH),
+                                 **self.int_ranges}.items():
+            value = getattr(self, key)
+            if not is_int(value) or value < low or (high is not None and value > high):
+                bounds = f">= {low}" if high is None else f"between {low} and {high:,}"
+                raise ConfigError(f"{name}: '{key}' must be an integer {bounds}, "
+                                  f"got {brief(value)}")
+        if not is_number(self.lr) or self.lr <= 0:
+            raise ConfigError(f"{name}: 'lr' must be a number > 0, got {brief(self.lr)}")
+        for key in ("gamma", *self.unit_fields):
+            value = getattr(self, key)
+            if not is_number(value) or not 0 <= value <= 1:
+                raise ConfigError(f"{name}: '{key}' must be a number in [0, 1], "
+                                  f"got {brief(value)}")
+        for key in self.flags:
+            if not isinstance(getattr(self, key), bool):
+                raise ConfigError(f"{name}: '{key}' must be true or false, "
+                                  f"got {brief(getattr(self, key))}")
+        self.check()
+
+    def check(self) -> None:
+        """The learner's own checks, after the shared ones."""
+
+    def check_positive(self, key: str, off: bool = False) -> None:
+        """``key`` a number > 0 (or ``None`` with ``off``), else :class:`ConfigError`."""
+        value = getattr(self, key)
+        if (value is not None or not off) and (not is_number(value) or value <= 0):
+            raise ConfigError(f"{self.learner}: '{key}' must be a number > 0"
+                              f"{' or None (off)' if off else ''}, got {brief(value)}")
+
+    @classmethod
+    def from_mapping(cls: type[OptionsT], values: Mapping[str, Any]) -> OptionsT:
+        """Build the options from a mapping (a YAML file, CLI options); :class:`ConfigError`
+        for an unknown key (naming the known ones) or a value out of range."""
+        known = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(str(key) for key in values if key not in known)
+        if unknown:
+            raise ConfigError(f"{cls.learner}: unknown option '{clip(unknown[0])}'; known: "
+                              f"{', '.join(known)}")
+        return cls(**values)
+
+
+class MLPLearner:
+    """The plumbing of parcat's numpy learners: options (``settings``, an
+    ``options_class``), flat parameters with Adam, the acting copy of the ``mlp`` network
+    (``_actor`` published as ``_acting``) and the state they share."""
+
+    options_class: ClassVar[Any]
+    rebuild: ClassVar[str]  # how a state of another shape is fitted, for error messages
+    settings: Any
+    policy = "parcat.policies.builtin:MLPPolicy"
+    _actor: Layers
+    _acting: Layers
+    rng: np.random.Generator
+
+    def _init_training(self, params: np.ndarray) -> None:
+        self._params = params
+        self._grad = np.zeros_like(params)
+        self._adam_m, self._adam_v = np.zeros_like(params), np.zeros_like(params)
+        self._adam_step = self.num_observed = self.num_updates = 0
+
+    @classmethod
+    def check_config(cls, options: Mapping[str, Any]) -> None:
+        """Refuse an unknown option or a bad value (:class:`ConfigError`), before a run."""
+        cls.options_class.from_mapping(options)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The hyperparameters as a JSON-able mapping (the run manifest's ``learner``)."""
+        return dataclasses.asdict(self.settings)
+
+    @property
+    def policy_kwargs(self) -> dict[str, int]:
+        """Arguments of ``MLPPolicy`` whose ``load_state_dict`` takes the policy arrays."""
+        return {"width": self.settings.width, "depth": self.settings.depth}
+
+    def policy_arrays(self) -> dict[str, np.ndarray]:
+        """The acting network as ``MLPPolicy.state_dict`` names it (``w0, ..., b0, ...``)."""
+        arrays = {f"w{i}": w.copy() for i, (w, _) in enumerate(self._acting)}
+        return arrays | {f"b{i}": b.copy() for i, (_, b) in enumerate(self._acting)}
+
+    def _publish(self) -> None:
+        # fresh arrays, swapped in whole: a concurrent act() sees the old or the new net
+        self._acting = [(w.copy(), b.copy()) for w, b in self._actor]
+
+    def _adam(self) -> None:  # one Adam step (Kingma & Ba) from ``_grad``
+        self._adam_step += 1
+        m, v = self._adam_m, self._adam_v
+        m *= np.float32(BETA1)
+        m += np.float32(1.0 - BETA1) * self._grad
+        v *= np.float32(BETA2)
+        v += np.float32(1.0 - BETA2) * self._grad * self._grad
+        # Kingma & Ba's efficient form: bias corrections folded into the step size
+        size = self.settings.lr * math.sqrt(1.0 - BETA2**self._adam_step) / (
+            1.0 - BETA1**self._adam_step)
+        self._params -= np.float32(size) * m / (np.sqrt(v) + np.float32(ADAM_EPS))
+
+    def _expect(self, arrays: Mapping[str, np.ndarray], key: str,
+                shape: tuple[int, ...] | None) -> Any:
+        """``arrays[key]`` as an array of ``shape`` (``None``: any), or a
+        :class:`CheckpointError` naming the learner and how to rebuild it to fit."""
+        name = self.settings.learner
+        if key not in arrays:
+            raise CheckpointError(f"{name} state: array '{key}' is missing; pass what "
+                                  f"{name.upper()}Learner.state_dict() returned")
+        value = np.asarray(arrays[key])
+        if shape is not None and value.shape != shape:
+            raise CheckpointError(f"{name} state: array '{key}' expected shape {shape}, got "
+                                  f"{value.shape}; build the learner with {self.rebuild}")
+        return value
+
+    def _read_layers(self, arrays: Mapping[str, np.ndarray], layers: Layers,
+                     prefix: str = "") -> Layers:
+        return [(self._expect(arrays, f"{prefix}w{i}", w.shape),
+                 self._expect(arrays, f"{prefix}b{i}", b.shape)) for i, (w, b) in enumerate(layers)]
+
+    def _training_state(self) -> dict[str, np.ndarray]:  # Adam, counters, generator
+        return {"adam.m": self._adam_m.copy(), "adam.v": self._adam_v.copy(),
+                "adam.step": np.array(self._adam_step, np.int64),
+                "num_observed": np.array(self.num_observed, np.int64),
+                "num_updates": np.array(self.num_updates, np.int64), "rng": encode_rng(self.rng)}
+
+    def _read_training_state(self, arrays: Mapping[str, np.ndarray]) -> Any:  # checked
+        shape = self._params.shape
+        return (self._expect(arrays, "adam.m", shape), self._expect(arrays, "adam.v", shape),
+                *(int(self._expect(arrays, key, ()))
+                  for key in ("adam.step", "num_observed", "num_updates")),
+                decode_rng(self._expect(arrays, "rng", None)))
+
+    def _load_training_state(self, read: Any) -> None:
+        self._adam_m[...], self._adam_v[...] = read[0], read[1]
+        self._adam_step, self.num_observed, self.num_updates, self.rng = read[2:]

@@ -1,34 +1,31 @@
-"""On-policy data: the rollout an actor-critic learner collects, and GAE over it.
+"""On-policy data and distributions for :class:`~parcat.train.ppo.PPOLearner`: the rollout,
+GAE over it, and the action distributions with their gradients.
 
-Rows arrive batch by batch in step order, each naming its environment
-(:attr:`Transitions.env <parcat.train.learner.Transitions.env>`), so every environment's
-rows, read in order, are its trajectory. :func:`gae` walks them backwards once.
+Rows arrive batch by batch in step order, each naming its environment, so every
+environment's rows, read in order, are its trajectory; :func:`gae` walks them backwards.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from parcat.core.errors import CheckpointError
 
-FIELDS = ("obs", "actions", "logp", "values", "next_values", "rewards", "terminated",
-          "truncated", "env")
-"""The columns of a rollout."""
-
 DTYPES = {"obs": np.float32, "actions": np.float32, "logp": np.float32, "values": np.float32,
           "next_values": np.float32, "rewards": np.float32, "terminated": np.bool_,
           "truncated": np.bool_, "env": np.int64}
+"""The columns of a rollout."""
+FIELDS = tuple(DTYPES)
+_LOG_2PI = math.log(2.0 * math.pi)
 
 
 class Rollout:
-    """Rows collected since the last update, kept as the batches that brought them.
-
-    Args:
-        obs_dim: Length of a flat observation.
-        action_dim: Columns of an action row (1 for a Discrete action).
-    """
+    """Rows collected since the last update, kept as the batches that brought them
+    (``action_dim``: 1 for a Discrete action)."""
 
     def __init__(self, obs_dim: int, action_dim: int) -> None:
         self.shapes = {"obs": (obs_dim,), "actions": (action_dim,)}
@@ -57,11 +54,8 @@ class Rollout:
         return {prefix + key: value for key, value in self.arrays().items()}
 
     def load_state_dict(self, arrays: Mapping[str, np.ndarray], prefix: str) -> None:
-        """Restore :meth:`state_dict`'s rows.
-
-        Raises:
-            CheckpointError: a column is missing or the columns disagree in shape.
-        """
+        """Restore :meth:`state_dict`'s rows (:class:`CheckpointError`: a column missing or
+        of another shape)."""
         columns: dict[str, np.ndarray] = {}
         for key in FIELDS:
             if prefix + key not in arrays:
@@ -78,15 +72,9 @@ class Rollout:
 
 def gae(columns: Mapping[str, np.ndarray], gamma: float,
         lam: float) -> tuple[np.ndarray, np.ndarray]:
-    """Generalised advantage estimates and value targets (Schulman et al., 2016).
-
-    A terminated row's next value is 0; a truncated row's and each environment's last
-    row's is ``V(next_obs)`` (``next_values``); no advantage flows back across an
-    episode's end.
-
-    Returns:
-        ``(advantages, returns)``, float32, one per row.
-    """
+    """``(advantages, returns)`` per row, float32 (GAE, Schulman et al., 2016). A
+    terminated row's next value is 0, a truncated or last row's ``next_values``; no
+    advantage flows back across an episode's end."""
     gamma32, lam32 = np.float32(gamma), np.float32(gamma * lam)
     rewards, values = columns["rewards"], columns["values"]
     alive = ~columns["terminated"]
@@ -102,3 +90,49 @@ def gae(columns: Mapping[str, np.ndarray], gamma: float,
         following[env] = advantages[row] = deltas[row] + float(lam32) * carried
     adv = np.asarray(advantages, dtype=np.float32)
     return adv, (adv + values).astype(np.float32)
+
+
+def softmax(z: np.ndarray) -> np.ndarray:
+    """Row-wise softmax."""
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def categorical(z: np.ndarray, actions: np.ndarray, grads: bool) -> Any:
+    """Log-probabilities and entropies of a categorical over the logits ``z`` at
+    ``actions``; with ``grads`` also ``grad(g, c)``: the gradient of ``sum(g * logp) + c *
+    sum(entropy)`` with respect to ``z`` and the log-std (here empty)."""
+    shifted = z - z.max(axis=1, keepdims=True)
+    log_all = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    probs = np.exp(log_all)
+    rows = np.arange(len(z))
+    logp = log_all[rows, actions]
+    entropy = -(probs * log_all).sum(axis=1)
+    if not grads:
+        return logp, entropy
+
+    def grad(g: np.ndarray, c: np.float32) -> tuple[np.ndarray, np.ndarray]:
+        d_out = -g[:, None] * probs
+        d_out[rows, actions] += g
+        d_out -= c * probs * (log_all + entropy[:, None])  # d entropy / d z = -p (log p + H)
+        return d_out, np.zeros(0, np.float32)
+
+    return logp, entropy, grad
+
+
+def gaussian(mean: np.ndarray, u: np.ndarray, log_std: np.ndarray, grads: bool) -> Any:
+    """:func:`categorical`'s values for a diagonal Gaussian (state-independent ``log_std``)
+    at the pre-tanh actions ``u``."""
+    std = np.exp(log_std)
+    z = (u - mean) / std
+    logp = (-0.5 * z * z - log_std - np.float32(0.5 * _LOG_2PI)).sum(axis=1)
+    entropy = np.full(len(mean), (log_std + np.float32(0.5 * (1.0 + _LOG_2PI))).sum(),
+                      np.float32)
+    if not grads:
+        return logp, entropy
+
+    def grad(g: np.ndarray, c: np.float32) -> tuple[np.ndarray, np.ndarray]:
+        d_log_std = (g[:, None] * (z * z - 1.0)).sum(axis=0) + c * np.float32(len(mean))
+        return g[:, None] * z / std, d_log_std.astype(np.float32)
+
+    return logp, entropy, grad

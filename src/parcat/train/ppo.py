@@ -1,49 +1,39 @@
 """PPO with GAE in numpy: parcat's actor-critic learner (``--learner ppo``), IPPO by default.
 
-The actor is the ``mlp`` policy's network (:class:`~parcat.policies.builtin.MLPPolicy`:
-same layers, same He initialisation from the seed, its last layer then scaled by 0.01 so
-the first policy is near uniform, as CleanRL's orthogonal ``std=0.01`` head is), so
-:meth:`PPOLearner.policy_arrays` load into ``MLPPolicy`` and evaluation acts greedily:
-the argmax for Discrete actions, ``tanh(mean)`` squashed into the bounds for Box ones.
-Box actions are Gaussian in the pre-tanh space with a learned, state-independent
-log-std; an action is squashed exactly as ``MLPPolicy`` squashes its output.
+The actor is the ``mlp`` policy's network (same layers and He initialisation, its last
+layer scaled by 0.01 so the first policy is near uniform, as CleanRL's ``std=0.01`` head),
+so :meth:`PPOLearner.policy_arrays` load into ``MLPPolicy``, which acts greedily: the argmax
+for Discrete actions, ``tanh(mean)`` squashed into the bounds for Box ones (Gaussian in the
+pre-tanh space with a learned, state-independent log-std). The critic is a separate
+network, so the actor *is* the evaluation policy and the value loss cannot pull its
+features around (CleanRL's choice for classic control).
 
-Actor and critic are separate networks (no shared trunk): the actor then *is* the
-evaluation policy, array for array, and the value loss's scale cannot pull the policy's
-features around (CleanRL's choice for classic control and continuous actions).
-
-Log-probabilities and values are computed in :meth:`PPOLearner.observe` from (obs,
-action) with the current weights; a Box action is mapped back through the squash
-(clipped ``1e-6`` inside the bounds, as SB3 does for squashed Gaussians). The tanh
-Jacobian is left out of the log-probability: it does not depend on the weights, so it
-cancels in the probability ratio. In sync mode these are the weights that acted. In async
-mode the learner process computes them with *its* weights, which may be one round newer
-than the acting copy's: the ratio is then taken against a slightly different policy
-than the one that acted (the clipped surrogate bounds the effect).
-
-All arithmetic is float32 and every random draw comes from the seed, so two learners fed
-the same transitions stay bit-identical, and :meth:`PPOLearner.state_dict` (including a
-rollout not yet trained on) resumes bit for bit.
+Log-probabilities and values are computed in :meth:`PPOLearner.observe` with the current
+weights; a Box action is mapped back through the squash (clipped ``1e-6`` inside the
+bounds, as SB3 does). The tanh Jacobian does not depend on the weights, so it cancels in
+the ratio and is left out. In async mode the learner process's weights may be a round
+newer than those that acted (the clipped surrogate bounds the effect). All arithmetic is
+float32 and every draw comes from the seed: :meth:`PPOLearner.state_dict` (with a rollout
+not yet trained on) resumes bit for bit.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import gymnasium
 import numpy as np
 
-from parcat.core.errors import ConfigError
-from parcat.core.limits import dense_sizes
+from parcat.core.errors import ConfigError, brief
+from parcat.core.limits import MAX_BATCH_SIZE, MAX_COUNT, dense_sizes
 from parcat.core.seeding import derive_seed
 from parcat.train import mlp
-from parcat.train.distributions import categorical, gaussian, softmax
 from parcat.train.learner import Transitions, decode_rng, encode_rng
-from parcat.train.mlp_learner import MLPLearner
-from parcat.train.onpolicy import Rollout, gae
-from parcat.train.ppo_config import PPOConfig
+from parcat.train.mlp import MLPLearner, MLPOptions, assign_layers, is_number
+from parcat.train.onpolicy import Rollout, categorical, gae, gaussian, softmax
 
 __all__ = ["PPOConfig", "PPOLearner"]
 
@@ -51,26 +41,61 @@ _ACT_STREAM, _SHUFFLE_STREAM, _CRITIC_STREAM = 1, 2, 3
 _SQUASH_EPS = 1e-6
 
 
+@dataclass(frozen=True)
+class PPOConfig(MLPOptions):
+    """Hyperparameters of :class:`PPOLearner` (with :class:`MLPOptions`' own), validated on
+    construction; defaults follow CleanRL's ``ppo.py`` (classic control)."""
+
+    lr: float = 3e-4
+    """Adam learning rate."""
+    gae_lambda: float = 0.95
+    """GAE's lambda, in [0, 1]: 0 is one-step TD, 1 Monte Carlo."""
+    clip_coef: float = 0.2
+    """The surrogate's clip range: probability ratios beyond ``1 ± clip_coef`` give no gradient."""
+    ent_coef: float = 0.0
+    """Weight of the entropy bonus."""
+    vf_coef: float = 0.5
+    """Weight of the value loss."""
+    max_grad_norm: float | None = 0.5
+    """Largest global gradient norm; ``None`` disables clipping."""
+    update_epochs: int = 4
+    """Passes over each rollout."""
+    minibatch_size: int = 64
+    """Transitions per gradient update."""
+    norm_adv: bool = True
+    """Normalise advantages per minibatch (zero mean, unit deviation)."""
+    init_log_std: float = 0.0
+    """Box actions: the initial log standard deviation of the pre-tanh Gaussian."""
+    seed: int = 0
+    """Seed of the initial weights (the actor's as ``MLPPolicy``'s), exploration, minibatches."""
+
+    learner: ClassVar[str] = "ppo"
+    int_ranges: ClassVar[dict[str, tuple[int, int | None]]] = {
+        "update_epochs": (1, MAX_COUNT), "minibatch_size": (1, MAX_BATCH_SIZE), "seed": (0, None),
+    }
+    unit_fields: ClassVar[tuple[str, ...]] = ("gae_lambda",)
+    flags: ClassVar[tuple[str, ...]] = ("norm_adv",)
+
+    def check(self) -> None:
+        """The loss weights, ``init_log_std`` and ``max_grad_norm``."""
+        for name in ("clip_coef", "ent_coef", "vf_coef"):
+            value = getattr(self, name)
+            if not is_number(value) or value < 0:
+                raise ConfigError(f"ppo: '{name}' must be a number >= 0, got {brief(value)}")
+        if not is_number(self.init_log_std) or abs(self.init_log_std) > 20:
+            raise ConfigError(f"ppo: 'init_log_std' must be a number in [-20, 20], "
+                              f"got {brief(self.init_log_std)}")
+        self.check_positive("max_grad_norm", off=True)
+
+
 class PPOLearner(MLPLearner):
-    """Proximal policy optimisation (clipped surrogate) with GAE, Adam and a numpy MLP.
-
-    Implements :class:`~parcat.train.learner.Learner`. Observed transitions are kept as a
-    rollout; the first :meth:`train_step` after some were observed runs ``update_epochs``
-    passes of minibatch updates over them and clears it (the others return ``{}``): in
-    sync mode, one update per epoch on that epoch's ``steps_per_epoch × environments``
-    transitions.
-
-    Args:
-        observation_space: A Box; observations are flattened.
-        action_space: Discrete (starting at 0) or Box with finite bounds.
-        config: Hyperparameters; the defaults if omitted.
-
-    Raises:
-        ConfigError: another kind of space, or a network beyond parcat's limits.
-    """
+    """Proximal policy optimisation (clipped surrogate) with GAE, Adam and a numpy MLP:
+    the first :meth:`train_step` after transitions were observed runs ``update_epochs``
+    passes of minibatch updates over them (the others return ``{}``)."""
 
     action_spaces = (gymnasium.spaces.Discrete, gymnasium.spaces.Box)
     options_class = PPOConfig
+    rebuild = "the spaces, width and depth it was saved with"
 
     def __init__(self, observation_space: gymnasium.spaces.Space[Any],
                  action_space: gymnasium.spaces.Space[Any],
@@ -85,33 +110,20 @@ class PPOLearner(MLPLearner):
         actor = dense_sizes("ppo", self.obs_dim, config.width, config.depth, n_out, ConfigError)
         critic = dense_sizes("ppo", self.obs_dim, config.width, config.depth, 1, ConfigError)
         first = mlp.init_params(actor, config.seed)
-        first_views = mlp.views(first, actor)
-        first_views[-1][0][...] *= np.float32(0.01)
+        mlp.views(first, actor)[-1][0][...] *= np.float32(0.01)
         log_std = np.full(0 if self.discrete else n_out, config.init_log_std, np.float32)
-        self._params = np.concatenate(
-            (first, mlp.init_params(critic, derive_seed(config.seed, _CRITIC_STREAM)), log_std))
-        self._grad = np.zeros_like(self._params)
-        self._adam_m, self._adam_v = np.zeros_like(self._params), np.zeros_like(self._params)
-        self._adam_step = 0
+        self._init_training(np.concatenate(
+            (first, mlp.init_params(critic, derive_seed(config.seed, _CRITIC_STREAM)), log_std)))
         self._layers = _split(self._params, actor, critic)
+        self._actor = self._layers[0]
         self._grads = _split(self._grad, actor, critic)
-        self._acting: mlp.Layers = []
-        self._acting_log_std = log_std
         self._publish()
         if not self.discrete:
-            box: Any = action_space
-            self._low = np.asarray(box.low).reshape(-1)
-            self._high = np.asarray(box.high).reshape(-1)
-        self.rollout = Rollout(self.obs_dim, self.action_dim)
-        """Transitions observed since the last update."""
-        self.num_observed = 0
-        """Environment transitions observed so far."""
-        self.num_updates = 0
-        """Minibatch gradient updates done so far."""
+            self._low, self._high = (np.asarray(bound).reshape(-1)
+                                     for bound in (space.low, space.high))
+        self.rollout = Rollout(self.obs_dim, self.action_dim)  # observed since the last update
         self.rng = np.random.default_rng(derive_seed(config.seed, _ACT_STREAM))
-        """Draws exploratory actions."""
         self.shuffle_rng = np.random.default_rng(derive_seed(config.seed, _SHUFFLE_STREAM))
-        """Draws minibatches."""
 
     @classmethod
     def from_spaces(cls, observation_space: gymnasium.spaces.Space[Any],
@@ -152,31 +164,24 @@ class PPOLearner(MLPLearner):
             out = mlp.forward_blas(self._layers[0], obs)[-1]
             values = mlp.forward_blas(self._layers[1], np.concatenate((obs, next_obs)))[-1][:, 0]
         logp = self._log_probs(out, actions)[0]
-        none = np.zeros(n, dtype=np.bool_)
         self.rollout.add({
             "obs": obs, "actions": actions, "logp": logp, "values": values[:n],
-            "next_values": values[n:], "rewards": batch.rewards,
-            "terminated": batch.terminated,
-            "truncated": none if batch.truncated is None else batch.truncated,
-            "env": np.arange(n) if batch.env is None else batch.env,
-        })
+            "next_values": values[n:], "rewards": batch.rewards, "terminated": batch.terminated,
+            "truncated": np.zeros(n, np.bool_) if batch.truncated is None else batch.truncated,
+            "env": np.arange(n) if batch.env is None else batch.env})
         self.num_observed += n
 
     def train_step(self) -> dict[str, float]:
-        """Update on the rollout (then cleared); ``{}`` when it is empty.
-
-        Returns:
-            Means over the minibatch updates of ``loss``, ``policy_loss``, ``value_loss``,
-            ``entropy`` and ``approx_kl``, and ``num_updates``.
-        """
+        """Update on the rollout (then cleared): the means over the minibatch updates of
+        ``loss``, ``policy_loss``, ``value_loss``, ``entropy`` and ``approx_kl``, and
+        ``num_updates``; ``{}`` when the rollout is empty."""
         if not len(self.rollout):
             return {}
         config = self.settings
         data = self.rollout.arrays()
         data["advantages"], data["returns"] = gae(data, config.gamma, config.gae_lambda)
         n, size = len(data["rewards"]), config.minibatch_size
-        totals = np.zeros(5)
-        count = 0
+        totals, count = np.zeros(5), 0
         with mlp.single_threaded_blas():
             for _ in range(config.update_epochs):
                 order = self.shuffle_rng.permutation(n)
@@ -186,66 +191,45 @@ class PPOLearner(MLPLearner):
                     count += 1
         self.rollout.clear()
         self._publish()
-        means = totals / count
         keys = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl")
-        return {**dict(zip(keys, map(float, means), strict=True)),
+        return {**dict(zip(keys, map(float, totals / count), strict=True)),
                 "num_updates": float(self.num_updates)}
 
     def policy_arrays(self) -> dict[str, np.ndarray]:
         """The actor as ``MLPPolicy.state_dict`` names it (``w0, ..., b0, ...``), plus
         ``log_std`` for Box actions (``MLPPolicy`` ignores it; async acting copies use it)."""
-        arrays = {f"w{i}": w.copy() for i, (w, _) in enumerate(self._acting)}
-        arrays.update({f"b{i}": b.copy() for i, (_, b) in enumerate(self._acting)})
+        arrays = super().policy_arrays()
         if not self.discrete:
             arrays["log_std"] = self._acting_log_std.copy()
         return arrays
 
     def load_policy_arrays(self, arrays: Mapping[str, np.ndarray]) -> None:
-        """Act (and go on learning) with an actor in :meth:`policy_arrays` layout.
-
-        Raises:
-            CheckpointError: a weight is missing or has another shape.
-        """
+        """Act (and go on learning) with an actor in :meth:`policy_arrays` layout
+        (:class:`CheckpointError` if it does not fit)."""
         actor, _, log_std = self._layers
-        new = [(_expect(arrays, f"w{i}", w.shape), _expect(arrays, f"b{i}", b.shape))
-               for i, (w, b) in enumerate(actor)]
+        new = self._read_layers(arrays, actor)
         if "log_std" in arrays:
-            log_std[...] = _expect(arrays, "log_std", log_std.shape)
-        for (w, b), (new_w, new_b) in zip(actor, new, strict=True):
-            w[...], b[...] = new_w, new_b
+            log_std[...] = self._expect(arrays, "log_std", log_std.shape)
+        assign_layers(actor, new)
         self._publish()
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Weights, Adam's moments and step, counters, generators and the open rollout."""
-        return {
-            "params": self._params.copy(), "adam.m": self._adam_m.copy(),
-            "adam.v": self._adam_v.copy(), "adam.step": np.array(self._adam_step, np.int64),
-            "num_observed": np.array(self.num_observed, np.int64),
-            "num_updates": np.array(self.num_updates, np.int64),
-            "rng": encode_rng(self.rng), "shuffle_rng": encode_rng(self.shuffle_rng),
-            **self.rollout.state_dict("buffer."),
-        }
+        return {"params": self._params.copy(), **self._training_state(),
+                "shuffle_rng": encode_rng(self.shuffle_rng), **self.rollout.state_dict("buffer.")}
 
     def load_state_dict(self, arrays: Mapping[str, np.ndarray]) -> None:
-        """Restore what :meth:`state_dict` returned; nothing changes if it raises.
-
-        Raises:
-            CheckpointError: a key is missing or a shape does not match this learner.
-        """
-        shape = self._params.shape
-        params, m, v = (_expect(arrays, key, shape) for key in ("params", "adam.m", "adam.v"))
-        counters = [int(_expect(arrays, key, ())) for key in ("adam.step", "num_observed",
-                                                              "num_updates")]
-        rng = decode_rng(_expect(arrays, "rng", None))
-        shuffle_rng = decode_rng(_expect(arrays, "shuffle_rng", None), "shuffle_rng")
+        """Restore what :meth:`state_dict` returned; nothing changes if it raises
+        (:class:`CheckpointError`: a key missing or a shape that does not fit)."""
+        params = self._expect(arrays, "params", self._params.shape)
+        training = self._read_training_state(arrays)
+        shuffle_rng = decode_rng(self._expect(arrays, "shuffle_rng", None), "shuffle_rng")
         rollout = Rollout(self.obs_dim, self.action_dim)
         rollout.load_state_dict(arrays, "buffer.")
-        self._params[...], self._adam_m[...], self._adam_v[...] = params, m, v
-        self._adam_step, self.num_observed, self.num_updates = counters
-        self.rng, self.shuffle_rng, self.rollout = rng, shuffle_rng, rollout
+        self._params[...] = params
+        self._load_training_state(training)
+        self.shuffle_rng, self.rollout = shuffle_rng, rollout
         self._publish()
-
-    # -- internals ------------------------------------------------------------------------
 
     def _update(self, batch: dict[str, np.ndarray]) -> np.ndarray:
         """One minibatch step; returns (loss, policy loss, value loss, entropy, approx KL)."""
@@ -275,9 +259,7 @@ class PPOLearner(MLPLearner):
         grad_v = (np.float32(config.vf_coef) / size * value_error)[:, None]
         mlp.backward(critic, grad_critic, crits[:-1], grad_v.astype(np.float32))
         mlp.clip_grad(self._grad, config.max_grad_norm)
-        self._adam_step += 1
-        mlp.adam_update(self._params, self._grad, self._adam_m, self._adam_v, self._adam_step,
-                    config.lr)
+        self._adam()
         self.num_updates += 1
         mean_entropy = float(entropy.mean())
         loss = float(policy_loss) - config.ent_coef * mean_entropy + config.vf_coef * float(
@@ -286,11 +268,8 @@ class PPOLearner(MLPLearner):
         return np.array([loss, float(policy_loss), float(value_loss), mean_entropy, approx_kl])
 
     def _log_probs(self, out: np.ndarray, actions: np.ndarray, grads: bool = False) -> Any:
-        """Log-probabilities and entropies of ``actions`` under the outputs ``out``.
-
-        With ``grads``, also a function ``grad(g, c)``: the gradient of
-        ``sum(g * logp) + c * sum(entropy)`` as (d/d out, d/d log_std).
-        """
+        """Log-probabilities, entropies and with ``grads`` their gradient function
+        (:func:`~parcat.train.onpolicy.categorical`) of ``actions`` under the outputs ``out``."""
         if self.discrete:
             return categorical(out, actions[:, 0].astype(np.int64), grads)
         return gaussian(out, actions, self._layers[2], grads)
@@ -311,13 +290,11 @@ class PPOLearner(MLPLearner):
     def _squash(self, out: np.ndarray) -> np.ndarray:
         """``MLPPolicy``'s squash, op for op: ``low + (tanh(out) + 1) / 2 * (high - low)``."""
         space: Any = self.action_space
-        low, high = space.low, space.high
         squashed = np.tanh(out).reshape((len(out), *space.shape))
-        return (low + (squashed + 1.0) * 0.5 * (high - low)).astype(space.dtype)
+        return (space.low + (squashed + 1.0) * 0.5 * (space.high - space.low)).astype(space.dtype)
 
     def _publish(self) -> None:
-        # fresh arrays, swapped in whole: a concurrent act() sees the old or the new net
-        self._acting = [(w.copy(), b.copy()) for w, b in self._layers[0]]
+        super()._publish()
         self._acting_log_std = self._layers[2].copy()
 
 
@@ -338,8 +315,3 @@ def _split(flat: np.ndarray, actor: list[int], critic: list[int]) -> Any:
     n_critic = sum(i * o + o for i, o in itertools.pairwise(critic))
     end = n_actor + n_critic
     return mlp.views(flat[:n_actor], actor), mlp.views(flat[n_actor:end], critic), flat[end:]
-
-
-def _expect(arrays: Mapping[str, np.ndarray], key: str, shape: tuple[int, ...] | None) -> Any:
-    return mlp.expect_array(arrays, key, shape, "ppo",
-                            "the spaces, width and depth it was saved with")

@@ -1,18 +1,16 @@
 """Choosing and building learners: ``learner: {class: ..., ...}`` and ``--learner``.
 
-A learner is named by a built-in short name (:data:`BUILTIN_LEARNERS`) or a
-``module:Class`` reference; the rest of the ``learner`` mapping is its options. A
-:class:`LearnerRecipe` is what one learner is built from (class, spaces, options, seed):
-the trainer builds from it, and so does the async learner process, which receives the
-recipe pickled (the class by reference) and so rebuilds any learner the same way.
+A learner is a built-in short name (:data:`BUILTIN_LEARNERS`) or a ``module:Class``; the
+rest of the ``learner`` mapping is its options. The trainer, the async learner process and
+the greedy evaluation in a worker all build a learner from its :class:`LearnerRecipe`.
 """
 
 from __future__ import annotations
 
 import pickle
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import gymnasium
 import numpy as np
@@ -22,34 +20,15 @@ from parcat.core.imports import import_reference, is_reference
 from parcat.ipc.process import SetupFailedError, call_in_worker, in_worker, mark_acting
 from parcat.train.learner import Learner
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # config imports this module
     from parcat.envs.missions import Mission
+    from parcat.train.config import TrainConfig
 
-BUILTIN_LEARNERS = {
-    "dqn": "parcat.train.dqn:DQNLearner",
-    "ppo": "parcat.train.ppo:PPOLearner",
-}
+BUILTIN_LEARNERS = {"dqn": "parcat.train.dqn:DQNLearner", "ppo": "parcat.train.ppo:PPOLearner"}
 """Short names of parcat's learners, as ``--learner`` and ``learner: {class: ...}`` take them."""
-
 DEFAULT_LEARNER = "dqn"
-
-
 SHARED = "shared"
 """The recipe key of the one learner all agents share (``--shared-learner``)."""
-
-
-class LearnerSettings(Protocol):
-    """What choosing and building learners reads of a run's settings (``TrainConfig`` has
-    it; typed here so the config module can import this one)."""
-
-    @property
-    def learner(self) -> Mapping[str, Any]: ...
-
-    @property
-    def shared_learner(self) -> bool: ...
-
-    @property
-    def seed(self) -> int: ...
 
 
 def learner_name(options: Mapping[str, Any]) -> str:
@@ -67,12 +46,8 @@ def learner_options(options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def learner_class(options: Mapping[str, Any]) -> type:
-    """The class a ``learner`` mapping names.
-
-    Raises:
-        ConfigError: no built-in has that name, or the ``module:Class`` reference does not
-            import; the message lists the built-ins.
-    """
+    """The class a ``learner`` mapping names; :class:`ConfigError` listing the built-ins if
+    none has that name or the reference does not import."""
     name = learner_name(options)
     reference = BUILTIN_LEARNERS.get(name.lower(), name)
     builtins = ", ".join(BUILTIN_LEARNERS)
@@ -92,11 +67,8 @@ def learner_class(options: Mapping[str, Any]) -> type:
 
 
 def check_learner_options(options: Any) -> None:
-    """Resolve the learner class and let it check its options (its ``check_config``).
-
-    Raises:
-        ConfigError: a bad class, an unknown option or a value out of range.
-    """
+    """Resolve the learner class and let it check its options (its ``check_config``);
+    :class:`ConfigError` for a bad class, an unknown option or a value out of range."""
     if not isinstance(options, Mapping):
         raise ConfigError(f"learner must be a mapping of keys to values, got {brief(options)}")
     check = getattr(learner_class(options), "check_config", None)
@@ -111,20 +83,15 @@ def supported_actions(cls: type) -> tuple[type, ...]:
 
 @dataclass(frozen=True)
 class LearnerRecipe:
-    """Everything one learner is built from, picklable (the class by reference)."""
+    """Everything one learner is built from, picklable (the class by reference); a shared
+    learner's observation space includes the one-hot agent id."""
 
     cls: type
-    """The learner class."""
     observation_space: gymnasium.spaces.Box
-    """What it observes (with the one-hot agent id when shared)."""
     action_space: gymnasium.spaces.Space[Any]
-    """How it acts."""
     options: Mapping[str, Any]
     """The ``learner`` mapping without ``class``."""
     seed: int
-    """Its seed."""
-    agent_ids: tuple[str, ...] = ()
-    """Shared learner: the agents whose one-hot id follows each observation."""
 
     def build(self) -> Learner:
         """A fresh learner: ``cls.from_spaces(...)`` if it has one, else ``cls(...)``."""
@@ -133,13 +100,6 @@ class LearnerRecipe:
                                    dict(self.options), self.seed)
         return learner
 
-    def policy_kwargs(self, learner: Learner) -> dict[str, Any]:
-        """The evaluation policy's arguments, with ``agent_ids`` for a shared learner."""
-        kwargs = dict(learner.policy_kwargs)
-        if self.agent_ids:
-            kwargs["agent_ids"] = list(self.agent_ids)
-        return kwargs
-
 
 def class_reference(cls: type) -> str:
     """``module:Class``, the way ``--learner`` names a class."""
@@ -147,15 +107,9 @@ def class_reference(cls: type) -> str:
 
 
 def check_builds(recipes: Mapping[str, LearnerRecipe]) -> None:
-    """Build each learner from outside parcat once in a worker process, before the trainer
-    builds it here: a constructor's exit, crash or hang ends the worker
-    (:func:`~parcat.ipc.process.call_in_worker`) and is one line naming the learner class
-    and agent. parcat's own learners are not built twice.
-
-    Raises:
-        ConfigError: a constructor raised (exit code 2).
-        WorkerError: a constructor ended its process, crashed or hung (exit code 1).
-    """
+    """Build each learner from outside parcat once in a worker process first: a
+    constructor that raises is a :class:`ConfigError`, one that exits, crashes or hangs a
+    ``WorkerError``, each one line naming the learner class and agent."""
     items = list(recipes.items())
     if in_worker() or all(r.cls.__module__.startswith("parcat.") for _, r in items):
         return
@@ -177,6 +131,15 @@ def _build_each(recipes: Sequence[LearnerRecipe]) -> None:
     mark_acting(None)
 
 
+def learner_inputs(agents: list[Any], shared: bool) -> Callable[[Any, np.ndarray], np.ndarray]:
+    """``(agent, observation) -> what the agent's learner observes``: a shared learner also
+    sees the agent's one-hot id among ``agents``."""
+    if not shared:
+        return lambda agent, obs: obs
+    index = {agent: i for i, agent in enumerate(agents)}
+    return lambda agent, obs: with_agent_id(obs, index[agent], len(index))
+
+
 def with_agent_id(obs: np.ndarray, index: int, num_agents: int) -> np.ndarray:
     """Flat observations followed by the one-hot id of agent ``index`` (shared learner)."""
     flat = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
@@ -185,12 +148,9 @@ def with_agent_id(obs: np.ndarray, index: int, num_agents: int) -> np.ndarray:
     return np.concatenate((flat, one_hot), axis=1)
 
 
-def make_recipes(mission: Mission, config: LearnerSettings) -> dict[str, LearnerRecipe]:
-    """One recipe per learner, by name: each agent's id, or ``shared``.
-
-    Independent learners are seeded ``seed * 1000 + agent index``; a shared one ``seed``,
-    observing each agent's observation plus its one-hot id.
-    """
+def make_recipes(mission: Mission, config: TrainConfig) -> dict[str, LearnerRecipe]:
+    """One recipe per learner by agent id (seeded ``seed * 1000 + agent index``), or one
+    ``shared`` (seeded ``seed``, observing the observation plus the agent's one-hot id)."""
     cls, options = learner_class(config.learner), learner_options(config.learner)
     specs = mission.agents()
     if config.shared_learner:
@@ -201,23 +161,17 @@ def make_recipes(mission: Mission, config: LearnerSettings) -> dict[str, Learner
         high = np.concatenate((np.asarray(space.high, np.float32).reshape(-1),  # type: ignore[attr-defined]
                                np.ones(len(specs), np.float32)))
         shared = gymnasium.spaces.Box(low, high, dtype=np.float32)
-        ids = tuple(str(spec.agent_id) for spec in specs)
-        return {SHARED: LearnerRecipe(cls, shared, first.action_space, options, config.seed,
-                                        ids)}
+        return {SHARED: LearnerRecipe(cls, shared, first.action_space, options, config.seed)}
     return {
         str(spec.agent_id): LearnerRecipe(cls, spec.observation_space,  # type: ignore[arg-type]
                                           spec.action_space, options,
                                           config.seed * 1000 + index)
-        for index, spec in enumerate(specs)
-    }
+        for index, spec in enumerate(specs)}
 
 
-def check_trainable(mission: Mission, config: LearnerSettings) -> None:
-    """Every agent observes a Box and acts in a space the chosen learner learns.
-
-    Raises:
-        ConfigError: naming the agent, its space, and the built-in learners that can.
-    """
+def check_trainable(mission: Mission, config: TrainConfig) -> None:
+    """Every agent observes a Box and acts in a space the chosen learner learns;
+    :class:`ConfigError` naming the agent, its space, and the built-in learners that can."""
     if mission.turn_based:
         raise ConfigError(
             f"mission '{mission.name}' is turn-based (PettingZoo AEC): parcat train steps "
@@ -238,12 +192,10 @@ def check_trainable(mission: Mission, config: LearnerSettings) -> None:
             kinds = " and ".join(k.__name__ for k in supported_actions(cls))
             raise ConfigError(
                 f"mission '{mission.name}': agent '{agent.agent_id}' has action space {act}; "
-                f"the {clip(name)} learner learns {kinds} actions; {hint}"
-            )
+                f"the {clip(name)} learner learns {kinds} actions; {hint}")
         if config.shared_learner and (obs, act) != (specs[0].observation_space,
                                                     specs[0].action_space):
             raise ConfigError(
                 f"--shared-learner: agent '{agent.agent_id}' has spaces {obs}, {act}, agent "
                 f"'{specs[0].agent_id}' has {specs[0].observation_space}, "
-                f"{specs[0].action_space}; one learner needs the same spaces (use --independent)"
-            )
+                f"{specs[0].action_space}; one learner needs the same spaces (use --independent)")

@@ -1,23 +1,16 @@
 """Choosing and holding the run directory: folders are the user's, one writer per run.
 
-A folder is *parcat's run* only when it holds a run parcat recognises: a ``parcat.run``
-manifest, or a metrics log whose first record has an ``epoch``. Training into one needs
-``--resume`` (continue it) or ``--force`` (replace it). Without ``--run-dir`` the default
-name ``runs/<mission>`` moves to the next free numbered name (``runs/<mission>-2``, ...),
-and the caller says so.
+A folder holds *parcat's run* when it holds a ``parcat.run`` manifest or a metrics log of
+one; training into it needs ``--resume`` or ``--force``. Without ``--run-dir`` the default
+``runs/<mission>`` moves to the next free ``runs/<mission>-2``, ... (the caller says so).
+``--force`` deletes only what parcat wrote (the logs, and of the checkpoint and ``best/``
+only the files their manifests prove by size and SHA-256); other files stay and the note
+names one. A folder holding files parcat did not write and no run is refused: a run is
+never mixed into a folder of the user's.
 
-``--force`` deletes only what parcat wrote there (the metrics log, the TensorBoard folder,
-and of the checkpoint and ``best/`` only the files their manifests record with a matching
-size and SHA-256: :func:`parcat.policies.checkpoint.proven_files`); any other file in the
-folder, or inside the agents' folders and ``best/``, stays, and the note names one. A
-folder that holds no run may be used when it is empty; one holding files parcat did not
-write is refused, with or without ``--force``: a run is never mixed into a folder of the
-user's.
-
-The run holds the directory's lock (:mod:`parcat.core.runlock`) from the choice to its end: a
-second run into it is one line, exit 2. The default name is claimed under that lock, so
-runs started together get ``runs/<mission>``, ``-2``, ... each. A run that is refused or
-leaves nothing in the folders it made removes them again.
+The run holds the directory's lock (:mod:`parcat.core.runlock`) to its end, so a second
+run into it is one line, exit 2, and runs started together get ``-2``, ``-3``, ... each.
+A run that is refused or leaves nothing in the folders it made removes them again.
 """
 
 from __future__ import annotations
@@ -35,22 +28,21 @@ from parcat.core.output_paths import check_output_folder, missing_folders, remov
 from parcat.policies import checkpoint
 from parcat.policies.checkpoint_manifest import parse_manifest
 from parcat.train.config import TrainConfig
-from parcat.train.loggers import TENSORBOARD_DIR
+from parcat.train.metrics import TENSORBOARD_DIR
 from parcat.train.runs import BEST, METRICS_FILES
 
 MAX_NUMBERED = 10_000
-"""How many numbered names are tried before giving up (``runs/<mission>-10000``)."""
+"""How many numbered names are tried before giving up."""
 FLAG = "--run-dir"
 
 
 @dataclass(frozen=True)
 class RunDirChoice:
-    """Where a run goes, and the line to tell the user when it is not where they said."""
+    """Where a run goes (``config.run_dir``), and a line for stderr when it is not where the
+    user said (empty: nothing to say)."""
 
     config: TrainConfig
-    """The config with ``run_dir`` set to the chosen directory."""
     note: str = ""
-    """One line for stderr (empty: nothing to say)."""
 
 
 def holds_run(path: Path) -> bool:
@@ -71,19 +63,10 @@ def foreign_entries(path: Path) -> list[str]:
 @contextlib.contextmanager
 def claim_run_dir(config: TrainConfig, resume: bool = False,
                   force: bool = False) -> Iterator[RunDirChoice]:
-    """Choose the run directory for ``config`` and hold its lock until the block ends;
-    with ``force``, delete the run already there (only what parcat wrote).
-
-    Args:
-        config: ``run_dir`` empty means the default name ``runs/<mission>``.
-        resume: Continue the run in the directory (checked later by the trainer).
-        force: Replace the run in the directory.
-
-    Raises:
-        ConfigError: ``resume`` and ``force`` together; an explicit ``run_dir`` holding a
-            run without either; a folder holding files parcat did not write and no run.
-        OutputError: the folder cannot be written, or another process runs in it.
-    """
+    """Choose the run directory for ``config`` (``run_dir`` empty: the default name) and
+    hold its lock until the block ends; ``resume`` continues the run there, ``force``
+    deletes it (only what parcat wrote). :class:`ConfigError` for a folder that may not be
+    used so; ``OutputError`` if it cannot be written or another run holds it."""
     if resume and force:
         raise ConfigError("--resume and --force contradict each other: --resume continues "
                           "the run, --force replaces it; give one")
@@ -92,7 +75,7 @@ def claim_run_dir(config: TrainConfig, resume: bool = False,
     check_output_folder(path, FLAG)
     try:
         if config.run_dir or resume or force:
-            lock, choice = _take(config, path, resume, force), RunDirChoice(config)
+            lock, choice = _take(path, resume, force), RunDirChoice(config)
             if force and holds_run(path):
                 choice = RunDirChoice(config, _remove_run(path))
         else:
@@ -112,7 +95,7 @@ def _lock(path: Path) -> runlock.RunLock:
                            f"give another {FLAG}")
 
 
-def _take(config: TrainConfig, path: Path, resume: bool, force: bool) -> runlock.RunLock:
+def _take(path: Path, resume: bool, force: bool) -> runlock.RunLock:
     """Lock the directory the user named and check it may be written as asked."""
     lock = _lock(path)
     try:
@@ -168,7 +151,7 @@ def _take_default(config: TrainConfig, path: Path,
     raise ConfigError(f"'{path}-2' to '{path}-{MAX_NUMBERED}' are all taken; give {FLAG}")
 
 
-def _pid_of(message: str) -> str:
+def _pid_of(message: str) -> str:  # the " (pid N)" part of a RunLockedError's message
     start = message.find(" (pid ")
     return message[start:message.index(")", start) + 1] if start >= 0 else ""
 
@@ -215,7 +198,7 @@ def _run_entries(path: Path) -> set[str]:
     return names
 
 
-def _run_manifest(path: Path) -> dict[str, object] | None:
+def _run_manifest(path: Path) -> dict[str, object] | None:  # a run's manifest, if valid
     if not (path / checkpoint.MANIFEST).is_file():
         return None
     try:

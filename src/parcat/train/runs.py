@@ -1,32 +1,49 @@
-"""Run directories: checkpoints ``parcat eval -p runs/NAME`` can load, and resuming.
+"""Run directories (:mod:`parcat.policies.checkpoint`'s run checkpoints): writing them,
+resuming, starting from trained weights, and the greedy evaluation that picks ``RUN/best``
+(fixed episodes on environments of their own, seeded from the run seed on streams of their
+own: the same at every checkpoint, on every layout, never changing training).
 
-A run directory is a run checkpoint (see :mod:`parcat.policies.checkpoint`): one directory per agent
-holding the greedy policy as ``MLPPolicy`` arrays, plus ``state.npz`` with everything the
-learner needs to continue bit-identically, and the metrics log, carried along.
+Every write replaces the checkpoint in one atomic swap: a second Ctrl-C or a full disk
+leaves the previous one. The checkpoint written on an interrupt holds the *last finished*
+epoch, so ``--resume`` continues exactly as if the run had stopped there: in sync mode each
+finished epoch is captured in memory until a later one replaces it, in async mode the
+acting learners are refreshed from the learner process.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, cast
 
 import numpy as np
 
 from parcat.core import runlock
-from parcat.core.errors import CheckpointError
+from parcat.core.errors import CheckpointError, ParcatError, WriteError
+from parcat.envs.missions import Mission, is_foreign
+from parcat.ipc.process import SetupFailedError, call_in_worker
 from parcat.policies import checkpoint
+from parcat.train.config import TrainConfig
+from parcat.train.envslice import reset_seeded
 from parcat.train.learner import Learner
+from parcat.train.recipes import SHARED, LearnerRecipe, class_reference, learner_inputs
+from parcat.train.vecenv import FILE, InFlight, VecEnv
 
-if TYPE_CHECKING:
-    from parcat.envs.missions import Mission
-    from parcat.train.config import TrainConfig
-
+log = logging.getLogger("parcat.train")
 METRICS_FILES = ("metrics.jsonl", "metrics.csv")
-
-
 BEST = checkpoint.BEST
+SAME_ON_RESUME = ("mission", "overrides", "seed", "learner", "shared_learner",
+                  "steps_per_epoch", "train_steps", "mode", "train_interval")
+"""Settings a resumed run must share with the run it continues (the rest may change)."""
+EVAL_STREAM = 103
+EVAL_TASK_STREAM = 104
+TOTAL = "total"
+"""The key of the mean summed return over all agents in :func:`evaluate_greedy`'s result."""
+LearnerObs = Callable[[Any, np.ndarray], np.ndarray]
+"""``(agent, observation) -> what the agent's learner observes``."""
 
 
 @dataclass(frozen=True)
@@ -38,78 +55,129 @@ class RunSnapshot:
     arrays: Mapping[str, Mapping[str, np.ndarray]] = field(default_factory=dict)
     """More ``.npz`` files of the checkpoint (the episodes in flight)."""
 
-    @property
-    def epoch(self) -> int:
-        """The epochs it holds."""
-        return int(self.meta["epoch"])
 
+@dataclass
+class Checkpointer:
+    """Writes one run's checkpoints (with ``vec``'s episodes in flight) and keeps its best.
 
-def write_snapshot(path: Path, snapshot: RunSnapshot, best: bool = False) -> Path:
-    """Write ``snapshot`` into the run directory atomically (its metrics log, ``best/`` and
-    any other file stay); with ``best``, ``best/`` becomes a copy of it."""
-    return checkpoint.save_run(path, snapshot.agents, snapshot.meta,
-                               copy_to=BEST if best else "", arrays=snapshot.arrays)
-
-
-def capture(config: TrainConfig, mission: Mission, learners: dict[Any, Learner],
-            epoch: int, arrays: dict[str, dict[str, np.ndarray]] | None = None,
-            **meta: Any) -> RunSnapshot:
-    """Copy everything a checkpoint after ``epoch`` epochs holds (``arrays``: more files,
-    e.g. the episodes in flight; ``meta``: extra manifest keys), so it can be written
-    later though the learners go on changing.
-
-    Each agent's policy is the learner's :attr:`~Learner.policy` with its
-    :attr:`~Learner.policy_kwargs` (plus ``agent_ids`` for a shared learner, whose network
-    also sees the agent's one-hot id) and :meth:`~Learner.policy_arrays`.
+    ``recipes``: what the learners are built from, to evaluate them in a worker process (an
+    environment from outside parcat); ``None``: evaluated in this process.
     """
-    specs = {s.agent_id: s for s in mission.agents()}
-    shared_ids = [str(s.agent_id) for s in specs.values()] if config.shared_learner else None
-    agents = {}
-    for agent, learner in learners.items():
-        kwargs = dict(learner.policy_kwargs)
-        if shared_ids is not None:
-            kwargs["agent_ids"] = shared_ids
-        agents[str(agent)] = checkpoint.PolicyCheckpoint(
-            policy=learner.policy,
-            kwargs=kwargs,
-            arrays=_copied(learner.policy_arrays()),
-            meta={
-                "mission": mission.name, "agent_id": str(agent), "epoch": epoch,
-                "observation_space": str(specs[agent].observation_space),
-                "action_space": str(specs[agent].action_space),
-                "learner": {"class": type(learner).__module__ + ":" + type(learner).__qualname__,
-                            **dict(learner.config)},
-            },
-            state=_copied(learner.state_dict()),
-        )
-    run_meta = {
-        "mission": mission.name, "mission_params": dict(mission.params), "epoch": epoch,
-        "seed": config.seed, "shared_learner": config.shared_learner,
-        "config": config.to_dict(), **meta,
-    }
-    return RunSnapshot(agents, run_meta, {name: _copied(data)
-                                          for name, data in (arrays or {}).items()})
+
+    config: TrainConfig
+    mission: Mission
+    learners: dict[Any, Learner]
+    learner_obs: LearnerObs | None = None
+    vec: VecEnv | None = None
+    recipes: Mapping[str, LearnerRecipe] | None = None
+
+    def __post_init__(self) -> None:
+        self.best_return = best_return(self.config.run_path)
+        self.pending: RunSnapshot | None = None  # the last finished epoch, not written yet
+
+    def evaluate(self) -> dict[str, float]:
+        """The learners' greedy returns on the run's fixed evaluation episodes; an
+        environment from outside parcat plays them in a worker process, and its crash
+        there leaves NaN returns and a warning, not a dead trainer."""
+        episodes = self.config.eval_episodes
+        if self.recipes is None or not is_foreign(self.mission) or episodes <= 0:
+            return evaluate_greedy(self.mission, self.learners, self.config.seed, episodes,
+                                   self.learner_obs)
+        try:
+            return evaluate_greedy_in_a_worker(self.mission, self.recipes, self.learners,
+                                               self.config.seed, episodes)
+        except (SetupFailedError, ParcatError) as exc:
+            log.warning("the greedy evaluation's environment %s; eval_return is NaN", exc)
+            return nan_returns(episodes, self.learners)
+
+    def finished(self, epoch: int, eval_return: dict[str, float] | None = None) -> None:
+        """Capture the learners after ``epoch`` epochs (with their evaluation, if any), for
+        :meth:`save` or, after an interrupt, :meth:`save_interrupted`."""
+        meta: dict[str, Any] = {}
+        if eval_return:
+            meta = {"eval_return": eval_return, "eval_episodes": self.config.eval_episodes}
+        self.pending = self._capture(epoch, meta)
+
+    def save(self) -> Path:
+        """Write the captured checkpoint; it is also ``best/`` when its total evaluation
+        return beats every earlier one."""
+        assert self.pending is not None, "save() follows finished()"
+        score = (self.pending.meta.get("eval_return") or {}).get(TOTAL, math.nan)
+        best = not math.isnan(score) and score > self.best_return
+        path = self._write(self.pending, best=best)
+        if best:
+            self.best_return = score
+        self.pending = None
+        return path
+
+    def save_interrupted(self, finished_epochs: int, saved_epochs: int,
+                         live: bool = False) -> Path | None:
+        """After Ctrl-C or SIGTERM: write the last finished epoch if no checkpoint has it
+        yet (``live``: the learners as they are now stand for it, in async mode once synced);
+        return the run directory, or ``None`` when there was nothing new."""
+        if self.pending is not None:
+            return self._write(self.pending)
+        if live and finished_epochs > saved_epochs:
+            return self._write(self._capture(finished_epochs, {}))
+        return None
+
+    def _capture(self, epoch: int, meta: dict[str, Any]) -> RunSnapshot:
+        """Copy everything a checkpoint after ``epoch`` epochs holds, so it can be written
+        later though the learners go on changing."""
+        config, mission = self.config, self.mission
+        specs = {s.agent_id: s for s in mission.agents()}
+        agents = {}
+        for agent, learner in self.learners.items():
+            kwargs = dict(learner.policy_kwargs)
+            if config.shared_learner:
+                kwargs["agent_ids"] = [str(a) for a in specs]
+            agents[str(agent)] = checkpoint.PolicyCheckpoint(
+                policy=learner.policy, kwargs=kwargs, arrays=_copied(learner.policy_arrays()),
+                meta={"mission": mission.name, "agent_id": str(agent), "epoch": epoch,
+                      "observation_space": str(specs[agent].observation_space),
+                      "action_space": str(specs[agent].action_space),
+                      "learner": {"class": class_reference(type(learner)),
+                                  **dict(learner.config)}},
+                state=_copied(learner.state_dict()),
+            )
+        run_meta = {"mission": mission.name, "mission_params": dict(mission.params),
+                    "epoch": epoch, "seed": config.seed, "shared_learner": config.shared_learner,
+                    "config": config.to_dict(), **meta}
+        arrays = {} if self.vec is None else {FILE: _copied(self.vec.in_flight().to_arrays())}
+        return RunSnapshot(agents, run_meta, arrays)
+
+    def _write(self, snapshot: RunSnapshot, best: bool = False) -> Path:
+        """Write ``snapshot``; a failed write (a full disk) leaves the last checkpoint and
+        is one :class:`WriteError`."""
+        path = self.config.run_path
+        try:
+            return checkpoint.save_run(path, snapshot.agents, snapshot.meta,
+                                       copy_to=BEST if best else "", arrays=snapshot.arrays)
+        except OSError as exc:
+            raise WriteError(
+                f"could not write the checkpoint of epoch {snapshot.meta['epoch']} to '{path}' "
+                f"({exc.strerror or exc}); the last checkpoint there is intact: free the "
+                "space and --resume") from None
 
 
 def _copied(arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
     return {key: np.array(value, copy=True) for key, value in arrays.items()}
 
 
-# settings a resumed run must share with the run it continues (the rest may change)
-SAME_ON_RESUME = ("mission", "overrides", "seed", "learner", "shared_learner",
-                  "steps_per_epoch", "train_steps", "mode", "train_interval")
+def best_return(run: Path) -> float:
+    """The total evaluation return of ``run/best`` (``-inf`` when there is none)."""
+    try:
+        saved = checkpoint.read_manifest(run / BEST).get("eval_return")
+    except CheckpointError:
+        return -math.inf
+    value = saved.get(TOTAL) if isinstance(saved, dict) else None
+    return float(value) if isinstance(value, (int, float)) else -math.inf
 
 
 def has_checkpoint(path: Path) -> bool:
-    """Whether the run directory holds a checkpoint to resume from.
-
-    A directory that does not exist, is empty or holds only a metrics log (a run stopped
-    before its first checkpoint) has none.
-
-    Raises:
-        CheckpointError: the directory holds other files but no checkpoint, or is no
-            directory at all: it is not a parcat run, and resuming must not write into it.
-    """
+    """Whether the run directory holds a checkpoint to resume from (none when it does not
+    exist or holds only a metrics log); :class:`CheckpointError` when it holds other files
+    (no parcat run: resuming must not write into it)."""
     checkpoint.recover_swap(path)
     if not path.exists():
         return False
@@ -117,29 +185,20 @@ def has_checkpoint(path: Path) -> bool:
         return True
     if not path.is_dir():
         raise CheckpointError(f"--resume: '{path}' is not a directory; name a run directory")
-    if all(_is_metrics_file(entry.name) for entry in path.iterdir()):
+    # a log, the run's lock, or what a rewrite of a metrics log killed halfway left
+    if all(name in (*METRICS_FILES, "tensorboard", runlock.LOCK_FILE)
+           or (name.startswith(".metrics.") and name.endswith(".tmp"))
+           for name in (entry.name for entry in path.iterdir())):
         return False
     raise CheckpointError(
         f"--resume: '{path}' holds files but no {checkpoint.MANIFEST}: it is no parcat run, "
-        "or a damaged one; give another --run-dir"
-    )
-
-
-def _is_metrics_file(name: str) -> bool:
-    # a log, the run's lock, or what a rewrite of a metrics log killed halfway left
-    return name in (*METRICS_FILES, "tensorboard", runlock.LOCK_FILE) or (
-        name.startswith(".metrics.") and name.endswith(".tmp"))
+        "or a damaged one; give another --run-dir")
 
 
 def restore(path: Path, learners: dict[Any, Learner], config: TrainConfig | None = None) -> int:
-    """Load every learner's state from the run directory; return the epoch it reached.
-
-    Every file is checked (sizes, hashes, finite weights) before a learner reads it.
-
-    Raises:
-        CheckpointError: no checkpoint there, it is damaged, it belongs to other agents,
-            or ``config`` differs from the saved run in a setting that changes the results.
-    """
+    """Load every learner's state from the run directory (every file checked first);
+    return the epoch it reached. :class:`CheckpointError`: no checkpoint, a damaged one,
+    other agents', or ``config`` differs in a setting that changes the results."""
     manifest = checkpoint.read_manifest(path)
     if manifest["format"] != checkpoint.RUN_FORMAT:
         raise CheckpointError(f"--resume: '{path}' is not a run directory")
@@ -150,15 +209,11 @@ def restore(path: Path, learners: dict[Any, Learner], config: TrainConfig | None
             key = changed[0]
             raise CheckpointError(
                 f"--resume: '{path}' was trained with {key}={saved[key]!r}, not {now[key]!r}; "
-                "resume with the same settings or use another --run-dir"
-            )
+                "resume with the same settings or use another --run-dir")
     if "epoch" not in manifest:
         raise CheckpointError(f"--resume: '{path}/{checkpoint.MANIFEST}' records no epoch")
-    dirs: dict[str, str] = manifest["agents"]
     for agent, learner in learners.items():
-        if str(agent) not in dirs:
-            raise CheckpointError(f"--resume: '{path}' has no agent '{agent}'")
-        agent_dir = path / dirs[str(agent)]
+        agent_dir = path / _agent_dir(manifest, path, agent, "--resume")
         checkpoint.load_policy(agent_dir, str(agent))  # its checks: the greedy weights too
         state = checkpoint.load_state(agent_dir)
         if not state:
@@ -172,15 +227,27 @@ def restore(path: Path, learners: dict[Any, Learner], config: TrainConfig | None
     return int(manifest["epoch"])
 
 
+def _agent_dir(manifest: Mapping[str, Any], path: Path, agent: Any, flag: str) -> str:
+    dirs: dict[str, str] = manifest["agents"]
+    if str(agent) not in dirs:
+        raise CheckpointError(f"{flag}: '{path}' has no agent '{agent}'")
+    return dirs[str(agent)]
+
+
+def load_in_flight(run_path: Path, vec: VecEnv) -> InFlight | None:
+    """The episodes a checkpoint was running, if it kept them for ``vec``'s environments
+    (otherwise new episodes start); :class:`CheckpointError` if the file is damaged."""
+    arrays = checkpoint.load_run_arrays(run_path, FILE)
+    if arrays is None:
+        return None
+    state = InFlight.from_arrays(arrays, vec.layouts, f"{run_path}/{FILE}")
+    return state if state.num_envs == vec.num_envs else None
+
+
 def init_weights(source: str, learners: dict[Any, Learner]) -> None:
-    """Start from trained weights: a run directory (per agent) or one agent's directory.
-
-    Each learner takes the saved policy arrays through
-    :meth:`~parcat.train.learner.Learner.load_policy_arrays`.
-
-    Raises:
-        CheckpointError: the checkpoint lacks an agent, or its weights do not fit a learner.
-    """
+    """Start from trained weights (``--init-from``): a run directory (per agent) or one
+    agent's directory; :class:`CheckpointError` if it lacks an agent or its weights do not
+    fit a learner."""
     path = Path(source)
     try:
         manifest = checkpoint.read_manifest(path)
@@ -188,10 +255,8 @@ def init_weights(source: str, learners: dict[Any, Learner]) -> None:
         raise CheckpointError(f"--init-from: {exc}") from exc
     for agent, learner in learners.items():
         if manifest["format"] == checkpoint.RUN_FORMAT:
-            dirs = manifest["agents"]
-            if str(agent) not in dirs:
-                raise CheckpointError(f"--init-from: '{path}' has no agent '{agent}'")
-            saved = checkpoint.load_policy(path / dirs[str(agent)], str(agent))
+            saved = checkpoint.load_policy(path / _agent_dir(manifest, path, agent,
+                                                             "--init-from"), str(agent))
         else:
             saved = checkpoint.load_policy(path)
         try:
@@ -199,3 +264,73 @@ def init_weights(source: str, learners: dict[Any, Learner]) -> None:
         except CheckpointError as exc:
             raise CheckpointError(
                 f"--init-from: '{path}' weights do not fit this learner ({exc})") from None
+
+
+def evaluate_greedy(mission: Mission, learners: Mapping[Any, Learner], seed: int,
+                    episodes: int, learner_obs: LearnerObs | None = None) -> dict[str, float]:
+    """Mean greedy return per agent (by ``str(agent_id)``) and in total over ``episodes``
+    seeded from ``seed`` (none: empty); ``learner_obs`` makes an agent's learner input."""
+    if episodes <= 0:
+        return {}
+    agents = [spec.agent_id for spec in mission.agents()]
+    sums = np.zeros(len(agents))
+    for index in range(episodes):
+        with mission.open_env() as env:
+            returns = _episode(env, mission, learners, seed, index,
+                               learner_obs or (lambda agent, obs: obs))
+        sums += [returns.get(agent, 0.0) for agent in agents]
+    means = {str(agent): float(total / episodes) for agent, total in zip(agents, sums, strict=True)}
+    means[TOTAL] = float(sums.sum() / episodes)
+    return means
+
+
+def evaluate_greedy_in_a_worker(mission: Mission, recipes: Mapping[str, LearnerRecipe],
+                                learners: Mapping[Any, Learner], seed: int,
+                                episodes: int) -> dict[str, float]:
+    """:func:`evaluate_greedy` in a worker process, for environments from outside parcat
+    (their crash must not end training), the learners rebuilt there from their ``recipes``;
+    :class:`SetupFailedError` if the environment or a learner raised, died or froze."""
+    by_name = {str(agent): learner for agent, learner in learners.items()}
+    arrays = {name: (next(iter(learners.values())) if name == SHARED else by_name[name])
+              .policy_arrays() for name in recipes}
+    result = call_in_worker(_evaluate_rebuilt, (mission, dict(recipes), arrays, seed, episodes),
+                            "parcat-greedy-eval", timeout_s=math.inf)
+    return cast(dict[str, float], result)
+
+
+def _evaluate_rebuilt(mission: Mission, recipes: dict[str, LearnerRecipe],
+                      arrays: dict[str, dict[str, np.ndarray]], seed: int,
+                      episodes: int) -> dict[str, float]:
+    built = {name: recipe.build() for name, recipe in recipes.items()}
+    for name, learner in built.items():
+        learner.load_policy_arrays(arrays[name])
+    agents = [spec.agent_id for spec in mission.agents()]
+    shared = SHARED in built
+    return evaluate_greedy(mission, {a: built[SHARED if shared else str(a)] for a in agents},
+                           seed, episodes, learner_inputs(agents, shared))
+
+
+def _episode(env: Any, mission: Mission, learners: Mapping[Any, Learner], seed: int,
+             index: int, learner_obs: LearnerObs) -> dict[Any, float]:
+    obs = reset_seeded(env, seed, (EVAL_STREAM, EVAL_TASK_STREAM), index)
+    returns: dict[Any, float] = {agent: 0.0 for agent in env.possible_agents}
+    for _ in range(mission.max_steps):
+        if not env.agents:
+            break
+        actions = {}
+        for agent in env.agents:
+            row = np.asarray(obs[agent], dtype=np.float32).reshape(1, -1)
+            action = learners[agent].act(learner_obs(agent, row), explore=False)[0]
+            actions[agent] = action.item() if np.ndim(action) == 0 else np.asarray(action)
+        obs, rewards, *_ = env.step(actions)
+        for agent, reward in rewards.items():
+            returns[agent] = returns.get(agent, 0.0) + float(reward)
+    return returns
+
+
+def nan_returns(episodes: int, agents: Iterable[Any]) -> dict[str, float]:
+    """The ``eval_return`` of an epoch that was not evaluated: the same keys, NaN (none
+    when ``episodes`` is 0)."""
+    if episodes <= 0:
+        return {}
+    return {**{str(agent): math.nan for agent in agents}, TOTAL: math.nan}

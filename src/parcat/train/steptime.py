@@ -1,9 +1,6 @@
-"""Timing one step of a mission's environment at start-up, for the layout planner.
-
-The environment is stepped through an :class:`~parcat.train.envslice.EnvSlice` of one
-environment, the code every lane runs, with random actions drawn from fixed seeds, so the
-time includes what a lane adds around ``env.step`` (array writes, autoreset).
-"""
+"""Timing one step of a mission's environment at start-up, for the layout planner: through
+an :class:`~parcat.train.envslice.EnvSlice`, the code every lane runs, with seeded random
+actions, so the time includes what a lane adds around ``env.step``."""
 
 from __future__ import annotations
 
@@ -27,19 +24,15 @@ class StepTime:
     """What timing the environment found."""
 
     step_s: float
-    """Median seconds of one environment step (preemption by other processes and the
-    rare autoreset do not move a median; the estimate errs towards cheap, in-process)."""
+    """Median seconds of one step (preemption and the rare autoreset do not move it)."""
     steps: int
-    """Steps timed (the first, which may warm caches, is not counted)."""
+    """Steps timed (not the first, which may warm caches)."""
 
 
 def time_env_step(mission: Mission, seed: int = 0, budget_s: float = BUDGET_S,
                   max_steps: int = MAX_STEPS) -> StepTime:
-    """Step one environment of ``mission`` for about ``budget_s`` seconds (at least twice).
-
-    Raises:
-        Exception: whatever building or stepping the environment raised.
-    """
+    """Step one environment of ``mission`` for about ``budget_s`` seconds (at least twice);
+    what building or stepping it raises propagates."""
     layouts = agent_layouts(mission)
     arrays = {k: np.zeros(shape, dtype) for k, (shape, dtype) in array_specs(layouts, 1).items()}
     envs = EnvSlice(mission, 0, 1, seed, arrays)
