@@ -67,8 +67,6 @@ def load_scores(path: str | Path, policy: str = "*") -> dict[str, np.ndarray]:
     scores: dict[str, list[float]] = {}
     for index, data in enumerate(document.get("episodes", [])):
         try:
-            if not isinstance(data, dict):
-                raise TypeError(f"expected an object, got {type(data).__name__}")
             episode = EpisodeResult.from_dict(data)
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"compare: '{path}': episode {index} is malformed "
