@@ -432,7 +432,11 @@ def frames(replay: Replay, trust_code: bool = False) -> Iterator[tuple[int, str,
     require_trusted(meta["env"], builtin_code()[0], trust_code, replay.source)
     env: Any = make_env(meta["env"], meta["params"], meta["mission"])
     try:
-        agents = _replay_agents(env, replay)
+        agents = list(env.possible_agents)
+        if [str(a) for a in agents] != replay.agents:
+            raise ReplayError(f"{replay.source}: the environment has agents "
+                              f"{brief([str(a) for a in agents])}, the replay "
+                              f"{brief(replay.agents)}; it is damaged or from another parcat")
         yield 0, _drawn(env, replay, reset_seed=meta["seed"]), []
         act_spaces = [env.action_space(a) for a in agents]
         for step in range(meta["steps"]):
@@ -449,15 +453,6 @@ def frames(replay: Replay, trust_code: bool = False) -> Iterator[tuple[int, str,
             yield step + 1, _drawn(env, replay), problems
     finally:
         close_env(env)
-
-
-def _replay_agents(env: Any, replay: Replay) -> list[Any]:
-    agents = list(env.possible_agents)
-    if [str(a) for a in agents] != replay.agents:
-        raise ReplayError(f"{replay.source}: the environment has agents "
-                          f"{brief([str(a) for a in agents])}, the replay "
-                          f"{brief(replay.agents)}; it is damaged or from another parcat")
-    return agents
 
 
 def _drawn(env: Any, replay: Replay, reset_seed: int | None = None) -> str:

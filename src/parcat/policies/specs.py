@@ -94,16 +94,6 @@ def check_weights(specs: Sequence[PolicySpec]) -> None:
                           "two thirds and one third")
 
 
-def unknown_policy_message(target: str) -> str:
-    """The one line shown for a spec that is no built-in, reference or checkpoint."""
-    close = difflib.get_close_matches(target, BUILTINS, n=1)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
-    return (
-        f"policy '{target}' is not a built-in, a module:Class or a checkpoint directory{hint}; "
-        f"built-ins: {', '.join(BUILTINS)}"
-    )
-
-
 def foreign_code(spec: PolicySpec, mission: Mission) -> str | None:
     """The reference of the code from outside parcat that ``spec`` runs, if any (such
     code may exit, crash or hang its process, so runs isolate it)."""
@@ -171,7 +161,10 @@ def make_policy(spec: PolicySpec, mission: Mission, agent: AgentSpec) -> Policy:
         return _from_checkpoint(Path(target), spec, agent)
     if is_reference(target):
         return _construct(target, spec, agent, dict(spec.kwargs))
-    raise PolicyError(unknown_policy_message(target))
+    close = difflib.get_close_matches(target, BUILTINS, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    raise PolicyError(f"policy '{target}' is not a built-in, a module:Class or a checkpoint "
+                      f"directory{hint}; built-ins: {', '.join(BUILTINS)}")
 
 
 def _construct(reference: str, spec: PolicySpec, agent: AgentSpec, kwargs: dict[str, Any]) -> Any:
