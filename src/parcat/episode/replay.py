@@ -232,12 +232,8 @@ class Replay:
 
 
 def read(path: str | Path) -> Replay:
-    """Read a replay file, and check its shape, types and sizes before anything uses it.
-
-    Raises:
-        ReplayError: the file is missing, not a replay, of another version, too large
-            unpacked, or damaged (one line naming the key or array).
-    """
+    """Read a replay file, and check its shape, types and sizes before anything uses it
+    (``ReplayError``: missing, no replay, another version, too large or damaged)."""
     path = Path(path)
     source = f"replay '{clip(str(path), 200)}'"
     if not path.is_file():

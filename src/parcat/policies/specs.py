@@ -59,11 +59,7 @@ class PolicySpec:
 
 
 def parse_policy_spec(text: str, trust_code: bool = False) -> PolicySpec:
-    """Parse ``TARGET[,KEY=VALUE...][@WEIGHT]``.
-
-    Raises:
-        PolicyError: empty target, a malformed ``KEY=VALUE`` or a bad weight.
-    """
+    """Parse ``TARGET[,KEY=VALUE...][@WEIGHT]`` (``PolicyError`` if malformed)."""
     body, at, weight_text = text.rpartition("@") if "@" in text else (text, "", "")
     weight = 1.0
     if at:
