@@ -48,7 +48,6 @@ class EvalConfig:
     policies: tuple[PolicySpec, ...]
     """Policy specs assigned to agents by weight."""
     episodes: int = 10
-    """Episodes per mission."""
     seed: int = 0
     """Base seed: every episode's seeds derive from it."""
 
