@@ -126,9 +126,8 @@ class ReplayRecorder:
         arrays: dict[str, np.ndarray] = {}
         for i, track in enumerate(self.tracks):
             arrays[f"step_{i}"] = np.asarray(track.steps, dtype=np.int64)
-            dim = spaces.flatdim(self.obs_spaces[i]) if _flattenable(self.obs_spaces[i]) else 0
-            arrays[f"obs_{i}"] = (np.stack(track.obs) if track.obs
-                                  else np.zeros((0, dim), np.float32))
+            arrays[f"obs_{i}"] = (np.stack(track.obs) if track.obs else
+                                  np.zeros((0, _flatdim(self.obs_spaces[i]) or 0), np.float32))
             arrays[f"act_{i}"] = _actions(self.act_spaces[i], track.actions)
             arrays[f"rew_{i}"] = np.asarray(track.rewards, dtype=np.float64)
         meta = {"format": FORMAT, "version": VERSION, **meta,
@@ -140,18 +139,17 @@ class ReplayRecorder:
         write_atomically(path, lambda handle: np.savez_compressed(handle, **arrays))  # type: ignore[arg-type]
 
 
-def _flattenable(space: gymnasium.Space[Any]) -> bool:
+def _flatdim(space: gymnasium.Space[Any]) -> int | None:
     try:
-        spaces.flatdim(space)
+        return spaces.flatdim(space)
     except (NotImplementedError, ValueError, TypeError):
-        return False
-    return True
+        return None
 
 
 def _flat(space: gymnasium.Space[Any], obs: Any) -> np.ndarray:
     if isinstance(space, spaces.Box):
         return np.asarray(obs, dtype=np.float32).reshape(-1)
-    if obs is None or not _flattenable(space):
+    if obs is None or _flatdim(space) is None:
         return np.zeros(0, np.float32)
     return np.asarray(spaces.flatten(space, obs), dtype=np.float32)
 
@@ -234,12 +232,8 @@ class Replay:
 
 
 def read(path: str | Path) -> Replay:
-    """Read a replay file, and check its shape, types and sizes before anything uses it.
-
-    Raises:
-        ReplayError: the file is missing, not a replay, of another version, too large
-            unpacked, or damaged (one line naming the key or array).
-    """
+    """Read a replay file, and check its shape, types and sizes before anything uses it
+    (``ReplayError``: missing, no replay, another version, too large or damaged)."""
     path = Path(path)
     source = f"replay '{clip(str(path), 200)}'"
     if not path.is_file():
@@ -387,20 +381,23 @@ def _would_replace(folder: Path, missions: set[str], episodes: int
 
 
 def _is_index(path: Path) -> bool:
-    with contextlib.suppress(Exception):  # whatever the user's file makes json raise
-        if stat.S_ISREG(path.lstat().st_mode):
-            document = json.loads(path.read_bytes())
-            return isinstance(document, dict) and document.get("format") == FORMAT
-    return False
+    return _names_format(path, lambda: json.loads(path.read_bytes()))
 
 
 def is_replay(path: Path) -> bool:
     """Whether ``path`` is a regular file whose ``meta`` names parcat's replay format."""
-    with contextlib.suppress(Exception):  # whatever a foreign file makes zipfile/numpy raise
+    def meta() -> Any:
+        with np.load(path, allow_pickle=False) as data:
+            return json.loads(str(data["meta"][()]))
+    return _names_format(path, meta)
+
+
+def _names_format(path: Path, read: Callable[[], Any]) -> bool:
+    """Whether ``path`` is a regular file whose JSON ``read`` gives names parcat's format."""
+    with contextlib.suppress(Exception):  # whatever a foreign file makes json/zipfile/numpy raise
         if stat.S_ISREG(path.lstat().st_mode):
-            with np.load(path, allow_pickle=False) as data:
-                meta = json.loads(str(data["meta"][()]))
-            return isinstance(meta, dict) and meta.get("format") == FORMAT
+            document = read()
+            return isinstance(document, dict) and document.get("format") == FORMAT
     return False
 
 
@@ -431,7 +428,11 @@ def frames(replay: Replay, trust_code: bool = False) -> Iterator[tuple[int, str,
     require_trusted(meta["env"], builtin_code()[0], trust_code, replay.source)
     env: Any = make_env(meta["env"], meta["params"], meta["mission"])
     try:
-        agents = _replay_agents(env, replay)
+        agents = list(env.possible_agents)
+        if [str(a) for a in agents] != replay.agents:
+            raise ReplayError(f"{replay.source}: the environment has agents "
+                              f"{brief([str(a) for a in agents])}, the replay "
+                              f"{brief(replay.agents)}; it is damaged or from another parcat")
         yield 0, _drawn(env, replay, reset_seed=meta["seed"]), []
         act_spaces = [env.action_space(a) for a in agents]
         for step in range(meta["steps"]):
@@ -448,15 +449,6 @@ def frames(replay: Replay, trust_code: bool = False) -> Iterator[tuple[int, str,
             yield step + 1, _drawn(env, replay), problems
     finally:
         close_env(env)
-
-
-def _replay_agents(env: Any, replay: Replay) -> list[Any]:
-    agents = list(env.possible_agents)
-    if [str(a) for a in agents] != replay.agents:
-        raise ReplayError(f"{replay.source}: the environment has agents "
-                          f"{brief([str(a) for a in agents])}, the replay "
-                          f"{brief(replay.agents)}; it is damaged or from another parcat")
-    return agents
 
 
 def _drawn(env: Any, replay: Replay, reset_seed: int | None = None) -> str:

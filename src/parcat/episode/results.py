@@ -99,6 +99,8 @@ class EpisodeResult:
     def from_dict(cls, data: dict[str, Any]) -> EpisodeResult:
         """Rebuild an episode result from :meth:`to_dict` output (``KeyError``,
         ``TypeError`` or ``ValueError`` for a field missing or of the wrong type)."""
+        if not isinstance(data, dict):
+            raise TypeError(f"expected an object, got {type(data).__name__}")
         error, task = _object(data.get("error"), "error"), _object(data.get("task"), "task")
         stats = _object(data.get("stats") or {}, "stats")
         status = _text(data.get("status", "ok"), "status")
@@ -112,13 +114,10 @@ class EpisodeResult:
         return cls(
             mission=_text(data["mission"], "mission"),
             episode_index=_integer(data["episode_index"], "episode_index"),
-            seed=_integer(data["seed"], "seed"),
-            steps=_integer(data["steps"], "steps"),
+            seed=_integer(data["seed"], "seed"), steps=_integer(data["steps"], "steps"),
             agents=agents,
             stats={_text(k, "stats"): _number(v, f"stats.{k}") for k, v in (stats or {}).items()},
-            status=EpisodeStatus(status),
-            error=_error(error) if error else None,
-            task=task,
+            status=EpisodeStatus(status), error=_error(error) if error else None, task=task,
             duration_s=_number(data.get("duration_s", 0.0), "duration_s"),
             warnings=tuple(_text(w, "warnings") for w in _items(data.get("warnings") or [],
                                                                 "warnings")),
@@ -155,36 +154,33 @@ def _agent(data: Any) -> AgentResult:
                        _integer(data.get("late_actions", 0), "late_actions"))
 
 
-def _object(value: Any, name: str) -> dict[str, Any] | None:
-    if value is not None and not isinstance(value, dict):
-        raise TypeError(f"{name}: expected an object, got {type(value).__name__}")
+def _typed(value: Any, name: str, kind: type | tuple[type, ...], expected: str) -> Any:
+    if isinstance(value, bool) or not isinstance(value, kind):  # JSON's true is no integer
+        raise TypeError(f"{name}: expected {expected}, got {type(value).__name__}")
     return value
+
+
+def _object(value: Any, name: str) -> dict[str, Any] | None:
+    return None if value is None else _typed(value, name, dict, "an object")
 
 
 def _items(value: Any, name: str) -> list[Any] | tuple[Any, ...]:
-    if not isinstance(value, list | tuple):
-        raise TypeError(f"{name}: expected a list, got {type(value).__name__}")
-    return value
+    return _typed(value, name, (list, tuple), "a list")
 
 
 def _text(value: Any, name: str) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{name}: expected a string, got {type(value).__name__}")
-    return value
+    return _typed(value, name, str, "a string")
 
 
 def _integer(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}: expected an integer, got {type(value).__name__}")
-    return value
+    return _typed(value, name, int, "an integer")
 
 
 def _number(value: Any, name: str) -> float:
     """A float from JSON (NaN and infinity arrive as floats, or as None from nan_to_none)."""
     if value is None:
         return math.nan
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
+    _typed(value, name, (int, float), "a number")
     if isinstance(value, int) and abs(value) > _EXACT_INT:  # parcat writes these as floats
         raise ValueError(f"{name}: an integer of {len(str(abs(value))):,} digits, more than a "
                          "float holds exactly")

@@ -223,18 +223,12 @@ class EpisodeRunner:
                              track=self.track, steps=progress.steps,
                              status="ok" if error is None else "failed")
         return EpisodeResult(
-            mission=mission.name,
-            episode_index=task.episode_index,
-            seed=progress.env_seed,
-            steps=progress.steps,
+            mission.name, task.episode_index, progress.env_seed, progress.steps,
             agents=tuple(AgentResult(str(a), names[i] if names else "?",
                                      float(totals.get(a, 0.0)), late.get(a, 0))
                          for i, a in enumerate(progress.agent_ids)),
-            stats=stats,
-            status=EpisodeStatus.OK if error is None else EpisodeStatus.FAILED,
-            error=error,
-            task=env_task,
-            duration_s=time.perf_counter() - progress.start,
+            stats=stats, status=EpisodeStatus.OK if error is None else EpisodeStatus.FAILED,
+            error=error, task=env_task, duration_s=time.perf_counter() - progress.start,
             warnings=tuple(progress.warnings + [
                 f"agent '{a}': non-finite return ({totals[a]})"
                 for a in progress.agent_ids if not math.isfinite(totals.get(a, 0.0))]),

@@ -58,17 +58,12 @@ class Comparison:
 
 
 def load_scores(path: str | Path, policy: str = "*") -> dict[str, np.ndarray]:
-    """Per mission, the per-episode score of ``policy`` in a results file.
-
-    Raises:
-        ConfigError: not a parcat results file, or the policy played no finished episode.
-    """
+    """Per mission, the per-episode score of ``policy`` in a results file (``ConfigError``:
+    not a parcat results file, or the policy played no finished episode)."""
     document = read_results(Path(path), "compare")
     scores: dict[str, list[float]] = {}
     for index, data in enumerate(document.get("episodes", [])):
         try:
-            if not isinstance(data, dict):
-                raise TypeError(f"expected an object, got {type(data).__name__}")
             episode = EpisodeResult.from_dict(data)
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"compare: '{path}': episode {index} is malformed "
@@ -87,9 +82,7 @@ def compare(a: dict[str, np.ndarray], b: dict[str, np.ndarray], seed: int = 0,
 
     ``overall`` aggregates per-mission normalised scores (:func:`~parcat.eval.stats.normalised`)
     so missions on different scales weigh alike; ``normalise=False`` when they are already.
-
-    Raises:
-        ConfigError: the two files share no mission.
+    ``ConfigError`` when the two share no mission.
     """
     common = sorted(set(a) & set(b))
     if not common:

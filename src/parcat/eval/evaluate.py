@@ -49,7 +49,6 @@ class EvalConfig:
     policies: tuple[PolicySpec, ...]
     """Policy specs assigned to agents by weight."""
     episodes: int = 10
-    """Episodes per mission."""
     seed: int = 0
     """Base seed: every episode's seeds derive from it."""
 
@@ -268,7 +267,7 @@ def evaluate(config: EvalConfig, options: RunOptions | None = None,
         seating: The policy index of each agent; default: drawn by weight per episode.
 
     Raises:
-        OutputError: ``output`` cannot be written (checked before anything runs).
+        OutputError: ``output`` or ``replay_dir`` cannot be written (before anything runs).
     """
     options = inline_if_unpicklable(config, options or RunOptions(), on_warning)
     remove_stale_blocks()

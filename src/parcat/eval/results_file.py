@@ -350,8 +350,6 @@ def _same_config(path: Path, saved: Any, config: dict[str, Any]) -> None:
 
 def _episode(where: str, data: Any) -> EpisodeResult:
     try:
-        if not isinstance(data, dict):
-            raise TypeError(f"expected an object, got {type(data).__name__}")
         return EpisodeResult.from_dict(data)
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"--resume: {where} is malformed ({exc!r}); "

@@ -126,11 +126,8 @@ def _link_or_copy(source: str, target: str) -> None:
 
 def read_manifest(path: str | Path) -> dict[str, Any]:
     """Read and check a checkpoint manifest, and the sizes of the files it records (the
-    hashes of a run's agent manifests; the arrays' hashes when they are loaded).
-
-    Raises:
-        CheckpointError: the manifest or a file it records is missing or damaged.
-    """
+    hashes of a run's agent manifests; the arrays' hashes when they are loaded); a missing
+    or damaged one is a ``CheckpointError``."""
     path = Path(path)
     recover_swap(path)
     file = path / MANIFEST

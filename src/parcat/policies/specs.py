@@ -59,11 +59,7 @@ class PolicySpec:
 
 
 def parse_policy_spec(text: str, trust_code: bool = False) -> PolicySpec:
-    """Parse ``TARGET[,KEY=VALUE...][@WEIGHT]``.
-
-    Raises:
-        PolicyError: empty target, a malformed ``KEY=VALUE`` or a bad weight.
-    """
+    """Parse ``TARGET[,KEY=VALUE...][@WEIGHT]`` (``PolicyError`` if malformed)."""
     body, at, weight_text = text.rpartition("@") if "@" in text else (text, "", "")
     weight = 1.0
     if at:
@@ -92,16 +88,6 @@ def check_weights(specs: Sequence[PolicySpec]) -> None:
         raise PolicyError(f"the policies' weights ({shown}) add up to more than a number can "
                           "hold; weights are shares: give smaller ones, e.g. @2 and @1 for "
                           "two thirds and one third")
-
-
-def unknown_policy_message(target: str) -> str:
-    """The one line shown for a spec that is no built-in, reference or checkpoint."""
-    close = difflib.get_close_matches(target, BUILTINS, n=1)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
-    return (
-        f"policy '{target}' is not a built-in, a module:Class or a checkpoint directory{hint}; "
-        f"built-ins: {', '.join(BUILTINS)}"
-    )
 
 
 def foreign_code(spec: PolicySpec, mission: Mission) -> str | None:
@@ -171,7 +157,10 @@ def make_policy(spec: PolicySpec, mission: Mission, agent: AgentSpec) -> Policy:
         return _from_checkpoint(Path(target), spec, agent)
     if is_reference(target):
         return _construct(target, spec, agent, dict(spec.kwargs))
-    raise PolicyError(unknown_policy_message(target))
+    close = difflib.get_close_matches(target, BUILTINS, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    raise PolicyError(f"policy '{target}' is not a built-in, a module:Class or a checkpoint "
+                      f"directory{hint}; built-ins: {', '.join(BUILTINS)}")
 
 
 def _construct(reference: str, spec: PolicySpec, agent: AgentSpec, kwargs: dict[str, Any]) -> Any:
