@@ -98,6 +98,7 @@ def _progress(cfg: SimConfig, mode: SimMode,
         def line(p: SimProgress) -> None:
             err.print(f"sim {mode.value}: step {p.step}/{p.iters}  episode {p.episode}  "
                       f"{p.rate_hz:.1f} steps/s (requested {requested:.1f})", highlight=False)
+
         yield line
         return
     with progress_bar(cfg.iters, f"sim {mode.value}", enabled=enabled) as advance:
@@ -106,6 +107,7 @@ def _progress(cfg: SimConfig, mode: SimMode,
         def bar(p: SimProgress) -> None:
             advance(p.step - done[0])
             done[0] = p.step
+
         yield bar
 
 

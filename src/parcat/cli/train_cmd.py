@@ -122,24 +122,17 @@ def train_flags(s: TrainSettings) -> dict[str, Any]:
 
 def _show(report: TrainReport, trainer: Trainer, fmt: SummaryFormat) -> None:
     """Print where the checkpoint is (and the plan and epochs with ``-f json``)."""
+    plan = trainer.plan
     if fmt is SummaryFormat.JSON:
-        print_json(
-            {
-                "checkpoint": report.checkpoint,
-                "interrupted": report.interrupted,
-                "plan": {"env_workers": trainer.plan.env_workers,
-                         "num_envs": trainer.plan.num_envs, "spin": trainer.plan.spin,
-                         "reasons": list(trainer.plan.reasons)},
-                "epochs": [s.to_dict() for s in report.epochs],
-            }
-        )
+        print_json({"checkpoint": report.checkpoint, "interrupted": report.interrupted,
+                    "plan": {"env_workers": plan.env_workers, "num_envs": plan.num_envs,
+                             "spin": plan.spin, "reasons": list(plan.reasons)},
+                    "epochs": [s.to_dict() for s in report.epochs]})
         return
     best = Path(report.checkpoint) / BEST
-    typer.echo(
-        f"checkpoint: {report.checkpoint}\n"
-        f"evaluate it: parcat eval -p {report.checkpoint} (its mission and parameters come "
-        "from the run)" + (f"; the best: parcat eval -p {best}" if best.is_dir() else "")
-    )
+    typer.echo(f"checkpoint: {report.checkpoint}\nevaluate it: parcat eval -p "
+               f"{report.checkpoint} (its mission and parameters come from the run)"
+               + (f"; the best: parcat eval -p {best}" if best.is_dir() else ""))
 
 
 def _train(choice: RunDirChoice, resume: bool, progress: bool, fmt: SummaryFormat,
@@ -180,6 +173,7 @@ def _frame_printer(console: Any) -> Any:
         last[0] = now
         console.file.write("\x1b[H\x1b[J" + frame + "\n")
         console.file.flush()
+
     return show
 
 
