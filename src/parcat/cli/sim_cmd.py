@@ -31,7 +31,7 @@ from parcat.cli.stdout import user_prints_on_stderr
 from parcat.core.errors import ConfigError
 from parcat.core.settings import parse_overrides
 from parcat.sim import SimMode, SimProgress, load_sim_config, run_sim, summarize
-from parcat.sim.config import SimConfig
+from parcat.sim.config import FLAG_KEYS, SimConfig
 
 
 @dataclass(frozen=True)
@@ -56,10 +56,6 @@ class SimSettings(Settings):
     trust_code: opts.TrustCode = False
 
 
-SIM_FLAGS = ("iters", "seed", "output", "render")
-"""Flags that go on top of the sim YAML's keys of the same name."""
-
-
 @settings_command(SimSettings, flag_keys=False)
 def sim_command(s: SimSettings) -> None:
     """Simulate a mission in real time, each agent at its own cycle_time, and evaluate it.
@@ -72,8 +68,8 @@ def sim_command(s: SimSettings) -> None:
     with user_errors():
         if s.config is None:
             raise ConfigError("parcat sim needs -c FILE, a sim YAML (e.g. configs/sim.yaml)")
-        cfg = load_sim_config(s.config, parse_overrides(s.set or []), s.trust_code
-                              ).with_options(**s.given_of(SIM_FLAGS))
+        cfg = load_sim_config(s.config, parse_overrides(s.set or []), s.trust_code,
+                              s.given_of(FLAG_KEYS))
     with user_errors(), _progress(cfg, s.mode, s.progress) as on_progress, \
             user_prints_on_stderr():
         record = run_sim(cfg, s.mode, fast=s.fast, on_progress=on_progress)
