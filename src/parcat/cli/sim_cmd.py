@@ -28,7 +28,6 @@ from parcat.cli.render import (
     stdout_console,
 )
 from parcat.cli.stdout import user_prints_on_stderr
-from parcat.core.errors import ConfigError
 from parcat.core.settings import parse_overrides
 from parcat.sim import SimMode, SimProgress, load_sim_config, run_sim, summarize
 from parcat.sim.config import FLAG_KEYS, SimConfig
@@ -38,7 +37,7 @@ from parcat.sim.config import FLAG_KEYS, SimConfig
 class SimSettings(Settings):
     """Everything ``parcat sim`` is told (the flags given go on top of its YAML)."""
 
-    config: opts.Config = Path("configs/sim.yaml")
+    config: Annotated[Path, opts.SHARED["config"].option()] = Path("configs/sim.yaml")
     mode: Annotated[SimMode, typer.Option(
         "--mode", help="parallel: a process each, real time; sequential: one process, "
         "simulated time.")] = SimMode.PARALLEL
@@ -66,8 +65,6 @@ def sim_command(s: SimSettings) -> None:
     Exit codes: 0 done, 1 an agent or the environment failed, 2 bad input, 130 interrupted.
     """
     with user_errors():
-        if s.config is None:
-            raise ConfigError("parcat sim needs -c FILE, a sim YAML (e.g. configs/sim.yaml)")
         cfg = load_sim_config(s.config, parse_overrides(s.set or []), s.trust_code,
                               s.given_of(FLAG_KEYS))
     with user_errors(), _progress(cfg, s.mode, s.progress) as on_progress, \
