@@ -111,6 +111,7 @@ def test_root_help_offers_shell_completion(capsys: pytest.CaptureFixture[str],
 @pytest.mark.parametrize(("line", "expected"), [
     ("parcat ev", "eval"),
     ("parcat eval --jo", "--jobs"),  # a lazy command's flags complete too
+    ("parcat train --env-w", "--env-workers"),  # and the flags made from TrainConfig
 ])
 def test_bash_completion_completes_commands_and_flags(line: str, expected: str) -> None:
     # what bash's completion function (parcat --install-completion bash) runs on <TAB>
@@ -270,6 +271,23 @@ def test_a_bad_eval_config_file_is_one_line_naming_the_key(
         text: str, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = write(tmp_path / "eval.yaml", text)
     assert one_line(["eval", "-c", str(config)], capsys) == (
+        2, "", f"parcat: error: --config '{config}': {expected}\n")
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("epoch: 3\n",
+     "unknown key 'epoch'; valid: address, backend, checkpoint_every, env_workers, "
+     "envs_per_worker, epochs, eval_episodes, force, format, init_from, jobs, learner, loggers, "
+     "metrics_format, mission, mode, overrides, parallel_training, progress, render, resume, "
+     "run_dir, seed, set, shared_learner, steps_per_epoch, train_interval, train_steps, "
+     "train_threads"),
+    ("mode: fast\n", "key 'mode' must be one of sync, async, got 'fast'"),
+    ("learner: ppo\n", "key 'learner' must be a mapping, got 'ppo'"),
+])
+def test_a_bad_train_config_file_is_one_line_naming_the_key_as_evals(
+        text: str, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write(tmp_path / "train.yaml", text)
+    assert one_line(["train", "-c", str(config)], capsys) == (
         2, "", f"parcat: error: --config '{config}': {expected}\n")
 
 

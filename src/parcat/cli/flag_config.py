@@ -40,12 +40,11 @@ class Settings:
 
     given: frozenset[str] = field(default=frozenset(), init=False, compare=False)
     """The fields the command line gave (on top of a file); made in Python, every field."""
+    FILE_KEYS: ClassVar[tuple[str, ...]] = ()
+    """Keys of the ``-c`` file that are no field (:meth:`from_file` turns them into fields)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "given", frozenset(f.name for f in fields(self) if f.init))
-
-    FILE_KEYS: ClassVar[tuple[str, ...]] = ()
-    """Keys of the ``-c`` file that are no field (:meth:`from_file` turns them into fields)."""
 
     def given_of(self, names: Iterable[str]) -> dict[str, Any]:
         """The fields among ``names`` that were given, by name (to go on top of a file)."""
