@@ -160,13 +160,8 @@ def _logger_kinds(value: Any) -> tuple[LoggerKind, ...]:
     if isinstance(value, str | bytes) or not isinstance(value, list | tuple):
         raise ConfigError(f"loggers must be a list of jsonl, csv, tensorboard or wandb, "
                           f"got {brief(value)}")
-    kinds: list[LoggerKind] = []
     for item in value:
-        try:
-            kind = LoggerKind(item)
-        except ValueError:
+        if item not in tuple(LoggerKind):
             raise ConfigError(f"loggers: expected jsonl, csv, tensorboard or wandb, got "
-                              f"{brief(item)}") from None
-        if kind not in kinds:
-            kinds.append(kind)
-    return tuple(kinds)
+                              f"{brief(item)}")
+    return tuple(dict.fromkeys(LoggerKind(item) for item in value))
