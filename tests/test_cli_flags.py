@@ -111,6 +111,7 @@ def test_root_help_offers_shell_completion(capsys: pytest.CaptureFixture[str],
 @pytest.mark.parametrize(("line", "expected"), [
     ("parcat ev", "eval"),
     ("parcat eval --jo", "--jobs"),  # a lazy command's flags complete too
+    ("parcat train --env-w", "--env-workers"),  # and the flags made from TrainConfig
 ])
 def test_bash_completion_completes_commands_and_flags(line: str, expected: str) -> None:
     # what bash's completion function (parcat --install-completion bash) runs on <TAB>
@@ -254,22 +255,31 @@ def test_plan_reads_the_eval_config_file_and_skips_what_only_eval_does(
     assert not (tmp_path / "r.json").exists()
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("missions: [goal_tasks]\nepisodez: 3\n",
+@pytest.mark.parametrize(("command", "text", "expected"), [
+    ("eval", "missions: [goal_tasks]\nepisodez: 3\n",
      "unknown key 'episodez'; valid: action_timeout_ms, address, backend, cross, each, "
      "episode_timeout, episodes, executor, fail_fast, format, gpus, jobs, max_episodes, "
      "missions, output, parallel_policy, policies, policy_strategy, precision, progress, "
      "replay_dir, resume, retries, seed, set, start_method, trace"),
-    ("episodes: many\n", "key 'episodes' must be an integer, got 'many'"),
-    ("executor: warp\n",
+    ("eval", "episodes: many\n", "key 'episodes' must be an integer, got 'many'"),
+    ("eval", "executor: warp\n",
      "key 'executor' must be one of auto, inline, thread, process, ray, got 'warp'"),
-    ("set: 3\n", "key 'set' must be a mapping or a list of KEY=VALUE, got 3"),
-    ("- harvest\n", "expected a mapping of keys, got list"),
+    ("eval", "set: 3\n", "key 'set' must be a mapping or a list of KEY=VALUE, got 3"),
+    ("eval", "- harvest\n", "expected a mapping of keys, got list"),
+    ("train", "epoch: 3\n",
+     "unknown key 'epoch'; valid: address, backend, checkpoint_every, env_workers, "
+     "envs_per_worker, epochs, eval_episodes, force, format, init_from, jobs, learner, loggers, "
+     "metrics_format, mission, mode, overrides, parallel_training, progress, render, resume, "
+     "run_dir, seed, set, shared_learner, steps_per_epoch, train_interval, train_steps, "
+     "train_threads"),
+    ("train", "mode: fast\n", "key 'mode' must be one of sync, async, got 'fast'"),
+    ("train", "learner: ppo\n", "key 'learner' must be a mapping, got 'ppo'"),
 ])
-def test_a_bad_eval_config_file_is_one_line_naming_the_key(
-        text: str, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    config = write(tmp_path / "eval.yaml", text)
-    assert one_line(["eval", "-c", str(config)], capsys) == (
+def test_a_bad_config_file_is_one_line_naming_the_key(
+        command: str, text: str, expected: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    config = write(tmp_path / f"{command}.yaml", text)
+    assert one_line([command, "-c", str(config)], capsys) == (
         2, "", f"parcat: error: --config '{config}': {expected}\n")
 
 

@@ -49,7 +49,7 @@ CASES: dict[str, Case] = {
     ),
     "binary train config": lambda d: (
         ["train", "-c", p := write(d, "bin.yaml", bytes(range(128, 256)))],
-        f"config file '{p}' is not UTF-8 text (byte 0 cannot be decoded); is it a binary "
+        f"--config '{p}' is not UTF-8 text (byte 0 cannot be decoded); is it a binary "
         "file? save it as UTF-8",
     ),
     "YAML nested 5,000 deep": lambda d: (
@@ -68,7 +68,7 @@ CASES: dict[str, Case] = {
     ),
     "recursive YAML alias": lambda d: (
         ["train", "-c", p := write(d, "loop.yaml", "overrides: &o\n  me: *o\n")],
-        f"config file '{p}': line 1: an alias refers to a value that contains it (a "
+        f"--config '{p}': line 1: an alias refers to a value that contains it (a "
         "recursive structure)",
     ),
     "5,000-digit integer": lambda d: (

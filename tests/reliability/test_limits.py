@@ -24,11 +24,12 @@ from parcat.eval.evaluate import EvalConfig, evaluate
 from parcat.parallel.planner import ExecutorKind
 from parcat.parallel.run_options import RunOptions
 from parcat.policies.specs import make_policy, parse_policy_spec
-from parcat.train.config import TrainConfig, load_train_config
+from parcat.train.config import TrainConfig
 from parcat.train.dqn import DQNConfig
 from tests.conftest import parcat_blocks
 from tests.fakes import scripted_mission
 from tests.reliability.helpers import ROOT
+from tests.train.flags import load
 
 
 def test_low_open_file_limit_gives_a_smaller_plan(tmp_path: Path) -> None:
@@ -228,7 +229,7 @@ def test_fuzzed_extreme_train_configs_load_or_fail_with_a_usage_error(
     path = tmp_path_factory.mktemp("c") / "train.yaml"
     path.write_bytes(document)
     try:
-        load_train_config(path, {})
+        load(path)
     except UsageError as exc:
         assert isinstance(exc, ConfigError)
         assert "\n" not in str(exc) and len(str(exc)) < 1000

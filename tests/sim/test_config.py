@@ -122,11 +122,12 @@ def test_unreadable_files(tmp_path: Path) -> None:
 
 
 def test_command_line_values_are_checked(tmp_path: Path) -> None:
-    config = load(tmp_path, sim_data([]))
-    assert config.with_options(iters=7, seed=3, output="out", render=True).iters == 7
+    path = write_yaml(tmp_path / "sim.yaml", sim_data([]))
+    config = load_sim_config(path, flags={"iters": 7, "seed": 3, "output": "", "render": True})
+    assert (config.iters, config.seed, config.output, config.render) == (7, 3, None, True)
     with pytest.raises(ConfigError, match=re.escape("command line: --iters must be an integer "
                                                     "from 1 to 100,000,000, got 0")):
-        config.with_options(iters=0)
+        load_sim_config(path, flags={"iters": 0})
 
 
 def test_set_overrides_win_over_the_files(tmp_path: Path) -> None:

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from parcat.envs.missions import load_mission
-from parcat.train.config import load_train_config
 from parcat.train.plan import plan_training
 from parcat.train.recipes import make_recipes
+from tests.train.flags import load
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 DQN_CONFIGS = ["train.yaml", "cartpole-dqn.yaml"]
@@ -18,7 +18,7 @@ TRAIN_CONFIGS = [*DQN_CONFIGS, "harvest-ppo.yaml", "evade-ppo.yaml"]
 
 @pytest.mark.parametrize("name", TRAIN_CONFIGS)
 def test_a_shipped_config_builds_its_learners(name: str) -> None:
-    config = load_train_config(CONFIGS / name, {})
+    config = load(CONFIGS / name)
     mission = load_mission(config.mission, dict(config.overrides))
     recipes = make_recipes(mission, config)
     learners = [recipe.build() for recipe in recipes.values()]
@@ -29,7 +29,7 @@ def test_a_shipped_config_builds_its_learners(name: str) -> None:
 def test_a_shipped_dqn_config_finishes_exploring_within_its_run(name: str) -> None:
     # configs/train.yaml once decayed epsilon over 20,000 transitions of the 12,000 its
     # run collects: it ended at 0.43, still exploring
-    config = load_train_config(CONFIGS / name, {})
+    config = load(CONFIGS / name)
     assert config.learner.get("class", "dqn") == "dqn"
     mission = load_mission(config.mission, dict(config.overrides))
     num_envs = plan_training(config, mission, cpus=2).num_envs

@@ -16,9 +16,10 @@ from typer.testing import CliRunner
 from parcat.cli.main import app
 from parcat.core.resources import FREE_CPUS_VARIABLE
 from parcat.parallel.planner import FOREIGN_REASON
-from parcat.train.config import TrainConfig, load_train_config
+from parcat.train.config import TrainConfig
 from parcat.train.plan import plan_training
 from parcat.train.trainer import Trainer
+from tests.train.flags import load
 from tests.train.slowenv import write_slow_mission
 from tests.train.test_trainer import SMALL, assert_same, saved_arrays
 
@@ -73,7 +74,7 @@ def test_a_costly_step_with_one_free_cpu_gets_no_core_but_one_worker_as_foreign_
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(FREE_CPUS_VARIABLE, "1")
-    plan = plan_training(load_train_config(slow_config(tmp_path), {}), cpus=2)
+    plan = plan_training(load(slow_config(tmp_path)), cpus=2)
     assert plan.env_step_s is not None and plan.env_step_s >= 500e-6
     assert (plan.env_workers, plan.spin, plan.num_envs) == (1, False, 8)
     assert plan.reasons[1] == ("1 free CPU(s), 1 kept for the trainer: no core left for an "

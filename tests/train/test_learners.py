@@ -21,9 +21,9 @@ from parcat.eval.evaluate import evaluate, make_config
 from parcat.policies import checkpoint
 from parcat.policies.base import AgentSpec
 from parcat.policies.specs import make_policy, parse_policy_spec
-from parcat.train.config import load_train_config
 from parcat.train.recipes import with_agent_id
 from parcat.train.trainer import Trainer
+from tests.train.flags import load
 from tests.train.test_trainer import GOALS, SMALL, assert_same, config, saved_arrays
 from tests.train.test_vecenv import ray_cluster  # noqa: F401  (a fixture)
 
@@ -135,20 +135,18 @@ def test_learning_smoke_beats_random(tmp_path: Path, learner: str, margin: float
 def test_the_yaml_names_the_learner_and_the_flag_wins(tmp_path: Path) -> None:
     path = tmp_path / "train.yaml"
     path.write_text("learner: {class: ppo, width: 16, gamma: 0.9}\n")
-    assert dict(load_train_config(path, {}).learner) == {"class": "ppo", "width": 16,
-                                                         "gamma": 0.9}
+    assert dict(load(path).learner) == {"class": "ppo", "width": 16, "gamma": 0.9}
     # --learner naming another learner: the file's options were written for its own
-    flagged = load_train_config(path, {"learner": {"class": "dqn", "width": 8}})
+    flagged = load(path, "--learner", "dqn", "--set", "learner.width=8")
     assert dict(flagged.learner) == {"class": "dqn", "width": 8}
-    assert dict(load_train_config(path, {"learner": {"class": EXTERNAL_CLASS}}).learner) == \
-        {"class": EXTERNAL_CLASS}
+    assert dict(load(path, "--learner", EXTERNAL_CLASS).learner) == {"class": EXTERNAL_CLASS}
     # the same learner (or --set learner.KEY alone) keeps the file's other options
-    assert dict(load_train_config(path, {"learner": {"class": "ppo", "width": 8}}).learner) \
+    assert dict(load(path, "--learner", "ppo", "--set", "learner.width=8").learner) \
         == {"class": "ppo", "width": 8, "gamma": 0.9}
-    assert dict(load_train_config(path, {"learner": {"gamma": 0.5}}).learner) == \
+    assert dict(load(path, "--set", "learner.gamma=0.5").learner) == \
         {"class": "ppo", "width": 16, "gamma": 0.5}
     with pytest.raises(ConfigError, match=re.escape("ppo: unknown option 'eps_start'; known: ")):
-        load_train_config(None, {"learner": {"class": "ppo", "eps_start": 1.0}})
+        load(None, "--learner", "ppo", "--set", "learner.eps_start=1.0")
 
 
 TRAIN = ["train", "--epochs", "1", "--steps-per-epoch", "5", "--env-workers", "0",

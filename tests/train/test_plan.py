@@ -18,9 +18,10 @@ from parcat.parallel.planner import (
     choose_env_workers,
     make_train_plan,
 )
-from parcat.train.config import TrainConfig, load_train_config
+from parcat.train.config import TrainConfig
 from parcat.train.plan import plan_training
 from parcat.train.trainer import Trainer
+from tests.train.flags import load
 
 GOALS = {"agents": 2, "task_kind": "direction", "max_steps": 10}
 CHEAP_S = 20e-6
@@ -147,17 +148,17 @@ def test_trainer_from_python_runs_the_planned_layout(tmp_path: Path) -> None:
 def test_a_layout_flag_replaces_the_files_layout(tmp_path: Path) -> None:
     path = tmp_path / "train.yaml"
     path.write_text("env_workers: 3\nseed: 4\n")
-    assert load_train_config(path, {}).env_workers == 3
-    planned = load_train_config(path, {"jobs": 4})
+    assert load(path).env_workers == 3
+    planned = load(path, "--jobs", "4")
     assert (planned.jobs, planned.env_workers, planned.seed) == (4, None, 4)
     path.write_text("jobs: 4\n")
-    given = load_train_config(path, {"env_workers": 1})
+    given = load(path, "--env-workers", "1")
     assert (given.jobs, given.env_workers) == (None, 1)
 
 
 def test_configs_train_yaml_leaves_the_layout_to_the_planner() -> None:
     root = Path(__file__).resolve().parents[2]
-    config = load_train_config(root / "configs" / "train.yaml", {})
+    config = load(root / "configs" / "train.yaml")
     assert config.env_workers is None and config.jobs is None
     plan = plan_training(config, cpus=2)
     assert (plan.env_workers, plan.num_envs) == (0, 8)

@@ -16,7 +16,7 @@ from parcat.cli.main import main
 from parcat.core.errors import ConfigError
 from parcat.core.settings import merge_settings, split_learner_settings
 from parcat.policies import checkpoint
-from parcat.train.config import load_train_config
+from tests.train.flags import load
 
 MISSION = ["-m", "goal_tasks", "--set", "max_steps=10", "--set", "agents=2"]
 TRAIN = ["train", "--steps-per-epoch", "8", "--env-workers", "0", "--envs-per-worker", "2",
@@ -229,8 +229,7 @@ def test_resume_and_force_together_are_refused(tmp_path: Path,
 def test_set_learner_keys_go_to_the_learner_and_win_over_the_file(tmp_path: Path) -> None:
     file = tmp_path / "train.yaml"
     file.write_text("learner: {lr: 0.5, gamma: 0.9}\noverrides: {agents: 2}\nepochs: 3\n")
-    overrides, learner = split_learner_settings({"learner.lr": 0.01, "max_steps": 10})
-    cfg = load_train_config(file, {"overrides": overrides, "learner": learner})
+    cfg = load(file, "--set", "learner.lr=0.01", "--set", "max_steps=10")
     assert dict(cfg.learner) == {"lr": 0.01, "gamma": 0.9}  # file < flag, key by key
     assert dict(cfg.overrides) == {"agents": 2, "max_steps": 10}
     assert cfg.epochs == 3 and cfg.steps_per_epoch == 100  # the file, the built-in default

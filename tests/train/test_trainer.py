@@ -15,9 +15,10 @@ from parcat.core.errors import ConfigError
 from parcat.eval.evaluate import evaluate, make_config
 from parcat.parallel.planner import Workload, make_train_plan
 from parcat.policies import checkpoint
-from parcat.train.config import TrainConfig, load_train_config
+from parcat.train.config import TrainConfig
 from parcat.train.metrics import read_metrics
 from parcat.train.trainer import Trainer
+from tests.train.flags import load
 
 GOALS = {"agents": 2, "task_kind": "direction", "max_steps": 20}
 SMALL = {"width": 16, "depth": 1, "learning_starts": 64, "batch_size": 32,
@@ -141,13 +142,13 @@ def test_learning_smoke_beats_random(tmp_path: Path) -> None:
 def test_config_errors_name_the_key(tmp_path: Path) -> None:
     bad = tmp_path / "t.yaml"
     bad.write_text("mission: goal_tasks\nepoch: 3\n")
-    with pytest.raises(ConfigError, match=re.escape(f"config file '{bad}': unknown key 'epoch'")):
-        load_train_config(bad, {})
+    with pytest.raises(ConfigError, match=re.escape(f"--config '{bad}': unknown key 'epoch'")):
+        load(bad)
     with pytest.raises(ConfigError, match=re.escape("mode must be sync or async, got 'fast'")):
-        load_train_config(None, {"mode": "fast"})
+        TrainConfig(mode="fast")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=re.escape("epochs must be an integer between 1 and "
                                                     "1,000,000,000, got 0")):
-        load_train_config(None, {"epochs": 0})
+        load(None, "--epochs", "0")
 
 
 def test_train_plan_splits_jobs() -> None:

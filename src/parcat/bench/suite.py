@@ -326,6 +326,7 @@ def _rollout(settings: BenchSize, work: Work) -> Iterator[Measure]:
             seconds += work.time(partial(runner.run, task), time.process_time)
             work.reference()
         return {"rollout_agent_steps_per_s": len(tasks) * 200 * 24 / seconds}
+
     try:
         yield repeat
     finally:
@@ -350,6 +351,7 @@ def _episode_scaling(settings: BenchSize, work: Work) -> Iterator[Measure]:
                                  else ExecutorKind.PROCESS)
             times[jobs] = work.time(partial(evaluate, config, options), time.perf_counter)
         return {f"speedup_jobs_{jobs}": times[1] / t for jobs, t in times.items()}
+
     yield repeat
 
 
@@ -371,6 +373,7 @@ def _agent_overhead(settings: BenchSize, work: Work) -> Iterator[Measure]:
         # one of the two agents is handed to the worker each step
         return {"agent_overhead_us": (min(runs["process"]) - min(runs["inline"]))
                 / steps * 1e6}
+
     try:
         yield repeat
     finally:
@@ -394,11 +397,13 @@ def _train_collection(settings: BenchSize, work: Work) -> Iterator[Measure]:
         def collect() -> None:
             for step_actions in actions:
                 vec.step(step_actions)
+
         collect()
 
         def repeat() -> dict[str, float]:
             return {"train_collection_steps_per_s":
                     steps * vec.num_envs / work.time(collect, time.perf_counter)}
+
         yield repeat
 
 

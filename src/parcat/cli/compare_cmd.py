@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from parcat.cli import options as opts
-from parcat.cli.common import OutputFormat, print_json, user_errors
+from parcat.cli.common import OutputFormat, print_json, user_errors, write_csv
 from parcat.cli.lazy import held_imports
 
 
@@ -34,13 +34,11 @@ def compare_command(
         print_json([r.to_dict() for r in rows])
         return
     if fmt is OutputFormat.CSV:
-        typer.echo("mission,episodes_a,episodes_b,mean_a,mean_b,iqm_a,iqm_b,"
-                   "diff,diff_low,diff_high,p_improvement,p_low,p_high")
-        for r in rows:
-            d, p = r.difference, r.improvement
-            typer.echo(f"{r.mission},{r.episodes_a},{r.episodes_b},{r.mean_a},{r.mean_b},"
-                       f"{r.iqm_a},{r.iqm_b},{d.value},{d.low},{d.high},{p.value},{p.low},"
-                       f"{p.high}")
+        write_csv(["mission", "episodes_a", "episodes_b", "mean_a", "mean_b", "iqm_a", "iqm_b",
+                   "diff", "diff_low", "diff_high", "p_improvement", "p_low", "p_high"],
+                  [(r.mission, r.episodes_a, r.episodes_b, r.mean_a, r.mean_b, r.iqm_a, r.iqm_b,
+                    r.difference.value, r.difference.low, r.difference.high,
+                    r.improvement.value, r.improvement.low, r.improvement.high) for r in rows])
         return
     table = list_table(
         ["mission", "episodes A/B", "mean A", "mean B", "IQM A", "IQM B", "B − A [95% CI]",

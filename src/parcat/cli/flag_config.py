@@ -4,8 +4,10 @@ A command's settings are a frozen :class:`Settings` dataclass whose fields are i
 each written once (its ``Annotated`` type carries its ``typer.Option``); Typer builds the
 command from it (:class:`SettingsCommand`) and Click tells which flags the command line gave
 (:attr:`Settings.given`). For ``eval`` and ``plan`` the file's keys are the fields' names
-(``set``: a mapping, or a list of ``KEY=VALUE``, merged key by key with ``--set``); ``train``
-and ``sim`` hand the flags given to their own YAML readers.
+(``set``: a mapping, or a list of ``KEY=VALUE``, merged key by key with ``--set``); a command
+whose file says some things its own way (train's ``overrides``) turns them into the flags'
+(:meth:`Settings.from_file`). ``sim``'s file is the simulation itself: it hands the flags
+given to its reader.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import typer
 from typer.core import TyperCommand
@@ -38,6 +40,8 @@ class Settings:
 
     given: frozenset[str] = field(default=frozenset(), init=False, compare=False)
     """The fields the command line gave (on top of a file); made in Python, every field."""
+    FILE_KEYS: ClassVar[tuple[str, ...]] = ()
+    """Keys of the ``-c`` file that are no field (:meth:`from_file` turns them into fields)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "given", frozenset(f.name for f in fields(self) if f.init))
@@ -45,6 +49,12 @@ class Settings:
     def given_of(self, names: Iterable[str]) -> dict[str, Any]:
         """The fields among ``names`` that were given, by name (to go on top of a file)."""
         return {name: getattr(self, name) for name in names if name in self.given}
+
+    @classmethod
+    def from_file(cls, label: str, data: dict[str, Any], values: Mapping[str, Any],
+                  given: frozenset[str]) -> dict[str, Any]:
+        """The ``-c`` file's keys as fields (``values``: the command line's, ``given`` by it)."""
+        return data
 
 
 @dataclass(frozen=True)
@@ -67,6 +77,12 @@ class SettingsCommand:
         command.spec = self
         return command
 
+    def parse(self, args: list[str]) -> Any:
+        """The settings the command line ``args`` make, without running the command."""
+        command = self.command("parcat")
+        with command.make_context("parcat", list(args)) as ctx:
+            return command.settings(ctx)
+
 
 def settings_command(settings: type[Settings], flag_keys: bool = True,
                      skips: type[Settings] | None = None
@@ -81,17 +97,23 @@ class _SettingsClick(TyperCommand):
     spec: SettingsCommand
 
     def invoke(self, ctx: Any) -> Any:
-        given = frozenset(name for name in ctx.params if _given(ctx, name))
         with user_errors():
-            path = ctx.params.get("config")
-            if self.spec.flag_keys and path is not None:
-                ctx.params = {**apply_config(path, ctx, self.spec), "config": path}
-            settings = super().invoke(ctx)  # the settings' own checks: one line, exit 2
-        object.__setattr__(settings, "given", given)  # once, before anyone reads it
+            settings = self.settings(ctx)
         return self.spec.run(settings)
 
+    def settings(self, ctx: Any) -> Settings:
+        """Defaults < the ``-c`` file < the flags given, checked by the settings once."""
+        given = frozenset(name for name in ctx.params if _given(ctx, name))
+        path = ctx.params.get("config")
+        if self.spec.flag_keys and path is not None:
+            ctx.params = {**apply_config(path, ctx, self.spec, given), "config": path}
+        settings: Settings = super().invoke(ctx)
+        object.__setattr__(settings, "given", given)  # once, before anyone reads it
+        return settings
 
-def apply_config(path: Path, ctx: Any, spec: SettingsCommand) -> dict[str, Any]:
+
+def apply_config(path: Path, ctx: Any, spec: SettingsCommand,
+                 given: frozenset[str]) -> dict[str, Any]:
     """The command line's values with the file's keys applied wherever no flag was given.
 
     Raises:
@@ -101,24 +123,25 @@ def apply_config(path: Path, ctx: Any, spec: SettingsCommand) -> dict[str, Any]:
     from parcat.core.settings import merge_settings, parse_overrides  # yaml: not for --help
     from parcat.core.yamlfile import read_yaml_mapping
     label = f"--config '{path}'"
-    data = read_yaml_mapping(path, label, ConfigError)
+    data = {str(k): v for k, v in read_yaml_mapping(path, label, ConfigError).items()}
     values = {k: v for k, v in ctx.params.items() if k != "config"}
-    skipped = {f.name for f in fields(spec.skips)} if spec.skips else set()
-    annotations = typing.get_type_hints(spec.settings, include_extras=True)
-    for key, value in data.items():
-        name = str(key)
+    skipped = {f.name for f in fields(spec.skips)} - values.keys() if spec.skips else set()
+    valid = sorted({*values, *spec.settings.FILE_KEYS} - set(COMMAND_LINE_ONLY))
+    for name in data:
         if name in COMMAND_LINE_ONLY:
-            raise ConfigError(f"{label}: key '{key}' is taken from the command line only "
+            raise ConfigError(f"{label}: key '{name}' is taken from the command line only "
                               f"(--{name.replace('_', '-')}): a file cannot allow code")
-        if name in skipped - values.keys():
-            continue
-        if name not in values:
-            valid = sorted(n for n in values if n not in COMMAND_LINE_ONLY)
+        if name not in valid and name not in skipped:
             raise ConfigError(f"{label}: unknown key '{clip(name)}'; valid: {', '.join(valid)}")
+    data = spec.settings.from_file(label, {k: v for k, v in data.items() if k not in skipped},
+                                   values, given)
+    annotations = typing.get_type_hints(spec.settings, include_extras=True)
+    for name, value in data.items():
         if name == "set":
-            merged = merge_settings(_settings(label, value), parse_overrides(values[name] or []))
+            merged = merge_settings(set_mapping(label, value),
+                                    parse_overrides(values[name] or []))
             values[name] = [f"{k}={json.dumps(v, default=str)}" for k, v in merged.items()]
-        elif not _given(ctx, name):
+        elif name not in given:
             values[name] = _convert(label, name, value, annotations[name])
     return values
 
@@ -129,8 +152,8 @@ def _given(ctx: Any, name: str) -> bool:
     return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
 
 
-def _settings(label: str, value: Any) -> dict[str, Any]:
-    """``set:`` as a mapping: given as one, or as a list of ``KEY=VALUE``."""
+def set_mapping(label: str, value: Any) -> dict[str, Any]:
+    """A file's ``set:`` as a mapping: given as one, or as a list of ``KEY=VALUE``."""
     from parcat.core.settings import parse_settings
     if isinstance(value, Mapping):
         return {str(k): v for k, v in value.items()}

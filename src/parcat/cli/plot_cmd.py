@@ -62,9 +62,8 @@ def plot_command(
             value = record[field]
             items = value.items() if isinstance(value, dict) else [(field, value)]
             for name, v in items:
-                number = v if isinstance(v, int | float) and not isinstance(v, bool) else None
-                series.setdefault(name, []).append(float("nan") if number is None
-                                                   else float(number))
+                number = isinstance(v, int | float) and not isinstance(v, bool)
+                series.setdefault(name, []).append(float(v) if number else float("nan"))
         epochs = [float(r["epoch"]) for r in records]
         if output is not None:
             save_chart(output, {k: (epochs, v) for k, v in series.items()}, "epoch", field)

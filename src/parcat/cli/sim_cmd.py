@@ -28,17 +28,16 @@ from parcat.cli.render import (
     stdout_console,
 )
 from parcat.cli.stdout import user_prints_on_stderr
-from parcat.core.errors import ConfigError
 from parcat.core.settings import parse_overrides
 from parcat.sim import SimMode, SimProgress, load_sim_config, run_sim, summarize
-from parcat.sim.config import SimConfig
+from parcat.sim.config import FLAG_KEYS, SimConfig
 
 
 @dataclass(frozen=True)
 class SimSettings(Settings):
     """Everything ``parcat sim`` is told (the flags given go on top of its YAML)."""
 
-    config: opts.Config = Path("configs/sim.yaml")
+    config: Annotated[Path, opts.SHARED["config"].option()] = Path("configs/sim.yaml")
     mode: Annotated[SimMode, typer.Option(
         "--mode", help="parallel: a process each, real time; sequential: one process, "
         "simulated time.")] = SimMode.PARALLEL
@@ -56,10 +55,6 @@ class SimSettings(Settings):
     trust_code: opts.TrustCode = False
 
 
-SIM_FLAGS = ("iters", "seed", "output", "render")
-"""Flags that go on top of the sim YAML's keys of the same name."""
-
-
 @settings_command(SimSettings, flag_keys=False)
 def sim_command(s: SimSettings) -> None:
     """Simulate a mission in real time, each agent at its own cycle_time, and evaluate it.
@@ -70,10 +65,8 @@ def sim_command(s: SimSettings) -> None:
     Exit codes: 0 done, 1 an agent or the environment failed, 2 bad input, 130 interrupted.
     """
     with user_errors():
-        if s.config is None:
-            raise ConfigError("parcat sim needs -c FILE, a sim YAML (e.g. configs/sim.yaml)")
-        cfg = load_sim_config(s.config, parse_overrides(s.set or []), s.trust_code
-                              ).with_options(**s.given_of(SIM_FLAGS))
+        cfg = load_sim_config(s.config, parse_overrides(s.set or []), s.trust_code,
+                              s.given_of(FLAG_KEYS))
     with user_errors(), _progress(cfg, s.mode, s.progress) as on_progress, \
             user_prints_on_stderr():
         record = run_sim(cfg, s.mode, fast=s.fast, on_progress=on_progress)
@@ -98,6 +91,7 @@ def _progress(cfg: SimConfig, mode: SimMode,
         def line(p: SimProgress) -> None:
             err.print(f"sim {mode.value}: step {p.step}/{p.iters}  episode {p.episode}  "
                       f"{p.rate_hz:.1f} steps/s (requested {requested:.1f})", highlight=False)
+
         yield line
         return
     with progress_bar(cfg.iters, f"sim {mode.value}", enabled=enabled) as advance:
@@ -106,6 +100,7 @@ def _progress(cfg: SimConfig, mode: SimMode,
         def bar(p: SimProgress) -> None:
             advance(p.step - done[0])
             done[0] = p.step
+
         yield bar
 
 

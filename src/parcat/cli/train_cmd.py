@@ -1,9 +1,11 @@
 """``parcat train``: collect experience in environment workers, train one learner per agent."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: TrainSettings is made by make_dataclass, whose
+# __init__ (which Typer reads) resolves no names, so every field type is an object.
 import time
-from dataclasses import dataclass, fields
+import typing
+from collections.abc import Mapping
+from dataclasses import field, fields, make_dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,93 +13,116 @@ import typer
 
 from parcat.cli import options as opts
 from parcat.cli.common import EXIT_INTERRUPTED, SummaryFormat, print_json, user_errors
-from parcat.cli.flag_config import Settings, settings_command
+from parcat.cli.flag_config import Settings, set_mapping, settings_command
 from parcat.cli.render import stderr_console
 from parcat.cli.stdout import user_prints_on_stderr
 from parcat.cli.train_progress import epoch_progress
-from parcat.core.errors import ConfigError
-from parcat.core.settings import parse_overrides, split_learner_settings
-from parcat.train.config import (
-    LearningMode,
-    LoggerKind,
-    MetricsFormat,
-    TrainConfig,
-    load_train_config,
-)
+from parcat.core.errors import ConfigError, brief
+from parcat.core.settings import LEARNER_PREFIX, parse_overrides, split_learner_settings
+from parcat.train.config import LoggerKind, TrainConfig
 from parcat.train.run_dir import RunDirChoice, claim_run_dir
 from parcat.train.runs import BEST
 from parcat.train.trainer import Trainer, TrainReport
 
-N = "N"
+LAYOUT = frozenset({"jobs", "env_workers"})
+"""Two ways to lay out a run: a flag given for either replaces the file's both keys."""
 
 
-@dataclass(frozen=True)
-class TrainSettings(Settings):
-    """Everything ``parcat train`` is told (the flags given go on top of its YAML)."""
+class _TrainFile(Settings):
+    """How ``parcat train`` reads its ``-c`` file (its fields: TrainConfig's keys, and more)."""
 
-    mission: opts.Missions = None
-    config: opts.Config = None
-    set: opts.Overrides = None
-    epochs: Annotated[int | None, typer.Option(
-        metavar=N, help="Collect-then-learn rounds.")] = None
-    steps_per_epoch: Annotated[int | None, typer.Option(
-        metavar=N, help="Vector steps per epoch.")] = None
-    jobs: opts.Jobs = None
-    env_workers: Annotated[int | None, typer.Option(
-        metavar=N, help="Environment worker processes (0: in-process; default: planned from "
-        "the measured env step and free CPUs).")] = None
-    envs_per_worker: Annotated[int | None, typer.Option(
-        metavar=N, help="Environments per worker.")] = None
-    mode: Annotated[LearningMode | None, typer.Option(help="sync (reference) or async.")] = None
-    train_interval: Annotated[int | None, typer.Option(
-        metavar=N, help="Async: train every N epochs.")] = None
-    train_steps: Annotated[int | None, typer.Option(
-        metavar=N, help="Gradient updates per agent per round.")] = None
-    parallel_training: Annotated[bool | None, typer.Option(
-        "--parallel-training/--no-parallel-training", help="Train agents concurrently.")] = None
-    shared_learner: Annotated[bool | None, typer.Option(
-        "--shared-learner/--independent", help="One learner for all agents.")] = None
-    learner: Annotated[str | None, typer.Option(metavar="NAME", help=(
-        "Learner: dqn, ppo, or module:Class (the YAML's learner.class)."))] = None
-    seed: opts.Seed = None
-    checkpoint_every: Annotated[int | None, typer.Option(
-        metavar=N, help="Checkpoint every N epochs.")] = None
-    run_dir: Annotated[str | None, opts.SHARED["output"].option(
-        "DIR", aliases=("--run-dir",))] = None
-    metrics_format: Annotated[MetricsFormat | None, typer.Option(
-        help="The per-epoch metrics file's format.")] = None
-    loggers: Annotated[list[LoggerKind] | None, typer.Option(
+    FILE_KEYS = ("overrides",)
+
+    @classmethod
+    def from_file(cls, label: str, data: dict[str, Any], values: Mapping[str, Any],
+                  given: frozenset[str]) -> dict[str, Any]:
+        """``overrides`` and ``learner``'s options go into ``set`` (``learner.KEY``), its
+        class into ``learner``; ``--learner`` naming another class drops its options."""
+        if given & LAYOUT:
+            data = {k: v for k, v in data.items() if k not in LAYOUT}
+        overrides, learner = (_mapping(label, key, data.pop(key, None))
+                              for key in ("overrides", "learner"))
+        name = learner.pop("class", None)
+        if "learner" in given and values["learner"] != (name or "dqn"):
+            learner = {}  # written for another learner
+        elif name is not None:
+            data["learner"] = name
+        sets = {**overrides, **{LEARNER_PREFIX + k: v for k, v in learner.items()}}
+        if sets:
+            data["set"] = {**sets, **set_mapping(label, data.get("set") or {})}
+        return data
+
+
+def _mapping(label: str, key: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping | None):
+        raise ConfigError(f"{label}: key '{key}' must be a mapping, got {brief(value)}")
+    return {str(k): v for k, v in (value or {}).items()}
+
+
+CLI_FIELDS: dict[str, Any] = {
+    "mission": opts.Missions,
+    "seed": opts.Seed,
+    "jobs": opts.Jobs,
+    "learner": Annotated[str | None, typer.Option(metavar="NAME", help=(
+        "Learner: dqn, ppo, or module:Class (the YAML's learner.class)."))],
+    "run_dir": Annotated[str, opts.SHARED["output"].option("DIR", aliases=("--run-dir",))],
+    "loggers": Annotated[list[LoggerKind] | None, typer.Option(
         "--logger", metavar="KIND", help="Where epoch metrics go (repeatable): jsonl, csv, "
         "tensorboard (RUN/tensorboard; pip install 'parcat\\[tensorboard]'), wandb. A metrics "
-        "file is always written.")] = None
-    init_from: Annotated[str | None, typer.Option(
-        metavar="DIR", help="Start from this checkpoint's weights.")] = None
-    resume: Annotated[bool, typer.Option(
-        "--resume", help="Continue from the run directory's checkpoint.")] = False
-    force: Annotated[bool, typer.Option(
+        "file is always written.")],
+    "backend": opts.Backend,
+    "address": opts.Address,
+}
+"""TrainConfig's keys whose flag is declared here: shared, or of another type or spelling
+(the others' come from their fields' metadata)."""
+NO_DEFAULT = ("mission", "learner", "loggers")
+"""Flags whose value is another type than their key's: ``None`` until given (or in a file)."""
+DECLS = {"shared_learner": ("--shared-learner/--independent",)}
+
+
+def _derived() -> list[tuple[str, Any, Any]]:
+    """A flag for every key of :class:`TrainConfig` but ``overrides`` (``--set``'s)."""
+    hints, derived = typing.get_type_hints(TrainConfig), []
+    for f in fields(TrainConfig):
+        kind = CLI_FIELDS.get(f.name)
+        if kind is None and "help" in f.metadata:
+            kind = Annotated[hints[f.name], typer.Option(
+                *DECLS.get(f.name, ()), metavar=f.metadata["metavar"], help=f.metadata["help"])]
+        if kind is not None:
+            default = None if f.name in NO_DEFAULT else f.default
+            derived.append((f.name, kind, field(default=default)))
+    return derived
+
+
+MORE_FIELDS = [
+    ("config", opts.Config, None),
+    ("set", opts.Overrides, None),
+    ("resume", Annotated[bool, typer.Option(
+        "--resume", help="Continue from the run directory's checkpoint.")], False),
+    ("force", Annotated[bool, typer.Option(
         "--force", help="Replace the run already in -o DIR (what parcat wrote there is "
-        "deleted first; other files stay).")] = False
-    eval_episodes: Annotated[int | None, typer.Option(
-        metavar=N, help="Greedy evaluation episodes at every checkpoint; the best checkpoint "
-        "goes to RUN/best (0: none).")] = None
-    render: Annotated[bool | None, typer.Option(
-        help="Show one environment; runs in one process.")] = None
-    backend: opts.Backend = None
-    address: opts.Address = None
-    format: opts.TableOrJson = SummaryFormat.TABLE
-    progress: opts.Progress = True
+        "deleted first; other files stay).")], False),
+    ("format", opts.TableOrJson, SummaryFormat.TABLE),
+    ("progress", opts.Progress, True),
+]
+"""The flags of ``parcat train`` that are no key of :class:`TrainConfig`."""
+TrainSettings: type[Any] = make_dataclass(
+    "TrainSettings", [*_derived(), *((n, t, field(default=d)) for n, t, d in MORE_FIELDS)],
+    bases=(_TrainFile,), frozen=True)
+TrainSettings.__doc__ = "Everything ``parcat train`` is told: TrainConfig's keys, and more."
 
 
-@settings_command(TrainSettings, flag_keys=False)
-def train_command(s: TrainSettings) -> None:
+@settings_command(TrainSettings)
+def train_command(s: Any) -> None:
     """Train one independent learner per agent; checkpoints load with `parcat eval -p RUN`.
 
     -o DIR (also --run-dir): the run directory, default runs/<mission>. -c FILE: a train
-    YAML (configs/train.yaml), the keys of parcat.train.config.TrainConfig. -m: one mission.
+    YAML (configs/train.yaml) with the flags' names as keys, and overrides (the mission's
+    parameters) and learner (class and options). -m: one mission.
     """
     err = stderr_console()
     with user_errors():
-        cfg = load_train_config(s.config, train_flags(s))
+        cfg = train_config(s)
     with user_errors(), claim_run_dir(cfg, resume=s.resume, force=s.force) as choice:
         report, trainer = _train(choice, s.resume, s.progress, s.format, err)
     _show(report, trainer, s.format)
@@ -105,41 +130,32 @@ def train_command(s: TrainSettings) -> None:
         raise typer.Exit(EXIT_INTERRUPTED)
 
 
-def train_flags(s: TrainSettings) -> dict[str, Any]:
-    """The flags the command line gave, as keys of the train YAML (they go on top)."""
-    flags = s.given_of(["set", *(f.name for f in fields(TrainConfig))])
-    mission_sets, learner_sets = split_learner_settings(
-        parse_overrides(flags.pop("set", None) or []))
-    if "learner" in flags:
-        learner_sets["class"] = flags.pop("learner")
-    if "mission" in flags:
-        flags["mission"] = opts.one_value(flags["mission"], "-m/--mission", "train")
-    for key, value in (("overrides", mission_sets), ("learner", learner_sets)):
-        if value:
-            flags[key] = value
-    return flags
+def train_config(s: Any) -> TrainConfig:
+    """The run that :data:`TrainSettings` ``s`` describe (``--set``: mission parameters and
+    ``learner.KEY`` learner options)."""
+    overrides, learner = split_learner_settings(parse_overrides(s.set or []))
+    if s.learner is not None:
+        learner["class"] = s.learner
+    keys = {f.name: getattr(s, f.name) for f in fields(TrainConfig) if f.name != "overrides"}
+    return TrainConfig(**{**keys, "overrides": overrides, "learner": learner,
+                          "loggers": tuple(s.loggers or ()),
+                          "mission": opts.one_value(s.mission, "-m/--mission", "train")
+                          or TrainConfig.mission})
 
 
 def _show(report: TrainReport, trainer: Trainer, fmt: SummaryFormat) -> None:
     """Print where the checkpoint is (and the plan and epochs with ``-f json``)."""
+    plan = trainer.plan
     if fmt is SummaryFormat.JSON:
-        print_json(
-            {
-                "checkpoint": report.checkpoint,
-                "interrupted": report.interrupted,
-                "plan": {"env_workers": trainer.plan.env_workers,
-                         "num_envs": trainer.plan.num_envs, "spin": trainer.plan.spin,
-                         "reasons": list(trainer.plan.reasons)},
-                "epochs": [s.to_dict() for s in report.epochs],
-            }
-        )
+        print_json({"checkpoint": report.checkpoint, "interrupted": report.interrupted,
+                    "plan": {"env_workers": plan.env_workers, "num_envs": plan.num_envs,
+                             "spin": plan.spin, "reasons": list(plan.reasons)},
+                    "epochs": [s.to_dict() for s in report.epochs]})
         return
     best = Path(report.checkpoint) / BEST
-    typer.echo(
-        f"checkpoint: {report.checkpoint}\n"
-        f"evaluate it: parcat eval -p {report.checkpoint} (its mission and parameters come "
-        "from the run)" + (f"; the best: parcat eval -p {best}" if best.is_dir() else "")
-    )
+    typer.echo(f"checkpoint: {report.checkpoint}\nevaluate it: parcat eval -p "
+               f"{report.checkpoint} (its mission and parameters come from the run)"
+               + (f"; the best: parcat eval -p {best}" if best.is_dir() else ""))
 
 
 def _train(choice: RunDirChoice, resume: bool, progress: bool, fmt: SummaryFormat,
@@ -180,6 +196,7 @@ def _frame_printer(console: Any) -> Any:
         last[0] = now
         console.file.write("\x1b[H\x1b[J" + frame + "\n")
         console.file.flush()
+
     return show
 
 

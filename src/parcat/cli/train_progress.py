@@ -72,6 +72,7 @@ def epoch_progress(epochs: int, done: int, to_stderr: bool,
         def write(stats: EpochStats) -> None:
             stream.write(epoch_line(stats, epochs) + "\n")
             stream.flush()
+
         yield write
         return
     progress = Progress(*bar_columns(), console=console)
@@ -82,4 +83,5 @@ def epoch_progress(epochs: int, done: int, to_stderr: bool,
         def show(stats: EpochStats) -> None:
             latest[0] = epoch_table(stats, epochs)
             progress.advance(task)
+
         yield show

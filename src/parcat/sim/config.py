@@ -57,6 +57,8 @@ TOP_KEYS = ("environment", "agents", "default_policy", "iters", "render", "debug
 ENV_KEYS = ("mission", "config", "params", "period")
 AGENT_KEYS = ("agent", "policy", "args", "cycle_time", "config")
 DEBUG_KEYS = ("render_traj", "log_agent_state")
+FLAG_KEYS = ("iters", "seed", "render", "output")
+"""The top-level keys a flag of the same name overrides (``--output ''``: no files)."""
 DEFAULT_ITERS = 1000
 DEFAULT_OUTPUT = "runs/sim"
 
@@ -126,37 +128,26 @@ class SimConfig:
         """The agents that run in their own process in parallel mode."""
         return tuple(a for a in self.agents if not a.lockstep)
 
-    def with_options(self, **flags: Any) -> SimConfig:
-        """This config with the flags given on top (``iters``, ``seed``, ``render``,
-        ``output``: ``''`` writes nothing)."""
-        if "iters" in flags:
-            check_int(flags["iters"], COMMAND_LINE, "--iters", 1, limits.MAX_ITERS)
-        if "seed" in flags:
-            check_int(flags["seed"], COMMAND_LINE, "--seed", 0, limits.MAX_SEED)
-        if "output" in flags:
-            flags["output"] = flags["output"] or None
-        config = replace(self, **flags)
-        if "iters" in flags:
-            limits.check_size(config, COMMAND_LINE, "--iters")
-        return config
-
 
 def load_sim_config(path: str | Path, overrides: Mapping[str, Any] | None = None,
-                    trust_code: bool = False) -> SimConfig:
+                    trust_code: bool = False, flags: Mapping[str, Any] | None = None
+                    ) -> SimConfig:
     """Read and validate a sim YAML file and every file it names (``overrides``: ``--set``,
-    applied last; ``trust_code``: a checkpoint may name a policy class from outside parcat).
+    applied last; ``trust_code``: a checkpoint may name a policy class from outside parcat;
+    ``flags``: the flags given among :data:`FLAG_KEYS`, on top of the file's keys).
 
     Raises:
         ConfigError: a missing or malformed file, an unknown key, a bad value (named).
     """
     return parse_sim_config(read_mapping(Path(path), "sim config"), source=str(path),
                             base_dir=Path(path).parent, overrides=overrides,
-                            trust_code=trust_code)
+                            trust_code=trust_code, flags=flags)
 
 
 def parse_sim_config(data: Mapping[str, Any], source: str = "sim config",
                      base_dir: str | Path = ".", overrides: Mapping[str, Any] | None = None,
-                     trust_code: bool = False) -> SimConfig:
+                     trust_code: bool = False, flags: Mapping[str, Any] | None = None
+                     ) -> SimConfig:
     """Validate a sim configuration given as the YAML file's mapping (as
     :func:`load_sim_config`; ``source`` names it in errors, relative ``config`` paths start
     from ``base_dir``).
@@ -172,20 +163,25 @@ def parse_sim_config(data: Mapping[str, Any], source: str = "sim config",
     if not isinstance(debug, Mapping):
         raise ConfigError(f"{source}: 'debug' must be a mapping with keys {', '.join(DEBUG_KEYS)}")
     check_keys(debug, DEBUG_KEYS, source, "debug.")
-    output = data.get("output", DEFAULT_OUTPUT)
+    given = {k: (v, COMMAND_LINE, f"--{k}") for k, v in (flags or {}).items()}
+
+    def value(key: str, default: Any) -> tuple[Any, str, str]:  # a flag given wins
+        return given.get(key) or (data.get(key, default), source, key)
+
+    output, where, _ = value("output", DEFAULT_OUTPUT)
     if output is not None and not isinstance(output, str):
-        raise ConfigError(f"{source}: 'output' must be a folder path or null, "
+        raise ConfigError(f"{where}: 'output' must be a folder path or null, "
                           f"got {describe(output)}")
+    iters, seed = value("iters", DEFAULT_ITERS), value("seed", 0)
     config = SimConfig(
         mission=mission, period=period, agents=agents,
-        iters=check_int(data.get("iters", DEFAULT_ITERS), source, "iters", 1, limits.MAX_ITERS),
-        seed=check_int(data.get("seed", 0), source, "seed", 0, limits.MAX_SEED),
-        render=check_bool(data.get("render", False), source, "render"),
+        iters=check_int(*iters, 1, limits.MAX_ITERS),
+        seed=check_int(*seed, 0, limits.MAX_SEED), render=check_bool(*value("render", False)),
         debug=DebugConfig(*(check_bool(debug.get(key, False), source, f"debug.{key}")
                             for key in DEBUG_KEYS)),
         output=output or None, source=source,
     )
-    limits.check_size(config, source, "'iters'")
+    limits.check_size(config, iters[1], "--iters" if "iters" in given else "'iters'")
     return config
 
 

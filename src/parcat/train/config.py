@@ -1,18 +1,16 @@
-"""``parcat train`` configuration: a YAML file (``configs/train.yaml``) with flags on top."""
+"""``parcat train`` configuration: :class:`TrainConfig`, the keys of ``configs/train.yaml``."""
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from parcat.core.errors import ConfigError, brief, clip
+from parcat.core.errors import ConfigError, brief
 from parcat.core.limits import MAX_COUNT, MAX_TRAIN_ENVS, MAX_WORKERS
 from parcat.core.raycluster import Backend
-from parcat.core.settings import merge_settings
-from parcat.core.yamlfile import read_yaml_mapping
 from parcat.envs.missions import GYMNASIUM_PREFIX
 from parcat.train.recipes import check_learner_options
 
@@ -40,59 +38,57 @@ class LoggerKind(str, enum.Enum):
     WANDB = "wandb"
 
 
+def _flag(default: Any, help: str, metavar: str | None = "N") -> Any:
+    """A field that is a flag of ``parcat train`` too (``help``: its help text)."""
+    return field(default=default, metadata={"help": help, "metavar": metavar})
+
+
 @dataclass(frozen=True)
 class TrainConfig:
-    """Everything a training run needs; every field is a YAML key (most are flags too)."""
+    """Everything a training run needs: every field is a YAML key of ``-c FILE``, and every
+    field with help text in its metadata is a flag of the same name (CleanRL's ``Args``)."""
 
     mission: str = "goal_tasks"
     """Mission name or YAML path."""
     overrides: Mapping[str, Any] = field(default_factory=dict, hash=False)
     """Mission parameter overrides (``--set KEY=VALUE``)."""
-    epochs: int = 20
-    """Collect-then-learn rounds."""
-    steps_per_epoch: int = 100
-    """Vector steps per epoch (every environment steps this many times)."""
+    epochs: int = _flag(20, "Collect-then-learn rounds.")
+    steps_per_epoch: int = _flag(100, "Vector steps per epoch (every environment steps this "
+                                 "many times).")
     jobs: int | None = None
     """Worker budget the planner splits (:func:`parcat.train.plan.plan_training`) when
     ``env_workers`` is not given."""
-    env_workers: int | None = None
-    """Environment worker processes; 0: in the trainer's process; ``None``: planned from the
-    measured environment step and the free CPUs."""
-    envs_per_worker: int = 4
-    """Environments per worker; a planned layout steps this times ``max(1, workers)`` wherever
-    they run, so the measurement never changes the results."""
-    mode: LearningMode = LearningMode.SYNC
-    """``sync``: collect, then train (the reference); ``async``: a learner process trains on
-    each round's transitions while collection continues."""
-    train_interval: int = 1
-    """Async mode: train every this many epochs."""
-    train_steps: int = 50
-    """Gradient updates per agent per training round."""
-    parallel_training: bool = False
-    """Train the agents concurrently (threads; numpy releases the GIL in its kernels)."""
-    train_threads: int = 0
-    """Threads for ``parallel_training``; 0 means one per learner (``jobs`` plans it)."""
-    shared_learner: bool = False
-    """One learner on the pooled experience of all agents instead of one per agent."""
+    env_workers: int | None = _flag(None, "Environment worker processes (0: in-process; "
+                                    "default: planned from the measured env step and free "
+                                    "CPUs).")
+    envs_per_worker: int = _flag(4, "Environments per worker (a planned layout steps this "
+                                 "times max(1, workers) wherever they run).")
+    mode: LearningMode = _flag(  # noqa: RUF009 (a field(): ruff knows no enum is immutable)
+        LearningMode.SYNC, "sync: collect, then train (the reference); async: a learner "
+        "process trains while collection continues.", None)
+    train_interval: int = _flag(1, "Async: train every N epochs.")
+    train_steps: int = _flag(50, "Gradient updates per agent per round.")
+    parallel_training: bool = _flag(False, "Train the agents concurrently (threads).", None)
+    train_threads: int = _flag(0, "Threads for --parallel-training (0: one per learner; "
+                               "--jobs plans it).")
+    shared_learner: bool = _flag(False, "One learner on the pooled experience of all agents.",
+                                 None)
     learner: Mapping[str, Any] = field(default_factory=dict, hash=False)
     """``class`` (``dqn``, the default, ``ppo`` or ``module:Class``; ``--learner``) and that
     class's options."""
     seed: int = 0
-    checkpoint_every: int = 5
-    """Write a checkpoint every this many epochs (and at the end)."""
+    checkpoint_every: int = _flag(5, "Checkpoint every N epochs (and at the end).")
     run_dir: str = ""
     """Where checkpoints and metrics go (default ``runs/<mission>``)."""
-    metrics_format: MetricsFormat = MetricsFormat.JSONL
+    metrics_format: MetricsFormat = _flag(  # noqa: RUF009 (as mode)
+        MetricsFormat.JSONL, "The per-epoch metrics file's format.", None)
     loggers: tuple[LoggerKind, ...] = ()
-    """Where epoch metrics go besides the metrics file (always written: ``parcat plot`` and
-    ``--resume`` read it); ``tensorboard`` writes ``RUN/tensorboard``."""
-    init_from: str = ""
-    """Start from the weights of this checkpoint (a run directory)."""
-    eval_episodes: int = 10
-    """Greedy evaluation episodes at every checkpoint (the same set every time); the best
-    mean return is kept in ``RUN/best``. 0: no evaluation, no ``best``."""
-    render: bool = False
-    """Show one environment in the terminal; runs everything in one process."""
+    """Where epoch metrics go besides the metrics file (``--logger``)."""
+    init_from: str = _flag("", "Start from this checkpoint's weights (a run directory).",
+                           "DIR")
+    eval_episodes: int = _flag(10, "Greedy evaluation episodes at every checkpoint; the best "
+                               "checkpoint goes to RUN/best (0: none).")
+    render: bool = _flag(False, "Show one environment; runs in one process.", None)
     backend: Backend = Backend.LOCAL
     address: str = ""
     """Ray cluster address with ``backend: ray`` (empty: start a local cluster)."""
@@ -164,47 +160,8 @@ def _logger_kinds(value: Any) -> tuple[LoggerKind, ...]:
     if isinstance(value, str | bytes) or not isinstance(value, list | tuple):
         raise ConfigError(f"loggers must be a list of jsonl, csv, tensorboard or wandb, "
                           f"got {brief(value)}")
-    kinds: list[LoggerKind] = []
     for item in value:
-        try:
-            kind = LoggerKind(item)
-        except ValueError:
+        if item not in tuple(LoggerKind):
             raise ConfigError(f"loggers: expected jsonl, csv, tensorboard or wandb, got "
-                              f"{brief(item)}") from None
-        if kind not in kinds:
-            kinds.append(kind)
-    return tuple(kinds)
-
-
-LAYOUT_KEYS = frozenset({"jobs", "env_workers"})
-
-
-def load_train_config(path: str | Path | None, flags: Mapping[str, Any]) -> TrainConfig:
-    """Read a train YAML file (optional) and put the ``flags`` given (its keys) on top.
-
-    ``overrides`` and ``learner`` merge key by key (:func:`parcat.core.settings.merge_settings`,
-    so ``--set learner.lr=0.01`` changes one learner key of the file's); ``jobs`` or
-    ``env_workers`` given replaces the file's layout, both keys.
-
-    Raises:
-        ConfigError: unreadable YAML, an unknown key (named, with the valid ones), a bad value.
-    """
-    data: dict[str, Any] = {}
-    if path is not None:
-        data = read_yaml_mapping(Path(path), f"config file '{path}'", ConfigError)
-        valid = sorted(f.name for f in fields(TrainConfig))
-        unknown = sorted(str(key) for key in set(data) - set(valid))
-        if unknown:
-            raise ConfigError(f"config file '{path}': unknown key '{clip(unknown[0])}'; "
-                              f"valid: {', '.join(valid)}")
-    if flags.keys() & LAYOUT_KEYS:  # two ways to lay out the run: flags give it whole
-        data = {k: v for k, v in data.items() if k not in LAYOUT_KEYS}
-    learner, from_file = flags.get("learner"), data.get("learner")
-    if isinstance(learner, Mapping) and isinstance(from_file, Mapping) and \
-            learner.get("class") not in (None, from_file.get("class") or "dqn"):
-        data.pop("learner")  # --learner names another learner: the file's options are not its
-    try:
-        return replace(TrainConfig(), **merge_settings(data, flags,
-                                                       nested=("overrides", "learner")))
-    except TypeError as exc:
-        raise ConfigError(f"train config: {clip(str(exc), 200)}") from exc
+                              f"{brief(item)}")
+    return tuple(dict.fromkeys(LoggerKind(item) for item in value))
