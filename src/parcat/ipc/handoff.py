@@ -193,7 +193,6 @@ class Serving:
             header[WORKER_PARKED] = 0
 
     def take(self) -> int:
-        """Accept the pending request; returns its number."""
         self.last = int(self.header[REQUEST])
         self._taken_ns = time.thread_time_ns()
         return self.last

@@ -116,14 +116,12 @@ class ErrorReport:
 
     @classmethod
     def from_exception(cls, exc: BaseException, agent: Any = None) -> ErrorReport:
-        """The report of ``exc`` (with its traceback)."""
         formatted = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         message = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else str(exc)
         return cls(type(exc).__name__, message, formatted, agent)
 
     @property
     def summary(self) -> str:
-        """``Kind: message`` on one line."""
         return f"{self.kind}: {self.message}"
 
 
@@ -311,7 +309,6 @@ class Worker:
 
     @property
     def state(self) -> WorkerState:
-        """Where the worker is in its life."""
         if self._stopped:
             return WorkerState.STOPPED
         if not self.process.is_alive():

@@ -49,11 +49,9 @@ class Codec:
 
     @property
     def nbytes(self) -> int:
-        """Bytes one value takes."""
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
     def write(self, slot: np.ndarray, value: Any) -> None:
-        """Copy ``value`` into ``slot``."""
         if self.kind == "box":
             np.copyto(slot, value, casting="unsafe")
         elif self.kind == "discrete":

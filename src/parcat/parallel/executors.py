@@ -88,7 +88,6 @@ class InlineExecutor(Executor):
     def run(
         self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None = None
     ) -> list[EpisodeResult]:
-        """Run the tasks in order."""
         results = []
         for index, task in enumerate(tasks):
             result = self.runner.run(task) if self.timeout_s is None else self._run_bounded(task)
@@ -124,11 +123,9 @@ class InlineExecutor(Executor):
             signal.signal(signal.SIGALRM, previous)
 
     def trace_events(self) -> list[dict[str, Any]]:
-        """Events recorded so far."""
         return self.tracer.take() if self.tracer else []
 
     def close(self, force: bool = False) -> None:
-        """Close environments and policy workers."""
         self.runner.close()
 
 
@@ -182,11 +179,9 @@ class ThreadExecutor(Executor):
         return [results[i] for i in sorted(results)]
 
     def trace_events(self) -> list[dict[str, Any]]:
-        """Events recorded so far."""
         return self.tracer.take() if self.tracer else []
 
     def close(self, force: bool = False) -> None:
-        """Stop the threads and close every runner."""
         self._pool.shutdown(wait=not force, cancel=force)
         for runner in self._runners:
             runner.close()

@@ -208,7 +208,6 @@ class ProcessExecutor(Executor):
         return events
 
     def close(self, force: bool = False) -> None:
-        """Stop every worker (politely, then by force) and reap it."""
         _stop_all(self._workers, force)
 
 
