@@ -12,12 +12,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import secrets
 from dataclasses import dataclass
 
 PREFIX = "parcat_"  # every block's name starts with this, so leftovers can be found
 NAMESPACE_MARK = "ns"
 
+_NAME = re.compile(f"{PREFIX}{NAMESPACE_MARK}([0-9a-f]+)_([0-9]+)_([0-9a-f]+)_[0-9a-f]+")
 _START_FIELD = 19
 """``starttime`` in ``/proc/<pid>/stat``, counted from the state (the field after ``comm``)."""
 
@@ -33,15 +35,8 @@ class BlockCreator:
 
 def block_creator(name: str) -> BlockCreator | None:
     """Who made block ``name``; ``None`` when it is not a parcat block of this form."""
-    if not name.startswith(PREFIX + NAMESPACE_MARK):
-        return None
-    parts = name[len(PREFIX) + len(NAMESPACE_MARK):].split("_")
-    if len(parts) != 4 or not all(parts) or not parts[1].isdigit():
-        return None
-    namespace, pid, start, token = parts
-    if not all(_is_hex(part) for part in (namespace, start, token)):
-        return None
-    return BlockCreator(namespace, int(pid), start)
+    match = _NAME.fullmatch(name)
+    return BlockCreator(match[1], int(match[2]), match[3]) if match else None
 
 
 def this_creator() -> BlockCreator:
@@ -172,5 +167,3 @@ def _proc_is_ours() -> bool:
     return self_is_us  # before Linux 4.1 (no NSpid)
 
 
-def _is_hex(text: str) -> bool:
-    return all(c in "0123456789abcdef" for c in text)
