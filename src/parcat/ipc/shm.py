@@ -81,9 +81,8 @@ class SlotBlock:
     """Per-agent observation and action slots in an :class:`ArrayBlock`: the creator owns
     it and unlinks it on :meth:`close`; a worker attaches by name."""
 
-    def __init__(
-        self, codecs: list[tuple[Codec, Codec]], name: str | None = None, create: bool = True
-    ) -> None:
+    def __init__(self, codecs: list[tuple[Codec, Codec]], name: str | None = None,
+                 create: bool = True) -> None:
         self.codecs = codecs
         specs: dict[str, tuple[tuple[int, ...], Any]] = {}
         for i, (obs_codec, act_codec) in enumerate(codecs):

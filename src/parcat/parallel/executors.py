@@ -38,9 +38,8 @@ class Executor(ABC):
     """``--episode-timeout``: an episode running longer is stopped and recorded as a timeout."""
 
     @abstractmethod
-    def run(
-        self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None = None
-    ) -> list[EpisodeResult]:
+    def run(self, tasks: Sequence[EpisodeTask],
+            on_result: ResultCallback | None = None) -> list[EpisodeResult]:
         """Run every task; call ``on_result(index, result)`` as each one finishes."""
 
     def overdue(self, running_s: float) -> bool:
@@ -85,9 +84,9 @@ class InlineExecutor(Executor):
         return EpisodeRunner(self.stepper.make_stepper(self.tracer), tracer=self.tracer,
                              retries=self.stepper.retries)
 
-    def run(
-        self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None = None
-    ) -> list[EpisodeResult]:
+    def run(self, tasks: Sequence[EpisodeTask],
+
+            on_result: ResultCallback | None = None) -> list[EpisodeResult]:
         results = []
         for index, task in enumerate(tasks):
             result = self.runner.run(task) if self.timeout_s is None else self._run_bounded(task)
@@ -158,9 +157,9 @@ class ThreadExecutor(Executor):
     def _run_one(self, task: EpisodeTask) -> EpisodeResult:
         return self._runner().run(task)
 
-    def run(
-        self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None = None
-    ) -> list[EpisodeResult]:
+    def run(self, tasks: Sequence[EpisodeTask],
+
+            on_result: ResultCallback | None = None) -> list[EpisodeResult]:
         """Run the tasks on the threads, a few ahead per thread; report as they finish."""
         results: dict[int, EpisodeResult] = {}
         inflight: dict[Future[EpisodeResult], int] = {}

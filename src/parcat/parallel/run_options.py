@@ -102,10 +102,8 @@ class RunOptions:
                 for f in fields(self) if f.name != "trace"}
 
 
-def plan_run(
-    missions: tuple[Mission, ...], policies: tuple[PolicySpec, ...], tasks: int,
-    options: RunOptions, measure: bool = True,
-) -> Plan:
+def plan_run(missions: tuple[Mission, ...], policies: tuple[PolicySpec, ...], tasks: int,
+             options: RunOptions, measure: bool = True) -> Plan:
     """The plan for this run: its inputs gathered, the planner asked, the options carried."""
     cpus = available_cpus()
     step_s = None
