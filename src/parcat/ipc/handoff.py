@@ -38,7 +38,6 @@ class Handoff:
         self.header = header
         self.worker = worker
         self.conn = worker.conn
-        self.spin = spin
         self.budget = SpinBudget(ceiling_s) if spin else None  # None: park at once
         self.requested = int(header[REQUEST])
 
@@ -145,7 +144,6 @@ class Serving:
                  ceiling_s: float = WORKER_SPIN_S) -> None:
         self.header = header
         self.conn = conn
-        self.spin = spin
         self.budget = SpinBudget(ceiling_s) if spin else None  # None: park at once
         self.last = int(header[REQUEST])
         self._taken_ns = 0

@@ -237,11 +237,6 @@ class Worker:
     def pid(self) -> int | None:
         return self.process.pid
 
-    @property
-    def sentinel(self) -> int:
-        """Becomes ready when the process ends (for :func:`wait`)."""
-        return int(self.process.sentinel)
-
     def frozen(self, limit_s: float | None = None) -> bool:
         """Whether the worker is alive but its heartbeat has not moved for ``limit_s``
         (default :data:`LIVENESS_TIMEOUT_S`); before its first beat it is never frozen."""
