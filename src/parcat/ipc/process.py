@@ -32,6 +32,7 @@ from typing import Any
 from parcat.core import errors
 from parcat.core.errors import USER_CODE_ERRORS, WorkerError
 from parcat.core.resources import BLAS_VARIABLES, limit_blas_threads
+from parcat.ipc.shm_names import proc_stat_fields
 from parcat.ipc.start import (
     EXIT_UNGUARDED_MAIN,
     UNGUARDED_MAIN,
@@ -459,12 +460,8 @@ def parent_alive(parent_pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        with open(f"/proc/{parent_pid}/stat", "rb") as stat:
-            state = stat.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True  # no /proc here: existence is all we can tell
-    return state not in (b"Z", b"X")
+    fields = proc_stat_fields(str(parent_pid))  # None without /proc: it exists, that is all
+    return fields is None or fields[0] not in (b"Z", b"X")
 
 
 def become_worker(parent_pid: int, blas_threads: int = 1,

@@ -108,7 +108,7 @@ def _gone(pid: int, start: str) -> bool:
         pass  # another user's process: it exists
     except (OverflowError, OSError):
         return False
-    fields = _stat_fields(str(pid))
+    fields = proc_stat_fields(str(pid))
     if fields is None or len(fields) <= _START_FIELD:
         return False  # exists, but /proc will not say which process it is: keep
     if fields[0] in (b"Z", b"X"):
@@ -121,13 +121,13 @@ def _start_hex(ticks: bytes) -> str:
 
 
 def _start_ticks(pid: str) -> str | None:
-    fields = _stat_fields(pid)
+    fields = proc_stat_fields(pid)
     if fields is None or len(fields) <= _START_FIELD:
         return None
     return _start_hex(fields[_START_FIELD])
 
 
-def _stat_fields(pid: str) -> list[bytes] | None:
+def proc_stat_fields(pid: str) -> list[bytes] | None:
     """``/proc/<pid>/stat`` after the command name (which may hold spaces and parentheses)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
