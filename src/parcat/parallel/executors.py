@@ -239,8 +239,10 @@ def make_executor(plan: Plan) -> Executor:
     from parcat.parallel.hybrid_executor import HybridExecutor
     from parcat.parallel.process_executor import ProcessExecutor
 
-    stepper = StepperConfig(plan.strategy, plan.policy_workers, plan.spin, plan.action_timeout_s,
-                            plan.start_method, plan.blas_threads, plan.retries)
+    stepper = StepperConfig(plan.strategy, plan.policy_workers, spin=plan.spin,
+                            action_timeout_s=plan.action_timeout_s,
+                            start_method=plan.start_method, blas_threads=plan.blas_threads,
+                            retries=plan.retries)
     workers = plan.episode_workers
     if plan.executor is ExecutorKind.PROCESS:
         kind = HybridExecutor if plan.local_lane else ProcessExecutor
