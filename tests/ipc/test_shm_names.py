@@ -195,7 +195,7 @@ def test_temp_folders_of_gone_processes_in_our_namespace_go_others_stay(tmp_path
     old_form = tmp_path / f"parcat-mp-{gone}-abc"
     for folder in (ours_dead, other_ns, ours_alive, old_form):
         folder.mkdir()
-    code = "from parcat.ipc.process import _own_temp_dir; _own_temp_dir()"
+    code = "from parcat.ipc.start import own_temp_dir; own_temp_dir()"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=TIMEOUT_S,
                    env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "TMPDIR": str(tmp_path)})
     assert not ours_dead.exists()

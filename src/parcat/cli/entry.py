@@ -34,7 +34,7 @@ def postponed(signum: int) -> bool:
     """For a signal handler: whether the main thread is in a part that must not be cut
     (a message on a worker's pipe), after which the signal is raised again."""
     # not imported here: a handler may run in the middle of an import
-    ipc = sys.modules.get("parcat.ipc.process")
+    ipc = sys.modules.get("parcat.ipc.start")
     postpone = getattr(ipc, "postpone_interrupt", None)
     return postpone is not None and bool(postpone(signum))
 

@@ -82,12 +82,10 @@ def _kind(path: Path) -> str | None:
 def _check_folder(folder: Path, flag: str, target: Path, free_bytes: int) -> None:
     """Create ``folder`` if needed, then create and remove a temp file in it; a folder
     refused is left as it was found (the folders made for it removed again)."""
-    for parent in (folder, *folder.parents):
-        if parent.exists() or parent.is_symlink():
-            if not parent.is_dir():
-                raise OutputError(f"{flag} '{target}': '{parent}' is not a folder")
-            break
     made = missing_folders(folder)
+    existing = made[-1].parent if made else folder
+    if not existing.is_dir():
+        raise OutputError(f"{flag} '{target}': '{existing}' is not a folder")
     try:
         _probe(folder, flag, target, free_bytes)
     except OutputError:

@@ -3,6 +3,7 @@ busy right now, GPUs, and BLAS thread limits."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import statistics
@@ -59,10 +60,8 @@ def free_cpus(cpus: int | None = None) -> int:
     if fixed == "all":
         return cpus
     if fixed:
-        try:
+        with contextlib.suppress(ValueError):
             return max(1, min(cpus, int(fixed)))
-        except ValueError:
-            pass
     machine = os.cpu_count() or cpus
     return max(1, min(cpus, machine - other_busy_cpus()))
 
@@ -94,21 +93,16 @@ def pids_headroom(root: Path = Path("/sys/fs/cgroup")) -> int | None:
     headroom: int | None = None
     for line in lines:
         _, controllers, path = line.split(":", 2)
-        if controllers == "pids":
-            base = root / "pids"
-        elif controllers == "":
-            base = root
-        else:
+        if controllers not in ("pids", ""):
             continue
+        base = root / "pids" if controllers else root
         folder = base / path.lstrip("/")
         while True:
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 limit = (folder / "pids.max").read_text().strip()
                 if limit != "max":
                     left = int(limit) - int((folder / "pids.current").read_text())
                     headroom = left if headroom is None else min(headroom, left)
-            except (OSError, ValueError):
-                pass
             if folder == base or base not in folder.parents:
                 break
             folder = folder.parent

@@ -14,7 +14,6 @@ import fcntl
 import os
 import stat
 from pathlib import Path
-from types import TracebackType
 
 from parcat.core.errors import OutputError, RunLockedError
 
@@ -56,8 +55,7 @@ class RunLock:
     def __enter__(self) -> RunLock:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
 
@@ -90,13 +88,9 @@ def _open_locked(key: str, what: str, fix: str) -> int:
             os.close(fd)
             raise RunLockedError(f"{what} is in use by another parcat process{holder}; wait for "
                               f"it to end, or {fix}") from None
-        try:
-            current = os.lstat(key)
-        except FileNotFoundError:
-            current = None
-        opened = os.fstat(fd)
-        if current is not None and _same_file(current, opened):
-            return fd
+        with contextlib.suppress(FileNotFoundError):
+            if _same_file(os.lstat(key), os.fstat(fd)):
+                return fd
         os.close(fd)  # the holder removed it as we opened it: take the next one
 
 

@@ -16,9 +16,7 @@ from parcat.core.errors import ConfigError, MissionError, ParcatError
 from parcat.core.yamlfile import load_yaml
 
 
-def parse_settings(
-    items: Iterable[str], error: Callable[[str], ParcatError]
-) -> dict[str, Any]:
+def parse_settings(items: Iterable[str], error: Callable[[str], ParcatError]) -> dict[str, Any]:
     """Parse ``KEY=VALUE`` items into a mapping; a later key wins over an earlier one.
     ``error(item)`` makes the error raised for an item with no ``=`` or an empty key."""
     settings: dict[str, Any] = {}
@@ -47,9 +45,8 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
     )
 
 
-def merge_settings(
-    base: Mapping[str, Any], top: Mapping[str, Any], nested: Iterable[str] = ()
-) -> dict[str, Any]:
+def merge_settings(base: Mapping[str, Any], top: Mapping[str, Any],
+                   nested: Iterable[str] = ()) -> dict[str, Any]:
     """The one precedence rule: ``top`` wins over ``base``, key by key (defaults < a YAML
     file < flags). A key in ``nested`` whose values are mappings on both sides is merged key
     by key (``--set learner.lr=0.01`` keeps the file's other ``learner`` keys)."""

@@ -38,7 +38,6 @@ class Handoff:
         self.header = header
         self.worker = worker
         self.conn = worker.conn
-        self.spin = spin
         self.budget = SpinBudget(ceiling_s) if spin else None  # None: park at once
         self.requested = int(header[REQUEST])
 
@@ -145,7 +144,6 @@ class Serving:
                  ceiling_s: float = WORKER_SPIN_S) -> None:
         self.header = header
         self.conn = conn
-        self.spin = spin
         self.budget = SpinBudget(ceiling_s) if spin else None  # None: park at once
         self.last = int(header[REQUEST])
         self._taken_ns = 0
@@ -193,7 +191,6 @@ class Serving:
             header[WORKER_PARKED] = 0
 
     def take(self) -> int:
-        """Accept the pending request; returns its number."""
         self.last = int(self.header[REQUEST])
         self._taken_ns = time.thread_time_ns()
         return self.last

@@ -14,18 +14,15 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import errno
 import multiprocessing as mp
 import os
 import pickle
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import BaseContext
@@ -33,8 +30,20 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from parcat.core import errors
-from parcat.core.errors import USER_CODE_ERRORS, ResourceLimitError, WorkerError
-from parcat.core.resources import BLAS_VARIABLES, limit_blas_threads, pids_headroom
+from parcat.core.errors import USER_CODE_ERRORS, WorkerError
+from parcat.core.resources import BLAS_VARIABLES, limit_blas_threads
+from parcat.ipc.shm_names import proc_stat_fields
+from parcat.ipc.start import (
+    EXIT_UNGUARDED_MAIN,
+    UNGUARDED_MAIN,
+    check_headroom,
+    interrupts_deferred,
+    limit_error,
+    main_without_missing_file,
+    own_temp_dir,
+    refuse_unguarded_main,
+    start_fork_server,
+)
 
 
 class StartMethod(str, enum.Enum):
@@ -59,18 +68,6 @@ SETUP_TIMEOUT_S = float(os.environ.get("PARCAT_SETUP_TIMEOUT", "60"))
 BEAT, ACTING = 0, 1
 """A worker's status cells: its heartbeat, and 1 + the index of the agent whose code it
 runs now (0: none), so the parent can name the agent a dying worker was stepping."""
-TASKS_PER_WORKER = 4
-"""Processes and threads a new worker may need: itself, its watch thread, and the fork
-server's and resource tracker's share, with margin."""
-EXIT_UNGUARDED_MAIN = 86
-UNGUARDED_MAIN = (
-    "a worker process ran this program's main script and it started parcat again: put the "
-    "code that runs parcat under `if __name__ == \"__main__\":` (worker processes import "
-    "the main script to find functions defined in it)"
-)
-TEMP_PREFIX = "parcat-mp-"
-"""multiprocessing's temporary folder is ``parcat-mp-<signature>-<random>``, so one a
-killed run left behind can be found."""
 SHUTTING_DOWN = threading.Event()
 """Set where parcat caught an interrupt and stops the run (each step with a deadline);
 until then, a run that SIGTERM does not end soon is stuck in user code."""
@@ -79,8 +76,6 @@ until then, a run that SIGTERM does not end soon is stuck in user code."""
 _status: Any = None
 _pipe: Connection | None = None
 _parent_pid = 0
-_fork_server_of: int | None = None
-_deferral: dict[str, Any] = {"depth": 0, "pending": set()}
 
 
 def preload(module: str) -> None:
@@ -116,14 +111,12 @@ class ErrorReport:
 
     @classmethod
     def from_exception(cls, exc: BaseException, agent: Any = None) -> ErrorReport:
-        """The report of ``exc`` (with its traceback)."""
         formatted = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         message = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else str(exc)
         return cls(type(exc).__name__, message, formatted, agent)
 
     @property
     def summary(self) -> str:
-        """``Kind: message`` on one line."""
         return f"{self.kind}: {self.message}"
 
 
@@ -170,7 +163,7 @@ def default_start_method() -> str:
 def get_context(method: str | None = None) -> BaseContext:
     """The multiprocessing context for ``method`` (default: :func:`default_start_method`)."""
     if getattr(mp.process.current_process(), "_inheriting", False):
-        _refuse_unguarded_main()
+        refuse_unguarded_main()
     method = method or default_start_method()
     if method not in START_METHODS:
         raise ValueError(f"start method must be one of {', '.join(START_METHODS)}, got {method!r}")
@@ -179,97 +172,17 @@ def get_context(method: str | None = None) -> BaseContext:
     # server starts, OpenBLAS never spins up (and busy-waits on) a thread pool per worker
     for name in BLAS_VARIABLES:
         os.environ.setdefault(name, "1")
-    _own_temp_dir()
+    own_temp_dir()
     if method == "forkserver":
         ctx.set_forkserver_preload([*PRELOAD, QUIET_START])
-        _start_fork_server()
+        start_fork_server()
     return ctx
-
-
-def _own_temp_dir() -> None:
-    """Give multiprocessing a temporary folder signed by this process (not an anonymous
-    ``pymp-*``), and remove those of parcat processes that are provably gone."""
-    from multiprocessing import util
-
-    from parcat.ipc.shm_names import signature, signature_is_stale
-
-    config = mp.process.current_process()._config  # type: ignore[attr-defined]
-    if config.get("tempdir") is not None:
-        return
-    base = tempfile.gettempdir()
-    with contextlib.suppress(OSError):
-        for name in os.listdir(base):
-            if name.startswith(TEMP_PREFIX) and \
-                    signature_is_stale(name[len(TEMP_PREFIX):].rsplit("-", 1)[0]):
-                shutil.rmtree(os.path.join(base, name), ignore_errors=True)
-    path = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{signature()}-")
-    # removed at exit like multiprocessing's own (kept referenced: shutdown runs late)
-    util.Finalize(None, shutil.rmtree, args=(path, True), exitpriority=-100)
-    config["tempdir"] = path
-
-
-def _start_fork_server() -> None:
-    """Start the fork server with Ctrl-C blocked: one arriving while it imports its preload
-    would break every worker after. It and the workers it forks inherit the blocked signal
-    (blocked, not ignored: an ignored signal is lost) until they ignore Ctrl-C for good."""
-    from multiprocessing import forkserver, resource_tracker
-
-    global _fork_server_of
-    if _fork_server_of == os.getpid():
-        forkserver.ensure_running()  # restarts it if it died; no signal juggling
-        return
-    _check_headroom("the fork server")
-    _fork_server_of = os.getpid()
-    try:
-        # the resource tracker first: starting it unblocks Ctrl-C
-        resource_tracker.ensure_running()
-        if threading.current_thread() is threading.main_thread():
-            with _ctrl_c_deferred():
-                forkserver.ensure_running()
-            return
-        # Ctrl-C is the main thread's: blocking it here only decides what the server inherits
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
-            forkserver.ensure_running()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-    except OSError as exc:
-        raise _limit_error("the fork server", exc) from exc
-
-
-def _refuse_unguarded_main() -> None:
-    """In a worker still importing the parent's main script: say why in one line, exit."""
-    sys.stderr.write(f"parcat: error: {UNGUARDED_MAIN}\n")
-    sys.stderr.flush()
-    os._exit(EXIT_UNGUARDED_MAIN)
 
 
 def raise_if_unguarded_main(worker: Worker) -> None:
     """Raise :class:`WorkerError` when ``worker`` died of an unguarded main script."""
     if worker.process.exitcode == EXIT_UNGUARDED_MAIN:
         raise WorkerError(UNGUARDED_MAIN)
-
-
-def _check_headroom(name: str) -> None:
-    """Refuse a worker up front when the pids cgroup has no room for it (past the limit
-    the fork server's own ``fork()`` fails with a traceback)."""
-    left = pids_headroom()
-    if left is not None and left < TASKS_PER_WORKER:
-        raise ResourceLimitError(
-            f"cannot start {name}: the pids cgroup allows {max(left, 0)} more process(es) or "
-            f"thread(s), a worker needs {TASKS_PER_WORKER}; lower --jobs, or raise the "
-            "container's pids limit"
-        )
-
-
-def _limit_error(name: str, exc: OSError) -> Exception:
-    if exc.errno in (errno.EAGAIN, errno.ENOMEM):
-        return ResourceLimitError(
-            f"cannot start {name}: {exc.strerror} (the system's limit on processes or "
-            "memory was reached); lower --jobs, or raise the limit (ulimit -u, the "
-            "container's pids limit)"
-        )
-    return exc
 
 
 class Worker:
@@ -280,8 +193,8 @@ class Worker:
     def __init__(self, target: Callable[..., Any], args: tuple[Any, ...], name: str,
                  start_method: str | None = None, ctx: BaseContext | None = None) -> None:
         if getattr(mp.process.current_process(), "_inheriting", False):
-            _refuse_unguarded_main()
-        _check_headroom(name)
+            refuse_unguarded_main()
+        check_headroom(name)
         ctx = ctx or get_context(start_method)
         self.name = name
         ours, theirs = ctx.Pipe(duplex=True)
@@ -293,13 +206,13 @@ class Worker:
             name=name, daemon=False,
         )
         try:
-            with _main_without_missing_file(), _ctrl_c_deferred():
+            with main_without_missing_file(), interrupts_deferred():
                 self.process.start()
         except BaseException as exc:
             ours.close()
             theirs.close()
             if isinstance(exc, OSError):
-                raise _limit_error(f"worker process {name}", exc) from exc
+                raise limit_error(f"worker process {name}", exc) from exc
             if self.process.pid is not None:  # an interrupt held back during the start
                 self.process.kill()
                 self.process.join(STOP_GRACE_S)
@@ -311,7 +224,6 @@ class Worker:
 
     @property
     def state(self) -> WorkerState:
-        """Where the worker is in its life."""
         if self._stopped:
             return WorkerState.STOPPED
         if not self.process.is_alive():
@@ -325,11 +237,6 @@ class Worker:
     @property
     def pid(self) -> int | None:
         return self.process.pid
-
-    @property
-    def sentinel(self) -> int:
-        """Becomes ready when the process ends (for :func:`wait`)."""
-        return int(self.process.sentinel)
 
     def frozen(self, limit_s: float | None = None) -> bool:
         """Whether the worker is alive but its heartbeat has not moved for ``limit_s``
@@ -357,7 +264,7 @@ class Worker:
     def send(self, message: Any) -> None:
         """Send a message (pickled); :class:`WorkerLostError` when the pipe is broken."""
         try:
-            with _ctrl_c_deferred(frozenset()):  # half a message would jam the pipe
+            with interrupts_deferred(frozenset()):  # half a message would jam the pipe
                 self.conn.send(message)
         except (OSError, ValueError) as exc:
             raise WorkerLostError(f"{self.name} {self.describe()}") from exc
@@ -381,7 +288,7 @@ class Worker:
                 raise WorkerLostError(f"{self.name} {self.describe()}")
             if ready:
                 try:
-                    with _ctrl_c_deferred(frozenset()):  # read whole or not at all
+                    with interrupts_deferred(frozenset()):  # read whole or not at all
                         message = self.conn.recv()
                 except (EOFError, OSError) as exc:
                     raise WorkerLostError(f"{self.name} {self.describe()}") from exc
@@ -522,63 +429,6 @@ def mark_acting(index: int | None) -> None:
         _status[ACTING] = 0 if index is None else index + 1
 
 
-def postpone_interrupt(signum: int = signal.SIGINT) -> bool:
-    """For a SIGINT or SIGTERM handler: True (the signal is raised again later) while the
-    main thread must not be interrupted. The same signal again meanwhile is not postponed:
-    that part is stuck (a pipe no one reads)."""
-    if _deferral["depth"] > 0 and signum not in _deferral["pending"]:
-        _deferral["pending"].add(signum)
-        return True
-    _deferral["pending"].discard(signum)
-    return False
-
-
-@contextlib.contextmanager
-def _ctrl_c_deferred(blocked: frozenset[int] = frozenset({signal.SIGINT})) -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM until the block is done (they arrive right after).
-
-    A worker's start and a message on a pipe take several calls; cut in the middle, the
-    other side reads half a message. The CLI's handlers postpone what arrives meanwhile
-    (:func:`postpone_interrupt`); ``blocked`` signals are also blocked in this thread, so
-    processes started here inherit them blocked (Ctrl-C, which workers ignore).
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
-    _deferral["depth"] += 1
-    try:
-        yield
-    finally:
-        _deferral["depth"] -= 1
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-        if _deferral["depth"] == 0 and _deferral["pending"]:
-            pending, _deferral["pending"] = _deferral["pending"], set()
-            for signum in sorted(pending):
-                signal.raise_signal(signum)
-
-
-@contextlib.contextmanager
-def _main_without_missing_file() -> Iterator[None]:
-    """Hide a ``__main__.__file__`` that is no file (``python -``, notebooks) or parcat's
-    CLI: a new worker re-runs it, and would die on ``<stdin>`` or import the whole CLI."""
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    if main is None or path is None or (os.path.exists(path) and not _is_parcat_entry(path)):
-        yield
-        return
-    del main.__file__
-    try:
-        yield
-    finally:
-        main.__file__ = path
-
-
-def _is_parcat_entry(path: str) -> bool:
-    name = os.path.basename(path)
-    return name == "parcat" or path.endswith(os.path.join("parcat", "__main__.py"))
-
-
 def kill_descendants() -> None:
     """SIGKILL every process started below this one (a last resort: the second Ctrl-C)."""
     import psutil
@@ -610,12 +460,8 @@ def parent_alive(parent_pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        with open(f"/proc/{parent_pid}/stat", "rb") as stat:
-            state = stat.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True  # no /proc here: existence is all we can tell
-    return state not in (b"Z", b"X")
+    fields = proc_stat_fields(str(parent_pid))  # None without /proc: it exists, that is all
+    return fields is None or fields[0] not in (b"Z", b"X")
 
 
 def become_worker(parent_pid: int, blas_threads: int = 1,

@@ -49,11 +49,9 @@ class Codec:
 
     @property
     def nbytes(self) -> int:
-        """Bytes one value takes."""
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
     def write(self, slot: np.ndarray, value: Any) -> None:
-        """Copy ``value`` into ``slot``."""
         if self.kind == "box":
             np.copyto(slot, value, casting="unsafe")
         elif self.kind == "discrete":
@@ -83,9 +81,8 @@ class SlotBlock:
     """Per-agent observation and action slots in an :class:`ArrayBlock`: the creator owns
     it and unlinks it on :meth:`close`; a worker attaches by name."""
 
-    def __init__(
-        self, codecs: list[tuple[Codec, Codec]], name: str | None = None, create: bool = True
-    ) -> None:
+    def __init__(self, codecs: list[tuple[Codec, Codec]], name: str | None = None,
+                 create: bool = True) -> None:
         self.codecs = codecs
         specs: dict[str, tuple[tuple[int, ...], Any]] = {}
         for i, (obs_codec, act_codec) in enumerate(codecs):

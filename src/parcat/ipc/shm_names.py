@@ -12,12 +12,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import secrets
 from dataclasses import dataclass
 
 PREFIX = "parcat_"  # every block's name starts with this, so leftovers can be found
 NAMESPACE_MARK = "ns"
 
+_NAME = re.compile(f"{PREFIX}{NAMESPACE_MARK}([0-9a-f]+)_([0-9]+)_([0-9a-f]+)_[0-9a-f]+")
 _START_FIELD = 19
 """``starttime`` in ``/proc/<pid>/stat``, counted from the state (the field after ``comm``)."""
 
@@ -33,15 +35,8 @@ class BlockCreator:
 
 def block_creator(name: str) -> BlockCreator | None:
     """Who made block ``name``; ``None`` when it is not a parcat block of this form."""
-    if not name.startswith(PREFIX + NAMESPACE_MARK):
-        return None
-    parts = name[len(PREFIX) + len(NAMESPACE_MARK):].split("_")
-    if len(parts) != 4 or not all(parts) or not parts[1].isdigit():
-        return None
-    namespace, pid, start, token = parts
-    if not all(_is_hex(part) for part in (namespace, start, token)):
-        return None
-    return BlockCreator(namespace, int(pid), start)
+    match = _NAME.fullmatch(name)
+    return BlockCreator(match[1], int(match[2]), match[3]) if match else None
 
 
 def this_creator() -> BlockCreator:
@@ -113,7 +108,7 @@ def _gone(pid: int, start: str) -> bool:
         pass  # another user's process: it exists
     except (OverflowError, OSError):
         return False
-    fields = _stat_fields(str(pid))
+    fields = proc_stat_fields(str(pid))
     if fields is None or len(fields) <= _START_FIELD:
         return False  # exists, but /proc will not say which process it is: keep
     if fields[0] in (b"Z", b"X"):
@@ -126,13 +121,13 @@ def _start_hex(ticks: bytes) -> str:
 
 
 def _start_ticks(pid: str) -> str | None:
-    fields = _stat_fields(pid)
+    fields = proc_stat_fields(pid)
     if fields is None or len(fields) <= _START_FIELD:
         return None
     return _start_hex(fields[_START_FIELD])
 
 
-def _stat_fields(pid: str) -> list[bytes] | None:
+def proc_stat_fields(pid: str) -> list[bytes] | None:
     """``/proc/<pid>/stat`` after the command name (which may hold spaces and parentheses)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
@@ -172,5 +167,3 @@ def _proc_is_ours() -> bool:
     return self_is_us  # before Linux 4.1 (no NSpid)
 
 
-def _is_hex(text: str) -> bool:
-    return all(c in "0123456789abcdef" for c in text)

@@ -1,8 +1,7 @@
 """The episode worker process: runs the inline episode path on tasks sent by its parent.
 
-Imports nothing for the CLI or rendering. Command ``task(task)`` replies ``(result, trace
-events recorded while it ran)``; a result that cannot be pickled comes back as an error of
-its episode. A timeout's SIGTERM sends back what the episode had got (``("partial", ...)``).
+Command ``task(task)`` replies ``(result, trace events)``; a timeout's SIGTERM sends back
+what the episode had got (``("partial", ...)``). Imports nothing for the CLI or rendering.
 """
 
 from __future__ import annotations

@@ -38,9 +38,8 @@ class Executor(ABC):
     """``--episode-timeout``: an episode running longer is stopped and recorded as a timeout."""
 
     @abstractmethod
-    def run(
-        self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None = None
-    ) -> list[EpisodeResult]:
+    def run(self, tasks: Sequence[EpisodeTask],
+            on_result: ResultCallback | None = None) -> list[EpisodeResult]:
         """Run every task; call ``on_result(index, result)`` as each one finishes."""
 
     def overdue(self, running_s: float) -> bool:
@@ -85,10 +84,9 @@ class InlineExecutor(Executor):
         return EpisodeRunner(self.stepper.make_stepper(self.tracer), tracer=self.tracer,
                              retries=self.stepper.retries)
 
-    def run(
-        self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None = None
-    ) -> list[EpisodeResult]:
-        """Run the tasks in order."""
+    def run(self, tasks: Sequence[EpisodeTask],
+
+            on_result: ResultCallback | None = None) -> list[EpisodeResult]:
         results = []
         for index, task in enumerate(tasks):
             result = self.runner.run(task) if self.timeout_s is None else self._run_bounded(task)
@@ -124,11 +122,9 @@ class InlineExecutor(Executor):
             signal.signal(signal.SIGALRM, previous)
 
     def trace_events(self) -> list[dict[str, Any]]:
-        """Events recorded so far."""
         return self.tracer.take() if self.tracer else []
 
     def close(self, force: bool = False) -> None:
-        """Close environments and policy workers."""
         self.runner.close()
 
 
@@ -161,9 +157,9 @@ class ThreadExecutor(Executor):
     def _run_one(self, task: EpisodeTask) -> EpisodeResult:
         return self._runner().run(task)
 
-    def run(
-        self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None = None
-    ) -> list[EpisodeResult]:
+    def run(self, tasks: Sequence[EpisodeTask],
+
+            on_result: ResultCallback | None = None) -> list[EpisodeResult]:
         """Run the tasks on the threads, a few ahead per thread; report as they finish."""
         results: dict[int, EpisodeResult] = {}
         inflight: dict[Future[EpisodeResult], int] = {}
@@ -182,11 +178,9 @@ class ThreadExecutor(Executor):
         return [results[i] for i in sorted(results)]
 
     def trace_events(self) -> list[dict[str, Any]]:
-        """Events recorded so far."""
         return self.tracer.take() if self.tracer else []
 
     def close(self, force: bool = False) -> None:
-        """Stop the threads and close every runner."""
         self._pool.shutdown(wait=not force, cancel=force)
         for runner in self._runners:
             runner.close()
@@ -245,8 +239,10 @@ def make_executor(plan: Plan) -> Executor:
     from parcat.parallel.hybrid_executor import HybridExecutor
     from parcat.parallel.process_executor import ProcessExecutor
 
-    stepper = StepperConfig(plan.strategy, plan.policy_workers, plan.spin, plan.action_timeout_s,
-                            plan.start_method, plan.blas_threads, plan.retries)
+    stepper = StepperConfig(plan.strategy, plan.policy_workers, spin=plan.spin,
+                            action_timeout_s=plan.action_timeout_s,
+                            start_method=plan.start_method, blas_threads=plan.blas_threads,
+                            retries=plan.retries)
     workers = plan.episode_workers
     if plan.executor is ExecutorKind.PROCESS:
         kind = HybridExecutor if plan.local_lane else ProcessExecutor

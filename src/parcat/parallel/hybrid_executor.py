@@ -48,9 +48,9 @@ class HybridExecutor(ProcessExecutor):
         self._lock = threading.Lock()  # a started worker is handed over or stopped, never lost
         self._starter: threading.Thread | None = None
 
-    def run(
-        self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None = None
-    ) -> list[EpisodeResult]:
+    def run(self, tasks: Sequence[EpisodeTask],
+
+            on_result: ResultCallback | None = None) -> list[EpisodeResult]:
         """Run tasks here and on the workers as they arrive; results in task order."""
         _check_picklable(tasks)
         run = RunState(tasks, on_result)

@@ -220,9 +220,8 @@ def _executor(workload: Workload, episode_workers: int, reasons: list[str]) -> E
     return ExecutorKind.PROCESS
 
 
-def _strategy(
-    jobs: int, episode_workers: int, workload: Workload, reasons: list[str]
-) -> tuple[PolicyStrategy, int]:
+def _strategy(jobs: int, episode_workers: int, workload: Workload,
+              reasons: list[str]) -> tuple[PolicyStrategy, int]:
     requested = workload.strategy
     if not workload.parallel_policy:
         reasons.append("agents stepped inline (no --parallel-policy)")

@@ -58,17 +58,10 @@ class ProcessExecutor(Executor):
 
     name = "process"
 
-    def __init__(
-        self,
-        workers: int,
-        stepper: StepperConfig | None = None,
-        start_method: str | None = None,
-        blas_threads: int = 1,
-        gpus: Sequence[str] = (),
-        trace: bool = False,
-        retries: int = 1,
-        episode_timeout_s: float | None = None,
-    ) -> None:
+    def __init__(self, workers: int, stepper: StepperConfig | None = None,
+                 start_method: str | None = None, blas_threads: int = 1,
+                 gpus: Sequence[str] = (), trace: bool = False, retries: int = 1,
+                 episode_timeout_s: float | None = None) -> None:
         self.num_workers = max(1, workers)
         self.stepper = stepper or StepperConfig()
         self.blas_threads = blas_threads
@@ -98,9 +91,9 @@ class ProcessExecutor(Executor):
         )
         return _Lane(index, worker)
 
-    def run(
-        self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None = None
-    ) -> list[EpisodeResult]:
+    def run(self, tasks: Sequence[EpisodeTask],
+
+            on_result: ResultCallback | None = None) -> list[EpisodeResult]:
         """Feed tasks to the workers in order; gather results into their slots."""
         _check_picklable(tasks)
         while len(self._workers) < min(self.num_workers, max(1, len(tasks))):
@@ -208,7 +201,6 @@ class ProcessExecutor(Executor):
         return events
 
     def close(self, force: bool = False) -> None:
-        """Stop every worker (politely, then by force) and reap it."""
         _stop_all(self._workers, force)
 
 

@@ -92,9 +92,9 @@ class RayExecutor(Executor):
             retry_exceptions=False,
         )(_run_task)
 
-    def run(
-        self, tasks: Sequence[EpisodeTask], on_result: ResultCallback | None = None
-    ) -> list[EpisodeResult]:
+    def run(self, tasks: Sequence[EpisodeTask],
+
+            on_result: ResultCallback | None = None) -> list[EpisodeResult]:
         """Submit tasks with at most ``workers`` in flight; gather results by index. An
         episode whose node died (Ray says so once the node is marked dead) is submitted
         again, up to :data:`NODE_LOSSES` times."""

@@ -15,7 +15,8 @@ from parcat.core.errors import ConfigError
 from parcat.core.raycluster import Backend
 from parcat.core.resources import available_cpus, free_cpus, pids_headroom, visible_gpus
 from parcat.envs.missions import Mission, is_foreign
-from parcat.ipc.process import TASKS_PER_WORKER, StartMethod
+from parcat.ipc.process import StartMethod
+from parcat.ipc.start import TASKS_PER_WORKER
 from parcat.parallel.calibration import measure_in_a_worker, measure_policy_step
 from parcat.parallel.planner import ExecutorKind, Plan, PolicyStrategy, Workload, make_plan
 from parcat.policies.specs import PolicySpec, foreign_code
@@ -101,10 +102,8 @@ class RunOptions:
                 for f in fields(self) if f.name != "trace"}
 
 
-def plan_run(
-    missions: tuple[Mission, ...], policies: tuple[PolicySpec, ...], tasks: int,
-    options: RunOptions, measure: bool = True,
-) -> Plan:
+def plan_run(missions: tuple[Mission, ...], policies: tuple[PolicySpec, ...], tasks: int,
+             options: RunOptions, measure: bool = True) -> Plan:
     """The plan for this run: its inputs gathered, the planner asked, the options carried."""
     cpus = available_cpus()
     step_s = None

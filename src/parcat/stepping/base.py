@@ -125,13 +125,11 @@ class InlineStepper(Stepper):
         self._marks: dict[Any, int] = {}
 
     def start(self, mission: Mission, seats: Sequence[Seat]) -> None:
-        """Build and reset the policies."""
         self._marks = {s.agent.agent_id: s.agent.agent_index + 1 for s in seats}
         policies = self.cache.reset(mission, seats, self._marker)
         self._step_fns = {agent_id: p.step for agent_id, p in policies.items()}
 
     def act(self, obs: dict[Any, Any], live: Sequence[Any]) -> dict[Any, Any]:
-        """Call each live agent's policy in turn."""
         step_fns, marker, marks = self._step_fns, self._marker, self._marks
         actions = {}
         agent_id = None

@@ -20,13 +20,10 @@ class StepperConfig:
     workers: int = 0
     """Policy workers (processes or threads) besides the episode's own process."""
     spin: bool = True
-    """Whether process workers spin on shared memory."""
     action_timeout_s: float | None = None
     """Late actions are replaced by the default action after this long."""
     start_method: str | None = None
-    """Start method of policy worker processes."""
     blas_threads: int = 1
-    """BLAS/OpenMP threads in each policy worker."""
     retries: int = 0
     """Times an episode is played again when one of its policy workers was lost."""
 
@@ -36,14 +33,10 @@ class StepperConfig:
         if strategy is PolicyStrategy.PROCESS and self.workers > 0:
             from parcat.stepping.process import ProcessStepper
 
-            return ProcessStepper(
-                self.workers,
-                spin=self.spin,
-                action_timeout_s=self.action_timeout_s,
-                start_method=self.start_method,
-                blas_threads=self.blas_threads,
-                tracer=tracer,
-            )
+            return ProcessStepper(self.workers, spin=self.spin,
+                                  action_timeout_s=self.action_timeout_s,
+                                  start_method=self.start_method,
+                                  blas_threads=self.blas_threads, tracer=tracer)
         if strategy is PolicyStrategy.THREAD and self.workers > 0:
             return ThreadStepper(self.workers, self.action_timeout_s)
         if strategy is PolicyStrategy.BATCH:

@@ -368,7 +368,6 @@ class ProcessStepper(InlineStepper):
             worker.handoff = None
 
     def close(self) -> None:
-        """Stop every worker and free the shared memory."""
         for worker in self._workers:
             self._stop(worker)
         self._workers = []

@@ -20,9 +20,8 @@ from parcat.train.config import LearningMode, TrainConfig
 from parcat.train.steptime import StepTime, time_env_step
 
 
-def plan_training(
-    config: TrainConfig, mission: Mission | None = None, cpus: int | None = None
-) -> TrainPlan:
+def plan_training(config: TrainConfig, mission: Mission | None = None,
+                  cpus: int | None = None) -> TrainPlan:
     """The layout ``Trainer(config)`` runs with.
 
     Without ``config.env_workers`` the environment's step is timed (a few dozen
