@@ -156,7 +156,6 @@ def test_requests_are_done_in_order(spin: bool, method: str) -> None:
             assert served.wait()
             assert not served.handoff.busy and not served.handoff.failed
             assert served.handoff.requested == n == arrays["taken"][0]
-            assert 0 <= served.handoff.work_s < TIMEOUT_S  # the worker's time, reported
             assert np.array_equal(arrays["y"], np.arange(8) * n * 2 + n)
 
 

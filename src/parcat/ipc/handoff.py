@@ -1,8 +1,9 @@
 """The request/done handoff between a process and one worker, over a shared-memory header.
 
 The parent bumps ``REQUEST``; the worker does the work and sets ``DONE`` to the same number.
-Each side spins on the header while its :class:`~parcat.ipc.spin.SpinBudget` says spinning
-pays, then sets its ``PARKED`` flag, re-checks (whichever side moves second sees the other's
+Each side spins on the header for a while when the plan gave it a core to spin on (never
+more spinners than free CPUs: a contested spin is paid by the process it waits for), then
+sets its ``PARKED`` flag, re-checks (whichever side moves second sees the other's
 write) and blocks on the pipe until the other side, seeing the flag, sends a wake-up.
 Control messages share the pipe.
 """
@@ -16,16 +17,13 @@ import numpy as np
 
 from parcat.ipc.layout import HandoffSlots
 from parcat.ipc.process import ErrorReport, Worker, WorkerLostError
-from parcat.ipc.spin import SpinBudget, contested
 
-REQUEST, DONE, WORKER_PARKED, ERROR, MAIN_PARKED, WORK_NS = (
+REQUEST, DONE, WORKER_PARKED, ERROR, MAIN_PARKED = (
     HandoffSlots.REQUEST, HandoffSlots.DONE, HandoffSlots.WORKER_PARKED, HandoffSlots.ERROR,
-    HandoffSlots.MAIN_PARKED, HandoffSlots.WORK_NS)
+    HandoffSlots.MAIN_PARKED)
 
-PARENT_SPIN_S = 0.05
-"""The longest the parent spins for a result before parking (its budget adapts below it)."""
-WORKER_SPIN_S = 0.02
-"""The longest an idle worker spins before it parks on its pipe (adapts below it)."""
+PARENT_SPIN_S = 0.05  # the longest the parent spins for a result before parking
+WORKER_SPIN_S = 0.02  # the longest an idle worker spins before it parks on its pipe
 CLOCK_EVERY = 64  # spin iterations between two looks at the clock (a few microseconds)
 POLL_EVERY = 1024  # spin iterations between two looks at the worker's pipe
 
@@ -34,17 +32,12 @@ class Handoff:
     """The parent's side of one worker's handoff."""
 
     def __init__(self, header: np.ndarray, worker: Worker, spin: bool,
-                 ceiling_s: float = PARENT_SPIN_S) -> None:
+                 spin_s: float = PARENT_SPIN_S) -> None:
         self.header = header
         self.worker = worker
         self.conn = worker.conn
-        self.budget = SpinBudget(ceiling_s) if spin else None  # None: park at once
+        self.spin_s = spin_s if spin else 0.0
         self.requested = int(header[REQUEST])
-
-    @property
-    def work_s(self) -> float:
-        """CPU seconds the worker spent on the last finished request (as it measured them)."""
-        return int(self.header[WORK_NS]) / 1e9
 
     @property
     def busy(self) -> bool:
@@ -65,17 +58,11 @@ class Handoff:
 
     def wait_done(self, deadline: float | None = None) -> bool:
         """Wait for the last request's result; False if ``deadline`` passed first."""
-        header, target, budget = self.header, self.requested, self.budget
+        header, target = self.header, self.requested
         if header[DONE] == target:
-            if budget is not None:
-                budget.observe(0.0)
             return True
-        start = time.perf_counter()
-        lost_core = False
-        spin_s = 0.0 if budget is None else budget.budget_s
-        if spin_s > 0:
-            cpu = time.thread_time()
-            give_up = start + spin_s
+        if self.spin_s > 0:
+            give_up = time.perf_counter() + self.spin_s
             n = 0
             while header[DONE] != target:
                 n += 1
@@ -85,11 +72,7 @@ class Handoff:
                         return False
                     if now > give_up:
                         break
-            lost_core = contested(time.perf_counter() - start, time.thread_time() - cpu)
-        done = header[DONE] == target or self._park(target, deadline)
-        if done and budget is not None:
-            budget.observe(time.perf_counter() - start, lost_core)
-        return done
+        return bool(header[DONE] == target) or self._park(target, deadline)
 
     def _park(self, target: int, deadline: float | None) -> bool:
         header = self.header
@@ -141,42 +124,26 @@ class Serving:
     """The worker's side of the handoff."""
 
     def __init__(self, header: np.ndarray, conn: Connection, spin: bool,
-                 ceiling_s: float = WORKER_SPIN_S) -> None:
+                 spin_s: float = WORKER_SPIN_S) -> None:
         self.header = header
         self.conn = conn
-        self.budget = SpinBudget(ceiling_s) if spin else None  # None: park at once
+        self.spin_s = spin_s if spin else 0.0
         self.last = int(header[REQUEST])
-        self._taken_ns = 0
-        self._since: float | None = None
 
     def wait_request(self) -> bool:
         """True when work is requested, False when a message waits on the pipe."""
-        header, last, budget = self.header, self.last, self.budget
-        # a wait that a message interrupted goes on from where it began
-        start = self._since if self._since is not None else time.perf_counter()
-        self._since = None
+        header, last = self.header, self.last
         if header[REQUEST] != last:
-            if budget is not None:
-                budget.observe(time.perf_counter() - start)
             return True
-        lost_core = False
-        spin_s = 0.0 if budget is None else budget.budget_s
-        if spin_s > 0:
-            cpu = time.thread_time()
-            end = start + spin_s
+        if self.spin_s > 0:
+            end = time.perf_counter() + self.spin_s
             n = 0
             while header[REQUEST] == last:
                 n += 1
                 if n % CLOCK_EVERY == 0 and (time.perf_counter() > end or (
                         n % POLL_EVERY == 0 and self.conn.poll())):
                     break
-            lost_core = contested(time.perf_counter() - start, time.thread_time() - cpu)
-        requested = header[REQUEST] != last or self._park(last)
-        if not requested:
-            self._since = start
-        elif budget is not None:
-            budget.observe(time.perf_counter() - start, lost_core)
-        return requested
+        return bool(header[REQUEST] != last) or self._park(last)
 
     def _park(self, last: int) -> bool:
         header = self.header
@@ -192,13 +159,11 @@ class Serving:
 
     def take(self) -> int:
         self.last = int(self.header[REQUEST])
-        self._taken_ns = time.thread_time_ns()
         return self.last
 
     def finish(self, request: int, error: ErrorReport | None = None) -> None:
         """Publish the result of ``request``; an error report goes first, on the pipe, after
         the flag (a parked parent woken by the report must not take it for a wake-up)."""
-        self.header[WORK_NS] = time.thread_time_ns() - self._taken_ns
         if error is not None:
             self.header[ERROR] = 1
             self.conn.send(("error", error))

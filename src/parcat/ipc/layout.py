@@ -19,8 +19,6 @@ class HandoffSlots:
     """The last request failed; the error report waits on the pipe."""
     MAIN_PARKED = 4
     """The parent stopped spinning and waits on the pipe: tell it when done."""
-    WORK_NS = 7
-    """CPU nanoseconds the worker spent on the last finished request (set before ``DONE``)."""
 
 
 class EnvCommandSlots:

@@ -167,10 +167,13 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
                        "action can be replaced (no extra process)")
         strategy, policy_workers = PolicyStrategy.THREAD, max(1, policy_workers)
     busy = episode_workers * (1 + (policy_workers if strategy is PolicyStrategy.PROCESS else 0))
-    spin = busy <= cpus
+    # a spin on a contested core is paid by the process it waits for (BENCHMARKS.md,
+    # "Keep only what pays"): spin only while every busy process has a free CPU
+    cores = cpus if workload.free_cpus is None else min(cpus, max(workload.free_cpus, 1))
+    spin = busy <= cores
     if strategy is PolicyStrategy.PROCESS:
         reasons.append(
-            f"{busy} busy process(es) on {cpus} CPU(s): policy workers "
+            f"{busy} busy process(es) on {cores} free CPU(s): policy workers "
             + ("spin on shared memory" if spin else "block (a spinner per core at most)")
         )
     threads_per_episode = 1 + (policy_workers if strategy is PolicyStrategy.THREAD else 0)

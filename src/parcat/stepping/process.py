@@ -3,8 +3,7 @@
 The episode's process keeps one share of the agents and hands the others to policy workers
 (:mod:`~parcat.stepping.policy_worker`): each step it writes their observations to shared
 memory and raises every request flag before it steps its own agents, then reads the actions
-(:mod:`parcat.ipc.handoff`). When a window of steps was lost to the handoffs, the workers'
-agents move here for the rest of the run (:mod:`parcat.stepping.fallback`).
+(:mod:`parcat.ipc.handoff`).
 """
 
 from __future__ import annotations
@@ -30,14 +29,6 @@ from parcat.ipc.process import (
 from parcat.ipc.shm import Codec, SlotBlock
 from parcat.policies.builtin import noop_action
 from parcat.stepping.base import InlineStepper, PolicyStepError, Seat, straggler_wait
-from parcat.stepping.fallback import (
-    CHECK_STEPS,
-    HISTORY_STEPS,
-    PAYOFF_RATIO,
-    Payoff,
-    StepHistory,
-    rebuild,
-)
 from parcat.stepping.policy_worker import make_policy_worker
 
 SETUP_TIMEOUT_S = 120.0
@@ -65,18 +56,13 @@ class _Host:
 class ProcessStepper(InlineStepper):
     """Agents' policies in ``workers`` persistent worker processes (this process steps a
     share too), observations through shared memory. A worker later than
-    ``action_timeout_s`` gets the default action for its agents. ``fallback`` moves the
-    workers' agents here when the handoffs cost more than they save (never with a
-    deadline); ``check_steps``, ``payoff_ratio`` and ``history_steps`` tune it
-    (:mod:`parcat.stepping.fallback`)."""
+    ``action_timeout_s`` gets the default action for its agents."""
 
     name = "process"
 
     def __init__(self, workers: int, spin: bool = True, action_timeout_s: float | None = None,
                  start_method: str | None = None, blas_threads: int = 1,
-                 tracer: Tracer | None = None, fallback: bool = True,
-                 check_steps: int = CHECK_STEPS, payoff_ratio: float = PAYOFF_RATIO,
-                 history_steps: int = HISTORY_STEPS) -> None:
+                 tracer: Tracer | None = None) -> None:
         super().__init__()
         self.num_workers = max(1, workers)
         self.spin = spin
@@ -89,25 +75,9 @@ class ProcessStepper(InlineStepper):
         self._defaults: dict[Any, Any] = {}
         self._inline_specs: set[str] = set()
         self._ctx = get_context(start_method)
-        watch = fallback and action_timeout_s is None
-        self._payoff = Payoff(check_steps, payoff_ratio) if watch else None
-        self._history = StepHistory(history_steps)
-        self._mission: Mission | None = None
-        self._inline_all = False
-        self._move_at_episode_end = False
-        self.notes: list[str] = []  # each decision to stop using the workers, or not to
 
     def start(self, mission: Mission, seats: Sequence[Seat]) -> None:
         """Share the seats out, send each worker its own, and reset the local ones."""
-        self._mission = mission
-        self._history.clear()
-        if self._move_at_episode_end:
-            self._go_inline()
-        if self._inline_all:
-            super().start(mission, seats)
-            self._local = [s.agent.agent_id for s in seats]
-            self._late = {s.agent.agent_id: 0 for s in seats}
-            return
         self._ensure_workers()
         # with a deadline every agent steps on a worker: only a worker's step can be late
         parts = self.num_workers + (0 if self.timeout is not None else 1)
@@ -195,24 +165,14 @@ class ProcessStepper(InlineStepper):
 
     def act(self, obs: dict[Any, Any], live: Sequence[Any]) -> dict[Any, Any]:
         """Dispatch every worker, step the local agents, then collect the workers' actions."""
-        if self._inline_all:
-            return super().act(obs, live)
-        begin = time.perf_counter()
-        deadline = None if self.timeout is None else begin + self.timeout
+        deadline = None if self.timeout is None else time.perf_counter() + self.timeout
         live_set = set(live)
         started = now_us() if self.tracer else 0.0
-        record = self._payoff is not None and self._history.recording
-        seen: dict[Any, Any] = {}
-        dispatched = [w for w in self._workers if self._dispatch(w, obs, live_set, seen, record)]
-        local_begin, local_cpu = time.perf_counter(), time.thread_time()
+        dispatched = [w for w in self._workers if self._dispatch(w, obs, live_set)]
         actions = super().act(obs, [a for a in self._local if a in live_set])
-        local_wall_s = time.perf_counter() - local_begin
-        local_cpu_s = time.thread_time() - local_cpu
-        worker_cpu_s = 0.0
-        did: dict[Any, Any] = {}
         for worker in self._workers:
             if worker in dispatched and self._wait_done(worker, deadline):
-                worker_cpu_s += self._collect(worker, live_set, actions, did, record)
+                self._collect(worker, live_set, actions)
                 if self.tracer:
                     agents = ", ".join(str(s.agent.agent_id) for s in worker.seats)
                     self.tracer.span(f"step {agents}", started, now_us(),
@@ -223,15 +183,9 @@ class ProcessStepper(InlineStepper):
                 if agent_id in live_set:
                     self._late[agent_id] += 1
                     actions[agent_id] = self._defaults[agent_id]
-        if record:
-            self._history.add(seen, did)
-        if dispatched and self._payoff is not None and self._payoff.add(
-                time.perf_counter() - begin, local_wall_s, local_cpu_s, worker_cpu_s):
-            self._handoffs_lost()
         return {a: actions[a] for a in live}
 
-    def _dispatch(self, worker: _Host, obs: dict[Any, Any], live: set[Any],
-                  seen: dict[Any, Any], record: bool) -> bool:
+    def _dispatch(self, worker: _Host, obs: dict[Any, Any], live: set[Any]) -> bool:
         block, handoff = worker.block, worker.handoff
         if block is None or handoff is None or not worker.seats or handoff.busy:
             return False  # nothing to do, or still on an earlier, late step
@@ -241,8 +195,6 @@ class ProcessStepper(InlineStepper):
             agent_id = seat.agent.agent_id
             if agent_id in live:
                 codec.write(slots.obs, obs[agent_id])
-                if record:
-                    seen[agent_id] = codec.read(slots.obs)  # what the worker's policy sees
                 slots.live[0] = 1
                 any_live = True
             else:
@@ -271,9 +223,8 @@ class ProcessStepper(InlineStepper):
             raise PolicyStepError(report.agent, "policy", report)
         return True
 
-    def _collect(self, worker: _Host, live: set[Any], actions: dict[Any, Any],
-                 did: dict[Any, Any], record: bool) -> float:
-        """Read the worker's actions; return the CPU seconds it spent on them."""
+    def _collect(self, worker: _Host, live: set[Any], actions: dict[Any, Any]) -> None:
+        """Read the worker's actions."""
         block, handoff = worker.block, worker.handoff
         assert block is not None and handoff is not None
         for seat, slots, (_, codec) in zip(worker.seats, block.agents, block.codecs,
@@ -281,49 +232,6 @@ class ProcessStepper(InlineStepper):
             agent_id = seat.agent.agent_id
             if agent_id in live:
                 actions[agent_id] = codec.read(slots.action)
-                if record:
-                    did[agent_id] = slots.action.copy()
-        return handoff.work_s
-
-    def _handoffs_lost(self) -> None:
-        """A window was lost: move the workers' agents here, now or when the episode ends."""
-        assert self._payoff is not None and self._mission is not None
-        why = self._payoff.verdict
-        moved = f"{why}: the agents of policy workers step in the episode's "
-        if not self._history.complete:
-            self._move_at_episode_end = True
-            return self._note(moved + "process from the next episode on")
-        seats = [s for w in self._workers for s in w.seats]
-        codecs = {s.agent.agent_id: c[1] for w in self._workers if w.block is not None
-                  for s, c in zip(w.seats, w.block.codecs, strict=True)}
-        policies = rebuild(self.cache, self._mission, seats, codecs, self._history.steps,
-                           self._marker)
-        if policies is None:
-            self._payoff = None
-            return self._note(f"{why}, but the policies of the workers' agents did not replay "
-                              "the episode identically here: they stay on the workers")
-        self._step_fns.update({a: p.step for a, p in policies.items()})
-        self._marks.update({s.agent.agent_id: s.agent.agent_index + 1 for s in seats})
-        self._local += [s.agent.agent_id for s in seats]
-        self._go_inline()
-        self._note(moved + "process from now on")
-
-    def _go_inline(self) -> None:
-        """Stop the workers: every agent steps here from now on."""
-        self._move_at_episode_end = False
-        self._inline_all = True
-        self._payoff = None
-        for worker in self._workers:
-            self._stop(worker)
-        self._workers = []
-        self._history.clear()
-        if self.tracer is not None:
-            self.tracer.span("policy workers stopped: stepping inline", now_us(), now_us(),
-                             track="policy-worker-0")
-
-    def _note(self, text: str) -> None:
-        self.notes.append(text)
-        warnings.warn(text, RuntimeWarning, stacklevel=4)
 
     def _died(self, worker: _Host) -> NoReturn:
         """Fail the episode, naming the agent the worker was stepping, else those it hosted."""
