@@ -3,6 +3,7 @@ worker that dies with several episodes in flight loses none of the others."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -169,3 +170,20 @@ def test_a_worker_lost_with_episodes_in_flight_fails_only_the_culprit(
         again = clean.run([t for t in tasks if t.episode_index != 2])
     assert [(r.episode_index, r.agents) for r in results if r.ok] == [
         (r.episode_index, r.agents) for r in again]
+
+
+@pytest.mark.parametrize("value", ["0", "1025"])
+def test_a_bad_concurrency_is_one_line(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["eval", "-m", "harvest", "--concurrency", value]) == 2
+    assert capsys.readouterr().err == (
+        f"parcat: error: --concurrency must be an integer between 1 and 1024, got {value}\n")
+
+
+def test_plan_shows_the_concurrency_and_why(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["plan", "-m", "harvest", "-n", "3", "--set", "agents=2", "--set", "max_steps=5",
+            "-p", "tests.fakes:WaitingPolicy,ms=2", "--concurrency", "4", "-f", "json"]
+    assert main(args) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert (plan["concurrency"], plan["episodes_per_worker"], plan["strategy"]) == (
+        4, 2, "thread")
+    assert "concurrency 4 (--concurrency): agent calls in flight at most" in plan["reasons"]
