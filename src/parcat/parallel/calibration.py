@@ -21,7 +21,7 @@ from parcat.stepping.base import InlineStepper
 
 CALIBRATION_STEPS = 20
 CALIBRATION_BUDGET_S = 0.25
-WAITING_STEPS = 2
+WAITING_STEPS = 3
 """Steps enough to time a policy that waits: its wall time is far above its CPU time
 from the first step, and every further one delays the run by a whole wait."""
 CALIBRATION_TIMEOUT_S = 60.0  # longest wait for a calibration worker to start (imports included)
