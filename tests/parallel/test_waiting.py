@@ -73,6 +73,9 @@ def test_an_episode_timeout_keeps_one_episode_per_worker_and_says_so() -> None:
     assert (plan.episode_workers, plan.episodes_per_worker) == (4, 1)
     assert "--episode-timeout: one episode in flight per worker (a timeout stops its " \
            "worker): 4 episode worker process(es)" in plan.reasons
+    given = make_plan(4, 4, 0, replace(WAITING, isolate=True, concurrency=32))
+    assert given.notes == ("--concurrency 32 lowered to 16: with --episode-timeout each of "
+                           "the 4 worker(s) runs one episode at a time",)
 
 
 def test_jobs_1_stays_one_at_a_time() -> None:

@@ -273,7 +273,7 @@ def _waiting_plan(jobs: int, cpus: int, gpus: int, workload: Workload, reasons: 
                               workload.action_deadline)
     reasons.extend(flight.reasons)
     strategy = PolicyStrategy.THREAD if flight.policy_threads else (
-        PolicyStrategy.INLINE if asked is PolicyStrategy.AUTO else asked)
+        asked if asked in (PolicyStrategy.INLINE, PolicyStrategy.BATCH) else PolicyStrategy.INLINE)
     reasons.append(f"agents stepped {strategy.value}" + (
         f": {flight.policy_threads} policy thread(s) per episode" if flight.policy_threads
         else ""))
@@ -304,18 +304,18 @@ def _waiting_lanes(jobs: int, cpus: int, workload: Workload, episodes: int, busy
     if executor is ExecutorKind.THREAD:
         reasons.append(f"{episodes} episode thread(s) in this process")
         return executor, episodes, 1
-    if workload.isolate:
-        workers = _trimmed(min(jobs, episodes), cpus, workload, reasons, notes)
-        reasons.append(f"--episode-timeout: one episode in flight per worker (a timeout "
-                       f"stops its worker): {workers} episode worker process(es)")
-        if workload.concurrency is not None and workload.concurrency > workers * (
-                1 + workload.agents):
-            notes.append(f"--concurrency {workload.concurrency} lowered: with "
-                         "--episode-timeout each worker runs one episode at a time")
-        return executor, workers, 1
-    wanted = min(jobs, busy_cpus, episodes)
+    wanted = min(jobs, episodes) if workload.isolate else min(jobs, busy_cpus, episodes)
     workers = _trimmed(wanted, cpus, workload, reasons, notes,
                        f"{wanted} worker process(es) (--jobs {jobs})")
+    if workload.isolate:
+        reasons.append(f"--episode-timeout: one episode in flight per worker (a timeout "
+                       f"stops its worker): {workers} episode worker process(es)")
+        if workload.concurrency is not None and workload.concurrency > workers * \
+                workload.agents:
+            notes.append(f"--concurrency {workload.concurrency} lowered to "
+                         f"{workers * workload.agents}: with --episode-timeout each of the "
+                         f"{workers} worker(s) runs one episode at a time")
+        return executor, workers, 1
     per_worker = math.ceil(episodes / workers)
     reasons.append(f"{workers} episode worker process(es) for the CPU part, {per_worker} "
                    "episode(s) in flight in each, on threads")
