@@ -655,8 +655,9 @@ class _CommandThreads:
         def stop() -> None:
             for _ in self._threads:
                 self._queue.put(None)
+            end = time.monotonic() + STOP_GRACE_S  # for all of them: a SIGTERM is waiting
             for thread in self._threads:
-                thread.join(STOP_GRACE_S)
+                thread.join(max(0.0, end - time.monotonic()))
             if close is not None:
                 close()
         return stop
