@@ -149,11 +149,11 @@ def plan_run(missions: tuple[Mission, ...], policies: tuple[PolicySpec, ...], ta
 def _measured_step(missions: tuple[Mission, ...], policies: tuple[PolicySpec, ...],
                    options: RunOptions, foreign: str | None) -> StepTime | None:
     """The policy step's wall and CPU time, where the plan depends on it: for an auto
-    agent-level strategy, and for a policy from outside parcat (it may wait, which parcat's
-    own never do); ``None`` where it does not."""
+    agent-level strategy, and for an auto plan of a policy from outside parcat (it may wait,
+    which parcat's own never do); ``None`` where it does not."""
     auto_agents = options.parallel_policy and options.policy_strategy is PolicyStrategy.AUTO
     sequential = options.jobs == 1 and options.concurrency is None  # --jobs 1: one at a time
-    may_wait = options.executor is not ExecutorKind.RAY and not sequential and any(
+    may_wait = options.executor is ExecutorKind.AUTO and not sequential and any(
         foreign_code(spec, mission) is not None for mission in missions for spec in policies)
     if not (auto_agents or may_wait):
         return None
