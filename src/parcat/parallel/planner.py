@@ -4,7 +4,9 @@ One workload model serves eval (:func:`make_plan`: episode workers × policy wor
 train (:func:`make_train_plan`: environment workers and training threads); measuring the
 machine and the workload happens elsewhere. The rules follow BENCHMARKS.md: whole episodes
 per worker take the budget first, agent-level parallelism uses what is left, and a worker
-takes over a step only where the step costs well above the handoff to it.
+takes over a step only where the step costs well above the handoff to it. A policy step
+that waits (its CPU time well under its wall time) is planned by concurrency instead: its
+calls in flight on threads, processes only for its CPU part (:mod:`parcat.parallel.waiting`).
 """
 
 from __future__ import annotations
