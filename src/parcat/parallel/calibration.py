@@ -30,7 +30,7 @@ CALIBRATION_WAIT_S = 2.0
 
 
 @dataclass(frozen=True)
-class StepTime:
+class PolicyStepTime:
     """One agent's policy step, as the calibration measured it (medians)."""
 
     wall_s: float
@@ -45,7 +45,7 @@ class StepTime:
         return step_waits(self.wall_s, self.cpu_s)
 
 
-def measure_policy_step(mission: Mission, policies: tuple[PolicySpec, ...]) -> StepTime:
+def measure_policy_step(mission: Mission, policies: tuple[PolicySpec, ...]) -> PolicyStepTime:
     """Median wall and CPU time of one agent's policy step over the first steps of a
     throwaway episode (:data:`CALIBRATION_STEPS`, or fewer once they took
     :data:`CALIBRATION_BUDGET_S`, or :data:`WAITING_STEPS` of a policy that waits)."""
@@ -64,8 +64,8 @@ def measure_policy_step(mission: Mission, policies: tuple[PolicySpec, ...]) -> S
     return _median_time(stepper)
 
 
-def _median_time(stepper: _TimedStepper) -> StepTime:
-    return StepTime(_median(stepper.timings), _median(stepper.cpu_timings))
+def _median_time(stepper: _TimedStepper) -> PolicyStepTime:
+    return PolicyStepTime(_median(stepper.timings), _median(stepper.cpu_timings))
 
 
 def _median(values: list[float]) -> float:
@@ -91,19 +91,19 @@ class _TimedStepper(InlineStepper):
 
 
 def measure_in_a_worker(mission: Mission, policies: tuple[PolicySpec, ...],
-                        start_method: str | None = None) -> StepTime | None:
+                        start_method: str | None = None) -> PolicyStepTime | None:
     """:func:`measure_policy_step` in a worker process; ``None`` if it failed there."""
     worker = start_worker(_calibration_worker, (), "parcat-calibration",
                           start_method=start_method)
     try:
         worker.wait_ready(CALIBRATION_TIMEOUT_S)
         try:
-            step: StepTime = worker.call("measure", mission, policies,
+            step: PolicyStepTime = worker.call("measure", mission, policies,
                                          timeout=CALIBRATION_WAIT_S)
             return step
         except WorkerLostError:
             if worker.alive:  # still in its first steps: a policy step is that slow
-                return StepTime(CALIBRATION_WAIT_S, CALIBRATION_WAIT_S)
+                return PolicyStepTime(CALIBRATION_WAIT_S, CALIBRATION_WAIT_S)
             raise
     except (WorkerLostError, WorkerRaisedError):
         return None

@@ -18,7 +18,11 @@ from parcat.core.resources import available_cpus, free_cpus, pids_headroom, visi
 from parcat.envs.missions import Mission, is_foreign
 from parcat.ipc.process import StartMethod
 from parcat.ipc.start import TASKS_PER_WORKER
-from parcat.parallel.calibration import StepTime, measure_in_a_worker, measure_policy_step
+from parcat.parallel.calibration import (
+    PolicyStepTime,
+    measure_in_a_worker,
+    measure_policy_step,
+)
 from parcat.parallel.planner import ExecutorKind, Plan, PolicyStrategy, Workload, make_plan
 from parcat.policies.specs import PolicySpec, foreign_code
 
@@ -147,7 +151,7 @@ def plan_run(missions: tuple[Mission, ...], policies: tuple[PolicySpec, ...], ta
 
 
 def _measured_step(missions: tuple[Mission, ...], policies: tuple[PolicySpec, ...],
-                   options: RunOptions, foreign: str | None) -> StepTime | None:
+                   options: RunOptions, foreign: str | None) -> PolicyStepTime | None:
     """The policy step's wall and CPU time, where the plan depends on it: for an auto
     agent-level strategy, and for an auto plan of a policy from outside parcat (it may wait,
     which parcat's own never do); ``None`` where it does not."""
