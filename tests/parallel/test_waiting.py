@@ -7,6 +7,8 @@ import json
 from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from parcat.cli.main import main
 from parcat.core.seeding import episode_seed
@@ -190,3 +192,32 @@ def test_plan_shows_the_concurrency_and_why(capsys: pytest.CaptureFixture[str]) 
     assert (plan["concurrency"], plan["episodes_per_worker"], plan["strategy"]) == (
         4, 2, "thread")
     assert "concurrency 4 (--concurrency): agent calls in flight at most" in plan["reasons"]
+
+
+@given(jobs=st.integers(1, 128), cpus=st.integers(1, 128), tasks=st.integers(0, 5_000),
+       agents=st.integers(1, 64), share=st.floats(0.0, 0.49), wall=st.floats(5e-4, 1.0),
+       free=st.one_of(st.none(), st.integers(1, 128)),
+       given_limit=st.one_of(st.none(), st.integers(1, 1024)),
+       foreign=st.booleans(), isolate=st.booleans(), parallel=st.booleans())
+def test_a_waiting_plan_stays_within_jobs_and_its_concurrency(
+        jobs: int, cpus: int, tasks: int, agents: int, share: float, wall: float,
+        free: int | None, given_limit: int | None, foreign: bool, isolate: bool,
+        parallel: bool) -> None:
+    work = Workload(tasks, agents, parallel, step_s=wall, step_cpu_s=share * wall,
+                    free_cpus=free, concurrency=given_limit, isolate=isolate,
+                    foreign_code="m:C" if foreign else None, jobs_given=True)
+    plan = make_plan(jobs, cpus, 0, work)
+    if jobs == 1 and given_limit is None:
+        assert plan.episodes_per_worker == 1  # --jobs 1: one at a time
+        return
+    assert 1 <= plan.concurrency <= (given_limit or 256)
+    agents_at_once = plan.policy_workers + (0 if plan.policy_workers == 0 else 1)
+    in_flight = plan.episode_workers * plan.episodes_per_worker * max(1, agents_at_once)
+    if plan.executor is ExecutorKind.PROCESS:
+        assert plan.episode_workers <= jobs
+        # whole episodes: at most one episode's agents short of the limit
+        assert in_flight > min(plan.concurrency, max(1, tasks) * agents) - agents or isolate
+    if isolate or foreign:
+        assert plan.executor is ExecutorKind.PROCESS
+    if isolate:
+        assert plan.episodes_per_worker == 1
