@@ -115,6 +115,13 @@ def test_notes_say_where_the_plan_overrules_the_flags() -> None:
         "(2 episode worker(s) use all 2): agents stepped inline",)
 
 
+def test_a_concurrency_for_a_policy_that_computes_is_said_to_be_unused() -> None:
+    plan = make_plan(2, 2, 0, replace(WAITING, step_cpu_s=5e-3, concurrency=8))
+    assert plan.notes == ("--concurrency 8 unused: it limits a policy step that waits, and "
+                          "this one was not measured waiting (a policy from outside parcat is "
+                          "timed in an auto plan)",)
+
+
 def test_eval_prints_a_note_when_the_strategy_asked_for_is_replaced(
         capsys: pytest.CaptureFixture[str]) -> None:
     base = ["eval", "-m", "harvest", "-n", "1", "--set", "max_steps=2", "-f", "json"]

@@ -165,6 +165,10 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
     notes: list[str] = []
     if _plans_waiting(jobs, workload, reasons):
         return _waiting_plan(jobs, cpus, gpus, workload, reasons, notes)
+    if workload.concurrency is not None:
+        notes.append(f"--concurrency {workload.concurrency} unused: it limits a policy step "
+                     "that waits, and this one was not measured waiting (a policy from "
+                     "outside parcat is timed in an auto plan)")
     jobs = _trimmed(jobs, cpus, workload, reasons, notes)
     episode_workers = min(jobs, max(workload.tasks, 1))
     if episode_workers < jobs:
