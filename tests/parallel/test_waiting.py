@@ -4,7 +4,10 @@ worker that dies with several episodes in flight loses none of the others."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -228,3 +231,21 @@ def test_a_waiting_plan_stays_within_jobs_and_its_concurrency(
         assert plan.executor is ExecutorKind.PROCESS
     if isolate:
         assert plan.episodes_per_worker == 1
+
+
+def test_the_waiting_command_prints_the_sequential_json() -> None:
+    """A real ``python -m parcat eval -f json``, default against ``--jobs 1``."""
+    root = Path(__file__).resolve().parents[2]
+    args = [sys.executable, "-m", "parcat", "eval", "-m", "harvest", "--set", "agents=3",
+            "--set", "max_steps=8", "-n", "4", "-p", "tests.fakes:WaitingPolicy,ms=1",
+            "-f", "json"]
+    documents = []
+    for extra in (["--jobs", "1"], []):
+        proc = subprocess.run([*args, *extra], cwd=root, capture_output=True, text=True,
+                              timeout=120, check=False)
+        assert proc.returncode == 0, proc.stderr
+        documents.append(json.loads(proc.stdout))
+    sequential, default = documents
+    assert default["execution"]["plan"]["episodes_per_worker"] > 1 or \
+        default["execution"]["plan"]["episode_workers"] > 1
+    assert strip_timings(default) == strip_timings(sequential)
