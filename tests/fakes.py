@@ -415,3 +415,36 @@ class ResetFailingEnv(ScriptedEnv):
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
         misbehave(self.how)
         return super().reset(seed, options)
+
+
+class WaitingPolicy(StatefulPolicy):
+    """:class:`StatefulPolicy`'s actions after sleeping ``ms`` milliseconds a step: a policy
+    that waits (on a server, an API) rather than computes."""
+
+    def __init__(self, spec: AgentSpec, ms: float = 1.0) -> None:
+        super().__init__(spec)
+        self.seconds = float(ms) / 1000
+
+    def step(self, obs: Any) -> Any:
+        time.sleep(self.seconds)
+        return super().step(obs)
+
+
+class DoomedEnv(ScriptedEnv):
+    """A ScriptedEnv whose process dies (:class:`DyingEnv`'s ``how``) on step ``at_step``
+    of the episode reset with seed ``doomed_seed``, every time it is played."""
+
+    def __init__(self, doomed_seed: int = -1, how: str = "exit", at_step: int = 3,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.doomed_seed, self.how, self.at_step = doomed_seed, how, at_step
+        self.seed: int | None = None
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        self.seed = seed
+        return super().reset(seed, options)
+
+    def step(self, actions: dict[int, Any]) -> Any:
+        if self.t == self.at_step and self.seed == self.doomed_seed:
+            DyingEnv._die(self)  # type: ignore[arg-type]
+        return super().step(actions)

@@ -35,8 +35,8 @@ def steps_seen(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def test_calibration_times_only_the_first_steps_of_its_episode(steps_seen: list[int]) -> None:
-    step_s = measure_policy_step(scripted_mission(max_steps=500), RANDOM)
-    assert step_s > 0.0
+    step = measure_policy_step(scripted_mission(max_steps=500), RANDOM)
+    assert step.wall_s > 0.0 and step.cpu_s > 0.0 and not step.waits
     assert steps_seen == list(range(1, calibration.CALIBRATION_STEPS + 1))  # then it stopped
 
 
@@ -44,13 +44,20 @@ def test_the_budget_ends_calibration_of_a_slow_policy_early(
         steps_seen: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(calibration, "CALIBRATION_BUDGET_S", 0.005)
     slow = (parse_policy_spec("tests.fakes:HangingPolicy,at_step=0,seconds=0.01"),)
-    assert measure_policy_step(scripted_mission(max_steps=500, agents=1), slow) >= 0.01
+    assert measure_policy_step(scripted_mission(max_steps=500, agents=1), slow).wall_s >= 0.01
     assert steps_seen == [1]
 
 
 @pytest.mark.usefixtures("clean_machine")
 def test_calibration_in_a_worker_returns_the_step_time_or_none_when_it_failed() -> None:
-    step_s = measure_in_a_worker(scripted_mission(), RANDOM)
-    assert step_s is not None and step_s > 0.0
+    step = measure_in_a_worker(scripted_mission(), RANDOM)
+    assert step is not None and step.wall_s > 0.0
     crashing = (parse_policy_spec("tests.fakes:ExitingPolicy"),)
     assert measure_in_a_worker(scripted_mission(), crashing) is None
+
+
+def test_a_policy_that_waits_is_timed_as_waiting_in_a_few_steps(steps_seen: list[int]) -> None:
+    waiting = (parse_policy_spec("tests.fakes:WaitingPolicy,ms=2"),)
+    step = measure_policy_step(scripted_mission(max_steps=500), waiting)
+    assert step.waits and step.wall_s >= 0.002 and step.cpu_s < step.wall_s / 2
+    assert steps_seen == list(range(1, calibration.WAITING_STEPS + 1))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,7 @@ from parcat.core.output_paths import check_output_file, check_output_folder, che
 
 if TYPE_CHECKING:
     from parcat.eval.evaluate import EvalConfig, EvalReport
+    from parcat.parallel.planner import Plan
     from parcat.parallel.run_options import RunOptions
 
 OUTPUT_FORMATS = {".json": "the full results", ".csv": "the summary"}
@@ -64,10 +66,12 @@ def eval_command(s: opts.EvalSettings) -> None:
             report = evaluate_to_precision(config, s.precision, options,
                                            max_episodes=s.max_episodes,
                                            on_result=lambda _: step(), output=s.output,
-                                           on_warning=_warn, replay_dir=s.replay_dir)
+                                           on_warning=_warn, replay_dir=s.replay_dir,
+                                           on_plan=_plan_notes())
         else:
             report = evaluate(config, options, on_result=lambda _: step(), output=s.output,
-                              resume=s.resume, on_warning=_warn, replay_dir=s.replay_dir)
+                              resume=s.resume, on_warning=_warn, replay_dir=s.replay_dir,
+                              on_plan=_plan_notes())
     raise typer.Exit(_finish(report, s))
 
 
@@ -134,6 +138,18 @@ def _note(message: str) -> None:
     print(message, file=sys.stderr)
 
 
+def _plan_notes() -> Callable[[Plan], None]:
+    """Says on stderr, once each, where a plan differs from what the flags asked."""
+    said: set[str] = set()
+
+    def say(plan: Plan) -> None:
+        for note in plan.notes:
+            if note not in said:
+                said.add(note)
+                print(f"parcat: note: {note}", file=sys.stderr)
+    return say
+
+
 def _warn(message: str) -> None:
     from parcat.cli.render import stderr_console
     stderr_console().print(f"[yellow]warning[/yellow]: {message}", markup=True, highlight=False,
@@ -152,7 +168,9 @@ def show_report(report: EvalReport, fmt: OutputFormat) -> None:
         plan, count = report.plan, len(report.episodes)
         where = "" if plan is None else (
             f" on {plan.episode_workers} {plan.executor.value} worker(s), agents "
-            f"{plan.strategy.value}" + (f" x{plan.policy_workers}" if plan.policy_workers else ""))
+            f"{plan.strategy.value}" + (f" x{plan.policy_workers}" if plan.policy_workers else "")
+            + (f", {plan.episodes_per_worker} episodes in flight each"
+               if plan.episodes_per_worker > 1 else ""))
         title = f"{count} episode{'' if count == 1 else 's'} in {report.elapsed_s:.2f} s{where}"
         stdout_console().print(summary_table(summarize(report.episodes), title=title))
     err = stderr_console()

@@ -150,6 +150,10 @@ class EvalFlags(Settings):
         "--parallel-policy", help="Also parallelise agents within episodes.")] = False
     policy_strategy: Annotated[PolicyStrategy, typer.Option(
         help="Agent-level strategy with --parallel-policy.")] = PolicyStrategy.AUTO
+    concurrency: Annotated[int | None, typer.Option(
+        metavar="N", help="Agent calls in flight at most when the policy's step waits (a "
+        "server, an API) rather than computes (default: every agent of every episode, up "
+        "to 256).")] = None
     action_timeout_ms: Annotated[float | None, typer.Option(
         metavar="MS", help="Late actions get the mission's default action.")] = None
     gpus: Annotated[int | None, typer.Option(
@@ -180,7 +184,7 @@ class EvalFlags(Settings):
             action_timeout_ms=self.action_timeout_ms, gpus=self.gpus,
             start_method=self.start_method, retries=self.retries,
             episode_timeout_s=self.episode_timeout, fail_fast=self.fail_fast,
-            address=self.address,
+            address=self.address, concurrency=self.concurrency,
         )
         return EvalArgs(
             missions=tuple(self.missions or ()), policies=tuple(self.policies or ()),

@@ -41,7 +41,9 @@ def plan_command(settings: PlanSettings) -> None:
     if settings.format is SummaryFormat.JSON:
         print_json(info)
         return
-    rows = [(k, v) for k, v in info.items() if k != "reasons"]
+    rows = [(k, v) for k, v in info.items() if k not in ("reasons", "notes")]
     stdout_console().print(key_value_table(rows, title="plan"))
     for reason in plan.reasons:
         typer.echo(f"- {reason}")
+    for note in plan.notes:
+        typer.echo(f"- note: {note}")

@@ -79,7 +79,7 @@ MAX_COUNT = 10**9
 finish (and a list of that many tasks would not fit in memory)."""
 MAX_WORKERS = 1024
 """Most worker processes or threads one option asks for (``env_workers``, ``jobs``,
-``train_threads``)."""
+``train_threads``, ``--concurrency``)."""
 MAX_TRAIN_ENVS = 4096
 """Most environments one training run steps together (``env_workers`` times
 ``envs_per_worker``)."""

@@ -385,7 +385,8 @@ def evaluate_to_precision(config: EvalConfig, precision: float, options: RunOpti
                           batch: int | None = None, max_episodes: int = 10_000,
                           on_result: ResultCallback | None = None, output: Path | None = None,
                           on_warning: Callable[[str], None] | None = None,
-                          replay_dir: Path | None = None) -> EvalReport:
+                          replay_dir: Path | None = None,
+                          on_plan: PlanCallback | None = None) -> EvalReport:
     """Add episodes in batches until every mission's 95% CI half-width is below ``precision``.
 
     The first batch is ``config.episodes``; each further one adds ``batch`` (default: the
@@ -399,7 +400,7 @@ def evaluate_to_precision(config: EvalConfig, precision: float, options: RunOpti
     episodes, began, started = config.episodes, time.perf_counter(), ""
     while True:
         current = replace(config, episodes=episodes)
-        report = evaluate(current, options, on_result, output=output, keep=kept,
+        report = evaluate(current, options, on_result, on_plan, output=output, keep=kept,
                           on_warning=on_warning, replay_dir=replay_dir)
         started = started or report.started
         kept = {(e.mission, e.episode_index): e for e in report.episodes}
@@ -418,6 +419,8 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "jobs": plan.jobs,
         "executor": plan.executor.value,
         "episode_workers": plan.episode_workers,
+        "episodes_per_worker": plan.episodes_per_worker,
+        "concurrency": plan.concurrency,
         "strategy": plan.strategy.value,
         "policy_workers": plan.policy_workers,
         "busy_processes": plan.busy_processes,
@@ -427,4 +430,5 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "local_lane": plan.local_lane,
         "free_cpus": plan.free_cpus,
         "reasons": list(plan.reasons),
+        "notes": list(plan.notes),
     }

@@ -17,6 +17,7 @@ import enum
 import multiprocessing as mp
 import os
 import pickle
+import queue
 import signal
 import sys
 import threading
@@ -567,6 +568,11 @@ class Handlers:
     False when it stopped for a message on the pipe."""
     close: Callable[[], None] | None = None
     """Releases what the set-up acquired (shared memory, environments)."""
+    threads: int = 1
+    """Commands served at once. Above 1, each command runs on one of this many threads and
+    is answered as soon as it is done, so replies may come back in another order than the
+    commands: a handler whose replies must be matched returns its own tag. (With 1, the
+    command runs on the main thread, where SIGTERM can hand back a partial result.)"""
 
 
 def start_worker(setup: Callable[..., Handlers], args: tuple[Any, ...], name: str,
@@ -586,6 +592,9 @@ def _command_loop(conn: Connection, parent_pid: int, setup: Callable[..., Handle
         except USER_CODE_ERRORS as exc:
             return _reply_error(conn, exc)
         _reply(conn, handlers.ready)
+        pool = _CommandThreads(conn, handlers) if handlers.threads > 1 else None
+        if pool is not None:
+            handlers.close = pool.closing(handlers.close)
         while True:
             if handlers.idle is not None and handlers.idle():
                 continue
@@ -594,12 +603,10 @@ def _command_loop(conn: Connection, parent_pid: int, setup: Callable[..., Handle
                 return
             if command == "wake":  # a handoff's wake-up: the next idle() serves its request
                 continue
-            try:
-                result = handlers.commands[command](*payload)
-            except USER_CODE_ERRORS as exc:
-                _reply_error(conn, exc)
+            if pool is not None:
+                pool.submit(command, payload)
                 continue
-            _reply(conn, result)
+            _serve(conn, handlers, command, payload)
     except Terminated as stop:  # the parent keeps what the interrupted work had got
         if stop.partial is not None:
             with contextlib.suppress(OSError, ValueError):
@@ -615,17 +622,63 @@ def _command_loop(conn: Connection, parent_pid: int, setup: Callable[..., Handle
             conn.close()
 
 
+def _serve(conn: Connection, handlers: Handlers, command: str, payload: list[Any]) -> None:
+    """Run one command and send its reply (or its error)."""
+    try:
+        result = handlers.commands[command](*payload)
+    except USER_CODE_ERRORS as exc:
+        return _reply_error(conn, exc)
+    _reply(conn, result)
+
+
+class _CommandThreads:
+    """The threads of a worker that serves several commands at once (``Handlers.threads``)."""
+
+    def __init__(self, conn: Connection, handlers: Handlers) -> None:
+        self._queue: queue.SimpleQueue[tuple[str, list[Any]] | None] = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._work, args=(conn, handlers), daemon=True,
+                                          name=f"parcat-command-{i}")
+                         for i in range(handlers.threads)]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, command: str, payload: list[Any]) -> None:
+        self._queue.put((command, payload))
+
+    def _work(self, conn: Connection, handlers: Handlers) -> None:
+        while (item := self._queue.get()) is not None:
+            with contextlib.suppress(OSError, ValueError):  # the parent is gone
+                _serve(conn, handlers, *item)
+
+    def closing(self, close: Callable[[], None] | None) -> Callable[[], None]:
+        """``close`` run once the threads finished what they were given."""
+        def stop() -> None:
+            for _ in self._threads:
+                self._queue.put(None)
+            end = time.monotonic() + STOP_GRACE_S  # for all of them: a SIGTERM is waiting
+            for thread in self._threads:
+                thread.join(max(0.0, end - time.monotonic()))
+            if close is not None:
+                close()
+        return stop
+
+
+_SENDING = threading.Lock()
+"""Replies from several threads of one worker go on its pipe one whole message at a time."""
+
+
 def _reply(conn: Connection, result: Any) -> None:
     try:
         data = pickle.dumps(("ok", result))
     except Exception as exc:  # a result that cannot be pickled is the handler's error
         return _reply_error(conn, exc)
-    conn.send_bytes(data)
+    with _SENDING:
+        conn.send_bytes(data)
 
 
 def _reply_error(conn: Connection, exc: BaseException) -> None:
     acting = int(_status[ACTING]) - 1 if _status is not None else -1
     report = exc.report if isinstance(exc, ReportedError) \
         else ErrorReport.from_exception(exc, acting if acting >= 0 else None)
-    with contextlib.suppress(OSError, ValueError):
+    with contextlib.suppress(OSError, ValueError), _SENDING:
         conn.send(("error", report))

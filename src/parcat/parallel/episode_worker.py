@@ -1,16 +1,23 @@
 """The episode worker process: runs the inline episode path on tasks sent by its parent.
 
-Command ``task(task)`` replies ``(result, trace events)``; a timeout's SIGTERM sends back
-what the episode had got (``("partial", ...)``). Imports nothing for the CLI or rendering.
+Command ``task(index, task)`` replies ``(index, result, trace events)``: the index is the
+parent's, so replies are matched to tasks whatever order they come back in. A worker with
+``episodes`` above 1 runs that many tasks at once, each on its own thread with its own
+:class:`EpisodeRunner` (a runner caches environments and policies), and answers each as
+soon as it finishes (``Handlers.threads``); with 1, a timeout's SIGTERM sends back what the
+episode had got (``("partial", ...)``). Imports nothing for the CLI or rendering.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
+import threading
 from typing import Any
 
 from parcat.core.trace import Tracer
-from parcat.episode.rollout import EpisodeRunner
+from parcat.episode.results import EpisodeResult, failed_result
+from parcat.episode.rollout import EpisodeRunner, EpisodeTask
 from parcat.ipc.process import Handlers, preload
 from parcat.stepping.config import StepperConfig
 
@@ -18,16 +25,42 @@ preload(__name__)  # the fork server imports it and all it imports, once
 
 
 def make_episode_worker(stepper: StepperConfig, gpu: str | None, track: str,
-                        trace: bool) -> Handlers:
-    """Build the worker's stepper and runner; serve ``task`` commands."""
+                        trace: bool, episodes: int = 1) -> Handlers:
+    """Build the worker's steppers and runners (one per thread, as they are needed); serve
+    ``task`` commands, ``episodes`` at once."""
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     tracer = Tracer(track) if trace else None
-    runner = EpisodeRunner(stepper.make_stepper(tracer), tracer=tracer, track=track,
-                           retries=stepper.retries)
+    local = threading.local()
+    runners: list[EpisodeRunner] = []
 
-    def task(episode: Any) -> tuple[Any, list[Any]]:
-        result = runner.run(episode)
-        return result, tracer.take() if tracer else []
+    def runner() -> EpisodeRunner:
+        made: EpisodeRunner | None = getattr(local, "runner", None)
+        if made is None:
+            made = local.runner = EpisodeRunner(stepper.make_stepper(tracer), tracer=tracer,
+                                                track=track, retries=stepper.retries)
+            runners.append(made)
+        return made
 
-    return Handlers({"task": task}, close=runner.close)
+    def task(index: int, episode: EpisodeTask) -> tuple[int, EpisodeResult, list[Any]]:
+        result = _sendable(episode, runner().run(episode))
+        return index, result, tracer.take() if tracer else []
+
+    def close() -> None:
+        for made in runners:
+            made.close()
+
+    if episodes <= 1:
+        runner()  # the one runner, built at set-up
+    return Handlers({"task": task}, close=close, threads=max(1, episodes))
+
+
+def _sendable(task: EpisodeTask, result: EpisodeResult) -> EpisodeResult:
+    """``result``, or its failure record when it cannot be pickled: the reply must carry
+    the task's index either way."""
+    try:
+        pickle.dumps(result)
+    except Exception as exc:
+        return failed_result(task, "ResultError", "the episode's result cannot be sent "
+                             f"back: {type(exc).__name__}: {exc}")
+    return result

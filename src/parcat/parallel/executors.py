@@ -224,6 +224,9 @@ class RunState:
         self.results: dict[int, EpisodeResult] = {}
         self.remaining = len(tasks)
         self.attempts: collections.Counter[int] = collections.Counter()
+        self.alone: collections.deque[int] = collections.deque()
+        """Episodes that were running together in a worker when it died: each runs alone
+        until the one that kills its worker is found (see :mod:`process_executor`)."""
 
     def finish(self, index: int, result: EpisodeResult) -> None:
         if index in self.results:
@@ -248,7 +251,8 @@ def make_executor(plan: Plan) -> Executor:
         kind = HybridExecutor if plan.local_lane else ProcessExecutor
         return kind(workers - plan.local_lane, stepper, start_method=plan.start_method,
                     blas_threads=plan.blas_threads, gpus=plan.gpus, trace=plan.trace,
-                    retries=plan.retries, episode_timeout_s=plan.episode_timeout_s)
+                    retries=plan.retries, episode_timeout_s=plan.episode_timeout_s,
+                    episodes_per_worker=plan.episodes_per_worker)
     if plan.executor is ExecutorKind.THREAD:
         return ThreadExecutor(workers, stepper, plan.trace)
     if plan.executor is ExecutorKind.RAY:

@@ -4,7 +4,9 @@ One workload model serves eval (:func:`make_plan`: episode workers × policy wor
 train (:func:`make_train_plan`: environment workers and training threads); measuring the
 machine and the workload happens elsewhere. The rules follow BENCHMARKS.md: whole episodes
 per worker take the budget first, agent-level parallelism uses what is left, and a worker
-takes over a step only where the step costs well above the handoff to it.
+takes over a step only where the step costs well above the handoff to it. A policy step
+that waits (its CPU time well under its wall time) is planned by concurrency instead: its
+calls in flight on threads, processes only for its CPU part (:mod:`parcat.parallel.waiting`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import enum
 import math
 from dataclasses import dataclass, field
 
+from parcat.parallel.waiting import plan_concurrency, step_waits
 from parcat.stepping.strategy import PolicyStrategy
 
 
@@ -57,6 +60,13 @@ class Workload:
     step_s: float | None = None
     """Measured seconds of the step a worker would take over: one agent's policy step
     (eval), one environment step (train); ``None``: not measured."""
+    step_cpu_s: float | None = None
+    """CPU seconds of that step (the stepping thread's); far below ``step_s``, the step
+    waits (:func:`~parcat.parallel.waiting.step_waits`); ``None``: not measured."""
+    concurrency: int | None = None
+    """``--concurrency``: agent calls of waiting work in flight at most (``None``: auto)."""
+    jobs_given: bool = False
+    """The user gave ``--jobs``: trimming it is said in a note."""
     handoff_s: float = SPIN_HANDOFF_S
     batchable: bool = False
     """Some policy is shared by several agents and can act in one batch."""
@@ -90,7 +100,8 @@ class Plan:
     jobs: int
     executor: ExecutorKind
     episode_workers: int
-    """Episodes that run at once."""
+    """Episode lanes: worker processes, threads, or this process (each runs
+    ``episodes_per_worker`` episodes at once)."""
     strategy: PolicyStrategy
     """The resolved agent-level strategy (never ``auto``)."""
     policy_workers: int
@@ -105,6 +116,15 @@ class Plan:
     """This process is one of the episode lanes (:mod:`parcat.parallel.hybrid_executor`)."""
     reasons: tuple[str, ...] = field(default_factory=tuple)
     """Why, one sentence per decision (``parcat plan`` prints them)."""
+    episodes_per_worker: int = 1
+    """Episodes in flight at once in each episode worker process, on threads (above 1
+    only for work that waits)."""
+    concurrency: int = 1
+    """Agent calls in flight at most: the limit for work that waits; otherwise the
+    episodes and policy workers that step at once."""
+    notes: tuple[str, ...] = ()
+    """Where the plan differs from what the user explicitly asked, and why (``parcat
+    eval`` prints each on stderr)."""
     # how the workers run, as RunOptions said (parcat.parallel.run_options)
     start_method: str | None = None
     trace: bool = False
@@ -142,7 +162,14 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
     if jobs < 1 or cpus < 1 or gpus < 0 or workload.tasks < 0 or workload.agents < 1:
         raise ValueError("jobs and cpus must be >= 1, gpus and tasks >= 0, agents >= 1")
     reasons: list[str] = []
-    jobs = _trimmed(jobs, cpus, workload, reasons)
+    notes: list[str] = []
+    if _plans_waiting(jobs, workload, reasons):
+        return _waiting_plan(jobs, cpus, gpus, workload, reasons, notes)
+    if workload.concurrency is not None:
+        notes.append(f"--concurrency {workload.concurrency} unused: it limits a policy step "
+                     "that waits, and this one was not measured waiting (a policy from "
+                     "outside parcat is timed in an auto plan)")
+    jobs = _trimmed(jobs, cpus, workload, reasons, notes)
     episode_workers = min(jobs, max(workload.tasks, 1))
     if episode_workers < jobs:
         reasons.append(
@@ -166,6 +193,7 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
         reasons.append("--action-timeout-ms: agents step on a policy thread, so a late "
                        "action can be replaced (no extra process)")
         strategy, policy_workers = PolicyStrategy.THREAD, max(1, policy_workers)
+    _note_strategy(workload, strategy, reasons, notes)
     busy = episode_workers * (1 + (policy_workers if strategy is PolicyStrategy.PROCESS else 0))
     # a spin on a contested core is paid by the process it waits for (BENCHMARKS.md,
     # "Keep only what pays"): spin only while every busy process has a free CPU
@@ -182,23 +210,125 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
     gpu_ids = tuple(str(i % gpus) for i in range(episode_workers)) if gpus else ()
     if gpus:
         reasons.append(f"{gpus} GPU(s) assigned round-robin to {episode_workers} worker(s)")
+    in_flight = episode_workers * (1 + (policy_workers if strategy in (
+        PolicyStrategy.THREAD, PolicyStrategy.PROCESS) else 0))
     return Plan(jobs, executor, episode_workers, strategy, policy_workers, blas_threads, spin,
-                gpu_ids, workload.free_cpus, local_lane, tuple(reasons))
+                gpu_ids, workload.free_cpus, local_lane, tuple(reasons),
+                concurrency=in_flight, notes=tuple(notes))
 
 
-def _trimmed(jobs: int, cpus: int, workload: Workload, reasons: list[str]) -> int:
-    """``jobs`` within the process limits and, for an auto plan, the CPUs left free."""
+def _trimmed(jobs: int, cpus: int, workload: Workload, reasons: list[str],
+             notes: list[str], what: str = "") -> int:
+    """``jobs`` within the process limits and, for an auto plan, the CPUs left free; a
+    note when the user gave ``--jobs`` (``what``: the processes jobs stands for, if not
+    the whole budget)."""
+    asked, whys = jobs, []
     cap = workload.max_processes
     if cap is not None and cap < jobs:
-        reasons.append(f"the open-file and process limits allow {max(cap, 1)} worker "
-                       f"process(es): --jobs {jobs} trimmed to {max(cap, 1)}")
         jobs = max(cap, 1)
-    free = workload.free_cpus
+        whys.append(f"the open-file and process limits allow {jobs} worker process(es)")
+    free, keep = workload.free_cpus, ""
     if free is not None and free < min(jobs, cpus) and workload.executor is ExecutorKind.AUTO:
-        reasons.append(f"{cpus - free} of the {cpus} CPU(s) are busy with other processes: "
-                       f"--jobs {jobs} trimmed to {max(free, 1)}")
         jobs = max(free, 1)
+        whys.append(f"{cpus - free} of the {cpus} CPU(s) are busy with other processes")
+        keep = " (--executor process keeps it)"
+    if jobs == asked:
+        return jobs
+    why, label = "; ".join(whys), what or f"--jobs {asked}"
+    reasons.append(f"{why}: {label} trimmed to {jobs}")
+    if workload.jobs_given:
+        notes.append(f"{label} trimmed to {jobs}: {why}{keep}")
     return jobs
+
+
+def _note_strategy(workload: Workload, strategy: PolicyStrategy, reasons: list[str],
+                   notes: list[str]) -> None:
+    """A note when an explicit ``--policy-strategy`` is not what the agents get."""
+    asked = workload.strategy
+    if asked is PolicyStrategy.AUTO or asked is strategy:
+        return
+    why = reasons[-1] if workload.parallel_policy else "it needs --parallel-policy"
+    notes.append(f"--policy-strategy {asked.value} replaced by {strategy.value}: {why}")
+
+
+def _plans_waiting(jobs: int, workload: Workload, reasons: list[str]) -> bool:
+    """Whether the measured policy step waits and this plan can give it concurrency."""
+    if not step_waits(workload.step_s, workload.step_cpu_s):
+        return False
+    if workload.executor is ExecutorKind.RAY:
+        reasons.append("the policy step waits, but Ray runs one episode per task: planned "
+                       "as CPU work")
+        return False
+    if workload.jobs_given and jobs == 1 and workload.concurrency is None:
+        reasons.append("the policy step waits, but --jobs 1 runs one episode and one agent "
+                       "at a time, as asked (--concurrency N overlaps the waits)")
+        return False
+    if workload.parallel_policy and workload.strategy is PolicyStrategy.PROCESS:
+        reasons.append("the policy step waits, but --policy-strategy process puts agents "
+                       "on policy worker processes: planned as CPU work")
+        return False
+    return True
+
+
+def _waiting_plan(jobs: int, cpus: int, gpus: int, workload: Workload, reasons: list[str],
+                  notes: list[str]) -> Plan:
+    """Work that waits: episodes and agents in flight on threads, processes only for the
+    CPU part (and for isolation), never fewer calls in flight because CPUs are busy."""
+    asked = workload.strategy if workload.parallel_policy else PolicyStrategy.AUTO
+    at_once = asked in (PolicyStrategy.AUTO, PolicyStrategy.THREAD) and workload.agents > 1
+    assert workload.step_s is not None and workload.step_cpu_s is not None
+    flight = plan_concurrency(workload.tasks, workload.agents, workload.step_s,
+                              workload.step_cpu_s, workload.concurrency, at_once,
+                              workload.action_deadline)
+    reasons.extend(flight.reasons)
+    strategy = PolicyStrategy.THREAD if flight.policy_threads else (
+        asked if asked in (PolicyStrategy.INLINE, PolicyStrategy.BATCH) else PolicyStrategy.INLINE)
+    reasons.append(f"agents stepped {strategy.value}" + (
+        f": {flight.policy_threads} policy thread(s) per episode" if flight.policy_threads
+        else ""))
+    _note_strategy(workload, strategy, reasons, notes)
+    executor, workers, per_worker = _waiting_lanes(jobs, cpus, workload, flight.episodes,
+                                                   flight.cpus, reasons, notes)
+    gpu_ids = tuple(str(i % gpus) for i in range(workers)) if gpus else ()
+    if gpus:
+        reasons.append(f"{gpus} GPU(s) assigned round-robin to {workers} worker(s)")
+    return Plan(jobs, executor, workers, strategy, flight.policy_threads, 1, workers <= cpus,
+                gpu_ids, workload.free_cpus, False, tuple(reasons),
+                episodes_per_worker=per_worker, concurrency=flight.limit, notes=tuple(notes))
+
+
+def _waiting_lanes(jobs: int, cpus: int, workload: Workload, episodes: int, busy_cpus: int,
+                   reasons: list[str], notes: list[str]) -> tuple[ExecutorKind, int, int]:
+    """(executor, episode workers, episodes in flight per worker) for waiting work."""
+    if workload.executor is ExecutorKind.AUTO and not (workload.isolate or
+                                                        workload.foreign_code):
+        executor = ExecutorKind.THREAD if busy_cpus <= 1 else ExecutorKind.PROCESS
+        reasons.append(f"executor {executor.value}: parcat's own code, " + (
+            "whose waiting fits the threads of this process" if busy_cpus <= 1
+            else f"whose CPU part needs {busy_cpus} CPUs"))
+    else:
+        executor = _executor(workload, episodes, reasons)
+    if executor is ExecutorKind.INLINE:
+        return executor, 1, 1
+    if executor is ExecutorKind.THREAD:
+        reasons.append(f"{episodes} episode thread(s) in this process")
+        return executor, episodes, 1
+    wanted = min(jobs, episodes) if workload.isolate else min(jobs, busy_cpus, episodes)
+    workers = _trimmed(wanted, cpus, workload, reasons, notes,
+                       f"{wanted} worker process(es) (--jobs {jobs})")
+    if workload.isolate:
+        reasons.append(f"--episode-timeout: one episode in flight per worker (a timeout "
+                       f"stops its worker): {workers} episode worker process(es)")
+        if workload.concurrency is not None and workload.concurrency > workers * \
+                workload.agents:
+            notes.append(f"--concurrency {workload.concurrency} lowered to "
+                         f"{workers * workload.agents}: with --episode-timeout each of the "
+                         f"{workers} worker(s) runs one episode at a time")
+        return executor, workers, 1
+    per_worker = math.ceil(episodes / workers)
+    reasons.append(f"{workers} episode worker process(es) for the CPU part, {per_worker} "
+                   "episode(s) in flight in each, on threads")
+    return executor, workers, per_worker
 
 
 def _executor(workload: Workload, episode_workers: int, reasons: list[str]) -> ExecutorKind:

@@ -1,10 +1,15 @@
 """Episodes on persistent worker processes, surviving their workers.
 
 Each worker runs the inline episode path on tasks sent by pipe, two at a time so it never
-idles; the parent waits on every pipe and process sentinel. A worker that dies mid-episode
-is replaced and its episode retried ``retries`` times (an episode is a pure function of its
+idles, or, for work that waits, ``episodes_per_worker`` at once on its threads (each task
+is sent with its index and its result comes back with it, as soon as it is done); the
+parent waits on every pipe and process sentinel. A worker that dies mid-episode is
+replaced and its episode retried ``retries`` times (an episode is a pure function of its
 seeds), then recorded as failed; episodes queued behind it are requeued, never lost or run
-twice. An episode past the timeout has its worker terminated and is recorded as a timeout.
+twice. When several episodes were running in the worker that died, none is charged: each
+runs again alone in a worker, so the one that kills its worker is found and charged, and
+the others finish. An episode past the timeout has its worker terminated and is recorded
+as a timeout (a timeout keeps one episode in flight per worker).
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ class _Lane:
     inflight: collections.deque[int] = field(default_factory=collections.deque)
     head_started: float = 0.0
     setup: ErrorReport | bool = False
+    alone: bool = False
+    """It runs one episode alone: one of several that were in flight when a worker died."""
 
 
 class ProcessExecutor(Executor):
@@ -61,8 +68,11 @@ class ProcessExecutor(Executor):
     def __init__(self, workers: int, stepper: StepperConfig | None = None,
                  start_method: str | None = None, blas_threads: int = 1,
                  gpus: Sequence[str] = (), trace: bool = False, retries: int = 1,
-                 episode_timeout_s: float | None = None) -> None:
+                 episode_timeout_s: float | None = None, episodes_per_worker: int = 1) -> None:
         self.num_workers = max(1, workers)
+        # a timeout stops the whole worker: it must hold one episode only
+        self.episodes_per_worker = 1 if episode_timeout_s is not None \
+            else max(1, episodes_per_worker)
         self.stepper = stepper or StepperConfig()
         self.blas_threads = blas_threads
         self.gpus = tuple(gpus)
@@ -86,7 +96,8 @@ class ProcessExecutor(Executor):
             self._ctx = get_context(self._start_method)
         gpu = self.gpus[index % len(self.gpus)] if self.gpus else None
         worker = start_worker(
-            make_episode_worker, (self.stepper, gpu, f"episode-worker-{index}", self.trace),
+            make_episode_worker, (self.stepper, gpu, f"episode-worker-{index}", self.trace,
+                                  self.episodes_per_worker),
             f"parcat-episode-{index}", self.blas_threads, ctx=self._ctx,
         )
         return _Lane(index, worker)
@@ -109,18 +120,31 @@ class ProcessExecutor(Executor):
         return [run.results[i] for i in sorted(run.results)]
 
     def _feed(self, worker: _Lane, run: RunState) -> None:
+        if worker.alone:
+            return
+        if run.alone:  # suspects first, each in a worker of its own
+            if not worker.inflight:
+                worker.alone = True
+                self._send(worker, run, run.alone.popleft())
+            return
         # queue a second task only while there is work for every worker: at the tail a
         # task queued behind a slow episode would wait while another worker idles
-        depth = PREFETCH if len(run.pending) >= len(self._workers) else 1
+        depth = self.episodes_per_worker if self.episodes_per_worker > 1 else \
+            PREFETCH if len(run.pending) >= len(self._workers) else 1
         while run.pending and len(worker.inflight) < depth:
-            index = run.pending.popleft()
-            if not worker.inflight:
-                worker.head_started = time.monotonic()
-            worker.inflight.append(index)
-            try:
-                worker.worker.conn.send(("task", run.tasks[index]))
-            except OSError:
-                return  # the worker is dead: _collect notices and requeues
+            if not self._send(worker, run, run.pending.popleft()):
+                return
+
+    def _send(self, worker: _Lane, run: RunState, index: int) -> bool:
+        """Send task ``index`` to ``worker``; ``False`` when its pipe is broken."""
+        if not worker.inflight:
+            worker.head_started = time.monotonic()
+        worker.inflight.append(index)
+        try:
+            worker.worker.conn.send(("task", index, run.tasks[index]))
+        except OSError:
+            return False  # the worker is dead: _collect notices and requeues
+        return True
 
     def _next_wait(self, busy: list[_Lane]) -> float:
         if self.timeout_s is None or not busy:
@@ -137,8 +161,9 @@ class ProcessExecutor(Executor):
             except (EOFError, OSError):
                 break  # the worker died: handled below
             except Exception as exc:  # a result that cannot be unpickled
-                message = ("ok", (failed_result(
-                    run.tasks[worker.inflight[0]], "ResultError",
+                first = worker.inflight[0]
+                message = ("ok", (first, failed_result(
+                    run.tasks[first], "ResultError",
                     f"the result could not be read: {type(exc).__name__}: {exc}"), []))
             # outside the try: an error in the caller's callback is not a dead worker
             self._receive_one(worker, run, message)
@@ -156,34 +181,43 @@ class ProcessExecutor(Executor):
             return
         if kind not in ("ok", "error"):
             return
-        index = worker.inflight.popleft()
-        worker.head_started = time.monotonic()
-        if kind == "error":  # the episode's result could not be pickled
+        if kind == "error":  # the worker could not run or answer the command
+            index = worker.inflight[0]
             result = failed_result(run.tasks[index], "ResultError",
-                             f"the episode's result cannot be sent back: {payload.summary}")
+                                   f"the episode's result cannot be sent back: {payload.summary}")
         else:
-            result, events = payload
+            index, result, events = payload
             self._events.extend(events)
+        if index not in worker.inflight:
+            return
+        worker.inflight.remove(index)
+        worker.head_started = time.monotonic()
+        worker.alone = worker.alone and bool(worker.inflight)
         run.finish(index, result)
 
     def _lost(self, worker: _Lane, run: RunState, timed_out: bool) -> None:
-        """The worker's current episode ended it (death or timeout): replace the worker."""
+        """The worker's current episode ended it (death or timeout): replace the worker.
+        Several episodes running in it when it died are each run again alone, uncharged."""
+        raise_if_unguarded_main(worker.worker)
+        if self.episodes_per_worker > 1 and len(worker.inflight) > 1 and not timed_out:
+            worker.worker.stop(grace_s=1.0, terminate=True)
+            run.alone.extend(worker.inflight)
+            self._workers[self._workers.index(worker)] = self._start(worker.index)
+            return
         index = worker.inflight.popleft()
         task = run.tasks[index]
         how = worker.worker.describe() if not isinstance(worker.setup, ErrorReport) \
             else f"failed to set up ({worker.setup.summary})"
-        raise_if_unguarded_main(worker.worker)
         agent = _agent_id(task, worker.worker.acting())
         partial = _partial_result(worker.worker, task) if timed_out else None
         worker.worker.stop(grace_s=1.0, terminate=True)
         run.pending.extendleft(reversed(worker.inflight))
-        worker.inflight.clear()
         self._workers[self._workers.index(worker)] = self._start(worker.index)
         if timed_out:
             return run.finish(index, self.timed_out(task, "worker stopped", partial, agent))
         run.attempts[index] += 1
         if run.attempts[index] <= self.retries:
-            run.pending.appendleft(index)
+            (run.alone if worker.alone else run.pending).appendleft(index)
             return
         tries = run.attempts[index]
         doing = f"agent '{agent}' was acting" if agent is not None else "running this episode"

@@ -12,12 +12,17 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from parcat.core.errors import ConfigError
+from parcat.core.limits import MAX_WORKERS
 from parcat.core.raycluster import Backend
 from parcat.core.resources import available_cpus, free_cpus, pids_headroom, visible_gpus
 from parcat.envs.missions import Mission, is_foreign
 from parcat.ipc.process import StartMethod
 from parcat.ipc.start import TASKS_PER_WORKER
-from parcat.parallel.calibration import measure_in_a_worker, measure_policy_step
+from parcat.parallel.calibration import (
+    PolicyStepTime,
+    measure_in_a_worker,
+    measure_policy_step,
+)
 from parcat.parallel.planner import ExecutorKind, Plan, PolicyStrategy, Workload, make_plan
 from parcat.policies.specs import PolicySpec, foreign_code
 
@@ -54,6 +59,9 @@ class RunOptions:
     fail_fast: bool = False
     address: str | None = None
     """Ray cluster address with the Ray executor (``None``: start a local cluster)."""
+    concurrency: int | None = None
+    """Agent calls in flight at most when the policy step waits (``None``: auto, every
+    agent of every episode up to :data:`~parcat.parallel.waiting.MAX_CONCURRENCY`)."""
 
     def __post_init__(self) -> None:
         # accept the CLI's words from Python too: RunOptions(policy_strategy="process")
@@ -81,6 +89,11 @@ class RunOptions:
             raise ConfigError(f"--episode-timeout must be > 0, got {self.episode_timeout_s}")
         if self.jobs is not None and (not isinstance(self.jobs, int) or self.jobs < 1):
             raise ConfigError(f"--jobs must be an integer >= 1, got {self.jobs!r}")
+        if self.concurrency is not None and (
+                not isinstance(self.concurrency, int) or isinstance(self.concurrency, bool)
+                or not 1 <= self.concurrency <= MAX_WORKERS):
+            raise ConfigError(f"--concurrency must be an integer between 1 and "
+                              f"{MAX_WORKERS}, got {self.concurrency!r}")
         if self.gpus is not None and self.gpus < 0:
             raise ConfigError(f"--gpus must be >= 0, got {self.gpus}")
         if self.action_timeout_ms is not None and not self.action_timeout_ms > 0:
@@ -106,19 +119,18 @@ def plan_run(missions: tuple[Mission, ...], policies: tuple[PolicySpec, ...], ta
              options: RunOptions, measure: bool = True) -> Plan:
     """The plan for this run: its inputs gathered, the planner asked, the options carried."""
     cpus = available_cpus()
-    step_s = None
     foreign = first_foreign_code(missions, policies)
-    if measure and options.parallel_policy and options.policy_strategy is PolicyStrategy.AUTO:
-        # code from outside parcat is timed in a worker, where an exit cannot end the run
-        step_s = (measure_policy_step(missions[0], policies) if foreign is None
-                  else measure_in_a_worker(missions[0], policies, options.start_method_name))
+    step = _measured_step(missions, policies, options, foreign) if measure else None
     workload = Workload(
         tasks=tasks,
         agents=max(len(m.agents()) for m in missions),
         parallel_policy=options.parallel_policy,
         strategy=options.policy_strategy,
         executor=options.executor,
-        step_s=step_s,
+        step_s=None if step is None else step.wall_s,
+        step_cpu_s=None if step is None else step.cpu_s,
+        concurrency=options.concurrency,
+        jobs_given=options.jobs is not None,
         batchable=any(p.target in ("mlp", "noop") for p in policies),
         isolate=options.episode_timeout_s is not None,
         foreign_code=foreign,
@@ -136,6 +148,22 @@ def plan_run(missions: tuple[Mission, ...], policies: tuple[PolicySpec, ...], ta
         episode_timeout_s=options.episode_timeout_s, address=options.address,
         action_timeout_s=None if timeout_ms is None else timeout_ms / 1000,
     )
+
+
+def _measured_step(missions: tuple[Mission, ...], policies: tuple[PolicySpec, ...],
+                   options: RunOptions, foreign: str | None) -> PolicyStepTime | None:
+    """The policy step's wall and CPU time, where the plan depends on it: for an auto
+    agent-level strategy, and for an auto plan of a policy from outside parcat (it may wait,
+    which parcat's own never do); ``None`` where it does not."""
+    auto_agents = options.parallel_policy and options.policy_strategy is PolicyStrategy.AUTO
+    sequential = options.jobs == 1 and options.concurrency is None  # --jobs 1: one at a time
+    may_wait = options.executor is ExecutorKind.AUTO and not sequential and any(
+        foreign_code(spec, mission) is not None for mission in missions for spec in policies)
+    if not (auto_agents or may_wait):
+        return None
+    # code from outside parcat is timed in a worker, where an exit cannot end the run
+    return (measure_policy_step(missions[0], policies) if foreign is None
+            else measure_in_a_worker(missions[0], policies, options.start_method_name))
 
 
 def first_foreign_code(missions: tuple[Mission, ...],
