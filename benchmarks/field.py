@@ -82,8 +82,10 @@ def copies(count: int) -> Callable[[], float]:
     return run
 
 
-def compare(label: str, variants: dict[str, Callable[[], float]], repeats: int) -> None:
-    """Time the variants interleaved; print medians and paired ratios to the first."""
+def compare(label: str, variants: dict[str, Callable[[], float]], repeats: int,
+            limit: Callable[[dict[str, list[float]]], str] | None = None) -> None:
+    """Time the variants interleaved; print medians, paired ratios to the first and, given
+    ``limit``, what it says of the times (the best any plan could do)."""
     times: dict[str, list[float]] = {name: [] for name in variants}
     order = list(variants)
     for repeat in range(repeats):
@@ -98,6 +100,8 @@ def compare(label: str, variants: dict[str, Callable[[], float]], repeats: int) 
                                                             strict=True))
             line += f"   {name.split()[0]} / {base.split()[0]} = {ratio:.3f}x"
         print(line, flush=True)
+    if limit is not None:
+        print(f"    limit: {limit(times)}", flush=True)
 
 
 def suite(repeats: int) -> None:

@@ -1,8 +1,8 @@
 """Three kinds of policy, whole ``parcat eval`` commands, quiet and beside a busy neighbour.
 
 Each row is a command timed whole (process start to exit), its variants interleaved repeat
-by repeat; ratios are paired medians against ``--jobs 1``. Each kind is set against its own
-limit:
+by repeat; ratios are paired medians of each variant's time over ``--jobs 1``'s (below 1:
+faster). Each kind is set against its own limit:
 
 1. **CPU-bound numpy** (``mlp,width=256``, 4 agents, 64 episodes): the limit is the shell
    split, two ``--jobs 1`` processes of half the episodes started together.
@@ -22,68 +22,21 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
-import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
+from field import command, compare, shell_split
 from neighbour import busy_neighbour
 
 ROOT = Path(__file__).resolve().parents[1]
-PARCAT = [sys.executable, "-m", "parcat"]
-QUIET = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-ENV = {"PYTHONPATH": f"{ROOT / 'src'}:{ROOT / 'benchmarks'}"}
+# the commands (field.py's) find parcat's source and wait_policy here, wherever run from
+os.environ["PYTHONPATH"] = f"{ROOT / 'src'}:{ROOT / 'benchmarks'}"
 
 CPU = ("eval", "-m", "harvest", "-p", "mlp,width=256", "-n", "64")
 WAIT = ("eval", "-m", "harvest", "--set", "agents=4", "--set", "max_steps=50", "-n", "8",
         "-p", "wait_policy:Wait,ms=5")
 WAIT_CALLS = 8 * 4
 NEURAL = ("eval", "-m", "harvest", "--set", "agents=24", "-n", "16", "-p", "mlp,width=256")
-
-
-def command(*args: str) -> Callable[[], float]:
-    env = {**os.environ, **ENV}
-
-    def run() -> float:
-        start = time.perf_counter()
-        subprocess.run([*PARCAT, *args], cwd=ROOT, check=True, env=env, **QUIET)  # type: ignore[arg-type]
-        return time.perf_counter() - start
-    return run
-
-
-def shell_split(*args: str) -> Callable[[], float]:
-    env = {**os.environ, **ENV}
-
-    def run() -> float:
-        start = time.perf_counter()
-        procs = [subprocess.Popen([*PARCAT, *args, "--seed", str(seed)], cwd=ROOT, env=env,  # type: ignore[call-overload]
-                                  **QUIET) for seed in (1, 2)]
-        if any(proc.wait() != 0 for proc in procs):
-            raise RuntimeError("a shell-split run failed")
-        return time.perf_counter() - start
-    return run
-
-
-def compare(label: str, variants: dict[str, Callable[[], float]], repeats: int,
-            limit: Callable[[dict[str, list[float]]], str] | None = None) -> None:
-    """Time the variants interleaved; print medians, paired ratios to the first, the limit."""
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    order = list(variants)
-    for repeat in range(repeats):
-        for name in order if repeat % 2 == 0 else order[::-1]:
-            times[name].append(variants[name]())
-    base = order[0]
-    print(f"  {label}")
-    for name in order:
-        line = f"    {name:<52} {statistics.median(times[name]):7.2f} s"
-        if name != base:
-            ratio = statistics.median(a / b for a, b in zip(times[base], times[name],
-                                                            strict=True))
-            line += f"   {ratio:5.2f}x faster than --jobs 1"
-        print(line, flush=True)
-    if limit is not None:
-        print(f"    limit: {limit(times)}", flush=True)
 
 
 def startup() -> float:
@@ -137,28 +90,29 @@ def forward_limit(observations: int) -> str:
 def suite(kinds: set[str], repeats: int) -> None:
     if "cpu" in kinds:
         compare("1. CPU-bound numpy: eval -m harvest -n 64 -p mlp,width=256", {
-            "--jobs 1": command(*CPU, "--jobs", "1"),
-            "default": command(*CPU),
-            "--jobs 2": command(*CPU, "--jobs", "2"),
-            "shell split (2 x --jobs 1 -n 32) = the limit": shell_split(
+            "sequential (--jobs 1)": command(*CPU, "--jobs", "1"),
+            "default (no --jobs)": command(*CPU),
+            "parallel (--jobs 2)": command(*CPU, "--jobs", "2"),
+            "shell split (2 x --jobs 1 -n 32, the limit)": shell_split(
                 *CPU[:-1], "32", "--jobs", "1"),
         }, repeats)
     if "wait" in kinds:
         base = startup()
         compare("2. waiting policy (5 ms a step): 8 episodes x 4 agents x 50 steps", {
-            "--jobs 1": command(*WAIT, "--jobs", "1"),
-            "default": command(*WAIT),
-            "--jobs 32 --parallel-policy": command(*WAIT, "--jobs", "32", "--parallel-policy"),
+            "sequential (--jobs 1)": command(*WAIT, "--jobs", "1"),
+            "default (no --jobs)": command(*WAIT),
+            "concurrent (--jobs 32 --parallel-policy)": command(
+                *WAIT, "--jobs", "32", "--parallel-policy"),
         }, repeats, lambda t: (
-            f"ideal concurrency {ideal(base, statistics.median(t['--jobs 1'])):.2f} s"
+            f"ideal concurrency {ideal(base, statistics.median(t['sequential (--jobs 1)'])):.2f} s"
             f" (start-up {base:.2f} s + sequential / {WAIT_CALLS})"))
     if "neural" in kinds:
         observations = 16 * 24 * 200  # harvest's max_steps
         compare("3. neural net over many agents: harvest agents=24 -n 16 -p mlp,width=256", {
-            "--jobs 1": command(*NEURAL, "--jobs", "1"),
-            "default": command(*NEURAL),
-            "--jobs 2": command(*NEURAL, "--jobs", "2"),
-            "--jobs 1 --parallel-policy --policy-strategy batch": command(
+            "sequential (--jobs 1)": command(*NEURAL, "--jobs", "1"),
+            "default (no --jobs)": command(*NEURAL),
+            "parallel (--jobs 2)": command(*NEURAL, "--jobs", "2"),
+            "batched (--jobs 1 --parallel-policy --policy-strategy batch)": command(
                 *NEURAL, "--jobs", "1", "--parallel-policy", "--policy-strategy", "batch"),
         }, repeats, lambda t: forward_limit(observations))
 
