@@ -9,12 +9,15 @@ faster). Each kind is set against its own limit:
 2. **A policy that waits** (``wait_policy:Wait,ms=5``: 5 ms of sleep a step; 8 episodes × 4
    agents × 50 steps, issue 22's workload): the limit is ideal concurrency, every agent's
    wait overlapped: the ``--jobs 1`` start-up plus the sequential time / (episodes × agents).
-3. **A neural net over many agents** (``mlp,width=256``, 24 agents, 16 episodes, issue 23's
+3. **A neural net over many agents** (``mlp,width=256``, 24 agents, 64 episodes, issue 23's
    workload): the limit is the batched arithmetic, the forward pass of every observation of
-   the run in batches of 1,536, timed alone.
+   the run in batches of 1,536, timed alone. parcat's own cost an observation is the run's
+   time less the same run with ``noop`` (the environment and start-up), over its
+   observations. ``--baseline DIR`` adds a row: ``--jobs 1`` of another checkout's source
+   (issue 23 compares with release 4cab202: ``git worktree add --detach DIR 4cab202``).
 
     PYTHONPATH=src .venv/bin/python benchmarks/policy_kinds.py [--repeats N] [--only quiet|load]
-        [--kinds cpu,wait,neural]
+        [--kinds cpu,wait,neural] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -22,10 +25,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from field import command, compare, shell_split
+from field import QUIET, command, compare, shell_split
 from neighbour import busy_neighbour
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +42,20 @@ CPU = ("eval", "-m", "harvest", "-p", "mlp,width=256", "-n", "64")
 WAIT = ("eval", "-m", "harvest", "--set", "agents=4", "--set", "max_steps=50", "-n", "8",
         "-p", "wait_policy:Wait,ms=5")
 WAIT_CALLS = 8 * 4
-NEURAL = ("eval", "-m", "harvest", "--set", "agents=24", "-n", "16", "-p", "mlp,width=256")
+NEURAL = ("eval", "-m", "harvest", "--set", "agents=24", "-n", "64", "-p", "mlp,width=256")
+NEURAL_OBSERVATIONS = 64 * 24 * 200  # harvest's max_steps; its agents live to the end
+
+
+def other_source(source: Path, *args: str) -> Callable[[], float]:
+    """``parcat ARGS`` run from another checkout's ``src`` (an older release)."""
+    env = {**os.environ, "PYTHONPATH": f"{source / 'src'}:{ROOT / 'benchmarks'}"}
+
+    def run() -> float:
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "parcat", *args], cwd=source, env=env, check=True,
+                       **QUIET)  # type: ignore[call-overload]
+        return time.perf_counter() - start
+    return run
 
 
 def startup() -> float:
@@ -87,7 +106,21 @@ def forward_limit(observations: int) -> str:
             f"{blas * observations:.2f} s")
 
 
-def suite(kinds: set[str], repeats: int) -> None:
+def per_observation(times: dict[str, list[float]], name: str) -> float:
+    """parcat's seconds an observation in row ``name``: its time less the ``noop`` row's."""
+    return ((statistics.median(times[name]) - statistics.median(times["noop (environment only)"]))
+            / NEURAL_OBSERVATIONS)
+
+
+def neural_limit(times: dict[str, list[float]]) -> str:
+    own, blas = batched_forward_s(NEURAL_OBSERVATIONS)
+    default = per_observation(times, "default (no --jobs)")
+    return (f"{forward_limit(NEURAL_OBSERVATIONS)}; parcat's default: "
+            f"{default * 1e6:.2f} µs an observation beyond the environment "
+            f"({default / blas:.2f}x the BLAS limit, {default / own:.2f}x step_batch's)")
+
+
+def suite(kinds: set[str], repeats: int, baseline: Path | None = None) -> None:
     if "cpu" in kinds:
         compare("1. CPU-bound numpy: eval -m harvest -n 64 -p mlp,width=256", {
             "sequential (--jobs 1)": command(*CPU, "--jobs", "1"),
@@ -107,14 +140,14 @@ def suite(kinds: set[str], repeats: int) -> None:
             f"ideal concurrency {ideal(base, statistics.median(t['sequential (--jobs 1)'])):.2f} s"
             f" (start-up {base:.2f} s + sequential / {WAIT_CALLS})"))
     if "neural" in kinds:
-        observations = 16 * 24 * 200  # harvest's max_steps
-        compare("3. neural net over many agents: harvest agents=24 -n 16 -p mlp,width=256", {
-            "sequential (--jobs 1)": command(*NEURAL, "--jobs", "1"),
-            "default (no --jobs)": command(*NEURAL),
-            "parallel (--jobs 2)": command(*NEURAL, "--jobs", "2"),
-            "batched (--jobs 1 --parallel-policy --policy-strategy batch)": command(
-                *NEURAL, "--jobs", "1", "--parallel-policy", "--policy-strategy", "batch"),
-        }, repeats, lambda t: forward_limit(observations))
+        rows = {"sequential (--jobs 1)": command(*NEURAL, "--jobs", "1"),
+                "default (no --jobs)": command(*NEURAL),
+                "parallel (--jobs 2)": command(*NEURAL, "--jobs", "2"),
+                "noop (environment only)": command(*NEURAL[:-1], "noop")}
+        if baseline is not None:
+            rows[f"{baseline.name} --jobs 1"] = other_source(baseline, *NEURAL, "--jobs", "1")
+        compare("3. neural net over many agents: harvest agents=24 -n 64 -p mlp,width=256",
+                rows, repeats, neural_limit)
 
 
 def main() -> None:
@@ -122,18 +155,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only", choices=["quiet", "load"])
     parser.add_argument("--kinds", default="cpu,wait,neural")
+    parser.add_argument("--baseline", type=Path, help="a checkout of an older release")
     args = parser.parse_args()
     kinds = set(args.kinds.split(","))
     with open("/proc/loadavg") as handle:
         print(f"load average before: {handle.read().split()[:3]}")
     if args.only != "load":
         print("no other load")
-        suite(kinds, args.repeats)
+        suite(kinds, args.repeats, args.baseline)
     if args.only != "quiet":
         with busy_neighbour():
             time.sleep(0.5)
             print("one foreign busy process")
-            suite(kinds, args.repeats)
+            suite(kinds, args.repeats, args.baseline)
 
 
 if __name__ == "__main__":
