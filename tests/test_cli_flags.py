@@ -33,6 +33,7 @@ TAKES = {
     "bench": {"output", "format", "progress"},
     "plot": {"output"},
     "compare": {"policy", "seed", "format"},
+    "rank": {"seed", "format"},
     "replay": {"output", "trust_code"},
     "missions list": {"format"},
     "missions show": {"format"},

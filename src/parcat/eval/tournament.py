@@ -8,7 +8,11 @@ with bootstrap 95% intervals.
 
 ``--cross`` splits each mission's agents into two sides (by agent-id prefix, e.g.
 ``pursuer_*`` | ``evader_*``; one shared prefix is split in halves) and plays every ordered
-pair of policies, the row policy on one side; each cell holds both sides' mean returns.
+pair of policies, the row policy on one side; each cell holds both sides' mean returns. Both
+orders of a pair play the same episode seeds, so every pairing plays both seats equally often
+on paired seeds. The games are then rated (:mod:`parcat.eval.ratings`): a Bradley–Terry
+rating per policy with its interval and P(best), and win/draw/loss rates, illegal moves and
+the environment's numbers per policy and side.
 """
 
 from __future__ import annotations
@@ -17,14 +21,18 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from parcat.core.errors import ConfigError, clip
 from parcat.envs.missions import Mission
 from parcat.episode.results import EpisodeResult
 from parcat.eval.compare import OVERALL, compare
 from parcat.eval.evaluate import EvalConfig, EvalReport, evaluate
+from parcat.eval.ratings import RatingTable, Seats, SideRow, model_dict, rate, side_rows
+from parcat.eval.results_file import read_results
 from parcat.eval.stats import (
     Interval,
     aggregate_iqm,
@@ -36,6 +44,8 @@ from parcat.parallel.run_options import RunOptions
 
 Scores = dict[str, np.ndarray]
 OnResult = Callable[[EpisodeResult], None]
+REPS = 1000
+"""Bootstrap resamples of every interval."""
 
 
 def episode_scores(episodes: Sequence[EpisodeResult], agents: set[str] | None = None) -> Scores:
@@ -180,15 +190,30 @@ class CrossTable:
 
 @dataclass
 class CrossResult:
-    """``--cross``: one table per mission, and every run's episodes."""
+    """``--cross``: one table per mission, every run's episodes, and their ratings."""
 
     tables: list[CrossTable]
     episodes: list[EpisodeResult]
+    ratings: list[RatingTable] = field(default_factory=list)
+    sides: list[SideRow] = field(default_factory=list)
+    seed: int = 0
+    """The bootstrap's seed."""
 
     def to_document(self) -> dict[str, Any]:
         """JSON-ready."""
         return {"cross": [t.to_dict() for t in self.tables],
+                "ratings_model": model_dict(REPS, self.seed),
+                "ratings": [t.to_dict() for t in self.ratings],
+                "sides": [r.to_dict() for r in self.sides],
                 "episodes": [e.to_dict() for e in self.episodes]}
+
+    def rated(self) -> CrossResult:
+        """This result with its ratings and per-side rows computed from its episodes."""
+        seats = [Seats(t.mission, tuple(t.row_agents), tuple(t.col_agents))
+                 for t in self.tables]
+        policies = self.tables[0].policies if self.tables else []
+        return replace(self, ratings=rate(seats, self.episodes, policies, REPS, self.seed),
+                       sides=side_rows(seats, self.episodes, REPS, self.seed))
 
 
 def cross_play(config: EvalConfig, options: RunOptions | None = None,
@@ -213,7 +238,7 @@ def cross_play(config: EvalConfig, options: RunOptions | None = None,
             cells.append(line)
         tables.append(CrossTable(mission.name, [ids[k] for k in row_side],
                                  [ids[k] for k in col_side], [s.name for s in specs], cells))
-    return CrossResult(tables, episodes)
+    return CrossResult(tables, episodes, seed=seed).rated()
 
 
 def _cell(episodes: list[EpisodeResult], row: set[str], col: set[str], seed: int) -> CrossCell:
@@ -221,3 +246,49 @@ def _cell(episodes: list[EpisodeResult], row: set[str], col: set[str], seed: int
            else Interval(math.nan, math.nan, math.nan)
            for scores in (episode_scores(episodes, agents) for agents in (row, col))]
     return CrossCell(out[0], out[1], sum(1 for e in episodes if e.ok))
+
+
+REDO = "; run `parcat eval --cross -o FILE.json` again"
+
+
+def load_cross(path: Path, seed: int | None = None) -> CrossResult:
+    """The cross-play results in a ``parcat eval --cross -o`` file, rated again with
+    ``seed`` (default: the file's bootstrap seed); ``ConfigError`` naming what is wrong."""
+    document = read_results(path, "rank", "parcat.cross/1", "a `parcat eval --cross` file")
+    where = f"rank: '{path}'"
+    tables = _list(document, "cross", where)
+    found = [_table(t, f"{where}: cross[{i}]") for i, t in enumerate(tables)]
+    if not found or any(t.policies != found[0].policies for t in found):
+        raise ConfigError(f"{where}: \"cross\" holds no tables or tables of different "
+                          f"policies{REDO}")
+    episodes = []
+    for index, data in enumerate(_list(document, "episodes", where)):
+        try:
+            episodes.append(EpisodeResult.from_dict(data))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"{where}: episode {index} is malformed "
+                              f"({clip(repr(exc), 200)}){REDO}") from exc
+    if seed is None:
+        model = document.get("ratings_model")
+        saved = model.get("bootstrap", {}).get("seed") if isinstance(model, dict) else None
+        seed = saved if isinstance(saved, int) and not isinstance(saved, bool) else 0
+    return CrossResult(found, episodes, seed=max(seed, 0)).rated()
+
+
+def _table(data: Any, where: str) -> CrossTable:
+    """One ``cross`` table's seats and policies (its cells are not needed to rate)."""
+    if not isinstance(data, dict) or not isinstance(data.get("mission"), str):
+        raise ConfigError(f"{where} has no \"mission\" name{REDO}")
+    keys = ("row_agents", "col_agents", "policies")
+    lists = [_list(data, key, where) for key in keys]
+    for key, values in zip(keys, lists, strict=True):
+        if not values or not all(isinstance(v, str) for v in values):
+            raise ConfigError(f"{where}: \"{key}\" is not a list of names{REDO}")
+    return CrossTable(data["mission"], lists[0], lists[1], lists[2], [])
+
+
+def _list(data: dict[str, Any], key: str, where: str) -> list[Any]:
+    value = data.get(key)
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: \"{key}\" is not a list{REDO}")
+    return value
