@@ -14,20 +14,38 @@ from parcat.core.jsontext import dumps
 from parcat.eval.evaluate import EvalConfig
 from parcat.eval.ratings import SideRow
 from parcat.eval.stats import Interval
-from parcat.eval.tournament import CrossResult, EachResult, cross_play, evaluate_each
+from parcat.eval.tournament import (
+    CrossResult,
+    EachResult,
+    cross_play,
+    evaluate_each,
+    plays_against,
+)
 from parcat.parallel.run_options import RunOptions
+from parcat.policies.specs import PolicySpec
+
+
+def tournament_episodes(kind: str, config: EvalConfig, against: PolicySpec | None) -> int:
+    """How many episodes ``--each`` or ``--cross`` runs (for the progress bar)."""
+    if kind == "cross":
+        return len(config.missions) * config.episodes * len(config.policies) ** 2
+    return sum(2 if plays_against(m, against) else 1 for m in config.missions
+               ) * config.episodes * len(config.policies)
 
 
 def run_tournament(kind: str, config: EvalConfig, options: RunOptions, fmt: OutputFormat,
-                   output: Path | None, on_result: Any) -> int:
+                   output: Path | None, on_result: Any, against: PolicySpec | None = None
+                   ) -> int:
     """Run ``--each`` or ``--cross``, print it, write ``output`` (JSON); return the exit code."""
     result: EachResult | CrossResult
     with user_prints_on_stderr():
         if kind == "each":
-            result = evaluate_each(config, options, on_result, seed=config.seed)
+            result = evaluate_each(config, options, on_result, config.seed, against)
         else:
             result = cross_play(config, options, on_result, seed=config.seed)
-    document = {"schema": f"parcat.{kind}/1", **result.to_document()}
+    # each/2: "runs" holds a list of documents per policy (two seats against an opponent)
+    document = {"schema": "parcat.each/2" if kind == "each" else "parcat.cross/1",
+                **result.to_document()}
     if output is not None:
         from parcat.core.atomic import write_text_atomically
         write_text_atomically(output, dumps(document, indent=1) + "\n")

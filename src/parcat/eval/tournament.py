@@ -1,8 +1,9 @@
 """Comparing policies in one command: each on its own (``--each``) and every pair against
 each other (``--cross``).
 
-``--each`` evaluates every ``-p`` with all agents playing it, on the same episode seeds; each
-policy gets, per mission and overall (normalised per mission, as rliable does), its mean and
+``--each`` evaluates every ``-p`` with all agents playing it, on the same episode seeds (on a
+turn-based game, or with ``--against``, against that opponent in both seats); each policy
+gets, per mission and overall (normalised per mission, as rliable does), its mean and
 IQM and, against the first policy, the difference of means and P(policy > baseline), all
 with bootstrap 95% intervals.
 
@@ -41,6 +42,7 @@ from parcat.eval.stats import (
     stratified_bootstrap,
 )
 from parcat.parallel.run_options import RunOptions
+from parcat.policies.specs import PolicySpec, parse_policy_spec
 
 Scores = dict[str, np.ndarray]
 OnResult = Callable[[EpisodeResult], None]
@@ -83,33 +85,58 @@ class EachRow:
 
 @dataclass
 class EachResult:
-    """``--each``: every policy's own run and the rows comparing them."""
+    """``--each``: every policy's runs and the rows comparing them."""
 
     baseline: str
-    reports: dict[str, EvalReport]
+    reports: dict[str, list[EvalReport]]
+    """Each policy's runs: one alone, and two per mission played against ``against``."""
     rows: list[EachRow] = field(default_factory=list)
+    against: str | None = None
+    """The opponent of the missions in ``against_missions``."""
+    against_missions: list[str] = field(default_factory=list)
 
     @property
     def episodes(self) -> list[EpisodeResult]:
         """Every episode of every run."""
-        return [e for report in self.reports.values() for e in report.episodes]
+        return [e for runs in self.reports.values() for r in runs for e in r.episodes]
 
     def to_document(self) -> dict[str, Any]:
-        """JSON-ready: the rows and each policy's full results document."""
-        return {"each": {"baseline": self.baseline, "rows": [r.to_dict() for r in self.rows]},
-                "runs": {name: report.to_document() for name, report in self.reports.items()}}
+        """JSON-ready: the rows and each policy's full results documents."""
+        return {"each": {"baseline": self.baseline, "rows": [r.to_dict() for r in self.rows],
+                         "against": self.against, "against_missions": self.against_missions},
+                "runs": {name: [r.to_document() for r in runs]
+                         for name, runs in self.reports.items()}}
+
+
+DEFAULT_AGAINST = "random"
+"""The opponent ``--each`` gives every policy on a turn-based game unless told another."""
+
+
+def plays_against(mission: Mission, against: PolicySpec | None) -> bool:
+    """Whether ``--each`` plays ``mission`` against an opponent: a turn-based game (where
+    playing oneself scores nothing), or any mission once an opponent is named."""
+    return against is not None or mission.turn_based
 
 
 def evaluate_each(config: EvalConfig, options: RunOptions | None = None,
-                  on_result: OnResult | None = None, seed: int = 0) -> EachResult:
-    """Evaluate every policy of ``config`` on its own (see the module docstring)."""
-    reports = {}
+                  on_result: OnResult | None = None, seed: int = 0,
+                  against: PolicySpec | None = None) -> EachResult:
+    """Evaluate every policy of ``config`` on its own (module docstring); on the missions
+    :func:`plays_against` names, against ``against`` (default :data:`DEFAULT_AGAINST`) in
+    both seats on the same seeds, scoring the policy's own agents."""
+    opponent = against or parse_policy_spec(DEFAULT_AGAINST)
+    duels = [m for m in config.missions if plays_against(m, against)]
+    for duel in duels:
+        sides(duel)  # two sides on every mission, before any runs
+    reports, scores = {}, []
     for spec in config.policies:
-        alone = replace(config, policies=(replace(spec, weight=1.0),))
-        reports[spec.name] = evaluate(alone, options, on_result=on_result)
+        runs, own = _each_runs(config, replace(spec, weight=1.0), duels, opponent, options,
+                               on_result)
+        reports[spec.name] = runs
+        scores.append(own)
     names = list(reports)
-    scores = [episode_scores(reports[n].episodes) for n in names]
-    result = EachResult(names[0], reports)
+    result = EachResult(names[0], reports, against=opponent.name if duels else None,
+                        against_missions=[m.name for m in duels])
     missions = [m.name for m in config.missions]
     for mission in missions:
         for name, own in zip(names, scores, strict=True):
@@ -124,9 +151,35 @@ def evaluate_each(config: EvalConfig, options: RunOptions | None = None,
     return result
 
 
-def _each_row(mission: str, name: str, own: Scores, base: Scores, report: EvalReport,
+def _each_runs(config: EvalConfig, spec: PolicySpec, duels: list[Mission],
+               opponent: PolicySpec, options: RunOptions | None, on_result: OnResult | None
+               ) -> tuple[list[EvalReport], Scores]:
+    """``spec``'s runs (alone on the other missions, both seats against ``opponent`` on
+    ``duels``) and its per-episode scores per mission."""
+    runs, scores = [], {}
+    alone = [m for m in config.missions if m not in duels]
+    if alone:
+        runs.append(evaluate(replace(config, missions=tuple(alone), policies=(spec,)),
+                             options, on_result=on_result))
+        scores.update(episode_scores(runs[-1].episodes))
+    for mission in duels:
+        ids = [str(a.agent_id) for a in mission.agents()]
+        pair = (spec,) if spec.name == opponent.name else (spec, opponent)
+        found: list[np.ndarray] = []
+        for mine in sides(mission):
+            seating = tuple(0 if k in mine else len(pair) - 1 for k in range(len(ids)))
+            runs.append(evaluate(replace(config, missions=(mission,), policies=pair),
+                                 options, on_result=on_result, seating=seating))
+            found.append(episode_scores(runs[-1].episodes, {ids[k] for k in mine}).get(
+                mission.name, np.zeros(0)))
+        scores[mission.name] = np.concatenate(found)
+    return runs, scores
+
+
+def _each_row(mission: str, name: str, own: Scores, base: Scores, runs: list[EvalReport],
               is_baseline: bool, seed: int) -> EachRow:
-    failed = sum(1 for e in report.episodes if not e.ok and mission in (OVERALL, e.mission))
+    failed = sum(1 for r in runs for e in r.episodes
+                 if not e.ok and mission in (OVERALL, e.mission))
     count = sum(v.size for v in own.values())
     if not count:
         nan = Interval(math.nan, math.nan, math.nan)
@@ -145,10 +198,12 @@ def _each_row(mission: str, name: str, own: Scores, base: Scores, report: EvalRe
 
 
 def sides(mission: Mission) -> tuple[list[int], list[int]]:
-    """The two sides of ``mission``'s agents, as agent positions (``ValueError`` for one)."""
+    """The two sides of ``mission``'s agents, as agent positions (``ConfigError`` for one
+    agent)."""
     ids = [str(spec.agent_id) for spec in mission.agents()]
     if len(ids) < 2:
-        raise ValueError(f"mission '{mission.name}' has one agent: cross-play needs two sides")
+        raise ConfigError(f"mission '{mission.name}' has one agent: --cross and --against "
+                          "need two sides; give a mission with two or more agents")
     prefixes = [re.sub(r"[_\-]?\d+$", "", agent) for agent in ids]
     if len(set(prefixes)) > 1:
         row = [i for i, p in enumerate(prefixes) if p == prefixes[0]]
@@ -221,8 +276,8 @@ def cross_play(config: EvalConfig, options: RunOptions | None = None,
     """Play every ordered pair of ``config``'s policies on every mission (module docstring)."""
     tables, episodes = [], []
     specs = [replace(s, weight=1.0) for s in config.policies]
-    for mission in config.missions:
-        row_side, col_side = sides(mission)
+    seats = [sides(mission) for mission in config.missions]  # every mission's, before any runs
+    for mission, (row_side, col_side) in zip(config.missions, seats, strict=True):
         ids = [str(spec.agent_id) for spec in mission.agents()]
         cells = []
         for i, mine in enumerate(specs):
