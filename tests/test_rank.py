@@ -1,7 +1,8 @@
 """Ranking in one command: ``parcat eval --cross`` prints and records Bradley–Terry ratings,
 ``parcat rank FILE`` rates a file again (and refuses a damaged one in one line), ``--each``
-on a turn-based game plays an opponent, and the outcomes per side: Connect Four's
-win/draw/loss and illegal moves, evade's capture rate."""
+on a turn-based game plays an opponent, the outcomes per side (Connect Four's win/draw/loss
+and illegal moves, evade's capture rate), and ``--cross --precision`` spending episodes
+where the ranking is uncertain."""
 
 from __future__ import annotations
 
@@ -14,7 +15,11 @@ import numpy as np
 import pytest
 
 from parcat.cli.main import main
+from parcat.eval.evaluate import make_config
 from parcat.eval.ratings import ELO
+from parcat.eval.report import strip_timings
+from parcat.eval.tournament import cross_play
+from parcat.parallel.run_options import RunOptions
 
 CONNECT_FOUR = "name: connect_four\nenv: pettingzoo.classic.connect_four_v3:env\nmax_steps: 42\n"
 DUEL = "name: duel\nenv: tests.rank_fakes:DuelEnv\nmax_steps: 1\n"
@@ -174,3 +179,34 @@ def test_a_missing_cross_file_is_one_line(tmp_path: Path,
     assert main(["rank", str(tmp_path / "none.json")]) == 2
     assert capsys.readouterr().err.startswith(f"parcat: error: rank: cannot read "
                                               f"'{tmp_path / 'none.json'}'")
+
+
+def evade_cross(jobs: int, precision: float, max_episodes: int) -> dict:
+    config = make_config(["evade"], ["greedy", "random", "noop"], episodes=4, seed=0,
+                         overrides={"max_steps": 20})
+    return strip_timings(cross_play(config, RunOptions(jobs=jobs), precision=precision,
+                                    max_episodes=max_episodes).to_document())
+
+
+def test_precision_spends_episodes_where_the_ranking_is_uncertain() -> None:
+    document = evade_cross(1, precision=100, max_episodes=40)
+    episodes = [[c["episodes"] for c in row] for row in document["cross"][0]["cells"]]
+    # greedy (row 0) catches every evader: its pairs are clear sooner than random against
+    # noop, whose duplicate games are close
+    assert episodes[0][2] < episodes[1][2] and episodes[1][2] == episodes[2][1]
+    assert all(episodes[i][i] == 4 for i in range(3))  # self-play is not rated
+    ratings = document["ratings"][0]["ratings"]
+    assert all((r["rating"]["high"] - r["rating"]["low"]) / 2 < 100 for r in ratings)
+    # a uniform schedule needs 16 episodes a pair (144 in all) for the same half-width
+    assert sum(map(sum, episodes)) < 144
+
+
+def test_precision_schedules_the_same_episodes_at_jobs_1_and_2() -> None:
+    assert evade_cross(1, precision=50, max_episodes=8) == \
+        evade_cross(2, precision=50, max_episodes=8)
+
+
+def test_a_precision_that_is_not_positive_is_one_line(capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    assert main(["eval", *EVADE, "--cross", "--precision", "0"]) == 2
+    assert capsys.readouterr().err == "parcat: error: --precision must be > 0, got 0.0\n"

@@ -61,7 +61,8 @@ def eval_command(s: opts.EvalSettings) -> None:
         total = tournament_episodes(tournament, config, against)
         with user_errors(), lock, progress_bar(total, "episodes", enabled=s.progress) as step:
             raise typer.Exit(run_tournament(tournament, config, options, s.format, s.output,
-                                            lambda _: step(), against))
+                                            lambda _: step(), against,
+                                            (s.precision, s.max_episodes)))
     total = len(config.missions) * config.episodes
     with user_errors(), lock, progress_bar(total, "episodes", enabled=s.progress) as step, \
             user_prints_on_stderr():
@@ -132,6 +133,8 @@ def _tournament(s: opts.EvalSettings) -> str | None:
         raise ConfigError("--each and --cross are two ways to compare: give one")
     flag = "--each" if s.each else "--cross"
     for name in ("resume", "precision", "replay_dir", "trace"):
+        if name == "precision" and s.cross:
+            continue  # --cross spends episodes where the ranking is uncertain
         if getattr(s, name) is not None and getattr(s, name) is not False:
             raise ConfigError(f"{flag} cannot be combined with --{name.replace('_', '-')} yet")
     if s.output is not None and s.output.suffix.lower() != ".json":

@@ -204,9 +204,12 @@ class EvalSettings(EvalFlags):
     progress: Progress = True
     precision: Annotated[float | None, typer.Option(
         "--precision", metavar="HALF_WIDTH",
-        help="Add episodes until each mission's 95% CI half-width is below this.")] = None
+        help="Add episodes until each mission's 95% CI half-width is below this; with "
+        "--cross, until every rating's is (Elo points), playing more of the pairs whose "
+        "intervals overlap.")] = None
     max_episodes: Annotated[int, typer.Option(
-        "--max-episodes", metavar="N", help="Cap for --precision.")] = 10_000
+        "--max-episodes", metavar="N", help="Cap for --precision (with --cross: per pair)."
+    )] = 10_000
     resume: Annotated[bool, typer.Option(
         "--resume", help="Keep the finished episodes in --output; run the rest.")] = False
     each: Annotated[bool, typer.Option(

@@ -29,7 +29,7 @@ def rank_command(
     """
     with held_imports():  # here, not at the top: `parcat rank --help` needs none of them
         from parcat.cli.tournament_view import show_ratings
-        from parcat.eval.tournament import load_cross
+        from parcat.eval.cross_file import load_cross
     with user_errors():
         result = load_cross(file, seed)
     show_ratings(result, fmt)

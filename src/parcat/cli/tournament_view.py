@@ -34,15 +34,16 @@ def tournament_episodes(kind: str, config: EvalConfig, against: PolicySpec | Non
 
 
 def run_tournament(kind: str, config: EvalConfig, options: RunOptions, fmt: OutputFormat,
-                   output: Path | None, on_result: Any, against: PolicySpec | None = None
-                   ) -> int:
-    """Run ``--each`` or ``--cross``, print it, write ``output`` (JSON); return the exit code."""
+                   output: Path | None, on_result: Any, against: PolicySpec | None = None,
+                   precision: tuple[float | None, int] = (None, 10_000)) -> int:
+    """Run ``--each`` or ``--cross`` (to ``precision``: ``--precision``, ``--max-episodes``),
+    print it, write ``output`` (JSON); return the exit code."""
     result: EachResult | CrossResult
     with user_prints_on_stderr():
         if kind == "each":
             result = evaluate_each(config, options, on_result, config.seed, against)
         else:
-            result = cross_play(config, options, on_result, seed=config.seed)
+            result = cross_play(config, options, on_result, config.seed, *precision)
     # each/2: "runs" holds a list of documents per policy (two seats against an opponent)
     document = {"schema": "parcat.each/2" if kind == "each" else "parcat.cross/1",
                 **result.to_document()}

@@ -22,18 +22,16 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from parcat.core.errors import ConfigError, clip
+from parcat.core.errors import ConfigError
 from parcat.envs.missions import Mission
 from parcat.episode.results import EpisodeResult
 from parcat.eval.compare import OVERALL, compare
 from parcat.eval.evaluate import EvalConfig, EvalReport, evaluate
 from parcat.eval.ratings import RatingTable, Seats, SideRow, model_dict, rate, side_rows
-from parcat.eval.results_file import read_results
 from parcat.eval.stats import (
     Interval,
     aggregate_iqm,
@@ -271,29 +269,81 @@ class CrossResult:
                        sides=side_rows(seats, self.episodes, REPS, self.seed))
 
 
+Pair = tuple[int, int, int]
+"""A mission's index, the row policy's and the column policy's."""
+
+
 def cross_play(config: EvalConfig, options: RunOptions | None = None,
-               on_result: OnResult | None = None, seed: int = 0) -> CrossResult:
-    """Play every ordered pair of ``config``'s policies on every mission (module docstring)."""
-    tables, episodes = [], []
+               on_result: OnResult | None = None, seed: int = 0,
+               precision: float | None = None, max_episodes: int = 10_000) -> CrossResult:
+    """Play every ordered pair of ``config``'s policies on every mission (module docstring).
+
+    Args:
+        precision: Then add ``config.episodes`` episodes at a time, both seats on the same
+            seeds, to the pairs of every policy whose rating's 95% half-width (Elo points)
+            is still above it and whose intervals overlap, until none is (or every such
+            pair has played ``max_episodes``). The schedule is a function of the seed and
+            the results so far, so the run is reproducible.
+    """
+    if precision is not None and not precision > 0:
+        raise ConfigError(f"--precision must be > 0, got {precision}")
     specs = [replace(s, weight=1.0) for s in config.policies]
     seats = [sides(mission) for mission in config.missions]  # every mission's, before any runs
-    for mission, (row_side, col_side) in zip(config.missions, seats, strict=True):
+    n = len(specs)
+    todo = {(m, i, j): config.episodes for m in range(len(seats)) for i in range(n)
+            for j in range(n)}
+    played: dict[Pair, list[EpisodeResult]] = {}
+    while True:
+        for (m, i, j), count in todo.items():
+            mission = config.missions[m]
+            pair = (specs[i],) if i == j else (specs[i], specs[j])
+            seating = tuple(0 if k in seats[m][0] or i == j else 1
+                            for k in range(len(mission.agents())))
+            kept = {(e.mission, e.episode_index): e for e in played.get((m, i, j), [])}
+            played[(m, i, j)] = evaluate(
+                replace(config, missions=(mission,), policies=pair, episodes=count), options,
+                on_result=on_result, keep=kept, seating=seating).episodes
+        result = _cross_result(config, specs, seats, played, seed)
+        todo = {} if precision is None else _uncertain(result, played, precision,
+                                                       config.episodes, max_episodes)
+        if not todo:
+            return result
+
+
+def _cross_result(config: EvalConfig, specs: list[PolicySpec],
+                  seats: list[tuple[list[int], list[int]]],
+                  played: dict[Pair, list[EpisodeResult]], seed: int) -> CrossResult:
+    tables, episodes = [], []
+    for m, (mission, (row_side, col_side)) in enumerate(zip(config.missions, seats,
+                                                             strict=True)):
         ids = [str(spec.agent_id) for spec in mission.agents()]
-        cells = []
-        for i, mine in enumerate(specs):
-            line = []
-            for j, theirs in enumerate(specs):
-                pair = (mine,) if i == j else (mine, theirs)
-                seating = tuple(0 if k in row_side or i == j else 1 for k in range(len(ids)))
-                report = evaluate(replace(config, missions=(mission,), policies=pair), options,
-                                  on_result=on_result, seating=seating)
-                episodes += report.episodes
-                line.append(_cell(report.episodes, {ids[k] for k in row_side},
-                                  {ids[k] for k in col_side}, seed))
-            cells.append(line)
-        tables.append(CrossTable(mission.name, [ids[k] for k in row_side],
-                                 [ids[k] for k in col_side], [s.name for s in specs], cells))
+        row, col = [ids[k] for k in row_side], [ids[k] for k in col_side]
+        cells = [[_cell(played[(m, i, j)], set(row), set(col), seed) for j in range(len(specs))]
+                 for i in range(len(specs))]
+        episodes += [e for i in range(len(specs)) for j in range(len(specs))
+                     for e in played[(m, i, j)]]
+        tables.append(CrossTable(mission.name, row, col, [s.name for s in specs], cells))
     return CrossResult(tables, episodes, seed=seed).rated()
+
+
+def _uncertain(result: CrossResult, played: dict[Pair, list[EpisodeResult]],
+               precision: float, step: int, cap: int) -> dict[Pair, int]:
+    """The pairs to play more, and their new episode counts (``cross_play``'s precision)."""
+    todo = {}
+    for m, table in enumerate(result.ratings[:len(result.tables)]):
+        names = result.tables[m].policies
+        wide = {r.policy for r in table.ratings
+                if not (r.rating.high - r.rating.low) / 2 < precision}
+        found = {r.policy: r.rating for r in table.ratings}
+        pairs = [(i, j) for i in range(len(names)) for j in range(i + 1, len(names))
+                 if {names[i], names[j]} & wide]
+        close = [(i, j) for i, j in pairs if found[names[i]].low <= found[names[j]].high
+                 and found[names[j]].low <= found[names[i]].high]
+        for i, j in close or pairs:  # none overlaps: narrow the wide ones all the same
+            count = min(cap, len(played[(m, i, j)]) + step)
+            if count > len(played[(m, i, j)]):
+                todo[(m, i, j)] = todo[(m, j, i)] = count
+    return todo
 
 
 def _cell(episodes: list[EpisodeResult], row: set[str], col: set[str], seed: int) -> CrossCell:
@@ -301,49 +351,3 @@ def _cell(episodes: list[EpisodeResult], row: set[str], col: set[str], seed: int
            else Interval(math.nan, math.nan, math.nan)
            for scores in (episode_scores(episodes, agents) for agents in (row, col))]
     return CrossCell(out[0], out[1], sum(1 for e in episodes if e.ok))
-
-
-REDO = "; run `parcat eval --cross -o FILE.json` again"
-
-
-def load_cross(path: Path, seed: int | None = None) -> CrossResult:
-    """The cross-play results in a ``parcat eval --cross -o`` file, rated again with
-    ``seed`` (default: the file's bootstrap seed); ``ConfigError`` naming what is wrong."""
-    document = read_results(path, "rank", "parcat.cross/1", "a `parcat eval --cross` file")
-    where = f"rank: '{path}'"
-    tables = _list(document, "cross", where)
-    found = [_table(t, f"{where}: cross[{i}]") for i, t in enumerate(tables)]
-    if not found or any(t.policies != found[0].policies for t in found):
-        raise ConfigError(f"{where}: \"cross\" holds no tables or tables of different "
-                          f"policies{REDO}")
-    episodes = []
-    for index, data in enumerate(_list(document, "episodes", where)):
-        try:
-            episodes.append(EpisodeResult.from_dict(data))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigError(f"{where}: episode {index} is malformed "
-                              f"({clip(repr(exc), 200)}){REDO}") from exc
-    if seed is None:
-        model = document.get("ratings_model")
-        saved = model.get("bootstrap", {}).get("seed") if isinstance(model, dict) else None
-        seed = saved if isinstance(saved, int) and not isinstance(saved, bool) else 0
-    return CrossResult(found, episodes, seed=max(seed, 0)).rated()
-
-
-def _table(data: Any, where: str) -> CrossTable:
-    """One ``cross`` table's seats and policies (its cells are not needed to rate)."""
-    if not isinstance(data, dict) or not isinstance(data.get("mission"), str):
-        raise ConfigError(f"{where} has no \"mission\" name{REDO}")
-    keys = ("row_agents", "col_agents", "policies")
-    lists = [_list(data, key, where) for key in keys]
-    for key, values in zip(keys, lists, strict=True):
-        if not values or not all(isinstance(v, str) for v in values):
-            raise ConfigError(f"{where}: \"{key}\" is not a list of names{REDO}")
-    return CrossTable(data["mission"], lists[0], lists[1], lists[2], [])
-
-
-def _list(data: dict[str, Any], key: str, where: str) -> list[Any]:
-    value = data.get(key)
-    if not isinstance(value, list):
-        raise ConfigError(f"{where}: \"{key}\" is not a list{REDO}")
-    return value
