@@ -23,9 +23,9 @@ HEAVY = ("numpy", "gymnasium", "yaml", "parcat.eval.evaluate", "parcat.train", "
          "parcat.parallel.run_options", "parcat.envs.missions", "parcat.cli.render")
 """Modules no help text needs: the libraries and parcat's eval, train and sim stacks."""
 COMMAND_MODULES = {"parcat.cli.eval_cmd", "parcat.cli.plan_cmd", "parcat.cli.train_cmd",
-                   "parcat.cli.compare_cmd", "parcat.cli.bench_cmd", "parcat.cli.plot_cmd",
-                   "parcat.cli.sim_cmd", "parcat.cli.missions_cmd", "parcat.cli.policies_cmd",
-                   "parcat.cli.replay_cmd"}
+                   "parcat.cli.compare_cmd", "parcat.cli.rank_cmd", "parcat.cli.bench_cmd",
+                   "parcat.cli.plot_cmd", "parcat.cli.sim_cmd", "parcat.cli.missions_cmd",
+                   "parcat.cli.policies_cmd", "parcat.cli.replay_cmd"}
 RUN = """
 import json, sys
 from parcat.cli.main import main

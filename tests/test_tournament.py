@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from parcat.cli.main import main
+from parcat.core.errors import ConfigError
 from parcat.envs.missions import load_mission
 from parcat.eval.compare import OVERALL, compare
 from parcat.eval.evaluate import make_config
@@ -25,9 +26,9 @@ def test_each_plays_every_policy_alone_on_the_same_episodes() -> None:
                          overrides={"max_steps": 40})
     result = evaluate_each(config, RunOptions(jobs=1))
     assert list(result.reports) == ["greedy", "random", "noop"]
-    for name, report in result.reports.items():
+    for name, (report,) in result.reports.items():  # one run each: harvest is no duel
         assert {a.policy for e in report.episodes for a in e.agents} == {name}
-    seeds = [[e.seed for e in r.episodes] for r in result.reports.values()]
+    seeds = [[e.seed for e in r.episodes] for (r,) in result.reports.values()]
     assert seeds[0] == seeds[1] == seeds[2]  # paired: the same episodes
     rows = {r.policy: r for r in result.rows}
     assert rows["greedy"].difference is None and rows["greedy"].improvement is None
@@ -65,7 +66,7 @@ def _without_timings(value: object) -> object:
 def test_sides_split_by_agent_id_prefix_or_in_halves() -> None:
     assert sides(load_mission("evade")) == ([0, 1, 2], [3])
     assert sides(load_mission("harvest")) == ([0, 1], [2, 3])
-    with pytest.raises(ValueError, match="has one agent: cross-play needs two sides"):
+    with pytest.raises(ConfigError, match="has one agent: --cross and --against need two"):
         sides(load_mission("goal_tasks", {"agents": 1}))
 
 
@@ -107,7 +108,7 @@ def test_cli_each_cross_and_the_cross_plot(tmp_path: Path, capsys: pytest.Captur
             "-p", "random", "--no-progress"]
     assert main([*base, "--each", "--format", "json"]) == 0
     each = json.loads(capsys.readouterr().out)
-    assert each["schema"] == "parcat.each/1"
+    assert each["schema"] == "parcat.each/2"
     assert [r["policy"] for r in each["each"]["rows"]] == ["greedy", "random"]
     out = tmp_path / "cross.json"
     assert main([*base, "--cross", "-o", str(out)]) == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from parcat.eval.evaluate import EvalConfig, EvalReport
     from parcat.parallel.planner import Plan
     from parcat.parallel.run_options import RunOptions
+    from parcat.policies.specs import PolicySpec
 
 OUTPUT_FORMATS = {".json": "the full results", ".csv": "the summary"}
 """What ``-o`` writes, by extension."""
@@ -53,12 +55,14 @@ def eval_command(s: opts.EvalSettings) -> None:
         tournament = _tournament(s)
         lock = _lock(s.output)
     if tournament is not None:
-        from parcat.cli.tournament_view import run_tournament
-        total = len(config.missions) * config.episodes * (
-            len(config.policies) ** (2 if tournament == "cross" else 1))
+        from parcat.cli.tournament_view import run_tournament, tournament_episodes
+        with user_errors():
+            against = _against(s, config)
+        total = tournament_episodes(tournament, config, against)
         with user_errors(), lock, progress_bar(total, "episodes", enabled=s.progress) as step:
             raise typer.Exit(run_tournament(tournament, config, options, s.format, s.output,
-                                            lambda _: step()))
+                                            lambda _: step(), against,
+                                            (s.precision, s.max_episodes)))
     total = len(config.missions) * config.episodes
     with user_errors(), lock, progress_bar(total, "episodes", enabled=s.progress) as step, \
             user_prints_on_stderr():
@@ -121,17 +125,42 @@ def _lock(output: Path | None) -> contextlib.AbstractContextManager[object]:
 
 def _tournament(s: opts.EvalSettings) -> str | None:
     """``each``, ``cross`` or ``None``; refuses what they cannot be combined with."""
+    if s.against is not None and not s.each:
+        raise ConfigError("--against SPEC is the opponent of --each: give --each too")
     if not (s.each or s.cross):
         return None
     if s.each and s.cross:
         raise ConfigError("--each and --cross are two ways to compare: give one")
     flag = "--each" if s.each else "--cross"
     for name in ("resume", "precision", "replay_dir", "trace"):
+        if name == "precision" and s.cross:
+            continue  # --cross spends episodes where the ranking is uncertain
         if getattr(s, name) is not None and getattr(s, name) is not False:
             raise ConfigError(f"{flag} cannot be combined with --{name.replace('_', '-')} yet")
     if s.output is not None and s.output.suffix.lower() != ".json":
         raise ConfigError(f"{flag} writes its results as JSON: give -o FILE.json")
     return "each" if s.each else "cross"
+
+
+def _against(s: opts.EvalSettings, config: EvalConfig) -> PolicySpec | None:
+    """``--against``'s opponent, checked on every mission; says which missions play one."""
+    from parcat.eval.evaluate import check_policies
+    from parcat.eval.tournament import DEFAULT_AGAINST, plays_against, sides
+    from parcat.policies.specs import parse_policy_spec
+    against = None if s.against is None else parse_policy_spec(s.against, s.trust_code)
+    duels = tuple(m for m in config.missions if s.each and plays_against(m, against))
+    if not duels:
+        return against
+    for mission in duels:
+        sides(mission)
+    opponent = against or parse_policy_spec(DEFAULT_AGAINST)
+    check_policies(replace(config, missions=duels, policies=(opponent,)))
+    why = "turn-based: " if against is None else ""
+    _note(f"parcat: note: {', '.join(m.name for m in duels)}: {why}--each plays every "
+          f"policy against "
+          f"'{opponent.name}' in both seats on the same seeds, not against itself "
+          "(--against SPEC names another)")
+    return against
 
 
 def _note(message: str) -> None:

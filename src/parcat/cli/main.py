@@ -43,6 +43,9 @@ COMMANDS = (
     LazyCommand("compare", "parcat.cli.compare_cmd:compare_command",
                 "Difference B − A and P(B > A) per mission and overall, with bootstrap 95% "
                 "intervals."),
+    LazyCommand("rank", "parcat.cli.rank_cmd:rank_command",
+                "Rank the policies of a `parcat eval --cross` file: Bradley–Terry ratings "
+                "with 95% intervals, P(best), and outcomes per side."),
     LazyCommand("bench", "parcat.cli.bench_cmd:bench_command",
                 "Measure the fixed suite and append one record to the history."),
     LazyCommand("plot", "parcat.cli.plot_cmd:plot_command",

@@ -204,17 +204,25 @@ class EvalSettings(EvalFlags):
     progress: Progress = True
     precision: Annotated[float | None, typer.Option(
         "--precision", metavar="HALF_WIDTH",
-        help="Add episodes until each mission's 95% CI half-width is below this.")] = None
+        help="Add episodes until each mission's 95% CI half-width is below this; with "
+        "--cross, until every rating's is (Elo points), playing more of the pairs whose "
+        "intervals overlap.")] = None
     max_episodes: Annotated[int, typer.Option(
-        "--max-episodes", metavar="N", help="Cap for --precision.")] = 10_000
+        "--max-episodes", metavar="N", help="Cap for --precision (with --cross: per pair)."
+    )] = 10_000
     resume: Annotated[bool, typer.Option(
         "--resume", help="Keep the finished episodes in --output; run the rest.")] = False
     each: Annotated[bool, typer.Option(
         "--each", help="Evaluate every -p on its own (all agents play it) on the same "
         "episodes; one row per policy, compared with the first.")] = False
+    against: Annotated[str | None, typer.Option(
+        "--against", metavar="SPEC", help="With --each: the opponent every -p plays, in both "
+        "seats on the same seeds, on every mission (default: 'random', on turn-based games "
+        "only; other missions: all agents play the policy).")] = None
     cross: Annotated[bool, typer.Option(
         "--cross", help="Play every pair of -p policies against each other across the "
-        "mission's two sides; print the matrix.")] = False
+        "mission's two sides (both orders, the same seeds); print the matrix and the "
+        "Bradley–Terry ratings with 95% intervals.")] = False
     replay_dir: Annotated[Path | None, typer.Option(
         "--replay-dir", metavar="DIR", help="Record every episode into DIR (one .npz each, "
         "and index.json); play one back with `parcat replay DIR/FILE`.")] = None

@@ -1,4 +1,5 @@
-"""``parcat eval --each`` and ``--cross``: run them and show their tables (or JSON/CSV)."""
+"""``parcat eval --each`` and ``--cross``, and ``parcat rank``: run or read them and show
+their tables (or JSON/CSV)."""
 
 from __future__ import annotations
 
@@ -11,21 +12,41 @@ from parcat.cli.common import EXIT_FAILED, EXIT_OK, OutputFormat, write_csv
 from parcat.cli.stdout import user_prints_on_stderr
 from parcat.core.jsontext import dumps
 from parcat.eval.evaluate import EvalConfig
+from parcat.eval.ratings import SideRow
 from parcat.eval.stats import Interval
-from parcat.eval.tournament import CrossResult, EachResult, cross_play, evaluate_each
+from parcat.eval.tournament import (
+    CrossResult,
+    EachResult,
+    cross_play,
+    evaluate_each,
+    plays_against,
+)
 from parcat.parallel.run_options import RunOptions
+from parcat.policies.specs import PolicySpec
+
+
+def tournament_episodes(kind: str, config: EvalConfig, against: PolicySpec | None) -> int:
+    """How many episodes ``--each`` or ``--cross`` runs (for the progress bar)."""
+    if kind == "cross":
+        return len(config.missions) * config.episodes * len(config.policies) ** 2
+    return sum(2 if plays_against(m, against) else 1 for m in config.missions
+               ) * config.episodes * len(config.policies)
 
 
 def run_tournament(kind: str, config: EvalConfig, options: RunOptions, fmt: OutputFormat,
-                   output: Path | None, on_result: Any) -> int:
-    """Run ``--each`` or ``--cross``, print it, write ``output`` (JSON); return the exit code."""
+                   output: Path | None, on_result: Any, against: PolicySpec | None = None,
+                   precision: tuple[float | None, int] = (None, 10_000)) -> int:
+    """Run ``--each`` or ``--cross`` (to ``precision``: ``--precision``, ``--max-episodes``),
+    print it, write ``output`` (JSON); return the exit code."""
     result: EachResult | CrossResult
     with user_prints_on_stderr():
         if kind == "each":
-            result = evaluate_each(config, options, on_result, seed=config.seed)
+            result = evaluate_each(config, options, on_result, config.seed, against)
         else:
-            result = cross_play(config, options, on_result, seed=config.seed)
-    document = {"schema": f"parcat.{kind}/1", **result.to_document()}
+            result = cross_play(config, options, on_result, config.seed, *precision)
+    # each/2: "runs" holds a list of documents per policy (two seats against an opponent)
+    document = {"schema": "parcat.each/2" if kind == "each" else "parcat.cross/1",
+                **result.to_document()}
     if output is not None:
         from parcat.core.atomic import write_text_atomically
         write_text_atomically(output, dumps(document, indent=1) + "\n")
@@ -41,8 +62,8 @@ def run_tournament(kind: str, config: EvalConfig, options: RunOptions, fmt: Outp
 def _iv(interval: Interval | None, digits: int = 3) -> str:
     if interval is None or math.isnan(interval.value):
         return "-"
-    return (f"{interval.value:.{digits}f} [{interval.low:.{digits}f}, "
-            f"{interval.high:.{digits}f}]")
+    value, low, high = (round(v, digits) + 0.0 for v in vars(interval).values())  # no -0
+    return f"{value:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
 def _each_out(result: EachResult, fmt: OutputFormat) -> None:
@@ -82,4 +103,71 @@ def _cross_out(result: CrossResult, fmt: OutputFormat) -> None:
             ["row \\ column", *table.policies],
             [[name, *(f"{c.row.value:.3f} / {c.col.value:.3f}" for c in table.cells[i])]
              for i, name in enumerate(table.policies)]))
+    show_ratings(result, fmt)
+
+
+def show_ratings(result: CrossResult, fmt: OutputFormat) -> None:
+    """The ratings and the per-side rows: tables, or one CSV of a row per policy and side."""
+    if fmt is OutputFormat.JSON:
+        document = result.to_document()
+        sys.stdout.write(dumps({k: document[k] for k in ("ratings_model", "ratings", "sides")})
+                         + "\n")
+        return
+    if fmt is OutputFormat.CSV:
+        _sides_csv(result)
+        return
+    from parcat.cli.render import list_table, stdout_console
+    console = stdout_console()
+    for table in result.ratings:
+        seat = "" if table.seat is None else f"; row side advantage {_iv(table.seat, 0)}"
+        console.print(f"{table.mission}: Bradley–Terry ratings from {table.kind} games (Elo "
+                      f"points, mean 0, 95% CI){seat}", highlight=False)
+        console.print(list_table(["rank", "policy", "rating [95% CI]", "P(best)", "games"],
+                                 [[n + 1, r.policy, _iv(r.rating, 0), f"{r.p_best:.2f}",
+                                   r.games] for n, r in enumerate(table.ratings)]))
+    for mission in dict.fromkeys(r.mission for r in result.sides):
+        rows = [r for r in result.sides if r.mission == mission]
+        names = _side_columns(rows)
+        console.print(f"{mission}: per policy and side, against the other policies "
+                      "(rates and means [95% CI])", highlight=False)
+        console.print(list_table(["policy", "side", "episodes", *names],
+                                 [[r.policy, r.side, r.episodes, *_side_values(r, names, True)]
+                                  for r in rows]))
+
+
+def _side_columns(rows: list[SideRow]) -> list[str]:
+    outcomes = [k for k in ("win", "draw", "loss") if any(k in r.outcomes for r in rows)]
+    illegal = ["illegal moves"] if any(r.illegal_moves is not None for r in rows) else []
+    return [*outcomes, *illegal, *dict.fromkeys(k for r in rows for k in r.metrics)]
+
+
+def _side_values(row: SideRow, names: list[str], text: bool) -> list[Any]:
+    values: list[Any] = []
+    for name in names:
+        if name == "illegal moves":
+            values.append(row.illegal_moves)
+            continue
+        found = row.outcomes.get(name) or row.metrics.get(name)
+        values += ([_iv(found)] if text else [math.nan] * 3 if found is None else
+                   [found.value, found.low, found.high])
+    return values
+
+
+def _sides_csv(result: CrossResult) -> None:
+    """One row per mission, policy and side, with the policy's rating on that mission."""
+    names = _side_columns(result.sides)
+    header = ["mission", "policy", "rating", "rating_low", "rating_high", "p_best", "side",
+              "episodes"]
+    for name in names:
+        header += ([name.replace(" ", "_")] if name == "illegal moves" else
+                   [name, f"{name}_low", f"{name}_high"])
+    ratings = {(t.mission, r.policy): r for t in result.ratings for r in t.ratings}
+    rows = []
+    for row in result.sides:
+        rating = ratings.get((row.mission, row.policy))
+        rated = ([math.nan] * 4 if rating is None else
+                 [rating.rating.value, rating.rating.low, rating.rating.high, rating.p_best])
+        rows.append([row.mission, row.policy, *rated, row.side, row.episodes,
+                     *_side_values(row, names, False)])
+    write_csv(header, rows)
 

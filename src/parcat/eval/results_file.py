@@ -235,15 +235,17 @@ def _cut_partial_line(fd: int, size: int) -> int:
     return keep
 
 
-def read_results(path: Path, flag: str) -> dict[str, Any]:
-    """A results file parcat wrote (else ``ConfigError`` naming ``flag`` and the file)."""
+def read_results(path: Path, flag: str, schema: str = SCHEMA,
+                 what: str = "a parcat eval results file") -> dict[str, Any]:
+    """A results file parcat wrote, ``what`` with ``schema`` (else ``ConfigError`` naming
+    ``flag`` and the file)."""
     try:
         data = read_regular(path)
     except OSError as exc:
         raise ConfigError(f"{flag}: cannot read '{path}' ({exc.strerror})") from None
     document = _read_json(path, data, flag)
-    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
-        raise ConfigError(f"{flag}: '{path}' is not a parcat eval results file")
+    if not isinstance(document, dict) or document.get("schema") != schema:
+        raise ConfigError(f"{flag}: '{path}' is not {what}")
     if not isinstance(document.get("episodes", []), list):
         raise ConfigError(f"{flag}: '{path}': \"episodes\" is not a list")
     return document

@@ -1,14 +1,19 @@
 """Comparing policies in one command: each on its own (``--each``) and every pair against
 each other (``--cross``).
 
-``--each`` evaluates every ``-p`` with all agents playing it, on the same episode seeds; each
-policy gets, per mission and overall (normalised per mission, as rliable does), its mean and
+``--each`` evaluates every ``-p`` with all agents playing it, on the same episode seeds (on a
+turn-based game, or with ``--against``, against that opponent in both seats); each policy
+gets, per mission and overall (normalised per mission, as rliable does), its mean and
 IQM and, against the first policy, the difference of means and P(policy > baseline), all
 with bootstrap 95% intervals.
 
 ``--cross`` splits each mission's agents into two sides (by agent-id prefix, e.g.
 ``pursuer_*`` | ``evader_*``; one shared prefix is split in halves) and plays every ordered
-pair of policies, the row policy on one side; each cell holds both sides' mean returns.
+pair of policies, the row policy on one side; each cell holds both sides' mean returns. Both
+orders of a pair play the same episode seeds, so every pairing plays both seats equally often
+on paired seeds. The games are then rated (:mod:`parcat.eval.ratings`): a Bradley–Terry
+rating per policy with its interval and P(best), and win/draw/loss rates, illegal moves and
+the environment's numbers per policy and side.
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ from typing import Any
 
 import numpy as np
 
+from parcat.core.errors import ConfigError
 from parcat.envs.missions import Mission
 from parcat.episode.results import EpisodeResult
 from parcat.eval.compare import OVERALL, compare
 from parcat.eval.evaluate import EvalConfig, EvalReport, evaluate
+from parcat.eval.ratings import RatingTable, Seats, SideRow, model_dict, rate, side_rows
 from parcat.eval.stats import (
     Interval,
     aggregate_iqm,
@@ -33,9 +40,12 @@ from parcat.eval.stats import (
     stratified_bootstrap,
 )
 from parcat.parallel.run_options import RunOptions
+from parcat.policies.specs import PolicySpec, parse_policy_spec
 
 Scores = dict[str, np.ndarray]
 OnResult = Callable[[EpisodeResult], None]
+REPS = 1000
+"""Bootstrap resamples of every interval."""
 
 
 def episode_scores(episodes: Sequence[EpisodeResult], agents: set[str] | None = None) -> Scores:
@@ -73,33 +83,58 @@ class EachRow:
 
 @dataclass
 class EachResult:
-    """``--each``: every policy's own run and the rows comparing them."""
+    """``--each``: every policy's runs and the rows comparing them."""
 
     baseline: str
-    reports: dict[str, EvalReport]
+    reports: dict[str, list[EvalReport]]
+    """Each policy's runs: one alone, and two per mission played against ``against``."""
     rows: list[EachRow] = field(default_factory=list)
+    against: str | None = None
+    """The opponent of the missions in ``against_missions``."""
+    against_missions: list[str] = field(default_factory=list)
 
     @property
     def episodes(self) -> list[EpisodeResult]:
         """Every episode of every run."""
-        return [e for report in self.reports.values() for e in report.episodes]
+        return [e for runs in self.reports.values() for r in runs for e in r.episodes]
 
     def to_document(self) -> dict[str, Any]:
-        """JSON-ready: the rows and each policy's full results document."""
-        return {"each": {"baseline": self.baseline, "rows": [r.to_dict() for r in self.rows]},
-                "runs": {name: report.to_document() for name, report in self.reports.items()}}
+        """JSON-ready: the rows and each policy's full results documents."""
+        return {"each": {"baseline": self.baseline, "rows": [r.to_dict() for r in self.rows],
+                         "against": self.against, "against_missions": self.against_missions},
+                "runs": {name: [r.to_document() for r in runs]
+                         for name, runs in self.reports.items()}}
+
+
+DEFAULT_AGAINST = "random"
+"""The opponent ``--each`` gives every policy on a turn-based game unless told another."""
+
+
+def plays_against(mission: Mission, against: PolicySpec | None) -> bool:
+    """Whether ``--each`` plays ``mission`` against an opponent: a turn-based game (where
+    playing oneself scores nothing), or any mission once an opponent is named."""
+    return against is not None or mission.turn_based
 
 
 def evaluate_each(config: EvalConfig, options: RunOptions | None = None,
-                  on_result: OnResult | None = None, seed: int = 0) -> EachResult:
-    """Evaluate every policy of ``config`` on its own (see the module docstring)."""
-    reports = {}
+                  on_result: OnResult | None = None, seed: int = 0,
+                  against: PolicySpec | None = None) -> EachResult:
+    """Evaluate every policy of ``config`` on its own (module docstring); on the missions
+    :func:`plays_against` names, against ``against`` (default :data:`DEFAULT_AGAINST`) in
+    both seats on the same seeds, scoring the policy's own agents."""
+    opponent = against or parse_policy_spec(DEFAULT_AGAINST)
+    duels = [m for m in config.missions if plays_against(m, against)]
+    for duel in duels:
+        sides(duel)  # two sides on every mission, before any runs
+    reports, scores = {}, []
     for spec in config.policies:
-        alone = replace(config, policies=(replace(spec, weight=1.0),))
-        reports[spec.name] = evaluate(alone, options, on_result=on_result)
+        runs, own = _each_runs(config, replace(spec, weight=1.0), duels, opponent, options,
+                               on_result)
+        reports[spec.name] = runs
+        scores.append(own)
     names = list(reports)
-    scores = [episode_scores(reports[n].episodes) for n in names]
-    result = EachResult(names[0], reports)
+    result = EachResult(names[0], reports, against=opponent.name if duels else None,
+                        against_missions=[m.name for m in duels])
     missions = [m.name for m in config.missions]
     for mission in missions:
         for name, own in zip(names, scores, strict=True):
@@ -114,9 +149,35 @@ def evaluate_each(config: EvalConfig, options: RunOptions | None = None,
     return result
 
 
-def _each_row(mission: str, name: str, own: Scores, base: Scores, report: EvalReport,
+def _each_runs(config: EvalConfig, spec: PolicySpec, duels: list[Mission],
+               opponent: PolicySpec, options: RunOptions | None, on_result: OnResult | None
+               ) -> tuple[list[EvalReport], Scores]:
+    """``spec``'s runs (alone on the other missions, both seats against ``opponent`` on
+    ``duels``) and its per-episode scores per mission."""
+    runs, scores = [], {}
+    alone = [m for m in config.missions if m not in duels]
+    if alone:
+        runs.append(evaluate(replace(config, missions=tuple(alone), policies=(spec,)),
+                             options, on_result=on_result))
+        scores.update(episode_scores(runs[-1].episodes))
+    for mission in duels:
+        ids = [str(a.agent_id) for a in mission.agents()]
+        pair = (spec,) if spec.name == opponent.name else (spec, opponent)
+        found: list[np.ndarray] = []
+        for mine in sides(mission):
+            seating = tuple(0 if k in mine else len(pair) - 1 for k in range(len(ids)))
+            runs.append(evaluate(replace(config, missions=(mission,), policies=pair),
+                                 options, on_result=on_result, seating=seating))
+            found.append(episode_scores(runs[-1].episodes, {ids[k] for k in mine}).get(
+                mission.name, np.zeros(0)))
+        scores[mission.name] = np.concatenate(found)
+    return runs, scores
+
+
+def _each_row(mission: str, name: str, own: Scores, base: Scores, runs: list[EvalReport],
               is_baseline: bool, seed: int) -> EachRow:
-    failed = sum(1 for e in report.episodes if not e.ok and mission in (OVERALL, e.mission))
+    failed = sum(1 for r in runs for e in r.episodes
+                 if not e.ok and mission in (OVERALL, e.mission))
     count = sum(v.size for v in own.values())
     if not count:
         nan = Interval(math.nan, math.nan, math.nan)
@@ -135,10 +196,12 @@ def _each_row(mission: str, name: str, own: Scores, base: Scores, report: EvalRe
 
 
 def sides(mission: Mission) -> tuple[list[int], list[int]]:
-    """The two sides of ``mission``'s agents, as agent positions (``ValueError`` for one)."""
+    """The two sides of ``mission``'s agents, as agent positions (``ConfigError`` for one
+    agent)."""
     ids = [str(spec.agent_id) for spec in mission.agents()]
     if len(ids) < 2:
-        raise ValueError(f"mission '{mission.name}' has one agent: cross-play needs two sides")
+        raise ConfigError(f"mission '{mission.name}' has one agent: --cross and --against "
+                          "need two sides; give a mission with two or more agents")
     prefixes = [re.sub(r"[_\-]?\d+$", "", agent) for agent in ids]
     if len(set(prefixes)) > 1:
         row = [i for i, p in enumerate(prefixes) if p == prefixes[0]]
@@ -180,40 +243,107 @@ class CrossTable:
 
 @dataclass
 class CrossResult:
-    """``--cross``: one table per mission, and every run's episodes."""
+    """``--cross``: one table per mission, every run's episodes, and their ratings."""
 
     tables: list[CrossTable]
     episodes: list[EpisodeResult]
+    ratings: list[RatingTable] = field(default_factory=list)
+    sides: list[SideRow] = field(default_factory=list)
+    seed: int = 0
+    """The bootstrap's seed."""
 
     def to_document(self) -> dict[str, Any]:
         """JSON-ready."""
         return {"cross": [t.to_dict() for t in self.tables],
+                "ratings_model": model_dict(REPS, self.seed),
+                "ratings": [t.to_dict() for t in self.ratings],
+                "sides": [r.to_dict() for r in self.sides],
                 "episodes": [e.to_dict() for e in self.episodes]}
+
+    def rated(self) -> CrossResult:
+        """This result with its ratings and per-side rows computed from its episodes."""
+        seats = [Seats(t.mission, tuple(t.row_agents), tuple(t.col_agents))
+                 for t in self.tables]
+        policies = self.tables[0].policies if self.tables else []
+        return replace(self, ratings=rate(seats, self.episodes, policies, REPS, self.seed),
+                       sides=side_rows(seats, self.episodes, REPS, self.seed))
+
+
+Pair = tuple[int, int, int]
+"""A mission's index, the row policy's and the column policy's."""
 
 
 def cross_play(config: EvalConfig, options: RunOptions | None = None,
-               on_result: OnResult | None = None, seed: int = 0) -> CrossResult:
-    """Play every ordered pair of ``config``'s policies on every mission (module docstring)."""
-    tables, episodes = [], []
+               on_result: OnResult | None = None, seed: int = 0,
+               precision: float | None = None, max_episodes: int = 10_000) -> CrossResult:
+    """Play every ordered pair of ``config``'s policies on every mission (module docstring).
+
+    Args:
+        precision: Then add ``config.episodes`` episodes at a time, both seats on the same
+            seeds, to the pairs of every policy whose rating's 95% half-width (Elo points)
+            is still above it and whose intervals overlap, until none is (or every such
+            pair has played ``max_episodes``). The schedule is a function of the seed and
+            the results so far, so the run is reproducible.
+    """
+    if precision is not None and not precision > 0:
+        raise ConfigError(f"--precision must be > 0, got {precision}")
     specs = [replace(s, weight=1.0) for s in config.policies]
-    for mission in config.missions:
-        row_side, col_side = sides(mission)
+    seats = [sides(mission) for mission in config.missions]  # every mission's, before any runs
+    n = len(specs)
+    todo = {(m, i, j): config.episodes for m in range(len(seats)) for i in range(n)
+            for j in range(n)}
+    played: dict[Pair, list[EpisodeResult]] = {}
+    while True:
+        for (m, i, j), count in todo.items():
+            mission = config.missions[m]
+            pair = (specs[i],) if i == j else (specs[i], specs[j])
+            seating = tuple(0 if k in seats[m][0] or i == j else 1
+                            for k in range(len(mission.agents())))
+            kept = {(e.mission, e.episode_index): e for e in played.get((m, i, j), [])}
+            played[(m, i, j)] = evaluate(
+                replace(config, missions=(mission,), policies=pair, episodes=count), options,
+                on_result=on_result, keep=kept, seating=seating).episodes
+        result = _cross_result(config, specs, seats, played, seed)
+        todo = {} if precision is None else _uncertain(result, played, precision,
+                                                       config.episodes, max_episodes)
+        if not todo:
+            return result
+
+
+def _cross_result(config: EvalConfig, specs: list[PolicySpec],
+                  seats: list[tuple[list[int], list[int]]],
+                  played: dict[Pair, list[EpisodeResult]], seed: int) -> CrossResult:
+    tables, episodes = [], []
+    for m, (mission, (row_side, col_side)) in enumerate(zip(config.missions, seats,
+                                                             strict=True)):
         ids = [str(spec.agent_id) for spec in mission.agents()]
-        cells = []
-        for i, mine in enumerate(specs):
-            line = []
-            for j, theirs in enumerate(specs):
-                pair = (mine,) if i == j else (mine, theirs)
-                seating = tuple(0 if k in row_side or i == j else 1 for k in range(len(ids)))
-                report = evaluate(replace(config, missions=(mission,), policies=pair), options,
-                                  on_result=on_result, seating=seating)
-                episodes += report.episodes
-                line.append(_cell(report.episodes, {ids[k] for k in row_side},
-                                  {ids[k] for k in col_side}, seed))
-            cells.append(line)
-        tables.append(CrossTable(mission.name, [ids[k] for k in row_side],
-                                 [ids[k] for k in col_side], [s.name for s in specs], cells))
-    return CrossResult(tables, episodes)
+        row, col = [ids[k] for k in row_side], [ids[k] for k in col_side]
+        cells = [[_cell(played[(m, i, j)], set(row), set(col), seed) for j in range(len(specs))]
+                 for i in range(len(specs))]
+        episodes += [e for i in range(len(specs)) for j in range(len(specs))
+                     for e in played[(m, i, j)]]
+        tables.append(CrossTable(mission.name, row, col, [s.name for s in specs], cells))
+    return CrossResult(tables, episodes, seed=seed).rated()
+
+
+def _uncertain(result: CrossResult, played: dict[Pair, list[EpisodeResult]],
+               precision: float, step: int, cap: int) -> dict[Pair, int]:
+    """The pairs to play more, and their new episode counts (``cross_play``'s precision)."""
+    todo = {}
+    for m, table in enumerate(result.ratings[:len(result.tables)]):
+        names = result.tables[m].policies
+        wide = {r.policy for r in table.ratings
+                if not (r.rating.high - r.rating.low) / 2 < precision}
+        found = {r.policy: r.rating for r in table.ratings}
+        pairs = [(i, j) for i in range(len(names)) for j in range(i + 1, len(names))
+                 if {names[i], names[j]} & wide]
+        close = [(i, j) for i, j in pairs if found[names[i]].low <= found[names[j]].high
+                 and found[names[j]].low <= found[names[i]].high]
+        for i, j in close or pairs:  # none overlaps: narrow the wide ones all the same
+            count = min(cap, len(played[(m, i, j)]) + step)
+            if count > len(played[(m, i, j)]):
+                todo[(m, i, j)] = todo[(m, j, i)] = count
+    return todo
 
 
 def _cell(episodes: list[EpisodeResult], row: set[str], col: set[str], seed: int) -> CrossCell:

@@ -1,0 +1,212 @@
+"""Ranking in one command: ``parcat eval --cross`` prints and records Bradley–Terry ratings,
+``parcat rank FILE`` rates a file again (and refuses a damaged one in one line), ``--each``
+on a turn-based game plays an opponent, the outcomes per side (Connect Four's win/draw/loss
+and illegal moves, evade's capture rate), and ``--cross --precision`` spending episodes
+where the ranking is uncertain."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from parcat.cli.main import main
+from parcat.eval.evaluate import make_config
+from parcat.eval.ratings import ELO
+from parcat.eval.report import strip_timings
+from parcat.eval.tournament import cross_play
+from parcat.parallel.run_options import RunOptions
+
+CONNECT_FOUR = "name: connect_four\nenv: pettingzoo.classic.connect_four_v3:env\nmax_steps: 42\n"
+DUEL = "name: duel\nenv: tests.rank_fakes:DuelEnv\nmax_steps: 1\n"
+HEURISTIC, IGNORES_MASK = "tests.rank_fakes:Heuristic", "tests.rank_fakes:IgnoresMask"
+EVADE = ["-m", "evade", "--set", "max_steps=15", "-p", "greedy", "-p", "random", "-p", "noop",
+         "-n", "3", "--no-progress"]
+
+
+def mission(tmp_path: Path, text: str) -> str:
+    path = tmp_path / f"{text.split()[1]}.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_connect_four_cross_ranks_the_heuristic_first_and_counts_illegal_moves(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "c4.json"
+    # noop stacks column 0 too, legally: the column fills, and the policy that ignores the
+    # mask plays it again
+    assert main(["eval", "-m", mission(tmp_path, CONNECT_FOUR), "-p", "noop", "-p", HEURISTIC,
+                 "-p", IGNORES_MASK, "-n", "2", "--cross", "--executor", "inline",
+                 "--no-progress", "-o", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert "connect_four: Bradley–Terry ratings from win/draw/loss games" in table
+    assert "illegal moves" in table
+    document = json.loads(out.read_text())
+    ratings, = document["ratings"]
+    assert ratings["games"] == "win/draw/loss"
+    assert ratings["ratings"][0]["policy"] == HEURISTIC
+    assert ratings["ratings"][0]["p_best"] > 0.5
+    assert all(r["rating"]["low"] <= r["rating"]["value"] <= r["rating"]["high"]
+               for r in ratings["ratings"])
+    illegal = {(r["policy"], r["side"]): r["illegal_moves"] for r in document["sides"]}
+    assert {side for (_, side) in illegal} == {"player_0", "player_1"}
+    assert sum(n for (policy, _), n in illegal.items() if policy == IGNORES_MASK) > 0
+    assert all(n == 0 for (policy, _), n in illegal.items() if policy != IGNORES_MASK)
+    assert document["ratings_model"]["model"] == "bradley-terry"
+
+
+def test_the_duel_ranks_known_strengths_within_their_intervals(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    strengths = [-1.0, 0.0, 1.0]
+    policies = [f"tests.rank_fakes:Strength,rating={s:g}" for s in strengths]
+    assert main(["eval", "-m", mission(tmp_path, DUEL), *(f for p in policies for f in ("-p", p)),
+                 "-n", "30", "--cross", "--executor", "inline", "--no-progress",
+                 "--format", "json"]) == 0
+    ratings, = json.loads(capsys.readouterr().out)["ratings"]
+    assert [r["policy"] for r in ratings["ratings"]] == policies[::-1]
+    truth = dict(zip(policies, (np.array(strengths) - np.mean(strengths)) * ELO, strict=True))
+    for rating in ratings["ratings"]:
+        assert rating["rating"]["low"] <= truth[rating["policy"]] <= rating["rating"]["high"]
+
+
+def test_rank_rates_a_cross_file_again_as_eval_did(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "cross.json"
+    assert main(["eval", *EVADE, "--seed", "4", "--cross", "-o", str(out)]) == 0
+    capsys.readouterr()
+    document = json.loads(out.read_text())
+    assert main(["rank", str(out), "--format", "json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again == {k: document[k] for k in ("ratings_model", "ratings", "sides")}
+    assert again["ratings"][0]["games"] == "duplicate score"
+    assert again["ratings"][0]["ratings"][0]["policy"] == "greedy"
+    assert main(["rank", str(out), "--seed", "5", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ratings_model"]["bootstrap"]["seed"] == 5
+
+
+def test_evades_capture_rate_shows_per_policy_and_side(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "cross.json"
+    assert main(["eval", *EVADE, "--cross", "-o", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert "evade: per policy and side" in table and "captured" in table
+    assert main(["rank", str(out), "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    rate = {(r["policy"], r["side"]): float(r["captured"]) for r in rows}
+    assert set(rate) == {(p, s) for p in ("greedy", "random", "noop")
+                         for s in ("pursuer", "evader")}
+    # pursuers that chase capture, whoever evades; an evader is caught by greedy pursuers
+    assert rate[("greedy", "pursuer")] == 1.0 > rate[("noop", "pursuer")]
+    assert rate[("noop", "evader")] > 0
+    assert {"rating", "rating_low", "rating_high", "p_best", "captured_low"} <= set(rows[0])
+
+
+def test_each_on_a_turn_based_game_plays_an_opponent_in_both_seats(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["eval", "-m", mission(tmp_path, CONNECT_FOUR), "-p", HEURISTIC, "-p", "noop",
+                 "-n", "2", "--each", "--executor", "inline", "--no-progress",
+                 "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == (
+        "parcat: note: connect_four: turn-based: --each plays every policy against 'random' "
+        "in both seats on the same seeds, not against itself (--against SPEC names another)\n")
+    document = json.loads(captured.out)
+    assert document["each"]["against"] == "random"
+    rows = {r["policy"]: r for r in document["each"]["rows"]}
+    assert rows[HEURISTIC]["episodes"] == 4  # two seeds, both seats
+    assert rows[HEURISTIC]["mean"]["value"] == 1.0  # it beats random every time
+    runs = document["runs"][HEURISTIC]
+    assert [{a["policy"] for a in run["episodes"][0]["agents"]} for run in runs] == \
+        [{HEURISTIC, "random"}] * 2
+
+
+def test_against_names_the_opponent_on_any_mission(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["eval", "-m", "evade", "--set", "max_steps=15", "-p", "greedy", "-p", "noop",
+                 "-n", "2", "--each", "--against", "random", "--no-progress", "--format",
+                 "json"]) == 0
+    captured = capsys.readouterr()
+    assert "evade: --each plays every policy against 'random'" in captured.err
+    rows = {r["policy"]: r for r in json.loads(captured.out)["each"]["rows"]}
+    assert rows["greedy"]["mean"]["value"] != rows["noop"]["mean"]["value"]
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["--against", "random"], "--against SPEC is the opponent of --each: give --each too"),
+    (["--each", "--against", "nosuch"], "policy 'nosuch' is not a built-in"),
+    (["--each", "--against", "random", "-m", "goal_tasks", "--set", "agents=1"],
+     "mission 'goal_tasks' has one agent: --cross and --against need two sides"),
+])
+def test_bad_against_is_one_line(args: list[str], line: str,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    mission_args = [] if "-m" in args else ["-m", "evade"]
+    assert main(["eval", *mission_args, "-p", "greedy", "-p", "noop", "-n", "1", *args,
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"parcat: error: {line}") and err.count("\n") == 1
+
+
+DAMAGED = [
+    (b"{", "rank: cannot read '{f}': not valid JSON"),
+    (b'{"schema": "parcat.eval/1"}', "rank: '{f}' is not a `parcat eval --cross` file"),
+    (b'{"schema": "parcat.cross/1", "cross": {}}', "rank: '{f}': \"cross\" is not a list"),
+    (b'{"schema": "parcat.cross/1", "cross": [3]}',
+     "rank: '{f}': cross[0] has no \"mission\" name"),
+    (b'{"schema": "parcat.cross/1", "cross": [{"mission": "m", "row_agents": ["a"], '
+     b'"col_agents": [1], "policies": ["p"]}]}',
+     "rank: '{f}': cross[0]: \"col_agents\" is not a list of names"),
+    (b'{"schema": "parcat.cross/1", "cross": [{"mission": "m", "row_agents": ["a"], '
+     b'"col_agents": ["b"], "policies": ["p"]}], "episodes": [{"mission": 1}]}',
+     "rank: '{f}': episode 0 is malformed"),
+]
+
+
+@pytest.mark.parametrize(("content", "line"), DAMAGED)
+def test_a_damaged_cross_file_is_one_line_and_exit_2(
+        tmp_path: Path, content: bytes, line: str, capsys: pytest.CaptureFixture[str]) -> None:
+    damaged = tmp_path / "cross.json"
+    damaged.write_bytes(content)
+    assert main(["rank", str(damaged)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"parcat: error: {line.format(f=damaged)}") and err.count("\n") == 1
+
+
+def test_a_missing_cross_file_is_one_line(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["rank", str(tmp_path / "none.json")]) == 2
+    assert capsys.readouterr().err.startswith(f"parcat: error: rank: cannot read "
+                                              f"'{tmp_path / 'none.json'}'")
+
+
+def evade_cross(jobs: int, precision: float, max_episodes: int) -> dict:
+    config = make_config(["evade"], ["greedy", "random", "noop"], episodes=4, seed=0,
+                         overrides={"max_steps": 20})
+    return strip_timings(cross_play(config, RunOptions(jobs=jobs), precision=precision,
+                                    max_episodes=max_episodes).to_document())
+
+
+def test_precision_spends_episodes_where_the_ranking_is_uncertain() -> None:
+    document = evade_cross(1, precision=100, max_episodes=40)
+    episodes = [[c["episodes"] for c in row] for row in document["cross"][0]["cells"]]
+    # greedy (row 0) catches every evader: its pairs are clear sooner than random against
+    # noop, whose duplicate games are close
+    assert episodes[0][2] < episodes[1][2] and episodes[1][2] == episodes[2][1]
+    assert all(episodes[i][i] == 4 for i in range(3))  # self-play is not rated
+    ratings = document["ratings"][0]["ratings"]
+    assert all((r["rating"]["high"] - r["rating"]["low"]) / 2 < 100 for r in ratings)
+    # a uniform schedule needs 16 episodes a pair (144 in all) for the same half-width
+    assert sum(map(sum, episodes)) < 144
+
+
+def test_precision_schedules_the_same_episodes_at_jobs_1_and_2() -> None:
+    assert evade_cross(1, precision=50, max_episodes=8) == \
+        evade_cross(2, precision=50, max_episodes=8)
+
+
+def test_a_precision_that_is_not_positive_is_one_line(capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    assert main(["eval", *EVADE, "--cross", "--precision", "0"]) == 2
+    assert capsys.readouterr().err == "parcat: error: --precision must be > 0, got 0.0\n"
