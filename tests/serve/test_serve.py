@@ -1,0 +1,216 @@
+"""``parcat serve`` and ``-p http://...``: a real server process on loopback, real clients.
+
+Every server is a real ``python -m parcat serve`` on port 0, stopped in ``finally``; no
+assertion is on time, only on counts and results.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import socket
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from parcat.core.errors import PolicyError
+from parcat.envs.missions import load_mission
+from parcat.policies.remote import RemotePolicy, encode_observations
+from tests.serve.servers import ROOT, parcat, read_url, running_server, stop
+
+EVAL = ("eval", "-m", "harvest", "-n", "4", "--set", "max_steps=30", "-f", "json",
+        "--no-progress")
+RUN_TIMEOUT_S = 300.0
+
+
+@pytest.fixture(scope="module")
+def mlp_server() -> Any:
+    """One ``parcat serve -p mlp,width=256 -m harvest`` for the tests that only use it."""
+    with running_server("-p", "mlp,width=256", "-m", "harvest") as (_, url):
+        yield url
+
+
+def run_eval(policy: str, jobs: int, replays: Path) -> dict[str, Any]:
+    done = subprocess.run(parcat(*EVAL, "-p", policy, "--jobs", str(jobs),
+                                 "--replay-dir", str(replays)),
+                          cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def played(result: dict[str, Any], replays: Path) -> list[Any]:
+    """What the episodes did: rewards, steps, stats per episode and every recorded action."""
+    episodes = [(e["episode_index"], e["seed"], e["steps"], e["status"], e["stats"],
+                 [a["reward"] for a in e["agents"]]) for e in result["episodes"]]
+    actions = []
+    for path in sorted(replays.glob("*.npz")):
+        with np.load(path, allow_pickle=False) as npz:
+            actions.append([npz[name].tobytes() for name in npz.files
+                            if name.startswith("act_")])
+    return [episodes, actions]
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_eval_through_the_server_equals_the_policy_in_process(
+        mlp_server: str, jobs: int, tmp_path: Path) -> None:
+    local = run_eval("mlp,width=256", jobs, tmp_path / "local")
+    served = run_eval(mlp_server, jobs, tmp_path / "served")
+    assert played(served, tmp_path / "served") == played(local, tmp_path / "local")
+    assert len(list((tmp_path / "served").glob("*.npz"))) == 4
+
+
+def test_a_stateful_policy_gets_a_session_per_client(tmp_path: Path) -> None:
+    """``random`` keeps a generator: each client's instance is reset with its own seed."""
+    with running_server("-p", "random", "-m", "harvest") as (_, url):
+        info = httpx.get(f"{url}/info").json()
+        served = run_eval(url, 2, tmp_path / "served")
+    assert info["stateless"] is False
+    local = run_eval("random", 2, tmp_path / "local")
+    assert played(served, tmp_path / "served") == played(local, tmp_path / "local")
+
+
+def test_concurrent_clients_are_batched_into_one_policy_call(mlp_server: str) -> None:
+    agents = load_mission("harvest").agents()
+    before = httpx.get(f"{mlp_server}/stats").json()
+    errors: list[BaseException] = []
+
+    def client(index: int) -> None:
+        try:
+            policy = RemotePolicy(agents[index % len(agents)], mlp_server)
+            obs = np.zeros(103, np.float32)
+            for _ in range(100):
+                policy.step(obs)
+            policy.close()
+        except BaseException as exc:  # reported below, not lost in the thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=RUN_TIMEOUT_S)
+    assert not errors
+    after = httpx.get(f"{mlp_server}/stats").json()
+    observations = after["observations"] - before["observations"]
+    calls = after["batches"] - before["batches"]
+    assert observations == 800
+    assert calls < observations  # a mean batch above 1
+    assert after["max_batch"] > 1 and after["latency_p95_ms"] > 0
+
+
+def npz(**arrays: Any) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+BAD_REQUESTS = [
+    ("post", "/step?agent=agent_0", b"not an npz", "body is not an .npz of arrays"),
+    ("post", "/step?agent=agent_0", npz(obs=np.array([None], dtype=object)),
+     "body is not an .npz of arrays"),
+    ("post", "/step?agent=agent_9", npz(obs=np.zeros((1, 103), np.float32)),
+     "unknown agent 'agent_9'; this server plays mission 'harvest', agents: agent_0"),
+    ("post", "/step?agent=agent_0", npz(obs=np.zeros((1, 7), np.float32)),
+     "observations for agent 'agent_0' do not fit its observation space"),
+    ("post", "/step?agent=agent_0", npz(other=np.zeros(3)), "body must hold the array 'obs'"),
+    ("get", "/nowhere", b"", "404 Not Found: GET /nowhere"),
+    ("get", "/step", b"", "405 Method Not Allowed: GET /step"),
+]
+
+
+def test_a_bad_request_gets_400_with_one_line_and_the_server_keeps_serving(
+        mlp_server: str) -> None:
+    with httpx.Client(base_url=mlp_server) as client:
+        for method, path, body, message in BAD_REQUESTS:
+            reply = client.request(method.upper(), path, content=body)
+            assert reply.status_code in (400, 404, 405), path
+            error = reply.json()["error"]
+            assert message in error and "\n" not in error
+        good = client.post("/step?agent=agent_0",
+                           content=encode_observations([np.zeros(103, np.float32)]))
+        assert good.status_code == 200
+        assert client.get("/stats").json()["bad_requests"] >= len(BAD_REQUESTS)
+
+
+@pytest.mark.parametrize(("policy", "error"), [
+    ("tests.fakes:CrashingPolicy,at_step=1", "raised ValueError: policy crashed on step 2"),
+    ("tests.fakes:ExitingPolicy,how=sys_exit", "raised SystemExit"),
+])
+def test_a_policy_that_raises_fails_its_episode_not_the_server(policy: str, error: str) -> None:
+    """The server answers 500 with the policy's error (the client's episode fails) and
+    keeps serving; a policy's ``sys.exit()`` is such an error, not the server's end."""
+    with running_server("-p", policy, "-m", "harvest") as (proc, url):
+        done = subprocess.run(parcat(*EVAL, "-p", url, "--jobs", "1"), cwd=ROOT,
+                              capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        result = json.loads(done.stdout)
+        assert {e["status"] for e in result["episodes"]} == {"failed"}
+        assert error in json.dumps(result["episodes"][0]["error"])
+        assert proc.poll() is None
+        assert httpx.get(f"{url}/info").status_code == 200
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_stops_the_server_cleanly_and_removes_its_socket(
+        sig: signal.Signals, code: int, tmp_path: Path, mlp_server: str) -> None:
+    sock = tmp_path / "policy.sock"
+    proc = subprocess.Popen(parcat("serve", "-p", "noop", "-m", "harvest", "--port", "0",
+                                   "--socket", str(sock)),
+                            cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        url = read_url(proc)
+        assert sock.is_socket()
+        transport = httpx.HTTPTransport(uds=str(sock))
+        with httpx.Client(transport=transport, base_url="http://serve") as client:
+            assert client.get("/info").json()["mission"] == "harvest"
+        RemotePolicy(load_mission("harvest").agents()[0], url).step(np.zeros(103, np.float32))
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        stop(proc)
+    assert proc.returncode == code
+    assert not sock.exists()
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("parcat: serve: stopped: 1 requests, 1 observations")
+    assert "Traceback" not in err
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_an_unreachable_server_is_one_line_exit_2() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    done = subprocess.run(parcat(*EVAL, "-p", url), cwd=ROOT, capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT_S)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1
+    assert done.stderr.startswith(f"parcat: error: policy server {url} is unreachable (")
+
+
+def test_a_server_of_another_game_is_refused_before_the_run(mlp_server: str) -> None:
+    done = subprocess.run(parcat(*EVAL, "-p", mlp_server, "--set", "view=3"), cwd=ROOT,
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1
+    assert "with observation space Box(" in done.stderr
+    assert "serve it with the same --set values as the run" in done.stderr
+    agents = load_mission("harvest", {"agents": 6}).agents()
+    with pytest.raises(PolicyError, match="serves mission 'harvest' without agent 'agent_5'"):
+        RemotePolicy(agents[5], mlp_server)
+    with pytest.raises(PolicyError, match=r"serves mission 'harvest', not 'evade'"):
+        RemotePolicy(load_mission("evade").agents()[0], mlp_server)
+
+
+def test_the_url_may_name_the_agent_it_plays(mlp_server: str) -> None:
+    agent = load_mission("harvest").agents()[0]
+    assert RemotePolicy(agent, f"{mlp_server}/agent_3").agent == "agent_3"
+    with pytest.raises(PolicyError, match="expected http://HOST:PORT"):
+        RemotePolicy(agent, "http://127.0.0.1/agent_0")
