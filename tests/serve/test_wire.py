@@ -77,11 +77,11 @@ def test_mlp_batched_equals_one_at_a_time_on_harvest() -> None:
     assert policy.step_batch(obs) == [policy.step(o) for o in obs]
 
 
-def test_without_httpx_a_served_policy_is_one_policy_error(
+def test_without_urllib3_a_served_policy_is_one_policy_error(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "httpx", None)  # what `import httpx` finds uninstalled
+    monkeypatch.setitem(sys.modules, "urllib3", None)  # what `import urllib3` finds uninstalled
     agent = load_mission("harvest").agents()[0]
     with pytest.raises(PolicyError, match=re.escape(
-            "policy 'http://127.0.0.1:1': a served policy needs httpx: pip install "
+            "policy 'http://127.0.0.1:1': a served policy needs urllib3: pip install "
             "'parcat[serve]'")):
         RemotePolicy(agent, "http://127.0.0.1:1")
