@@ -110,15 +110,25 @@ def npz(**arrays: Any) -> bytes:
     return buffer.getvalue()
 
 
+def npy(array: Any) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=True)  # an object array goes as a pickle
+    return buffer.getvalue()
+
+
 BAD_REQUESTS = [
-    ("post", "/step?agent=agent_0", b"not an npz", "body is not an .npz of arrays"),
-    ("post", "/step?agent=agent_0", npz(obs=np.array([None], dtype=object)),
-     "body is not an .npz of arrays"),
-    ("post", "/step?agent=agent_9", npz(obs=np.zeros((1, 103), np.float32)),
+    ("post", "/step?agent=agent_0", b"not an npz", "body is not an .npy or .npz of stacked"),
+    ("post", "/step?agent=agent_0", npy(np.array([None], dtype=object)),
+     "body is not an .npy or .npz of stacked"),
+    ("post", "/step?agent=agent_0", npz(**{"obs.x": np.array([None], dtype=object)}),
+     "body is not an .npy or .npz of stacked"),
+    ("post", "/step?agent=agent_0", npy(np.float32(1.0)), "body is not an .npy or .npz"),
+    ("post", "/step?agent=agent_9", npy(np.zeros((1, 103), np.float32)),
      "unknown agent 'agent_9'; this server plays mission 'harvest', agents: agent_0"),
-    ("post", "/step?agent=agent_0", npz(obs=np.zeros((1, 7), np.float32)),
+    ("post", "/step?agent=agent_0", npy(np.zeros((1, 7), np.float32)),
      "observations for agent 'agent_0' do not fit its observation space"),
-    ("post", "/step?agent=agent_0", npz(other=np.zeros(3)), "body must hold the array 'obs'"),
+    ("post", "/step?agent=agent_0", npz(other=np.zeros(3)),
+     "an .npz body must hold arrays named 'obs.KEY'"),
     ("get", "/nowhere", b"", "404 Not Found: GET /nowhere"),
     ("get", "/step", b"", "405 Method Not Allowed: GET /step"),
 ]

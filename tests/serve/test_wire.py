@@ -43,14 +43,14 @@ def test_dict_observations_cross_key_by_key() -> None:
 
 def test_a_pickled_body_is_refused_unread() -> None:
     buffer = io.BytesIO()
-    np.savez(buffer, obs=np.array([object()], dtype=object))  # what a pickle would carry
-    with pytest.raises(ValueError, match=r"body is not an \.npz of arrays"):
+    np.save(buffer, np.array([object()], dtype=object), allow_pickle=True)  # a pickle inside
+    with pytest.raises(ValueError, match=r"body is not an \.npy or \.npz of stacked"):
         decode_observations(buffer.getvalue())
 
 
 @pytest.mark.parametrize("body", [b"", b"garbage", b"PK\x03\x04broken zip"])
 def test_a_malformed_body_is_a_value_error(body: bytes) -> None:
-    with pytest.raises(ValueError, match=r"body is not an \.npz of arrays"):
+    with pytest.raises(ValueError, match=r"body is not an \.npy or \.npz of stacked"):
         decode_observations(body)
 
 

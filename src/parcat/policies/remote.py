@@ -1,7 +1,7 @@
 """A policy served by ``parcat serve``, used like any other: ``-p http://HOST:PORT[/AGENT]``.
 
-The wire carries data, never code: observations go as an ``.npz`` of stacked arrays (one
-per key of a dict observation), actions come back as one ``.npy``, both read with
+The wire carries data, never code: observations go stacked as one ``.npy`` (an ``.npz`` of
+one array per key for dict observations), actions come back as one ``.npy``, all read with
 ``allow_pickle=False``, so float32 values cross bit for bit. The server's ``GET /info``
 names its mission, agents, spaces and whether its policy is stateless; the client checks
 them against the agent it plays before the run starts.
@@ -38,37 +38,42 @@ def is_url(target: str) -> bool:
 
 
 def encode_observations(obs_batch: Sequence[Any]) -> bytes:
-    """Observations as one ``.npz``: ``obs`` stacked, or ``obs.KEY`` per key of dicts."""
+    """Observations stacked into one ``.npy``; dicts as an ``.npz`` of ``obs.KEY`` arrays."""
     if obs_batch and all(isinstance(o, Mapping) for o in obs_batch):
         arrays = {f"{_KEY_PREFIX}{k}": np.stack([np.asarray(o[k]) for o in obs_batch])
                   for k in obs_batch[0]}
     else:
-        arrays = {"obs": np.stack([np.asarray(o) for o in obs_batch])}
+        arrays = {"": np.stack([np.asarray(o) for o in obs_batch])}
     if any(a.dtype.hasobject for a in arrays.values()):
         raise PolicyError("a served policy takes numeric observations (arrays, numbers or "
                           "dicts of them); this observation holds Python objects")
     buffer = io.BytesIO()
-    np.savez(buffer, **arrays)  # type: ignore[arg-type]
+    if "" in arrays:  # one .npy: half the work of a zip on both sides
+        np.save(buffer, arrays[""], allow_pickle=False)
+    else:
+        np.savez(buffer, **arrays)  # type: ignore[arg-type]
     return buffer.getvalue()
 
 
 def decode_observations(data: bytes) -> list[Any]:
     """The observations :func:`encode_observations` wrote (``ValueError`` if malformed)."""
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+        loaded = np.load(io.BytesIO(data), allow_pickle=False)
+        if isinstance(loaded, np.ndarray):
+            if loaded.ndim < 1:
+                raise ValueError("not a stack of observations")
+            return list(loaded)
+        with loaded as npz:
             arrays = {name: npz[name] for name in npz.files}
-    except Exception as exc:  # zip, npy header or pickle refusal: all a malformed body
-        raise ValueError(f"body is not an .npz of arrays ({type(exc).__name__})") from exc
-    if set(arrays) == {"obs"}:
-        return list(arrays["obs"])
+    except Exception as exc:  # npy header, zip or pickle refusal: all a malformed body
+        raise ValueError("body is not an .npy or .npz of stacked observations "
+                         f"({type(exc).__name__})") from exc
     if not arrays or not all(name.startswith(_KEY_PREFIX) for name in arrays):
-        raise ValueError("body must hold the array 'obs' or arrays 'obs.KEY'")
-    sizes = {len(a) for a in arrays.values()}
-    if len(sizes) != 1:
+        raise ValueError("an .npz body must hold arrays named 'obs.KEY', one per key")
+    if len({len(a) for a in arrays.values()}) != 1:
         raise ValueError("the arrays 'obs.KEY' hold different numbers of observations")
     keys = [name[len(_KEY_PREFIX):] for name in arrays]
-    columns = list(arrays.values())
-    return [dict(zip(keys, row, strict=True)) for row in zip(*columns, strict=True)]
+    return [dict(zip(keys, row, strict=True)) for row in zip(*arrays.values(), strict=True)]
 
 
 def encode_actions(actions: Sequence[Any]) -> bytes:
