@@ -224,3 +224,28 @@ def test_the_url_may_name_the_agent_it_plays(mlp_server: str) -> None:
     assert RemotePolicy(agent, f"{mlp_server}/agent_3").agent == "agent_3"
     with pytest.raises(PolicyError, match="expected http://HOST:PORT"):
         RemotePolicy(agent, "http://127.0.0.1/agent_0")
+
+
+def run_sim(policy: str, tmp_path: Path) -> dict[str, Any]:
+    config = tmp_path / f"sim-{abs(hash(policy))}.yaml"
+    config.write_text(f"environment: {{mission: evade, period: 0.01}}\n"
+                      f"agents: [{{agent: evader, policy: '{policy}', cycle_time: 0.02}}]\n"
+                      "default_policy: greedy\niters: 60\nseed: 0\noutput: null\n")
+    done = subprocess.run(parcat("sim", "-c", str(config), "--mode", "sequential", "-f", "json",
+                                 "--no-progress"),
+                          cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_sim_plays_a_served_policy_as_the_one_in_process(tmp_path: Path) -> None:
+    """A stateful heuristic served to ``parcat sim``: the same simulation, step for step."""
+    with running_server("-p", "greedy", "-m", "evade") as (_, url):
+        served = run_sim(url, tmp_path)
+    local = run_sim("greedy", tmp_path)
+    assert served["steps"] == local["steps"] == 60
+    assert served["mission_metrics"] == local["mission_metrics"]
+    def cycles(summary: dict[str, Any]) -> list[Any]:
+        return [(a["agent"], a["cycles"], a["default_steps"]) for a in summary["agents"]]
+
+    assert cycles(served) == cycles(local)
