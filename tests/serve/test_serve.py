@@ -19,7 +19,7 @@ import httpx
 import numpy as np
 import pytest
 
-from parcat.core.errors import PolicyError
+from parcat.core.errors import PolicyError, TransientError
 from parcat.envs.missions import load_mission
 from parcat.policies.remote import RemotePolicy, encode_observations
 from tests.serve.servers import ROOT, parcat, read_url, running_server, stop
@@ -249,3 +249,51 @@ def test_sim_plays_a_served_policy_as_the_one_in_process(tmp_path: Path) -> None
         return [(a["agent"], a["cycles"], a["default_steps"]) for a in summary["agents"]]
 
     assert cycles(served) == cycles(local)
+
+
+def serve_once(*args: str) -> subprocess.CompletedProcess[str]:
+    """``parcat serve ARGS`` expected to refuse to start."""
+    return subprocess.run(parcat("serve", "-p", "noop", "-m", "harvest", "--port", "0", *args),
+                          cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+
+
+def test_a_socket_path_is_taken_over_only_from_a_dead_server(tmp_path: Path) -> None:
+    stale = tmp_path / "stale.sock"
+    with socket.socket(socket.AF_UNIX) as dead:  # bound, then gone without unlinking
+        dead.bind(str(stale))
+    with running_server("-p", "noop", "-m", "harvest", "--socket", str(stale)):
+        transport = httpx.HTTPTransport(uds=str(stale))
+        with httpx.Client(transport=transport, base_url="http://serve") as client:
+            assert client.get("/info").status_code == 200
+        live = serve_once("--socket", str(stale))
+        assert live.returncode == 2
+        assert live.stderr == (f"parcat: error: --socket {stale}: another server listens on "
+                               "it; give another path\n")
+        assert stale.is_socket()  # the live server's, left alone
+    other = tmp_path / "notes.txt"
+    other.write_text("keep me")
+    refused = serve_once("--socket", str(other))
+    assert refused.returncode == 2
+    assert refused.stderr == (f"parcat: error: --socket {other}: exists and is not a socket; "
+                              "give a new path\n")
+    assert other.read_text() == "keep me"
+
+
+def test_a_port_in_use_is_one_line_exit_2(mlp_server: str) -> None:
+    port = mlp_server.rsplit(":", 1)[1]
+    done = serve_once("--port", port)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"parcat: error: cannot listen on http://127.0.0.1:{port}")
+    assert done.stderr.count("\n") == 1
+
+
+def test_a_server_lost_mid_run_is_a_transient_error() -> None:
+    agent = load_mission("harvest").agents()[0]
+    with running_server("-p", "noop", "-m", "harvest") as (proc, url):
+        policy = RemotePolicy(agent, url)
+        assert policy.step(np.zeros(103, np.float32)) == 0
+        proc.kill()
+        proc.wait()
+        with pytest.raises(TransientError, match=f"policy server {url}: "):
+            policy.step(np.zeros(103, np.float32))
+    policy.close()

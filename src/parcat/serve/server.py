@@ -243,9 +243,11 @@ class PolicyServer:
         for sig in previous:
             loop.add_signal_handler(sig, stopped, sig)
         runner = web.AppRunner(self.make_app(), access_log=None)
+        owned: Path | None = None  # a socket file is removed only once it is ours
         try:
             await runner.setup()
             await _listen(runner, host, port, socket_path)
+            owned = socket_path
             on_ready([_url(address) for address in runner.addresses])
             return await stop
         finally:
@@ -253,8 +255,8 @@ class PolicyServer:
                 loop.remove_signal_handler(sig)
                 signal.signal(sig, handler)  # parcat's own again, for a signal during cleanup
             await runner.cleanup()
-            if socket_path is not None:
-                socket_path.unlink(missing_ok=True)
+            if owned is not None:
+                owned.unlink(missing_ok=True)
             self._pool.shutdown(wait=False, cancel_futures=True)
 
 
