@@ -12,6 +12,8 @@ import signal
 import socket
 import subprocess
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -297,3 +299,40 @@ def test_a_server_lost_mid_run_is_a_transient_error() -> None:
         with pytest.raises(TransientError, match=f"policy server {url}: "):
             policy.step(np.zeros(103, np.float32))
     policy.close()
+
+
+def test_a_hung_policy_neither_blocks_the_server_nor_its_sigterm(tmp_path: Path) -> None:
+    """The policy runs on its own thread: /stats answers while it hangs, and SIGTERM stops
+    the server (its requests in flight get a short grace, then the connection closes)."""
+    marker = tmp_path / "hanging"
+    agent = load_mission("harvest").agents()[0]
+    with running_server("-p", f"tests.fakes:HangingPolicy,at_step=0,marker={marker}",
+                        "-m", "harvest") as (proc, url):
+        policy = RemotePolicy(agent, url)
+        policy.reset(0)
+        outcome: list[BaseException] = []
+
+        def step() -> None:
+            try:
+                policy.step(np.zeros(103, np.float32))
+            except BaseException as exc:  # the connection closes when the server stops
+                outcome.append(exc)
+
+        stepping = threading.Thread(target=step, daemon=True)
+        stepping.start()
+        wait_for(marker.exists)
+        assert httpx.get(f"{url}/stats", timeout=RUN_TIMEOUT_S).json()["requests"] == 0
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+        stepping.join(timeout=RUN_TIMEOUT_S)
+    assert proc.returncode == 143
+    assert err.strip().splitlines()[-1].startswith("parcat: serve: stopped: no requests served")
+    assert [type(e) for e in outcome] == [TransientError]
+    policy.close()
+
+
+def wait_for(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)

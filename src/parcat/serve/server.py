@@ -11,13 +11,15 @@ compute thread, so user code never runs on two threads at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import queue
 import signal
 import socket
 import stat
+import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
@@ -39,6 +41,8 @@ from parcat.serve.stats import ServeStats
 
 MAX_BODY_BYTES = 64 * 2**20
 """Largest request body: a batch of big observations, not a way to exhaust memory."""
+SHUTDOWN_GRACE_S = 2.0
+"""How long requests in flight may take to finish once the server is told to stop."""
 MAX_SESSIONS = 4096
 """Stateful sessions kept at most; the least recently reset is dropped first (a client
 that vanished without ``/close`` leaves its instances until then)."""
@@ -80,13 +84,14 @@ class PolicyServer:
             first = next(iter(self._policies.values()), None)
             # the contract of `stateless`: one instance may act for any agent (checkpoint
             # folders may hold different weights per agent, so each keeps its own)
-            shareable = first is not None and _stateless(first) and not Path(spec.target).is_dir()
-            self._policies[name] = first if shareable and first else make_policy(spec, mission,
-                                                                                 agent)
+            if first is not None and _stateless(first) and not Path(spec.target).is_dir():
+                self._policies[name] = first
+            else:
+                self._policies[name] = make_policy(spec, mission, agent)
         self.stateless = all(_stateless(p) for p in self._policies.values())
         self.stats = ServeStats()
         self._sessions: OrderedDict[tuple[str, str], Policy] = OrderedDict()
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="parcat-serve-policy")
+        self._compute = ComputeThread()
         self._queue: asyncio.Queue[_Call] = asyncio.Queue()
 
     def info(self) -> dict[str, Any]:
@@ -138,16 +143,26 @@ class PolicyServer:
         seed = _int_param(request, "seed")
         if not self.stateless:
             key = (_session(request), name)
-            policy = self._sessions.pop(key, None)
-            loop = asyncio.get_running_loop()
-            if policy is None:
-                policy = await loop.run_in_executor(
-                    self._pool, make_policy, self.spec, self.mission, self.agents[name])
-            await loop.run_in_executor(self._pool, policy.reset, seed)
+            policy = await self._compute.call(self._reset_policy, self._sessions.pop(key, None),
+                                              self.agents[name], seed)
+            if isinstance(policy, _PolicyFailed):
+                raise policy
             self._sessions[key] = policy
             while len(self._sessions) > MAX_SESSIONS:
                 self._sessions.popitem(last=False)
         return web.json_response({"ok": True})
+
+    def _reset_policy(self, policy: Policy | None, agent: AgentSpec,
+                      seed: int) -> Policy | _PolicyFailed:
+        """A session's policy (built on its first reset) reset with ``seed``, or why not."""
+        try:
+            if policy is None:
+                policy = make_policy(self.spec, self.mission, agent)
+            policy.reset(seed)
+            return policy
+        except USER_CODE_ERRORS as exc:  # a PolicyError too: the spec failed for a session
+            return _PolicyFailed(f"policy '{clip(self.spec.name)}' raised "
+                                 f"{type(exc).__name__} in reset: {clip(str(exc), 200)}")
 
     async def _close(self, request: web.Request) -> web.Response:
         session = _session(request)
@@ -171,7 +186,6 @@ class PolicyServer:
 
     async def _batches(self) -> None:
         """Forever: gather queued calls into a batch, run it on the compute thread."""
-        loop = asyncio.get_running_loop()
         together = False
         while True:
             calls = [await self._queue.get()]
@@ -182,7 +196,7 @@ class PolicyServer:
                 calls.append(self._queue.get_nowait())
                 size += len(calls[-1].obs)
             together = len(calls) > 1
-            outcomes = await loop.run_in_executor(self._pool, self._compute, calls)
+            outcomes = await self._compute.call(self._run_batch, calls)
             for call, outcome in zip(calls, outcomes, strict=True):
                 if call.future.done():  # its client went away
                     continue
@@ -191,7 +205,7 @@ class PolicyServer:
                 else:
                     call.future.set_result(outcome)
 
-    def _compute(self, calls: Sequence[_Call]) -> list[Any]:
+    def _run_batch(self, calls: Sequence[_Call]) -> list[Any]:
         """Each policy's calls as one batch; a batch that raises is tried call by call, so
         one bad request fails only itself. Runs on the compute thread."""
         outcomes: list[Any] = [None] * len(calls)
@@ -242,7 +256,8 @@ class PolicyServer:
 
         for sig in previous:
             loop.add_signal_handler(sig, stopped, sig)
-        runner = web.AppRunner(self.make_app(), access_log=None)
+        runner = web.AppRunner(self.make_app(), access_log=None,
+                               shutdown_timeout=SHUTDOWN_GRACE_S)
         owned: Path | None = None  # a socket file is removed only once it is ours
         try:
             await runner.setup()
@@ -257,11 +272,45 @@ class PolicyServer:
             await runner.cleanup()
             if owned is not None:
                 owned.unlink(missing_ok=True)
-            self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 class _PolicyFailed(Exception):
     """The served policy raised: HTTP 500 with this message (the client's episode fails)."""
+
+
+class ComputeThread:
+    """One daemon thread that runs the policy's calls in order. Not a thread pool: its
+    threads are joined at exit, so a policy that hangs would keep a stopped server alive."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="parcat-serve-policy", daemon=True).start()
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        """``fn(*args)`` on the thread; its result (or what it raised) in the future."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._jobs.put((loop, future, fn, args))
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            loop, future, fn, args = self._jobs.get()
+            try:
+                outcome, failed = fn(*args), False
+            except BaseException as exc:  # handed to the request that awaits it
+                outcome, failed = exc, True
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody awaits it
+                loop.call_soon_threadsafe(_settle, future, outcome, failed)
+
+
+def _settle(future: asyncio.Future[Any], outcome: Any, failed: bool) -> None:
+    if future.done():  # cancelled: its request went away
+        return
+    if failed:
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
 
 
 @web.middleware
