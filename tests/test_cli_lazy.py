@@ -25,7 +25,8 @@ HEAVY = ("numpy", "gymnasium", "yaml", "parcat.eval.evaluate", "parcat.train", "
 COMMAND_MODULES = {"parcat.cli.eval_cmd", "parcat.cli.plan_cmd", "parcat.cli.train_cmd",
                    "parcat.cli.compare_cmd", "parcat.cli.rank_cmd", "parcat.cli.bench_cmd",
                    "parcat.cli.plot_cmd", "parcat.cli.sim_cmd", "parcat.cli.missions_cmd",
-                   "parcat.cli.policies_cmd", "parcat.cli.replay_cmd"}
+                   "parcat.cli.policies_cmd", "parcat.cli.replay_cmd",
+                   "parcat.cli.serve_cmd"}
 RUN = """
 import json, sys
 from parcat.cli.main import main

@@ -17,7 +17,7 @@ LAYERS: list[set[str]] = [
     {"stepping"},
     {"episode"},
     {"parallel"},
-    {"eval", "train", "sim"},
+    {"eval", "train", "sim", "serve"},
     {"testing", "bench"},
     {"cli"},
 ]

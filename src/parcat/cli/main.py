@@ -54,6 +54,8 @@ COMMANDS = (
     LazyCommand("sim", "parcat.cli.sim_cmd:sim_command",
                 "Simulate a mission in real time, each agent at its own cycle_time, and "
                 "evaluate it."),
+    LazyCommand("serve", "parcat.cli.serve_cmd:serve_command",
+                "Serve a policy over HTTP, for `parcat eval -p http://HOST:PORT`."),
     LazyCommand("missions", "parcat.cli.missions_cmd:app", "List and inspect missions."),
     LazyCommand("policies", "parcat.cli.policies_cmd:app", "List the built-in policies."),
 )

@@ -1,7 +1,8 @@
 """Policy specs from the command line, the built-in registry, and building policies.
 
-A spec is ``TARGET[,KEY=VALUE...][@WEIGHT]``: a built-in name, ``module:Class`` or a
-checkpoint directory; keyword arguments as YAML scalars; the policy's share of the agents.
+A spec is ``TARGET[,KEY=VALUE...][@WEIGHT]``: a built-in name, ``module:Class``, a
+checkpoint directory or ``http://HOST:PORT[/AGENT]`` (a policy ``parcat serve`` serves);
+keyword arguments as YAML scalars; the policy's share of the agents.
 Examples: ``greedy``, ``mlp,width=256,depth=3@2``, ``my_pkg.agents:Chaser,speed=0.5``.
 """
 
@@ -23,6 +24,7 @@ from parcat.envs.missions import Mission
 from parcat.ipc.process import SetupFailedError, call_in_worker, in_worker, mark_acting
 from parcat.policies import checkpoint
 from parcat.policies.base import AgentSpec, Policy
+from parcat.policies.remote import is_url
 
 BUILTINS: dict[str, tuple[str | None, str]] = {
     "random": ("parcat.policies.builtin:RandomPolicy", "uniformly random actions (seeded)"),
@@ -33,6 +35,9 @@ BUILTINS: dict[str, tuple[str | None, str]] = {
         "numpy MLP with random weights (width=64, depth=2, init_seed=0); CPU-heavy reference",
     ),
 }
+
+REMOTE_POLICY = "parcat.policies.remote:RemotePolicy"
+"""The client of a served policy (``-p http://...``)."""
 
 BUILTIN_CLASSES = frozenset(reference for reference, _ in BUILTINS.values() if reference)
 """The policy classes a checkpoint may name without ``--trust-code``: parcat's own."""
@@ -148,6 +153,8 @@ def _build_each(builds: Sequence[tuple[PolicySpec, Mission, AgentSpec]]) -> None
 def make_policy(spec: PolicySpec, mission: Mission, agent: AgentSpec) -> Policy:
     """Build the policy that ``spec`` names for one agent of ``mission`` (else ``PolicyError``)."""
     target = spec.target
+    if is_url(target):
+        return _construct(REMOTE_POLICY, spec, agent, {"url": target, **spec.kwargs})
     if target in BUILTINS:
         reference = BUILTINS[target][0] or mission.heuristic
         if reference is None:

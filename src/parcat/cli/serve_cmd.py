@@ -1,0 +1,85 @@
+"""``parcat serve``: serve a policy over HTTP for ``parcat eval -p http://HOST:PORT``."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from parcat.cli import options as opts
+from parcat.cli.common import (
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    TERMINATED,
+    said_interrupted,
+    user_errors,
+)
+
+
+def serve_command(
+    policy: Annotated[str, typer.Option(
+        "--policy", "-p", metavar="SPEC",
+        help="The policy to serve, as eval's -p names it: a built-in, module:Class or a run "
+        "directory of parcat train (its mission is the default -m).")],
+    mission: Annotated[str | None, opts.SHARED["mission"].option()] = None,
+    set: opts.Overrides = None,
+    host: Annotated[str, typer.Option("--host", metavar="HOST",
+                                      help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, metavar="N",
+                                      help="TCP port; 0: any free one (printed).")] = 0,
+    socket_path: Annotated[Path | None, typer.Option(
+        "--socket", metavar="PATH", help="Also listen on this Unix socket (removed on exit).")
+    ] = None,
+    max_batch: Annotated[int, typer.Option(
+        "--max-batch", min=1, max=65_536, metavar="N",
+        help="Most observations gathered into one policy call.")] = 256,
+    max_wait_ms: Annotated[float, typer.Option(
+        "--max-wait-ms", min=0.0, max=1000.0, metavar="MS",
+        help="How long requests from clients acting together wait for the rest of their "
+        "round before the policy runs.")] = 1.0,
+    trust_code: opts.TrustCode = False,
+) -> None:
+    """Serve a policy over HTTP, for `parcat eval -p http://HOST:PORT`.
+
+    Prints the URL on stdout (one line, so scripts can read it with --port 0) and logs on
+    stderr. Requests that arrive together become one step_batch call. GET /stats: requests,
+    batch sizes and latency, also printed when the server stops (Ctrl-C or SIGTERM).
+
+    Exit codes: 2 bad input, 130 stopped by Ctrl-C, 143 stopped by SIGTERM.
+    """
+    from parcat.core.errors import ConfigError
+    from parcat.core.settings import parse_overrides
+    from parcat.eval.trained_run import load_missions
+    from parcat.policies.specs import parse_policy_spec
+
+    with user_errors():
+        try:
+            from parcat.serve.server import PolicyServer, serve
+        except ImportError as exc:
+            raise ConfigError(f"parcat serve needs aiohttp ({exc}): "
+                              "pip install 'parcat[serve]'") from None
+
+    def say(line: str) -> None:
+        print(f"parcat: serve: {line}", file=sys.stderr, flush=True)
+
+    with user_errors():
+        spec = parse_policy_spec(policy, trust_code)
+        missions = load_missions([mission] if mission else [], [spec.target],
+                                 parse_overrides(set or []), say, trust_code)
+        server = PolicyServer(spec, missions[0], max_batch, max_wait_ms / 1000)
+
+        def ready(urls: list[str]) -> None:
+            print(urls[0], flush=True)
+            sharing = ("stateless: batched across clients" if server.stateless
+                       else "stateful: an instance per client session")
+            say(f"policy '{spec.name}' for mission '{missions[0].name}' ({sharing}) at "
+                f"{', '.join(urls)}")
+
+        signum = serve(server, host, port, socket_path, ready)
+    if signum == signal.SIGTERM:
+        TERMINATED.set()
+    said_interrupted(f"parcat: serve: stopped: {server.stats.summary()}")
+    raise typer.Exit(EXIT_TERMINATED if signum == signal.SIGTERM else EXIT_INTERRUPTED)
