@@ -12,10 +12,10 @@ import copy
 import math
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, Generic, TypeVar, cast, overload
 
 import numpy as np
 
@@ -31,7 +31,20 @@ from parcat.episode.results import AgentResult, EpisodeResult, EpisodeStatus, Er
 from parcat.ipc.process import Terminated
 from parcat.policies.assignment import assign_policies
 from parcat.policies.specs import PolicySpec
-from parcat.stepping.base import InlineStepper, PolicyStepError, Seat, Stepper
+from parcat.stepping.base import (
+    InlineStepper,
+    PolicyStepError,
+    Seat,
+    Stepper,
+    act_in_lockstep,
+)
+
+T = TypeVar("T")
+Request = tuple[dict[Any, Any], list[Any]]
+"""What an episode asks for: the observations and the live agents to act."""
+Play = Generator[Request, dict[Any, Any], None]
+Episode = Generator[Request, dict[Any, Any], EpisodeResult]
+_END: Any = object()
 
 
 @dataclass(frozen=True)
@@ -155,23 +168,103 @@ class EpisodeRunner:
         self.tracer = tracer
         self.track = track
         self._envs: dict[Mission, ParallelEnv] = {}
+        self._slots: list[EpisodeRunner] = []
 
     def run(self, task: EpisodeTask) -> EpisodeResult:
         """Play one episode; an exception in the env or a policy becomes a failed result.
 
         An episode that lost a worker process is played again, up to ``retries`` times.
         """
-        result = self._run_once(task)
+        result = self._drive(self.episode(task))
         attempts = 1
         while _lost_a_worker(result) and attempts <= self.retries:
-            result = self._run_once(task)
+            result = self._drive(self.episode(task))
             attempts += 1
         if attempts > 1 and result.error is not None:
             error = replace(result.error, message=f"{result.error.message} ({attempts} attempts)")
             result = replace(result, error=error)
         return result
 
-    def _run_once(self, task: EpisodeTask) -> EpisodeResult:
+    def run_many(self, tasks: Iterable[tuple[T, EpisodeTask] | None],
+                 slots: int) -> Iterator[tuple[T, EpisodeResult]]:
+        """Play tagged tasks up to ``slots`` at once, in lockstep: every round, each policy
+        shared by several episodes answers all of them in one call (:func:`act_in_lockstep`).
+
+        A slot whose episode ends takes the next task; ``(tag, result)`` is yielded as each
+        episode ends. ``tasks`` may give ``None`` for "nothing new yet" while some episode
+        runs (a worker's queue); it must block, not give ``None``, while none does. Every
+        episode keeps its own seeds, so its result does not depend on ``slots`` or on what
+        it was played with. Steppers other than inline play one episode at a time.
+        """
+        if slots <= 1 or type(self.stepper) is not InlineStepper:
+            for item in tasks:
+                if item is not None:
+                    yield item[0], self.run(item[1])
+            return
+        runners = self._slot_runners(slots)
+        playing: dict[int, _Slot[T]] = {}
+        upcoming, more = iter(tasks), True
+        while True:
+            for i in range(slots):
+                while more and i not in playing:
+                    item = next(upcoming, _END)
+                    if item is None or item is _END:
+                        more = item is None
+                        break
+                    tag, task = cast(tuple[T, EpisodeTask], item)
+                    slot = _Slot(tag, runners[i].episode(task))
+                    if (result := slot.advance(None)) is not None:
+                        yield tag, result
+                    else:
+                        playing[i] = slot
+            if not playing:
+                return
+            yield from self._round(runners, playing)
+
+    def _round(self, runners: list[EpisodeRunner],
+               playing: dict[int, _Slot[T]]) -> Iterator[tuple[T, EpisodeResult]]:
+        """One lockstep round: every playing slot's request answered, its episode advanced."""
+        order = list(playing)
+        begin = now_us()
+        answers = act_in_lockstep([(cast(InlineStepper, runners[i].stepper),
+                                    *playing[i].request) for i in order])
+        if self.tracer is not None:
+            self.tracer.span("policies", begin, now_us(), track=f"{self.track}/agents",
+                             agents=sum(len(a) for a in answers if isinstance(a, dict)))
+        for i, answer in zip(order, answers, strict=True):
+            if (result := playing[i].advance(answer)) is not None:
+                yield playing.pop(i).tag, result
+
+    def _slot_runners(self, slots: int) -> list[EpisodeRunner]:
+        """This runner and ``slots - 1`` more: each slot has its own environments and
+        policies (a stateful policy keeps one instance per slot and agent; stateless ones
+        are built once, by this runner's stepper)."""
+        lender = cast(InlineStepper, self.stepper).cache
+        while len(self._slots) < slots - 1:
+            self._slots.append(EpisodeRunner(
+                InlineStepper(lender), self.on_step, self.tracer,
+                f"{self.track}.{len(self._slots) + 1}"))
+        return [self, *self._slots[:slots - 1]]
+
+    def _drive(self, episode: Episode) -> EpisodeResult:
+        """Play ``episode`` to its end, this runner's stepper answering its requests."""
+        act = self._traced_act()
+        try:
+            request = next(episode)
+            while True:
+                try:
+                    actions = act(*request)
+                except (PolicyStepError, Terminated) as failure:
+                    request = episode.throw(failure)
+                else:
+                    request = episode.send(actions)
+        except StopIteration as end:
+            return cast(EpisodeResult, end.value)
+
+    def episode(self, task: EpisodeTask) -> Episode:
+        """The episode of ``task`` as a generator: it yields ``(observations, live agents)``
+        and is sent their actions (or thrown a :class:`PolicyStepError`) until it returns
+        the :class:`EpisodeResult`, an exception in the env or a policy recorded in it."""
         mission = task.mission
         progress = _Progress(seeding.episode_seed(task.seed, mission.key, task.episode_index))
         error: ErrorInfo | None = None
@@ -190,10 +283,9 @@ class EpisodeRunner:
             reset = env.reset(seed=progress.env_seed)
             progress.totals = dict.fromkeys(progress.agent_ids, 0.0)
             progress.phase = "step"
-            if progress.turn_based:
-                self._play_turns(env, task, progress)
-            else:
-                self._play(env, task, reset, progress)
+            play = self._play_turns(env, task, progress) if progress.turn_based \
+                else self._play(env, task, reset, progress)
+            yield from play if progress.recorder is None else _recorded(play, progress.recorder)
         except PolicyStepError as failure:
             error = _policy_error_info(failure)
         except USER_CODE_ERRORS as exc:
@@ -239,24 +331,27 @@ class EpisodeRunner:
         for mission in list(self._envs):
             self._discard_env(mission)
         self.stepper.close()
+        for runner in self._slots:
+            runner.close()
+        self._slots.clear()
 
     def _play(self, env: ParallelEnv, task: EpisodeTask, reset: Any,
-              progress: _Progress) -> None:
+              progress: _Progress) -> Play:
         """Step a parallel env until the episode ends."""
         obs, _ = reset
         # parcat's own environments are checked by its tests (BENCHMARKS.md: the check's cost)
         trusted = task.mission.env.startswith("parcat.")
         if not trusted:
             progress.warnings += _odd_observations(env, obs, "first")
-        act, step = self._traced_act(), env.step
+        step = env.step
         if self.tracer is not None:
             step = self._traced(step, "env step", self.track)
         if progress.recorder is not None:
-            act, step = progress.recorder.wrap_act(act), progress.recorder.wrap_step(step)
+            step = progress.recorder.wrap_step(step)
         on_step, max_steps, totals = self.on_step, task.mission.max_steps, progress.totals
         steps = 0
         while env.agents and steps < max_steps:
-            obs, rewards, _, _, _ = step(act(obs, env.agents))
+            obs, rewards, _, _, _ = step((yield obs, env.agents))
             for agent_id, reward in rewards.items():
                 totals[agent_id] += reward
             steps += 1
@@ -284,18 +379,16 @@ class EpisodeRunner:
         except OSError as exc:
             progress.warnings.append(f"the replay could not be written: {exc}")
 
-    def _play_turns(self, env: Any, task: EpisodeTask, progress: _Progress) -> None:
+    def _play_turns(self, env: Any, task: EpisodeTask, progress: _Progress) -> Play:
         """A turn-based (AEC) episode: one agent acts at a time (:mod:`parcat.envs.turns`)."""
-        act, recorder, on_step = self._traced_act(), progress.recorder, self.on_step
-        if recorder is not None:
-            act = recorder.wrap_act(act)
+        recorder, on_step = progress.recorder, self.on_step
 
         def moved(moves: int) -> bool | None:
             progress.steps = moves
             return on_step(task, moves) if on_step is not None else None
 
-        play_turns(env, act, progress.totals, task.mission.max_steps, moved,
-                   recorder.turn if recorder is not None else None)
+        yield from play_turns(env, progress.totals, task.mission.max_steps, moved,
+                              recorder.turn if recorder is not None else None)
 
     def _traced_act(self) -> Callable[[Any, Any], dict[Any, Any]]:
         if self.tracer is None:
@@ -352,6 +445,39 @@ def run_episode(mission: Mission, policies: Sequence[PolicySpec], seed: int,
         return runner.run(EpisodeTask(mission, tuple(policies), seed, episode_index))
     finally:
         runner.close()
+
+
+class _Slot(Generic[T]):
+    """A slot of :meth:`EpisodeRunner.run_many`: the episode playing in it and its request."""
+
+    def __init__(self, tag: T, episode: Episode) -> None:
+        self.tag = tag
+        self.episode = episode
+        self.request: Request = ({}, [])
+
+    def advance(self, answer: dict[Any, Any] | PolicyStepError | None) -> EpisodeResult | None:
+        """Hand the episode its actions (its failure; nothing at its start): its result if
+        it ended, else ``None`` (its next request is in :attr:`request`)."""
+        try:
+            if isinstance(answer, PolicyStepError):
+                self.request = self.episode.throw(answer)
+            else:
+                self.request = self.episode.send(answer)  # type: ignore[arg-type]
+        except StopIteration as end:
+            return cast(EpisodeResult, end.value)
+        return None
+
+
+def _recorded(play: Play, recorder: ReplayRecorder) -> Play:
+    """``play`` with every request and its answer recorded before the env steps."""
+    try:
+        request = next(play)
+        while True:
+            actions = yield request
+            recorder.acted(request[0], actions)
+            request = play.send(actions)
+    except StopIteration as end:
+        return end.value
 
 
 def _odd_observations(env: ParallelEnv, obs: Any, which: str) -> list[str]:
