@@ -197,15 +197,7 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
         strategy, policy_workers = PolicyStrategy.THREAD, max(1, policy_workers)
     _note_strategy(workload, strategy, reasons, notes)
     lockstep = _lockstep(workload, executor, strategy, episode_workers, reasons, notes)
-    # this process's lane plays one episode at a time: with lockstep, the workers play
-    local_lane = (executor is ExecutorKind.PROCESS and workload.executor is ExecutorKind.AUTO
-                  and not workload.isolate and not workload.foreign_code and not gpus
-                  and lockstep == 1)
-    if local_lane:
-        reasons.append(
-            f"this process runs episodes too, as one of the {episode_workers} lanes: the first "
-            f"episode starts at once and {episode_workers - 1} worker(s) join as they start"
-        )
+    local_lane = _local_lane(workload, executor, gpus, lockstep, episode_workers, reasons)
     busy = episode_workers * (1 + (policy_workers if strategy is PolicyStrategy.PROCESS else 0))
     # a spin on a contested core is paid by the process it waits for (BENCHMARKS.md,
     # "Keep only what pays"): spin only while every busy process has a free CPU
@@ -228,6 +220,21 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
                 gpu_ids, workload.free_cpus, local_lane, tuple(reasons),
                 episodes_per_worker=lockstep, lockstep=lockstep, concurrency=in_flight,
                 notes=tuple(notes))
+
+
+def _local_lane(workload: Workload, executor: ExecutorKind, gpus: int, lockstep: int,
+                lanes: int, reasons: list[str]) -> bool:
+    """Whether this process is one of the episode lanes (it plays one episode at a time:
+    with lockstep, the workers play)."""
+    local_lane = (executor is ExecutorKind.PROCESS and workload.executor is ExecutorKind.AUTO
+                  and not workload.isolate and not workload.foreign_code and not gpus
+                  and lockstep == 1)
+    if local_lane:
+        reasons.append(
+            f"this process runs episodes too, as one of the {lanes} lanes: the first "
+            f"episode starts at once and {lanes - 1} worker(s) join as they start"
+        )
+    return local_lane
 
 
 def _lockstep(workload: Workload, executor: ExecutorKind, strategy: PolicyStrategy,

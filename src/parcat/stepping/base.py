@@ -208,25 +208,29 @@ def _call_shared(step_batch: Any, members: list[tuple[int, Any]], requests: Sequ
     first_slot, first_agent = members[0]
     stepper = requests[first_slot][0]
     _mark(stepper, first_agent)
+    failure: BaseException | None = None
     try:
         actions = step_batch([requests[slot][1][agent_id] for slot, agent_id in members])
         if len(actions) != len(members):
             raise ValueError(f"step_batch returned {len(actions)} actions for "
                              f"{len(members)} observations")
     except USER_CODE_ERRORS as exc:
-        slots = sorted({slot for slot, _ in members})
-        if len(slots) == 1:
-            answers[first_slot] = _failed(first_agent, exc)
-            return
-        for slot in slots:
-            _call_shared(step_batch, [m for m in members if m[0] == slot], requests, answers)
-        return
+        failure = exc
     finally:
         _mark(stepper, None)
-    for (slot, agent_id), action in zip(members, actions, strict=True):
-        answer = answers[slot]
-        if isinstance(answer, dict):
-            answer[agent_id] = action
+    if failure is None:
+        for (slot, agent_id), action in zip(members, actions, strict=True):
+            answer = answers[slot]
+            if isinstance(answer, dict):
+                answer[agent_id] = action
+        return
+    slots = sorted({slot for slot, _ in members})
+    if len(slots) == 1:
+        answers[first_slot] = _failed(first_agent, failure)
+        return
+    # outside the except clause: a slot's own failure must not carry this one as context
+    for slot in slots:
+        _call_shared(step_batch, [m for m in members if m[0] == slot], requests, answers)
 
 
 def _call_singles(singles: list[tuple[int, Any]], requests: Sequence[Request],
