@@ -1,5 +1,5 @@
-"""Episodes in lockstep (``EpisodeRunner.run_many``): the same results as one at a time,
-whatever K and whatever an episode is played with, and one policy call per step for all."""
+"""Episodes in lockstep (:mod:`parcat.episode.lockstep`): the same results as one at a
+time, whatever K and whatever an episode is played with, and one policy call per step."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from threadpoolctl import threadpool_limits
 
 from parcat.envs.missions import Mission
 from parcat.episode import replay
+from parcat.episode.lockstep import run_many
 from parcat.episode.results import EpisodeResult, EpisodeStatus
 from parcat.episode.rollout import EpisodeRunner, EpisodeTask, TaskList
 from parcat.eval.evaluate import evaluate, make_config
@@ -34,7 +35,7 @@ def play(tasks: list[EpisodeTask], slots: int) -> list[EpisodeResult]:
     """The tasks' results in task order, each reported exactly once."""
     runner = EpisodeRunner()
     try:
-        played = list(runner.run_many(enumerate(tasks), slots))
+        played = list(run_many(runner, enumerate(tasks), slots))
     finally:
         runner.close()
     assert sorted(index for index, _ in played) == list(range(len(tasks)))

@@ -24,8 +24,8 @@ def play_turns(env: Any, totals: dict[Any, float], max_moves: int,
                ) -> Generator[tuple[dict[Any, Any], list[Any]], dict[Any, Any], int]:
     """Play a reset AEC ``env`` to its end (or ``max_moves`` moves); return the moves made.
 
-    A generator, like every episode loop (:meth:`~parcat.episode.rollout.EpisodeRunner.episode`):
-    it yields ``({agent: observation}, [agent])`` for each move and is sent the actions.
+    A generator, so that whoever plays it decides where and how the moves are computed: it
+    yields ``({agent: observation}, [agent])`` for each move and is sent the actions.
 
     Done agents are stepped with ``None``, as the API asks; a move is a live agent's action.
     At the move limit, each agent is credited what it has accumulated but not been shown.

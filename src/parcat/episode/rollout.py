@@ -12,10 +12,10 @@ import copy
 import math
 import time
 import traceback
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Generic, TypeVar, cast, overload
+from typing import Any, cast, overload
 
 import numpy as np
 
@@ -31,20 +31,12 @@ from parcat.episode.results import AgentResult, EpisodeResult, EpisodeStatus, Er
 from parcat.ipc.process import Terminated
 from parcat.policies.assignment import assign_policies
 from parcat.policies.specs import PolicySpec
-from parcat.stepping.base import (
-    InlineStepper,
-    PolicyStepError,
-    Seat,
-    Stepper,
-    act_in_lockstep,
-)
+from parcat.stepping.base import InlineStepper, PolicyStepError, Seat, Stepper
 
-T = TypeVar("T")
 Request = tuple[dict[Any, Any], list[Any]]
 """What an episode asks for: the observations and the live agents to act."""
 Play = Generator[Request, dict[Any, Any], None]
 Episode = Generator[Request, dict[Any, Any], EpisodeResult]
-_END: Any = object()
 
 
 @dataclass(frozen=True)
@@ -168,7 +160,9 @@ class EpisodeRunner:
         self.tracer = tracer
         self.track = track
         self._envs: dict[Mission, ParallelEnv] = {}
-        self._slots: list[EpisodeRunner] = []
+        self.slots: list[EpisodeRunner] = []
+        """Runners of the other slots when this one plays in lockstep
+        (:func:`parcat.episode.lockstep.run_many`); closed with it."""
 
     def run(self, task: EpisodeTask) -> EpisodeResult:
         """Play one episode; an exception in the env or a policy becomes a failed result.
@@ -184,67 +178,6 @@ class EpisodeRunner:
             error = replace(result.error, message=f"{result.error.message} ({attempts} attempts)")
             result = replace(result, error=error)
         return result
-
-    def run_many(self, tasks: Iterable[tuple[T, EpisodeTask] | None],
-                 slots: int) -> Iterator[tuple[T, EpisodeResult]]:
-        """Play tagged tasks up to ``slots`` at once, in lockstep: every round, each policy
-        shared by several episodes answers all of them in one call (:func:`act_in_lockstep`).
-
-        A slot whose episode ends takes the next task; ``(tag, result)`` is yielded as each
-        episode ends. ``tasks`` may give ``None`` for "nothing new yet" while some episode
-        runs (a worker's queue); it must block, not give ``None``, while none does. Every
-        episode keeps its own seeds, so its result does not depend on ``slots`` or on what
-        it was played with. Steppers other than inline play one episode at a time.
-        """
-        if slots <= 1 or type(self.stepper) is not InlineStepper:
-            for item in tasks:
-                if item is not None:
-                    yield item[0], self.run(item[1])
-            return
-        runners = self._slot_runners(slots)
-        playing: dict[int, _Slot[T]] = {}
-        upcoming, more = iter(tasks), True
-        while True:
-            for i in range(slots):
-                while more and i not in playing:
-                    item = next(upcoming, _END)
-                    if item is None or item is _END:
-                        more = item is None
-                        break
-                    tag, task = cast(tuple[T, EpisodeTask], item)
-                    slot = _Slot(tag, runners[i].episode(task))
-                    if (result := slot.advance(None)) is not None:
-                        yield tag, result
-                    else:
-                        playing[i] = slot
-            if not playing:
-                return
-            yield from self._round(runners, playing)
-
-    def _round(self, runners: list[EpisodeRunner],
-               playing: dict[int, _Slot[T]]) -> Iterator[tuple[T, EpisodeResult]]:
-        """One lockstep round: every playing slot's request answered, its episode advanced."""
-        order = list(playing)
-        begin = now_us()
-        answers = act_in_lockstep([(cast(InlineStepper, runners[i].stepper),
-                                    *playing[i].request) for i in order])
-        if self.tracer is not None:
-            self.tracer.span("policies", begin, now_us(), track=f"{self.track}/agents",
-                             agents=sum(len(a) for a in answers if isinstance(a, dict)))
-        for i, answer in zip(order, answers, strict=True):
-            if (result := playing[i].advance(answer)) is not None:
-                yield playing.pop(i).tag, result
-
-    def _slot_runners(self, slots: int) -> list[EpisodeRunner]:
-        """This runner and ``slots - 1`` more: each slot has its own environments and
-        policies (a stateful policy keeps one instance per slot and agent; stateless ones
-        are built once, by this runner's stepper)."""
-        lender = cast(InlineStepper, self.stepper).cache
-        while len(self._slots) < slots - 1:
-            self._slots.append(EpisodeRunner(
-                InlineStepper(lender), self.on_step, self.tracer,
-                f"{self.track}.{len(self._slots) + 1}"))
-        return [self, *self._slots[:slots - 1]]
 
     def _drive(self, episode: Episode) -> EpisodeResult:
         """Play ``episode`` to its end, this runner's stepper answering its requests."""
@@ -331,9 +264,9 @@ class EpisodeRunner:
         for mission in list(self._envs):
             self._discard_env(mission)
         self.stepper.close()
-        for runner in self._slots:
+        for runner in self.slots:
             runner.close()
-        self._slots.clear()
+        self.slots.clear()
 
     def _play(self, env: ParallelEnv, task: EpisodeTask, reset: Any,
               progress: _Progress) -> Play:
@@ -445,27 +378,6 @@ def run_episode(mission: Mission, policies: Sequence[PolicySpec], seed: int,
         return runner.run(EpisodeTask(mission, tuple(policies), seed, episode_index))
     finally:
         runner.close()
-
-
-class _Slot(Generic[T]):
-    """A slot of :meth:`EpisodeRunner.run_many`: the episode playing in it and its request."""
-
-    def __init__(self, tag: T, episode: Episode) -> None:
-        self.tag = tag
-        self.episode = episode
-        self.request: Request = ({}, [])
-
-    def advance(self, answer: dict[Any, Any] | PolicyStepError | None) -> EpisodeResult | None:
-        """Hand the episode its actions (its failure; nothing at its start): its result if
-        it ended, else ``None`` (its next request is in :attr:`request`)."""
-        try:
-            if isinstance(answer, PolicyStepError):
-                self.request = self.episode.throw(answer)
-            else:
-                self.request = self.episode.send(answer)  # type: ignore[arg-type]
-        except StopIteration as end:
-            return cast(EpisodeResult, end.value)
-        return None
 
 
 def _recorded(play: Play, recorder: ReplayRecorder) -> Play:

@@ -644,6 +644,7 @@ class _CommandThreads:
     def __init__(self, conn: Connection, handlers: Handlers) -> None:
         self._queue: queue.SimpleQueue[tuple[str, list[Any]] | None] = queue.SimpleQueue()
         self._unanswered = 0  # commands given to the stream, not yet answered
+        self._closing = threading.Event()
         targets = [self._stream] if handlers.stream is not None \
             else [self._work] * handlers.threads
         self._threads = [threading.Thread(target=target, args=(conn, handlers), daemon=True,
@@ -668,6 +669,8 @@ class _CommandThreads:
                 with contextlib.suppress(OSError, ValueError):  # the parent is gone
                     _reply(conn, result)
         except Exception:
+            if self._closing.is_set():
+                return  # what it used was released under it: the worker is ending anyway
             # nothing answers the commands in flight any more: the worker ends, so the
             # parent replaces it and plays them again
             traceback.print_exc()
@@ -688,6 +691,7 @@ class _CommandThreads:
     def closing(self, close: Callable[[], None] | None) -> Callable[[], None]:
         """``close`` run once the threads finished what they were given."""
         def stop() -> None:
+            self._closing.set()
             for _ in self._threads:
                 self._queue.put(None)
             end = time.monotonic() + STOP_GRACE_S  # for all of them: a SIGTERM is waiting

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from parcat.core.trace import Tracer
+from parcat.episode.lockstep import run_many
 from parcat.episode.results import EpisodeResult, failed_result
 from parcat.episode.rollout import EpisodeRunner, EpisodeTask
 from parcat.ipc.process import Handlers, preload
@@ -62,7 +63,7 @@ def make_episode_worker(stepper: StepperConfig, gpu: str | None, track: str,
                 else:
                     yield None
 
-        for index, result in runner().run_many(tagged(), stepper.lockstep):
+        for index, result in run_many(runner(), tagged(), stepper.lockstep):
             yield index, _sendable(sent.pop(index), result), tracer.take() if tracer else []
 
     def close() -> None:

@@ -21,6 +21,7 @@ from typing import Any
 from parcat.core.errors import ConfigError
 from parcat.core.resources import blas_limited
 from parcat.core.trace import Tracer
+from parcat.episode.lockstep import run_many
 from parcat.episode.results import EpisodeResult, timed_out_result
 from parcat.episode.rollout import EpisodeRunner, EpisodeTask
 from parcat.ipc.process import Terminated
@@ -89,7 +90,7 @@ class InlineExecutor(Executor):
 
             on_result: ResultCallback | None = None) -> list[EpisodeResult]:
         if self.timeout_s is None:  # up to stepper.lockstep episodes side by side
-            played = self.runner.run_many(enumerate(tasks), self.stepper.lockstep)
+            played = run_many(self.runner, enumerate(tasks), self.stepper.lockstep)
         else:  # the alarm stops the one episode playing
             played = ((index, self._run_bounded(task)) for index, task in enumerate(tasks))
         results: dict[int, EpisodeResult] = {}

@@ -4,7 +4,7 @@ A :class:`Stepper` gets the episode's seats (agent, policy spec, seed) at its st
 maps observations to actions once per step: ``inline`` here (``batch`` is its word too: it
 shares stateless policies' calls), ``thread`` and ``process`` in the modules of those names.
 :func:`act_in_lockstep` answers several inline episodes' steps at once, one call per
-shared policy for all of them (``EpisodeRunner.run_many``).
+shared policy for all of them.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ class StepperConfig:
     """Times an episode is played again when one of its policy workers was lost."""
     lockstep: int = 1
     """Episodes a runner plays side by side, one policy call per step for all of them
-    (``EpisodeRunner.run_many``; inline agents only)."""
+    (in lockstep; inline agents only)."""
 
     def make_stepper(self, tracer: Tracer | None = None) -> Stepper:
         """Build the stepper this configuration describes."""
