@@ -448,3 +448,28 @@ class DoomedEnv(ScriptedEnv):
         if self.t == self.at_step and self.seed == self.doomed_seed:
             DyingEnv._die(self)  # type: ignore[arg-type]
         return super().step(actions)
+
+
+class PickyBatchPolicy:
+    """Stateless with a ``step_batch`` (so lockstep shares it across episodes): action 1,
+    but it raises on the observation of agent ``agent`` at step ``at_step`` (a
+    :class:`ScriptedEnv` observation is ``[step, agent]``). ``calls`` keeps every batch's size."""
+
+    stateless = True
+    calls: list[int] = []
+
+    def __init__(self, spec: AgentSpec, agent: int = 2, at_step: int = 3) -> None:
+        self.agent, self.at_step = agent, at_step
+
+    def reset(self, seed: int) -> None:
+        pass
+
+    def step(self, obs: Any) -> int:
+        return self.step_batch([obs])[0]
+
+    def step_batch(self, obs_batch: list[Any]) -> list[int]:
+        PickyBatchPolicy.calls.append(len(obs_batch))
+        for obs in obs_batch:
+            if obs[0] == self.at_step and obs[1] == self.agent:
+                raise ValueError(f"agent {self.agent} is not served at step {self.at_step}")
+        return [1] * len(obs_batch)

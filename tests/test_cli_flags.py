@@ -260,7 +260,8 @@ def test_plan_reads_the_eval_config_file_and_skips_what_only_eval_does(
     ("eval", "missions: [goal_tasks]\nepisodez: 3\n",
      "unknown key 'episodez'; valid: action_timeout_ms, address, against, backend, "
      "concurrency, cross, each, "
-     "episode_timeout, episodes, executor, fail_fast, format, gpus, jobs, max_episodes, "
+     "episode_timeout, episodes, executor, fail_fast, format, gpus, jobs, lockstep, "
+     "max_episodes, "
      "missions, output, parallel_policy, policies, policy_strategy, precision, progress, "
      "replay_dir, resume, retries, seed, set, start_method, trace"),
     ("eval", "episodes: many\n", "key 'episodes' must be an integer, got 'many'"),

@@ -137,3 +137,48 @@ def test_a_worker_whose_parent_pipe_closes_cleans_up_and_exits(counter: Worker) 
     counter.conn.close()
     counter.process.join(TIMEOUT_S)
     assert counter.process.exitcode == 0
+
+
+def make_stream() -> Handlers:
+    """Serves ``echo(n)`` as a stream: holds each command and, each time it is told nothing
+    new is waiting, answers the latest one held (so replies come back in another order);
+    ``boom`` raises in the stream. A ``None`` while nothing is held would be a bug: it is
+    answered ``"idle none"``."""
+
+    def stream(commands: Iterator[tuple[str, list[int]] | None]) -> Iterator[object]:
+        held: list[int] = []
+        for command in commands:
+            if command is None:
+                yield held.pop() if held else "idle none"
+            elif command[0] == "boom":
+                raise RuntimeError("the stream broke")
+            else:
+                held.append(command[1][0])
+    return Handlers({"echo": lambda n: n}, stream=stream)
+
+
+def test_a_stream_gets_every_command_and_answers_each_with_its_own_tag() -> None:
+    worker = start_worker(make_stream, (), "parcat-test-stream")
+    try:
+        worker.wait_ready(TIMEOUT_S)
+        for n in (1, 2, 3):
+            worker.send(("echo", n))
+        replies = {worker.recv(TIMEOUT_S)[1] for _ in range(3)}
+        assert replies == {1, 2, 3}
+        time.sleep(0.3)  # nothing unanswered: the stream waits, it is not told "nothing new"
+        worker.send(("echo", 4))
+        assert worker.recv(TIMEOUT_S) == ("ok", 4)
+    finally:
+        worker.stop()
+    assert worker.process.exitcode == 0
+
+
+def test_a_stream_that_breaks_ends_its_worker_so_the_parent_replaces_it() -> None:
+    worker = start_worker(make_stream, (), "parcat-test-stream")
+    try:
+        worker.wait_ready(TIMEOUT_S)
+        worker.send(("boom",))
+        with pytest.raises(WorkerLostError, match="died"):
+            worker.recv(TIMEOUT_S)
+    finally:
+        worker.stop()

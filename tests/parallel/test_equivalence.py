@@ -28,8 +28,8 @@ def comparable(report: EvalReport) -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def sequential() -> dict[int, dict[str, object]]:
-    return {n: comparable(run(n, RunOptions(jobs=1, executor=ExecutorKind.INLINE)))
-            for n in (1, 3)}
+    one_at_a_time = RunOptions(jobs=1, executor=ExecutorKind.INLINE, lockstep=1)
+    return {n: comparable(run(n, one_at_a_time)) for n in (1, 3)}
 
 
 @pytest.mark.parametrize("jobs", [1, 2, 4])
@@ -46,6 +46,18 @@ def test_same_results_as_sequential(
     report = run(episodes, options)
     assert report.status == "complete", [e.error for e in report.failed]
     assert comparable(report) == sequential[episodes]
+
+
+@pytest.mark.parametrize("lockstep", [1, 7, 64])
+@pytest.mark.parametrize(("jobs", "executor"), [(1, ExecutorKind.INLINE),
+                                                (2, ExecutorKind.PROCESS)])
+def test_episodes_in_lockstep_give_the_sequential_results(
+    sequential: dict[int, dict[str, object]], jobs: int, executor: ExecutorKind, lockstep: int,
+) -> None:
+    report = run(3, RunOptions(jobs=jobs, executor=executor, lockstep=lockstep))
+    assert report.plan is not None and report.plan.lockstep == lockstep
+    assert report.status == "complete", [e.error for e in report.failed]
+    assert comparable(report) == sequential[3]
 
 
 @pytest.mark.parametrize("start_method", ["forkserver", "spawn"])

@@ -46,7 +46,8 @@ def test_same_results_as_inline(workers: int, episodes: int) -> None:
 
 
 def test_the_auto_plan_makes_this_process_a_lane_and_agrees_with_jobs_1() -> None:
-    report = evaluate(config(4), RunOptions(jobs=2))
+    # the local lane plays one episode at a time: in lockstep only the workers play
+    report = evaluate(config(4), RunOptions(jobs=2, lockstep=1))
     assert report.plan is not None and report.plan.local_lane
     assert report.plan.executor is ExecutorKind.PROCESS and report.plan.episode_workers == 2
     reference = evaluate(config(4), RunOptions(jobs=1))

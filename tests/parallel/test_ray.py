@@ -42,9 +42,11 @@ def cluster() -> Iterator[None]:
 
 
 def test_ray_results_equal_local() -> None:
-    config = make_config(["harvest", "evade"], ["greedy", "random", "tests.fakes:StatefulPolicy"],
+    config = make_config(["harvest", "evade"], ["greedy", "random", "tests.fakes:StatefulPolicy",
+                                                "mlp,width=32"],
                          episodes=3, seed=4, overrides={"max_steps": 30})
-    local = evaluate(config, RunOptions(jobs=1))
+    local = evaluate(config, RunOptions(jobs=1))  # in lockstep: mlp shares its calls
+    assert local.plan is not None and local.plan.lockstep == 6
     remote = evaluate(config, RAY)
     assert remote.status == "complete"
     assert strip_timings(remote.to_document()) == strip_timings(local.to_document())

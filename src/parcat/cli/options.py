@@ -154,6 +154,9 @@ class EvalFlags(Settings):
         metavar="N", help="Agent calls in flight at most when the policy's step waits (a "
         "server, an API) rather than computes (default: every agent of every episode, up "
         "to 256).")] = None
+    lockstep: Annotated[int | None, typer.Option(
+        metavar="K", help="Episodes each worker plays side by side, one policy call per step "
+        "for all of them (default: the planner's choice; 1: one at a time).")] = None
     action_timeout_ms: Annotated[float | None, typer.Option(
         metavar="MS", help="Late actions get the mission's default action.")] = None
     gpus: Annotated[int | None, typer.Option(
@@ -184,7 +187,7 @@ class EvalFlags(Settings):
             action_timeout_ms=self.action_timeout_ms, gpus=self.gpus,
             start_method=self.start_method, retries=self.retries,
             episode_timeout_s=self.episode_timeout, fail_fast=self.fail_fast,
-            address=self.address, concurrency=self.concurrency,
+            address=self.address, concurrency=self.concurrency, lockstep=self.lockstep,
         )
         return EvalArgs(
             missions=tuple(self.missions or ()), policies=tuple(self.policies or ()),

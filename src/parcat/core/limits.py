@@ -80,6 +80,9 @@ finish (and a list of that many tasks would not fit in memory)."""
 MAX_WORKERS = 1024
 """Most worker processes or threads one option asks for (``env_workers``, ``jobs``,
 ``train_threads``, ``--concurrency``)."""
+MAX_LOCKSTEP = 1024
+"""Most episodes one lane plays side by side (``--lockstep``): each holds an environment
+and its policies."""
 MAX_TRAIN_ENVS = 4096
 """Most environments one training run steps together (``env_workers`` times
 ``envs_per_worker``)."""

@@ -9,6 +9,7 @@ import os
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 FREE_CPUS_VARIABLE = "PARCAT_FREE_CPUS"
 """Set to a number to fix what :func:`free_cpus` reports (tests, or a machine whose load
@@ -116,6 +117,20 @@ def visible_gpus() -> int:
         return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
     gpus = Path("/proc/driver/nvidia/gpus")
     return len(list(gpus.iterdir())) if gpus.is_dir() else 0
+
+
+_blas_controller: Any = None
+
+
+def blas_limited(threads: int) -> Any:
+    """A context in which BLAS runs ``threads`` threads (as before, after): on small
+    matrices more threads than the plan gives cost far more than they give."""
+    global _blas_controller
+    if _blas_controller is None:
+        from threadpoolctl import ThreadpoolController
+
+        _blas_controller = ThreadpoolController()
+    return _blas_controller.limit(limits=threads, user_api="blas")
 
 
 def limit_blas_threads(threads: int) -> None:

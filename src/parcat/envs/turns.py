@@ -7,12 +7,10 @@ since that agent's previous turn, so every reward is counted once).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
 
 import numpy as np
-
-Act = Callable[[dict[Any, Any], list[Any]], dict[Any, Any]]  # a stepper's act(obs, live)
 
 
 def is_turn_based(env: Any) -> bool:
@@ -20,10 +18,14 @@ def is_turn_based(env: Any) -> bool:
     return callable(getattr(env, "agent_iter", None)) and callable(getattr(env, "last", None))
 
 
-def play_turns(env: Any, act: Act, totals: dict[Any, float], max_moves: int,
+def play_turns(env: Any, totals: dict[Any, float], max_moves: int,
                on_move: Callable[[int], bool | None] | None = None,
-               on_turn: Callable[[Any, float], None] | None = None) -> int:
+               on_turn: Callable[[Any, float], None] | None = None,
+               ) -> Generator[tuple[dict[Any, Any], list[Any]], dict[Any, Any], int]:
     """Play a reset AEC ``env`` to its end (or ``max_moves`` moves); return the moves made.
+
+    A generator, so that whoever plays it decides where and how the moves are computed: it
+    yields ``({agent: observation}, [agent])`` for each move and is sent the actions.
 
     Done agents are stepped with ``None``, as the API asks; a move is a live agent's action.
     At the move limit, each agent is credited what it has accumulated but not been shown.
@@ -40,7 +42,7 @@ def play_turns(env: Any, act: Act, totals: dict[Any, float], max_moves: int,
         if moves >= max_moves:
             _credit_unseen(env, totals, skip=agent)
             break
-        actions = act({agent: obs}, [agent])
+        actions = yield {agent: obs}, [agent]
         env.step(actions[agent])
         if on_turn is not None:
             on_turn(agent, float(reward))

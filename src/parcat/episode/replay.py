@@ -85,19 +85,15 @@ class ReplayRecorder:
         self.infos: dict[int, dict[str, Any]] = {}
         self.step = 0
 
-    def wrap_act(self, act: Any) -> Any:
-        """``act`` recording the observations the agents acted on and their actions."""
-        def recorded(obs: dict[Any, Any], live: Any) -> dict[Any, Any]:
-            actions = act(obs, live)
-            for agent, action in actions.items():
-                i = self.index[agent]
-                track = self.tracks[i]
-                track.steps.append(self.step)
-                track.obs.append(_flat(self.obs_spaces[i], obs.get(agent)))
-                track.actions.append(action)
-                track.rewards.append(0.0)
-            return actions
-        return recorded
+    def acted(self, obs: dict[Any, Any], actions: dict[Any, Any]) -> None:
+        """Record the observations the agents acted on and their actions."""
+        for agent, action in actions.items():
+            i = self.index[agent]
+            track = self.tracks[i]
+            track.steps.append(self.step)
+            track.obs.append(_flat(self.obs_spaces[i], obs.get(agent)))
+            track.actions.append(action)
+            track.rewards.append(0.0)
 
     def wrap_step(self, step: Any) -> Any:
         """``env.step`` recording what each step paid."""

@@ -12,10 +12,10 @@ import copy
 import math
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, cast, overload
 
 import numpy as np
 
@@ -32,6 +32,11 @@ from parcat.ipc.process import Terminated
 from parcat.policies.assignment import assign_policies
 from parcat.policies.specs import PolicySpec
 from parcat.stepping.base import InlineStepper, PolicyStepError, Seat, Stepper
+
+Request = tuple[dict[Any, Any], list[Any]]
+"""What an episode asks for: the observations and the live agents to act."""
+Play = Generator[Request, dict[Any, Any], None]
+Episode = Generator[Request, dict[Any, Any], EpisodeResult]
 
 
 @dataclass(frozen=True)
@@ -155,23 +160,44 @@ class EpisodeRunner:
         self.tracer = tracer
         self.track = track
         self._envs: dict[Mission, ParallelEnv] = {}
+        self.slots: list[EpisodeRunner] = []
+        """Runners of the other slots when this one plays in lockstep
+        (:func:`parcat.episode.lockstep.run_many`); closed with it."""
 
     def run(self, task: EpisodeTask) -> EpisodeResult:
         """Play one episode; an exception in the env or a policy becomes a failed result.
 
         An episode that lost a worker process is played again, up to ``retries`` times.
         """
-        result = self._run_once(task)
+        result = self._drive(self.episode(task))
         attempts = 1
         while _lost_a_worker(result) and attempts <= self.retries:
-            result = self._run_once(task)
+            result = self._drive(self.episode(task))
             attempts += 1
         if attempts > 1 and result.error is not None:
             error = replace(result.error, message=f"{result.error.message} ({attempts} attempts)")
             result = replace(result, error=error)
         return result
 
-    def _run_once(self, task: EpisodeTask) -> EpisodeResult:
+    def _drive(self, episode: Episode) -> EpisodeResult:
+        """Play ``episode`` to its end, this runner's stepper answering its requests."""
+        act = self._traced_act()
+        try:
+            request = next(episode)
+            while True:
+                try:
+                    actions = act(*request)
+                except (PolicyStepError, Terminated) as failure:
+                    request = episode.throw(failure)
+                else:
+                    request = episode.send(actions)
+        except StopIteration as end:
+            return cast(EpisodeResult, end.value)
+
+    def episode(self, task: EpisodeTask) -> Episode:
+        """The episode of ``task`` as a generator: it yields ``(observations, live agents)``
+        and is sent their actions (or thrown a :class:`PolicyStepError`) until it returns
+        the :class:`EpisodeResult`, an exception in the env or a policy recorded in it."""
         mission = task.mission
         progress = _Progress(seeding.episode_seed(task.seed, mission.key, task.episode_index))
         error: ErrorInfo | None = None
@@ -190,10 +216,9 @@ class EpisodeRunner:
             reset = env.reset(seed=progress.env_seed)
             progress.totals = dict.fromkeys(progress.agent_ids, 0.0)
             progress.phase = "step"
-            if progress.turn_based:
-                self._play_turns(env, task, progress)
-            else:
-                self._play(env, task, reset, progress)
+            play = self._play_turns(env, task, progress) if progress.turn_based \
+                else self._play(env, task, reset, progress)
+            yield from play if progress.recorder is None else _recorded(play, progress.recorder)
         except PolicyStepError as failure:
             error = _policy_error_info(failure)
         except USER_CODE_ERRORS as exc:
@@ -239,24 +264,27 @@ class EpisodeRunner:
         for mission in list(self._envs):
             self._discard_env(mission)
         self.stepper.close()
+        for runner in self.slots:
+            runner.close()
+        self.slots.clear()
 
     def _play(self, env: ParallelEnv, task: EpisodeTask, reset: Any,
-              progress: _Progress) -> None:
+              progress: _Progress) -> Play:
         """Step a parallel env until the episode ends."""
         obs, _ = reset
         # parcat's own environments are checked by its tests (BENCHMARKS.md: the check's cost)
         trusted = task.mission.env.startswith("parcat.")
         if not trusted:
             progress.warnings += _odd_observations(env, obs, "first")
-        act, step = self._traced_act(), env.step
+        step = env.step
         if self.tracer is not None:
             step = self._traced(step, "env step", self.track)
         if progress.recorder is not None:
-            act, step = progress.recorder.wrap_act(act), progress.recorder.wrap_step(step)
+            step = progress.recorder.wrap_step(step)
         on_step, max_steps, totals = self.on_step, task.mission.max_steps, progress.totals
         steps = 0
         while env.agents and steps < max_steps:
-            obs, rewards, _, _, _ = step(act(obs, env.agents))
+            obs, rewards, _, _, _ = step((yield obs, env.agents))
             for agent_id, reward in rewards.items():
                 totals[agent_id] += reward
             steps += 1
@@ -284,18 +312,16 @@ class EpisodeRunner:
         except OSError as exc:
             progress.warnings.append(f"the replay could not be written: {exc}")
 
-    def _play_turns(self, env: Any, task: EpisodeTask, progress: _Progress) -> None:
+    def _play_turns(self, env: Any, task: EpisodeTask, progress: _Progress) -> Play:
         """A turn-based (AEC) episode: one agent acts at a time (:mod:`parcat.envs.turns`)."""
-        act, recorder, on_step = self._traced_act(), progress.recorder, self.on_step
-        if recorder is not None:
-            act = recorder.wrap_act(act)
+        recorder, on_step = progress.recorder, self.on_step
 
         def moved(moves: int) -> bool | None:
             progress.steps = moves
             return on_step(task, moves) if on_step is not None else None
 
-        play_turns(env, act, progress.totals, task.mission.max_steps, moved,
-                   recorder.turn if recorder is not None else None)
+        yield from play_turns(env, progress.totals, task.mission.max_steps, moved,
+                              recorder.turn if recorder is not None else None)
 
     def _traced_act(self) -> Callable[[Any, Any], dict[Any, Any]]:
         if self.tracer is None:
@@ -352,6 +378,18 @@ def run_episode(mission: Mission, policies: Sequence[PolicySpec], seed: int,
         return runner.run(EpisodeTask(mission, tuple(policies), seed, episode_index))
     finally:
         runner.close()
+
+
+def _recorded(play: Play, recorder: ReplayRecorder) -> Play:
+    """``play`` with every request and its answer recorded before the env steps."""
+    try:
+        request = next(play)
+        while True:
+            actions = yield request
+            recorder.acted(request[0], actions)
+            request = play.send(actions)
+    except StopIteration as end:
+        return end.value
 
 
 def _odd_observations(env: ParallelEnv, obs: Any, which: str) -> list[str]:

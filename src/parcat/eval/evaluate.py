@@ -420,6 +420,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "executor": plan.executor.value,
         "episode_workers": plan.episode_workers,
         "episodes_per_worker": plan.episodes_per_worker,
+        "lockstep": plan.lockstep,
         "concurrency": plan.concurrency,
         "strategy": plan.strategy.value,
         "policy_workers": plan.policy_workers,

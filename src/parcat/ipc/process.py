@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import BaseContext
@@ -573,6 +573,11 @@ class Handlers:
     is answered as soon as it is done, so replies may come back in another order than the
     commands: a handler whose replies must be matched returns its own tag. (With 1, the
     command runs on the main thread, where SIGTERM can hand back a partial result.)"""
+    stream: Callable[[Iterator[tuple[str, list[Any]] | None]], Iterator[Any]] | None = None
+    """Serves the commands together on one thread instead: it is given ``(command,
+    payload)`` as each arrives, or ``None`` when none is waiting while some it was given are
+    unanswered (it must not wait then), and yields one tagged reply per command when it is
+    ready. Used to play several episodes in lockstep."""
 
 
 def start_worker(setup: Callable[..., Handlers], args: tuple[Any, ...], name: str,
@@ -592,7 +597,8 @@ def _command_loop(conn: Connection, parent_pid: int, setup: Callable[..., Handle
         except USER_CODE_ERRORS as exc:
             return _reply_error(conn, exc)
         _reply(conn, handlers.ready)
-        pool = _CommandThreads(conn, handlers) if handlers.threads > 1 else None
+        pool = _CommandThreads(conn, handlers) \
+            if handlers.threads > 1 or handlers.stream is not None else None
         if pool is not None:
             handlers.close = pool.closing(handlers.close)
         while True:
@@ -632,13 +638,18 @@ def _serve(conn: Connection, handlers: Handlers, command: str, payload: list[Any
 
 
 class _CommandThreads:
-    """The threads of a worker that serves several commands at once (``Handlers.threads``)."""
+    """The threads of a worker that serves several commands at once (``Handlers.threads``),
+    or the one thread that serves them as a stream (``Handlers.stream``)."""
 
     def __init__(self, conn: Connection, handlers: Handlers) -> None:
         self._queue: queue.SimpleQueue[tuple[str, list[Any]] | None] = queue.SimpleQueue()
-        self._threads = [threading.Thread(target=self._work, args=(conn, handlers), daemon=True,
+        self._unanswered = 0  # commands given to the stream, not yet answered
+        self._closing = threading.Event()
+        targets = [self._stream] if handlers.stream is not None \
+            else [self._work] * handlers.threads
+        self._threads = [threading.Thread(target=target, args=(conn, handlers), daemon=True,
                                           name=f"parcat-command-{i}")
-                         for i in range(handlers.threads)]
+                         for i, target in enumerate(targets)]
         for thread in self._threads:
             thread.start()
 
@@ -650,9 +661,37 @@ class _CommandThreads:
             with contextlib.suppress(OSError, ValueError):  # the parent is gone
                 _serve(conn, handlers, *item)
 
+    def _stream(self, conn: Connection, handlers: Handlers) -> None:
+        assert handlers.stream is not None
+        try:
+            for result in handlers.stream(self._commands()):
+                self._unanswered -= 1
+                with contextlib.suppress(OSError, ValueError):  # the parent is gone
+                    _reply(conn, result)
+        except Exception:
+            if self._closing.is_set():
+                return  # what it used was released under it: the worker is ending anyway
+            # nothing answers the commands in flight any more: the worker ends, so the
+            # parent replaces it and plays them again
+            traceback.print_exc()
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def _commands(self) -> Iterator[tuple[str, list[Any]] | None]:
+        while True:
+            try:
+                item = self._queue.get_nowait() if self._unanswered else self._queue.get()
+            except queue.Empty:
+                yield None
+                continue
+            if item is None:
+                return
+            self._unanswered += 1
+            yield item
+
     def closing(self, close: Callable[[], None] | None) -> Callable[[], None]:
         """``close`` run once the threads finished what they were given."""
         def stop() -> None:
+            self._closing.set()
             for _ in self._threads:
                 self._queue.put(None)
             end = time.monotonic() + STOP_GRACE_S  # for all of them: a SIGTERM is waiting

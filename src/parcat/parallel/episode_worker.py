@@ -4,8 +4,10 @@ Command ``task(index, task)`` replies ``(index, result, trace events)``: the ind
 parent's, so replies are matched to tasks whatever order they come back in. A worker with
 ``episodes`` above 1 runs that many tasks at once, each on its own thread with its own
 :class:`EpisodeRunner` (a runner caches environments and policies), and answers each as
-soon as it finishes (``Handlers.threads``); with 1, a timeout's SIGTERM sends back what the
-episode had got (``("partial", ...)``). Imports nothing for the CLI or rendering.
+soon as it finishes (``Handlers.threads``); with ``stepper.lockstep`` above 1, one runner
+plays that many in lockstep on one thread (``Handlers.stream``), taking each task as a slot
+frees; with 1, a timeout's SIGTERM sends back what the episode had got
+(``("partial", ...)``). Imports nothing for the CLI or rendering.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from __future__ import annotations
 import os
 import pickle
 import threading
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from parcat.core.trace import Tracer
+from parcat.episode.lockstep import run_many
 from parcat.episode.results import EpisodeResult, failed_result
 from parcat.episode.rollout import EpisodeRunner, EpisodeTask
 from parcat.ipc.process import Handlers, preload
@@ -46,10 +50,28 @@ def make_episode_worker(stepper: StepperConfig, gpu: str | None, track: str,
         result = _sendable(episode, runner().run(episode))
         return index, result, tracer.take() if tracer else []
 
+    def lockstep(commands: Iterable[tuple[str, list[Any]] | None]) -> Iterator[Any]:
+        """``task`` commands played ``stepper.lockstep`` at a time, each answered when done."""
+        sent: dict[int, EpisodeTask] = {}
+
+        def tagged() -> Iterator[tuple[int, EpisodeTask] | None]:
+            for command in commands:
+                if command is not None:
+                    index, episode = command[1]
+                    sent[index] = episode
+                    yield index, episode
+                else:
+                    yield None
+
+        for index, result in run_many(runner(), tagged(), stepper.lockstep):
+            yield index, _sendable(sent.pop(index), result), tracer.take() if tracer else []
+
     def close() -> None:
         for made in runners:
             made.close()
 
+    if stepper.lockstep > 1:
+        return Handlers({"task": task}, close=close, stream=lockstep)
     if episodes <= 1:
         runner()  # the one runner, built at set-up
     return Handlers({"task": task}, close=close, threads=max(1, episodes))

@@ -19,7 +19,9 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
 from parcat.core.errors import ConfigError
+from parcat.core.resources import blas_limited
 from parcat.core.trace import Tracer
+from parcat.episode.lockstep import run_many
 from parcat.episode.results import EpisodeResult, timed_out_result
 from parcat.episode.rollout import EpisodeRunner, EpisodeTask
 from parcat.ipc.process import Terminated
@@ -87,13 +89,19 @@ class InlineExecutor(Executor):
     def run(self, tasks: Sequence[EpisodeTask],
 
             on_result: ResultCallback | None = None) -> list[EpisodeResult]:
-        results = []
-        for index, task in enumerate(tasks):
-            result = self.runner.run(task) if self.timeout_s is None else self._run_bounded(task)
-            results.append(result)
-            if on_result is not None:
-                on_result(index, result)
-        return results
+        if self.timeout_s is None:  # up to stepper.lockstep episodes side by side
+            played = run_many(self.runner, enumerate(tasks), self.stepper.lockstep)
+        else:  # the alarm stops the one episode playing
+            played = ((index, self._run_bounded(task)) for index, task in enumerate(tasks))
+        results: dict[int, EpisodeResult] = {}
+        # as in a worker: BLAS pools spinning beside the episode loop cost it several times
+        # what they give on a policy's small matrices (BENCHMARKS.md)
+        with blas_limited(self.stepper.blas_threads):
+            for index, result in played:
+                results[index] = result
+                if on_result is not None:
+                    on_result(index, result)
+        return [results[i] for i in range(len(tasks))]
 
     def _run_bounded(self, task: EpisodeTask) -> EpisodeResult:
         if threading.current_thread() is not threading.main_thread():
@@ -245,7 +253,7 @@ def make_executor(plan: Plan) -> Executor:
     stepper = StepperConfig(plan.strategy, plan.policy_workers, spin=plan.spin,
                             action_timeout_s=plan.action_timeout_s,
                             start_method=plan.start_method, blas_threads=plan.blas_threads,
-                            retries=plan.retries)
+                            retries=plan.retries, lockstep=plan.lockstep)
     workers = plan.episode_workers
     if plan.executor is ExecutorKind.PROCESS:
         kind = HybridExecutor if plan.local_lane else ProcessExecutor

@@ -41,6 +41,10 @@ FIRST_WORKER_S = 0.3  # starting a run's first environment worker (the fork serv
 NEXT_WORKER_S = 0.03  # starting each further environment worker
 MIN_GAIN = 0.2
 """Environment workers must cut a vector step by this share to be worth a timing error."""
+LOCKSTEP_AUTO = 64
+"""Most episodes an auto plan plays side by side in a lane: 64 harvest episodes of 24 agents
+are batches of 1,536 rows, where the mlp's cost per row has stopped falling (BENCHMARKS.md,
+"Episodes in lockstep")."""
 FOREIGN_REASON = ("the environment is code from outside parcat: it steps in an environment "
                   "worker instead, never in the trainer's process, so a crash restarts the "
                   "worker")
@@ -65,6 +69,8 @@ class Workload:
     waits (:func:`~parcat.parallel.waiting.step_waits`); ``None``: not measured."""
     concurrency: int | None = None
     """``--concurrency``: agent calls of waiting work in flight at most (``None``: auto)."""
+    lockstep: int | None = None
+    """``--lockstep``: episodes played side by side per lane (``None``: auto)."""
     jobs_given: bool = False
     """The user gave ``--jobs``: trimming it is said in a note."""
     handoff_s: float = SPIN_HANDOFF_S
@@ -117,8 +123,11 @@ class Plan:
     reasons: tuple[str, ...] = field(default_factory=tuple)
     """Why, one sentence per decision (``parcat plan`` prints them)."""
     episodes_per_worker: int = 1
-    """Episodes in flight at once in each episode worker process, on threads (above 1
-    only for work that waits)."""
+    """Episodes in flight at once in each episode worker process: on threads for work
+    that waits, else the ``lockstep`` episodes."""
+    lockstep: int = 1
+    """Episodes each lane plays side by side, one policy call per step for all of them
+    (``--lockstep``)."""
     concurrency: int = 1
     """Agent calls in flight at most: the limit for work that waits; otherwise the
     episodes and policy workers that step at once."""
@@ -181,19 +190,14 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
     executor = _executor(workload, episode_workers, reasons)
     if executor is ExecutorKind.INLINE:
         episode_workers = 1
-    local_lane = (executor is ExecutorKind.PROCESS and workload.executor is ExecutorKind.AUTO
-                  and not workload.isolate and not workload.foreign_code and not gpus)
-    if local_lane:
-        reasons.append(
-            f"this process runs episodes too, as one of the {episode_workers} lanes: the first "
-            f"episode starts at once and {episode_workers - 1} worker(s) join as they start"
-        )
     strategy, policy_workers = _strategy(jobs, episode_workers, workload, reasons)
     if workload.action_deadline and strategy in (PolicyStrategy.INLINE, PolicyStrategy.BATCH):
         reasons.append("--action-timeout-ms: agents step on a policy thread, so a late "
                        "action can be replaced (no extra process)")
         strategy, policy_workers = PolicyStrategy.THREAD, max(1, policy_workers)
     _note_strategy(workload, strategy, reasons, notes)
+    lockstep = _lockstep(workload, executor, strategy, episode_workers, reasons, notes)
+    local_lane = _local_lane(workload, executor, gpus, lockstep, episode_workers, reasons)
     busy = episode_workers * (1 + (policy_workers if strategy is PolicyStrategy.PROCESS else 0))
     # a spin on a contested core is paid by the process it waits for (BENCHMARKS.md,
     # "Keep only what pays"): spin only while every busy process has a free CPU
@@ -214,7 +218,53 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
         PolicyStrategy.THREAD, PolicyStrategy.PROCESS) else 0))
     return Plan(jobs, executor, episode_workers, strategy, policy_workers, blas_threads, spin,
                 gpu_ids, workload.free_cpus, local_lane, tuple(reasons),
-                concurrency=in_flight, notes=tuple(notes))
+                episodes_per_worker=lockstep, lockstep=lockstep, concurrency=in_flight,
+                notes=tuple(notes))
+
+
+def _local_lane(workload: Workload, executor: ExecutorKind, gpus: int, lockstep: int,
+                lanes: int, reasons: list[str]) -> bool:
+    """Whether this process is one of the episode lanes (it plays one episode at a time:
+    with lockstep, the workers play)."""
+    local_lane = (executor is ExecutorKind.PROCESS and workload.executor is ExecutorKind.AUTO
+                  and not workload.isolate and not workload.foreign_code and not gpus
+                  and lockstep == 1)
+    if local_lane:
+        reasons.append(
+            f"this process runs episodes too, as one of the {lanes} lanes: the first "
+            f"episode starts at once and {lanes - 1} worker(s) join as they start"
+        )
+    return local_lane
+
+
+def _lockstep(workload: Workload, executor: ExecutorKind, strategy: PolicyStrategy,
+              lanes: int, reasons: list[str], notes: list[str]) -> int:
+    """Episodes each lane plays side by side (one policy call per step for all of them):
+    ``--lockstep`` where it applies, else, where a policy has a shared batch form, as many
+    as the lane's share of the tasks, up to :data:`LOCKSTEP_AUTO`."""
+    asked = workload.lockstep
+    why_not = (
+        "--episode-timeout stops one episode at a time" if workload.isolate
+        else f"executor {executor.value} runs one episode per task"
+        if executor in (ExecutorKind.THREAD, ExecutorKind.RAY)
+        else f"agents step on {strategy.value} policy workers"
+        if strategy in (PolicyStrategy.THREAD, PolicyStrategy.PROCESS) else None)
+    if why_not is not None:
+        if asked is not None and asked > 1:
+            notes.append(f"--lockstep {asked} replaced by 1: {why_not}")
+        return 1
+    if asked is not None:
+        reasons.append(f"{asked} episode(s) in lockstep per lane (--lockstep)")
+        return asked
+    if not workload.batchable:
+        reasons.append("one episode at a time per lane: no policy has a shared batch form "
+                       "(stateless = True and step_batch) for lockstep to call once")
+        return 1
+    lockstep = min(LOCKSTEP_AUTO, math.ceil(max(workload.tasks, 1) / lanes))
+    if lockstep > 1:
+        reasons.append(f"{lockstep} episodes in lockstep per lane: every step, each shared "
+                       "stateless policy acts for all their agents in one call")
+    return lockstep
 
 
 def _trimmed(jobs: int, cpus: int, workload: Workload, reasons: list[str],
@@ -347,7 +397,7 @@ def _executor(workload: Workload, episode_workers: int, reasons: list[str]) -> E
                        "worker process its exit or crash fails an episode, not the run")
         return ExecutorKind.PROCESS
     if episode_workers == 1:
-        reasons.append("executor inline: one episode at a time runs in this process")
+        reasons.append("executor inline: one lane, in this process")
         return ExecutorKind.INLINE
     reasons.append("executor process: Python episode loops need processes, not threads")
     return ExecutorKind.PROCESS

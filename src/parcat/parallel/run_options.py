@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from parcat.core.errors import ConfigError
-from parcat.core.limits import MAX_WORKERS
+from parcat.core.limits import MAX_LOCKSTEP, MAX_WORKERS
 from parcat.core.raycluster import Backend
 from parcat.core.resources import available_cpus, free_cpus, pids_headroom, visible_gpus
 from parcat.envs.missions import Mission, is_foreign
@@ -62,6 +62,9 @@ class RunOptions:
     concurrency: int | None = None
     """Agent calls in flight at most when the policy step waits (``None``: auto, every
     agent of every episode up to :data:`~parcat.parallel.waiting.MAX_CONCURRENCY`)."""
+    lockstep: int | None = None
+    """Episodes each lane plays side by side, one policy call per step for all of them
+    (``None``: the planner's choice)."""
 
     def __post_init__(self) -> None:
         # accept the CLI's words from Python too: RunOptions(policy_strategy="process")
@@ -94,6 +97,11 @@ class RunOptions:
                 or not 1 <= self.concurrency <= MAX_WORKERS):
             raise ConfigError(f"--concurrency must be an integer between 1 and "
                               f"{MAX_WORKERS}, got {self.concurrency!r}")
+        if self.lockstep is not None and (
+                not isinstance(self.lockstep, int) or isinstance(self.lockstep, bool)
+                or not 1 <= self.lockstep <= MAX_LOCKSTEP):
+            raise ConfigError(f"--lockstep must be an integer between 1 and {MAX_LOCKSTEP}, "
+                              f"got {self.lockstep!r}")
         if self.gpus is not None and self.gpus < 0:
             raise ConfigError(f"--gpus must be >= 0, got {self.gpus}")
         if self.action_timeout_ms is not None and not self.action_timeout_ms > 0:
@@ -130,6 +138,7 @@ def plan_run(missions: tuple[Mission, ...], policies: tuple[PolicySpec, ...], ta
         step_s=None if step is None else step.wall_s,
         step_cpu_s=None if step is None else step.cpu_s,
         concurrency=options.concurrency,
+        lockstep=options.lockstep,
         jobs_given=options.jobs is not None,
         batchable=any(p.target in ("mlp", "noop") for p in policies),
         isolate=options.episode_timeout_s is not None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import gymnasium
@@ -151,14 +151,7 @@ class MLPPolicy:
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         """Outputs for a batch of flat observations, shape (batch, outputs)."""
-        last = len(self.weights) - 1
-        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
-            # einsum's own loops (not BLAS) sum each row in the same order whatever the
-            # batch size, so step_batch equals step bit for bit on every strategy
-            x = np.einsum("bi,io->bo", x, w) + b
-            if i < last:
-                np.maximum(x, 0.0, out=x)
-        return x
+        return dense_forward(zip(self.weights, self.biases, strict=True), x)
 
     def step(self, obs: Any) -> Any:
         """Act on one observation."""
@@ -166,19 +159,21 @@ class MLPPolicy:
 
     def step_batch(self, obs_batch: Sequence[Any]) -> list[Any]:
         """Act on many observations with one forward pass."""
-        x = np.stack([_flat(self.obs_space, o) for o in obs_batch]).astype(np.float32)
+        boxed = isinstance(self.obs_space, spaces.Box)  # no action masks: one array at once
+        x = (np.asarray(obs_batch, dtype=np.float32).reshape(len(obs_batch), -1) if boxed
+             else np.stack([_flat(self.obs_space, o) for o in obs_batch]).astype(np.float32))
         if len(self.agent_id):
             x = np.concatenate((x, np.tile(self.agent_id, (len(x), 1))), axis=1)
         out = self.forward(x)
         space = self.action_space
         if isinstance(space, spaces.Discrete):
-            for row, obs in enumerate(obs_batch):
+            for row, obs in enumerate(() if boxed else obs_batch):
                 legal = legal_actions(obs, space)
                 if legal is not None and len(legal):  # the best legal action
                     masked = np.full(out.shape[1], -np.inf, dtype=out.dtype)
                     masked[legal] = out[row, legal]
                     out[row] = masked
-            return [int(a) + int(space.start) for a in out.argmax(axis=1)]
+            return (out.argmax(axis=1) + int(space.start)).tolist()
         assert isinstance(space, spaces.Box)
         low, high = space.low, space.high
         squashed = np.tanh(out).reshape((len(obs_batch), *space.shape))
@@ -201,6 +196,35 @@ class MLPPolicy:
                         f"mlp: array '{key}' expected shape {store[i].shape}, got {got}"
                     )
                 store[i] = np.asarray(arrays[key], dtype=np.float32)
+
+
+ROW_BLOCK = 32
+"""Rows are padded to a multiple of this, and multiplied at most :data:`ROWS_PER_CALL` at a
+time: OpenBLAS picks its kernel by matrix shape, and only blocks of these sizes were found to
+give every row the same bits whatever the batch (BENCHMARKS.md, "Bit-identical batches")."""
+ROWS_PER_CALL = 256
+
+
+def dense_forward(layers: Iterable[tuple[np.ndarray, np.ndarray]], x: np.ndarray) -> np.ndarray:
+    """A ReLU network's outputs for a batch of rows ``x``; each row's outputs are the same
+    bits in a batch of any size, so batching across agents and episodes changes no action.
+
+    Args:
+        layers: (weights of shape (in, out), biases) per layer.
+        x: The inputs, shape (batch, in), float32.
+    """
+    layers = list(layers)
+    rows = len(x)
+    x = np.concatenate((x, np.zeros((-rows % ROW_BLOCK, x.shape[1]), x.dtype)))
+    for i, (w, b) in enumerate(layers):
+        out = np.empty((len(x), w.shape[1]), dtype=np.result_type(x, w))
+        for start in range(0, len(x), ROWS_PER_CALL):
+            np.matmul(x[start:start + ROWS_PER_CALL], w, out=out[start:start + ROWS_PER_CALL])
+        out += b
+        if i < len(layers) - 1:
+            np.maximum(out, 0.0, out=out)
+        x = out
+    return x[:rows]
 
 
 def mlp_parameters(spec: AgentSpec, width: Any = 64, depth: Any = 2, **_: Any) -> int:

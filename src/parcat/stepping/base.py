@@ -1,8 +1,10 @@
 """Agent-level strategies: who computes the agents' actions within one episode.
 
 A :class:`Stepper` gets the episode's seats (agent, policy spec, seed) at its start, then
-maps observations to actions once per step: ``inline`` here, ``thread``, ``batch`` and
-``process`` in the modules of those names.
+maps observations to actions once per step: ``inline`` here (``batch`` is its word too: it
+shares stateless policies' calls), ``thread`` and ``process`` in the modules of those names.
+:func:`act_in_lockstep` answers several inline episodes' steps at once, one call per
+shared policy for all of them.
 """
 
 from __future__ import annotations
@@ -51,17 +53,26 @@ class PolicyStepError(Exception):
 
 
 class PolicyCache:
-    """Policies kept alive between episodes, one per (mission, spec, agent index)."""
+    """Policies kept alive between episodes, one per (mission, spec, agent index).
 
-    def __init__(self) -> None:
+    Args:
+        lender: Another episode's cache, played beside this one: a stateless policy it has
+            for the same key is used here too rather than built again.
+    """
+
+    def __init__(self, lender: PolicyCache | None = None) -> None:
         self._policies: dict[tuple[Mission, PolicySpec, int], Policy] = {}
+        self._lender = lender
 
     def get(self, mission: Mission, seat: Seat) -> Policy:
         """The policy for ``seat``, built on first use."""
         key = (mission, seat.spec, seat.agent.agent_index)
         policy = self._policies.get(key)
         if policy is None:
-            policy = self._policies[key] = make_policy(seat.spec, mission, seat.agent)
+            lent = None if self._lender is None else self._lender._policies.get(key)
+            if lent is None or not getattr(lent, "stateless", False):
+                lent = make_policy(seat.spec, mission, seat.agent)
+            policy = self._policies[key] = lent
         return policy
 
     def reset(self, mission: Mission, seats: Sequence[Seat],
@@ -113,36 +124,140 @@ class Stepper(ABC):
 
 
 class InlineStepper(Stepper):
-    """Every policy runs in this process, one agent after the other."""
+    """Every policy runs in this process: agents that share a stateless policy act through
+    one ``step_batch`` call, the others one by one (:func:`act_in_lockstep`).
+
+    A policy class opts in to sharing with ``stateless = True`` and a ``step_batch``: its
+    actions depend only on the observation, so one instance can act for every agent with
+    the same spec, in this episode and in those played beside it, and the results equal
+    per-agent stepping.
+    """
 
     name = "inline"
 
-    def __init__(self) -> None:
-        self.cache = PolicyCache()
+    def __init__(self, lender: PolicyCache | None = None) -> None:
+        self.cache = PolicyCache(lender)
+        self.mission: Mission | None = None
         self._step_fns: dict[Any, Any] = {}
+        self._groups: dict[PolicySpec, tuple[Any, list[Any]]] = {}
+        """Per shared stateless policy, its ``step_batch`` and its agents."""
+        self._singles: list[Any] = []
         # in a worker process, which agent's code runs now (for a death's report)
         self._marker = acting_marker()
         self._marks: dict[Any, int] = {}
 
     def start(self, mission: Mission, seats: Sequence[Seat]) -> None:
+        self.mission = mission
         self._marks = {s.agent.agent_id: s.agent.agent_index + 1 for s in seats}
         policies = self.cache.reset(mission, seats, self._marker)
         self._step_fns = {agent_id: p.step for agent_id, p in policies.items()}
+        self._groups = {}
+        for seat in seats:
+            policy = policies[seat.agent.agent_id]
+            if getattr(policy, "stateless", False) and callable(getattr(policy, "step_batch",
+                                                                        None)):
+                group = self._groups.setdefault(seat.spec, (policy.step_batch, []))  # type: ignore[attr-defined]
+                group[1].append(seat.agent.agent_id)
+        shared = {a for _, members in self._groups.values() for a in members}
+        self._singles = [s.agent.agent_id for s in seats if s.agent.agent_id not in shared]
 
     def act(self, obs: dict[Any, Any], live: Sequence[Any]) -> dict[Any, Any]:
-        step_fns, marker, marks = self._step_fns, self._marker, self._marks
-        actions = {}
-        agent_id = None
-        try:
-            for agent_id in live:
-                if marker is not None:
-                    marker[ACTING] = marks[agent_id]
-                actions[agent_id] = step_fns[agent_id](obs[agent_id])
-        except USER_CODE_ERRORS as exc:
-            raise PolicyStepError(agent_id, "policy") from exc
-        if marker is not None:
-            marker[ACTING] = 0
-        return actions
+        answer = act_in_lockstep([(self, obs, live)])[0]
+        if isinstance(answer, PolicyStepError):
+            raise answer
+        return answer
 
     def close(self) -> None:
         self.cache.clear()
+
+
+Request = tuple[InlineStepper, dict[Any, Any], Sequence[Any]]
+"""A slot's stepper, its episode's observations and the live agents to act."""
+Answer = dict[Any, Any] | PolicyStepError
+"""The actions of a slot's live agents, or what failed it."""
+
+
+def act_in_lockstep(requests: Sequence[Request]) -> list[Answer]:
+    """Answer the requests of several episodes (slots) at once: every stateless policy
+    shared across them, by (mission, spec), acts in one ``step_batch`` call for all their
+    agents; the other agents' policies are stepped one by one. A failure fails only the
+    slots whose observations it failed on."""
+    answers: list[Answer] = [{} for _ in requests]
+    groups: dict[tuple[Mission | None, PolicySpec], tuple[Any, list[tuple[int, Any]]]] = {}
+    singles: list[tuple[int, Any]] = []
+    for slot, (stepper, _, live) in enumerate(requests):
+        everyone = len(live) == len(stepper._marks)
+        alive = set(live)
+        for spec, (step_batch, agent_ids) in stepper._groups.items():
+            members = groups.setdefault((stepper.mission, spec), (step_batch, []))[1]
+            members.extend((slot, a) for a in agent_ids if everyone or a in alive)
+        singles.extend((slot, a) for a in stepper._singles if everyone or a in alive)
+    for step_batch, members in groups.values():
+        if members:
+            _call_shared(step_batch, members, requests, answers)
+    _call_singles(singles, requests, answers)
+    return [answer if isinstance(answer, PolicyStepError)
+            else {agent_id: answer[agent_id] for agent_id in requests[slot][2]}
+            for slot, answer in enumerate(answers)]
+
+
+def _call_shared(step_batch: Any, members: list[tuple[int, Any]], requests: Sequence[Request],
+                 answers: list[Answer]) -> None:
+    """One ``step_batch`` call for ``members`` (slot, agent); when it raises and holds
+    several slots, each slot's share is called alone to find the slots it fails on."""
+    first_slot, first_agent = members[0]
+    stepper = requests[first_slot][0]
+    _mark(stepper, first_agent)
+    failure: BaseException | None = None
+    try:
+        actions = step_batch([requests[slot][1][agent_id] for slot, agent_id in members])
+        if len(actions) != len(members):
+            raise ValueError(f"step_batch returned {len(actions)} actions for "
+                             f"{len(members)} observations")
+    except USER_CODE_ERRORS as exc:
+        failure = exc
+    finally:
+        _mark(stepper, None)
+    if failure is None:
+        for (slot, agent_id), action in zip(members, actions, strict=True):
+            answer = answers[slot]
+            if isinstance(answer, dict):
+                answer[agent_id] = action
+        return
+    slots = sorted({slot for slot, _ in members})
+    if len(slots) == 1:
+        answers[first_slot] = _failed(first_agent, failure)
+        return
+    # outside the except clause: a slot's own failure must not carry this one as context
+    for slot in slots:
+        _call_shared(step_batch, [m for m in members if m[0] == slot], requests, answers)
+
+
+def _call_singles(singles: list[tuple[int, Any]], requests: Sequence[Request],
+                  answers: list[Answer]) -> None:
+    """The calls of policies without a shared batch form, one at a time: the one place
+    where a group of calls of policies that wait could be run together."""
+    for slot, agent_id in singles:
+        answer = answers[slot]
+        if not isinstance(answer, dict):
+            continue  # the slot failed already: its episode ends
+        stepper, obs, _ = requests[slot]
+        _mark(stepper, agent_id)
+        try:
+            answer[agent_id] = stepper._step_fns[agent_id](obs[agent_id])
+        except USER_CODE_ERRORS as exc:
+            answers[slot] = _failed(agent_id, exc)
+        finally:
+            _mark(stepper, None)
+
+
+def _mark(stepper: InlineStepper, agent_id: Any) -> None:
+    """In a worker, note whose code runs now (``None``: nobody's)."""
+    if stepper._marker is not None:
+        stepper._marker[ACTING] = 0 if agent_id is None else stepper._marks[agent_id]
+
+
+def _failed(agent_id: Any, exc: BaseException) -> PolicyStepError:
+    failure = PolicyStepError(agent_id, "policy")
+    failure.__cause__ = exc
+    return failure

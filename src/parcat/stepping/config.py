@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 from parcat.core.trace import Tracer
 from parcat.stepping.base import InlineStepper, Stepper
-from parcat.stepping.batch import BatchStepper
 from parcat.stepping.strategy import PolicyStrategy
 from parcat.stepping.thread import ThreadStepper
 
@@ -26,6 +25,9 @@ class StepperConfig:
     blas_threads: int = 1
     retries: int = 0
     """Times an episode is played again when one of its policy workers was lost."""
+    lockstep: int = 1
+    """Episodes a runner plays side by side, one policy call per step for all of them
+    (in lockstep; inline agents only)."""
 
     def make_stepper(self, tracer: Tracer | None = None) -> Stepper:
         """Build the stepper this configuration describes."""
@@ -39,6 +41,4 @@ class StepperConfig:
                                   blas_threads=self.blas_threads, tracer=tracer)
         if strategy is PolicyStrategy.THREAD and self.workers > 0:
             return ThreadStepper(self.workers, self.action_timeout_s)
-        if strategy is PolicyStrategy.BATCH:
-            return BatchStepper()
-        return InlineStepper()
+        return InlineStepper()  # batch too: inline steps share a stateless policy's calls

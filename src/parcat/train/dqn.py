@@ -1,7 +1,7 @@
 """Deep Q-learning in numpy: parcat's built-in learner (``--learner dqn``).
 
 The Q-network is the ``mlp`` policy's (:class:`~parcat.policies.builtin.MLPPolicy`: same
-layers, by default the same He initialisation from the seed, same ``einsum`` forward), so
+layers, by default the same He initialisation from the seed, same forward), so
 :meth:`DQNLearner.policy_arrays` load straight into ``MLPPolicy(spec, width, depth)``,
 which acts greedily exactly like the learner. All arithmetic is float32 and every random
 draw comes from the seed, so two learners fed the same transitions stay bit-identical and
@@ -29,8 +29,8 @@ from parcat.train.mlp import (
     assign_layers,
     backward,
     clip_grad,
+    forward_acting,
     forward_blas,
-    forward_einsum,
     init_params,
     is_int,
     single_threaded_blas,
@@ -169,7 +169,7 @@ class DQNLearner(MLPLearner):
         if x.ndim != 2 or x.shape[1] != self.obs_dim:
             raise ValueError(
                 f"dqn: obs_batch must have shape (batch, {self.obs_dim}), got {x.shape}")
-        actions = forward_einsum(self._acting, x).argmax(axis=1).astype(np.int64)
+        actions = forward_acting(self._acting, x).argmax(axis=1).astype(np.int64)
         if explore:
             uniform = self.rng.integers(self.num_actions, size=len(x), dtype=np.int64)
             explored = self.rng.random(len(x)) < self.epsilon

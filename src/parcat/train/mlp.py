@@ -3,7 +3,7 @@ common fields and checks (:class:`MLPOptions`) and the learner plumbing (:class:
 
 A network's weights live in one flat float32 vector with per-layer (weight, bias) views, so
 Adam, gradient clipping and copies are one numpy call each. Acting uses
-:func:`forward_einsum`, op for op ``MLPPolicy.forward``; training uses BLAS on one thread.
+:func:`forward_acting`, which is ``MLPPolicy.forward``; training uses BLAS on one thread.
 """
 
 from __future__ import annotations
@@ -16,27 +16,23 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
 from parcat.core.errors import CheckpointError, ConfigError, brief, clip
 from parcat.core.limits import MAX_NET_DEPTH, MAX_NET_WIDTH
+from parcat.core.resources import blas_limited
+from parcat.policies.builtin import dense_forward
 from parcat.train.learner import decode_rng, encode_rng
 
 BETA1, BETA2, ADAM_EPS = 0.9, 0.999, 1e-8
 INIT_SCHEMES = ("he", "uniform")
 """Weight initialisations :func:`init_params` draws (the learners' ``init`` option)."""
 Layers = list[tuple[np.ndarray, np.ndarray]]
-_blas_controller: ThreadpoolController | None = None
 
 
 def single_threaded_blas() -> Any:
     """A context in which BLAS runs on one thread: on these small matrices more threads
-    cost far more than they give, and one keeps the sums' order, hence the results,
-    independent of the machine."""
-    global _blas_controller
-    if _blas_controller is None:
-        _blas_controller = ThreadpoolController()
-    return _blas_controller.limit(limits=1, user_api="blas")
+    cost far more than they give."""
+    return blas_limited(1)
 
 
 def init_params(sizes: Sequence[int], seed: int, scheme: str = "he") -> np.ndarray:
@@ -74,13 +70,11 @@ def assign_layers(layers: Layers, values: Layers) -> None:
         w[...], b[...] = new_w, new_b
 
 
-def forward_einsum(layers: Layers, x: np.ndarray) -> np.ndarray:
-    """``MLPPolicy.forward``, op for op: the same actions bit for bit, at any batch size."""
-    for i, (w, b) in enumerate(layers):
-        x = np.einsum("bi,io->bo", x, w) + b
-        if i < len(layers) - 1:
-            np.maximum(x, 0.0, out=x)
-    return x
+def forward_acting(layers: Layers, x: np.ndarray) -> np.ndarray:
+    """The acting network's outputs: ``MLPPolicy.forward`` itself, so a trained policy acts
+    the same bit for bit in training, in its greedy evaluation and in ``parcat eval``."""
+    with single_threaded_blas():
+        return dense_forward(layers, x)
 
 
 def forward_blas(layers: Layers, x: np.ndarray) -> list[np.ndarray]:

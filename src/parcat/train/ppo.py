@@ -139,7 +139,7 @@ class PPOLearner(MLPLearner):
         if x.shape[1] != self.obs_dim:
             raise ValueError(f"ppo: obs_batch must have shape (batch, {self.obs_dim}), "
                              f"got {np.shape(obs_batch)}")
-        out = mlp.forward_einsum(self._acting, x)
+        out = mlp.forward_acting(self._acting, x)
         if self.discrete:
             if not explore:
                 return out.argmax(axis=1).astype(np.int64)
