@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from parcat.parallel import calibration
-from parcat.parallel.calibration import measure_in_a_worker, measure_policy_step
+from parcat.parallel.calibration import measure_in_a_worker, measure_steps
 from parcat.policies.specs import parse_policy_spec
 from tests.fakes import scripted_mission
 
@@ -35,7 +35,7 @@ def steps_seen(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def test_calibration_times_only_the_first_steps_of_its_episode(steps_seen: list[int]) -> None:
-    step = measure_policy_step(scripted_mission(max_steps=500), RANDOM)
+    step = measure_steps(scripted_mission(max_steps=500), RANDOM)
     assert step.wall_s > 0.0 and step.cpu_s > 0.0 and not step.waits
     assert steps_seen == list(range(1, calibration.CALIBRATION_STEPS + 1))  # then it stopped
 
@@ -44,7 +44,7 @@ def test_the_budget_ends_calibration_of_a_slow_policy_early(
         steps_seen: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(calibration, "CALIBRATION_BUDGET_S", 0.005)
     slow = (parse_policy_spec("tests.fakes:HangingPolicy,at_step=0,seconds=0.01"),)
-    assert measure_policy_step(scripted_mission(max_steps=500, agents=1), slow).wall_s >= 0.01
+    assert measure_steps(scripted_mission(max_steps=500, agents=1), slow).wall_s >= 0.01
     assert steps_seen == [1]
 
 
@@ -58,6 +58,6 @@ def test_calibration_in_a_worker_returns_the_step_time_or_none_when_it_failed() 
 
 def test_a_policy_that_waits_is_timed_as_waiting_in_a_few_steps(steps_seen: list[int]) -> None:
     waiting = (parse_policy_spec("tests.fakes:WaitingPolicy,ms=2"),)
-    step = measure_policy_step(scripted_mission(max_steps=500), waiting)
+    step = measure_steps(scripted_mission(max_steps=500), waiting)
     assert step.waits and step.wall_s >= 0.002 and step.cpu_s < step.wall_s / 2
     assert steps_seen == list(range(1, calibration.WAITING_STEPS + 1))

@@ -1,8 +1,10 @@
-"""Timing one policy step before an ``auto`` plan, here or in a worker process.
+"""Timing a policy step and an environment step before an ``auto`` plan, here or in a
+worker process.
 
-A step is timed twice: its wall time and its CPU time (the stepping thread's), so the
-planner can tell a policy that computes from one that waits (on a server, an API, a
-device) and budget CPUs only for the part that computes.
+Each is timed twice: its wall time and its CPU time (the stepping thread's), so the
+planner can tell work that computes from work that waits (a policy on a server, an API, a
+device; an environment that is a game server) and budget CPUs only for the part that
+computes.
 """
 
 from __future__ import annotations
@@ -14,7 +16,13 @@ from typing import Any
 
 from parcat.envs.missions import Mission
 from parcat.episode.rollout import EpisodeRunner, EpisodeTask
-from parcat.ipc.process import Handlers, WorkerLostError, WorkerRaisedError, start_worker
+from parcat.ipc.process import (
+    Handlers,
+    WorkerLostError,
+    WorkerRaisedError,
+    keep_spare,
+    start_worker,
+)
 from parcat.parallel.waiting import step_waits
 from parcat.policies.specs import PolicySpec
 from parcat.stepping.base import InlineStepper
@@ -30,42 +38,58 @@ CALIBRATION_WAIT_S = 2.0
 
 
 @dataclass(frozen=True)
-class PolicyStepTime:
-    """One agent's policy step, as the calibration measured it (medians)."""
+class StepTimes:
+    """One agent's policy step and one environment step, as the calibration measured
+    them (medians, in seconds). CPU time is the stepping thread's: threads the policy or
+    the environment start themselves are not counted."""
 
     wall_s: float
-    """Seconds of wall time."""
+    """Wall time of one agent's policy step."""
     cpu_s: float
-    """Seconds of CPU time of the thread that stepped it (the policy's own threads, if it
-    starts any, are not counted)."""
+    """CPU time of one agent's policy step."""
+    env_wall_s: float = 0.0
+    """Wall time of one environment step."""
+    env_cpu_s: float = 0.0
+    """CPU time of one environment step."""
 
     @property
     def waits(self) -> bool:
-        """Whether the step mostly waits (:func:`~parcat.parallel.waiting.step_waits`)."""
+        """Whether the policy step mostly waits (:func:`~parcat.parallel.waiting.step_waits`)."""
         return step_waits(self.wall_s, self.cpu_s)
 
+    @property
+    def env_waits(self) -> bool:
+        """Whether the environment step mostly waits (on a game server, say)."""
+        return step_waits(self.env_wall_s, self.env_cpu_s)
 
-def measure_policy_step(mission: Mission, policies: tuple[PolicySpec, ...]) -> PolicyStepTime:
-    """Median wall and CPU time of one agent's policy step over the first steps of a
-    throwaway episode (:data:`CALIBRATION_STEPS`, or fewer once they took
-    :data:`CALIBRATION_BUDGET_S`, or :data:`WAITING_STEPS` of a policy that waits)."""
+
+def measure_steps(mission: Mission, policies: tuple[PolicySpec, ...]) -> StepTimes:
+    """Median wall and CPU times of one agent's policy step and of one environment step
+    over the first steps of a throwaway episode (:data:`CALIBRATION_STEPS`, or fewer once
+    they took :data:`CALIBRATION_BUDGET_S`, or :data:`WAITING_STEPS` of work that waits)."""
     stepper = _TimedStepper()
 
     def enough(task: EpisodeTask, steps: int) -> bool:
+        stepper.env_timings.append(time.perf_counter() - stepper.acted)
+        stepper.env_cpu_timings.append(time.thread_time() - stepper.acted_cpu)
         timings = stepper.timings
-        return (len(timings) >= CALIBRATION_STEPS or sum(timings) > CALIBRATION_BUDGET_S
-                or (len(timings) >= WAITING_STEPS and _median_time(stepper).waits))
+        if len(timings) >= CALIBRATION_STEPS or \
+                sum(timings) + sum(stepper.env_timings) > CALIBRATION_BUDGET_S:
+            return True
+        times = _median_times(stepper)
+        return len(timings) >= WAITING_STEPS and (times.waits or times.env_waits)
 
     runner = EpisodeRunner(stepper, on_step=enough)
     try:
         runner.run(EpisodeTask(mission, policies, seed=0, episode_index=0))
     finally:
         runner.close()
-    return _median_time(stepper)
+    return _median_times(stepper)
 
 
-def _median_time(stepper: _TimedStepper) -> PolicyStepTime:
-    return PolicyStepTime(_median(stepper.timings), _median(stepper.cpu_timings))
+def _median_times(stepper: _TimedStepper) -> StepTimes:
+    return StepTimes(_median(stepper.timings), _median(stepper.cpu_timings),
+                     _median(stepper.env_timings), _median(stepper.env_cpu_timings))
 
 
 def _median(values: list[float]) -> float:
@@ -74,42 +98,53 @@ def _median(values: list[float]) -> float:
 
 
 class _TimedStepper(InlineStepper):
-    """Steps inline and keeps each step's wall and CPU time per agent."""
+    """Steps inline and keeps each step's wall and CPU time per agent, and when it acted
+    (the environment steps from then until the runner's ``on_step``)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.timings: list[float] = []
         self.cpu_timings: list[float] = []
+        self.env_timings: list[float] = []
+        self.env_cpu_timings: list[float] = []
+        self.acted = self.acted_cpu = 0.0
 
     def act(self, obs: dict[Any, Any], live: Sequence[Any]) -> dict[Any, Any]:
         begin, begin_cpu = time.perf_counter(), time.thread_time()
         actions = super().act(obs, live)
         agents = max(1, len(actions))
-        self.cpu_timings.append((time.thread_time() - begin_cpu) / agents)
-        self.timings.append((time.perf_counter() - begin) / agents)
+        self.acted_cpu = time.thread_time()
+        self.acted = time.perf_counter()
+        self.cpu_timings.append((self.acted_cpu - begin_cpu) / agents)
+        self.timings.append((self.acted - begin) / agents)
         return actions
 
 
 def measure_in_a_worker(mission: Mission, policies: tuple[PolicySpec, ...],
-                        start_method: str | None = None) -> PolicyStepTime | None:
-    """:func:`measure_policy_step` in a worker process; ``None`` if it failed there."""
+                        start_method: str | None = None) -> StepTimes | None:
+    """:func:`measure_steps` in a worker process (the one that checked the policies,
+    kept for the first episodes after it: :func:`~parcat.ipc.process.keep_spare`); ``None``
+    if it failed there."""
     worker = start_worker(_calibration_worker, (), "parcat-calibration",
-                          start_method=start_method)
+                          start_method=start_method, reuse=True)
+    kept = False
     try:
         worker.wait_ready(CALIBRATION_TIMEOUT_S)
         try:
-            step: PolicyStepTime = worker.call("measure", mission, policies,
-                                         timeout=CALIBRATION_WAIT_S)
+            step: StepTimes = worker.call("measure", mission, policies,
+                                               timeout=CALIBRATION_WAIT_S)
+            kept = keep_spare(worker)
             return step
         except WorkerLostError:
             if worker.alive:  # still in its first steps: a policy step is that slow
-                return PolicyStepTime(CALIBRATION_WAIT_S, CALIBRATION_WAIT_S)
+                return StepTimes(CALIBRATION_WAIT_S, CALIBRATION_WAIT_S)
             raise
     except (WorkerLostError, WorkerRaisedError):
         return None
     finally:
-        worker.stop(grace_s=0.5, terminate=True)
+        if not kept:
+            worker.stop(grace_s=0.5, terminate=True)
 
 
 def _calibration_worker() -> Handlers:
-    return Handlers({"measure": measure_policy_step})
+    return Handlers({"measure": measure_steps})
