@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from parcat.envs.missions import Mission
 from parcat.parallel import calibration
 from parcat.parallel.calibration import measure_in_a_worker, measure_steps
 from parcat.policies.specs import parse_policy_spec
@@ -61,3 +62,20 @@ def test_a_policy_that_waits_is_timed_as_waiting_in_a_few_steps(steps_seen: list
     step = measure_steps(scripted_mission(max_steps=500), waiting)
     assert step.waits and step.wall_s >= 0.002 and step.cpu_s < step.wall_s / 2
     assert steps_seen == list(range(1, calibration.WAITING_STEPS + 1))
+
+
+def test_an_environment_that_waits_is_timed_as_waiting_in_a_few_steps(
+        steps_seen: list[int]) -> None:
+    server = Mission(name="server", env="tests.parallel.server_env:GameServerEnv",
+                     params={"agents": 2, "ms": 5, "max_steps": 500}, max_steps=500)
+    step = measure_steps(server, RANDOM)
+    assert step.env_waits and not step.waits
+    assert step.env_wall_s >= 0.005 and step.env_cpu_s < step.env_wall_s / 2
+    assert steps_seen == list(range(1, calibration.WAITING_STEPS + 1))
+
+
+def test_the_cpu_time_of_an_environment_step_is_its_own(steps_seen: list[int]) -> None:
+    """2 ms of busy loop a step (on a loaded machine it gets less than all of it)."""
+    step = measure_steps(scripted_mission(max_steps=500, busy_us=2000), RANDOM)
+    assert step.env_wall_s >= 0.002 and step.env_cpu_s >= 0.0005
+    assert step.cpu_s < 0.0005 <= step.env_cpu_s  # the policy's is not counted in it
