@@ -30,8 +30,9 @@ from parcat.stepping.base import InlineStepper
 CALIBRATION_STEPS = 20
 CALIBRATION_BUDGET_S = 0.25
 WAITING_STEPS = 3
-"""Steps enough to time a policy that waits: its wall time is far above its CPU time
-from the first step, and every further one delays the run by a whole wait."""
+"""Steps enough to time work that waits (its wall time is far above its CPU time from the
+first step, and every further one delays the run by a whole wait), and to tell whether it
+does when that is all the plan needs to know."""
 CALIBRATION_TIMEOUT_S = 60.0  # longest wait for a calibration worker to start (imports included)
 CALIBRATION_WAIT_S = 2.0
 """Longest wait for its measurement: a policy that takes longer is that slow."""
@@ -63,17 +64,18 @@ class StepTimes:
         return step_waits(self.env_wall_s, self.env_cpu_s)
 
 
-def measure_steps(mission: Mission, policies: tuple[PolicySpec, ...]) -> StepTimes:
+def measure_steps(mission: Mission, policies: tuple[PolicySpec, ...],
+                  steps: int = CALIBRATION_STEPS) -> StepTimes:
     """Median wall and CPU times of one agent's policy step and of one environment step
-    over the first steps of a throwaway episode (:data:`CALIBRATION_STEPS`, or fewer once
-    they took :data:`CALIBRATION_BUDGET_S`, or :data:`WAITING_STEPS` of work that waits)."""
+    over the first ``steps`` steps of a throwaway episode (fewer once they took
+    :data:`CALIBRATION_BUDGET_S`, and :data:`WAITING_STEPS` of work that waits)."""
     stepper = _TimedStepper()
 
     def enough(task: EpisodeTask, steps: int) -> bool:
         stepper.env_timings.append(time.perf_counter() - stepper.acted)
         stepper.env_cpu_timings.append(time.thread_time() - stepper.acted_cpu)
         timings = stepper.timings
-        if len(timings) >= CALIBRATION_STEPS or \
+        if len(timings) >= steps or \
                 sum(timings) + sum(stepper.env_timings) > CALIBRATION_BUDGET_S:
             return True
         times = _median_times(stepper)
@@ -121,7 +123,8 @@ class _TimedStepper(InlineStepper):
 
 
 def measure_in_a_worker(mission: Mission, policies: tuple[PolicySpec, ...],
-                        start_method: str | None = None) -> StepTimes | None:
+                        start_method: str | None = None,
+                        steps: int = CALIBRATION_STEPS) -> StepTimes | None:
     """:func:`measure_steps` in a worker process (the one that checked the policies,
     kept for the first episodes after it: :func:`~parcat.ipc.process.keep_spare`); ``None``
     if it failed there."""
@@ -131,7 +134,7 @@ def measure_in_a_worker(mission: Mission, policies: tuple[PolicySpec, ...],
     try:
         worker.wait_ready(CALIBRATION_TIMEOUT_S)
         try:
-            step: StepTimes = worker.call("measure", mission, policies,
+            step: StepTimes = worker.call("measure", mission, policies, steps,
                                                timeout=CALIBRATION_WAIT_S)
             kept = keep_spare(worker)
             return step

@@ -18,7 +18,13 @@ from parcat.core.resources import available_cpus, free_cpus, pids_headroom, visi
 from parcat.envs.missions import Mission, is_foreign
 from parcat.ipc.process import StartMethod
 from parcat.ipc.start import TASKS_PER_WORKER
-from parcat.parallel.calibration import StepTimes, measure_in_a_worker, measure_steps
+from parcat.parallel.calibration import (
+    CALIBRATION_STEPS,
+    WAITING_STEPS,
+    StepTimes,
+    measure_in_a_worker,
+    measure_steps,
+)
 from parcat.parallel.planner import ExecutorKind, Plan, PolicyStrategy, Workload, make_plan
 from parcat.policies.specs import PolicySpec, foreign_code
 
@@ -161,9 +167,11 @@ def _measured_step(missions: tuple[Mission, ...], policies: tuple[PolicySpec, ..
         for mission in missions)
     if not (auto_agents or may_wait):
         return None
+    # only an auto agent strategy needs more than whether the work waits
+    steps = CALIBRATION_STEPS if auto_agents else WAITING_STEPS
     # code from outside parcat is timed in a worker, where an exit cannot end the run
-    return (measure_steps(missions[0], policies) if foreign is None
-            else measure_in_a_worker(missions[0], policies, options.start_method_name))
+    return (measure_steps(missions[0], policies, steps) if foreign is None
+            else measure_in_a_worker(missions[0], policies, options.start_method_name, steps))
 
 
 def first_foreign_code(missions: tuple[Mission, ...],
