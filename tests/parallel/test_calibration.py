@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from parcat.envs.missions import Mission
 from parcat.parallel import calibration
-from parcat.parallel.calibration import measure_in_a_worker, measure_steps
+from parcat.parallel.calibration import measure_in_a_worker, measure_steps, queued_s
 from parcat.policies.specs import parse_policy_spec
 from tests.fakes import scripted_mission
 
@@ -79,3 +82,20 @@ def test_the_cpu_time_of_an_environment_step_is_its_own(steps_seen: list[int]) -
     step = measure_steps(scripted_mission(max_steps=500, busy_us=2000), RANDOM)
     assert step.env_wall_s >= 0.002 and step.env_cpu_s >= 0.0005
     assert step.cpu_s < 0.0005 <= step.env_cpu_s  # the policy's is not counted in it
+
+
+@pytest.mark.skipif(queued_s() == 0.0, reason="the kernel does not say how long a thread "
+                    "waited for a CPU (no /proc/thread-self/schedstat)")
+def test_a_loaded_machine_never_makes_computing_look_like_waiting() -> None:
+    """Eight busy processes beside it: its steps (20 ms of busy loop for the environment,
+    microseconds for the policy) get a CPU a fraction of the time, and wait for one, not
+    on a server (without leaving that wait out, both looked waiting)."""
+    busy = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(8)]
+    try:
+        step = measure_steps(scripted_mission(max_steps=500, busy_us=20_000), RANDOM)
+    finally:
+        for proc in busy:
+            proc.kill()
+            proc.wait()
+    assert not step.env_waits and not step.waits
+    assert step.env_cpu_s >= step.env_wall_s / 2

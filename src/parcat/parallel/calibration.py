@@ -42,7 +42,8 @@ CALIBRATION_WAIT_S = 2.0
 class StepTimes:
     """One agent's policy step and one environment step, as the calibration measured
     them (medians, in seconds). CPU time is the stepping thread's: threads the policy or
-    the environment start themselves are not counted."""
+    the environment start themselves are not counted. Wall time is as with a CPU of its
+    own: the time the thread waited for one (other processes' turns) is left out."""
 
     wall_s: float
     """Wall time of one agent's policy step."""
@@ -71,9 +72,12 @@ def measure_steps(mission: Mission, policies: tuple[PolicySpec, ...],
     :data:`CALIBRATION_BUDGET_S`, and :data:`WAITING_STEPS` of work that waits)."""
     stepper = _TimedStepper()
 
-    def enough(task: EpisodeTask, steps: int) -> bool:
-        stepper.env_timings.append(time.perf_counter() - stepper.acted)
-        stepper.env_cpu_timings.append(time.thread_time() - stepper.acted_cpu)
+    def enough(task: EpisodeTask, played: int) -> bool:
+        now, now_cpu = time.perf_counter(), time.thread_time()
+        env_cpu = now_cpu - stepper.acted_cpu
+        stepper.env_cpu_timings.append(env_cpu)
+        stepper.env_timings.append(
+            max(env_cpu, now - stepper.acted - (queued_s() - stepper.queued)))
         timings = stepper.timings
         if len(timings) >= steps or \
                 sum(timings) + sum(stepper.env_timings) > CALIBRATION_BUDGET_S:
@@ -101,7 +105,8 @@ def _median(values: list[float]) -> float:
 
 class _TimedStepper(InlineStepper):
     """Steps inline and keeps each step's wall and CPU time per agent, and when it acted
-    (the environment steps from then until the runner's ``on_step``)."""
+    (the environment steps from then until the runner's ``on_step``). Wall times leave
+    out the time spent waiting for a CPU (:func:`queued_s`)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -109,17 +114,31 @@ class _TimedStepper(InlineStepper):
         self.cpu_timings: list[float] = []
         self.env_timings: list[float] = []
         self.env_cpu_timings: list[float] = []
-        self.acted = self.acted_cpu = 0.0
+        self.acted = self.acted_cpu = self.queued = 0.0
 
     def act(self, obs: dict[Any, Any], live: Sequence[Any]) -> dict[Any, Any]:
+        queued = queued_s()
         begin, begin_cpu = time.perf_counter(), time.thread_time()
         actions = super().act(obs, live)
         agents = max(1, len(actions))
         self.acted_cpu = time.thread_time()
         self.acted = time.perf_counter()
-        self.cpu_timings.append((self.acted_cpu - begin_cpu) / agents)
-        self.timings.append((self.acted - begin) / agents)
+        self.queued = queued_s()
+        cpu = self.acted_cpu - begin_cpu
+        self.cpu_timings.append(cpu / agents)
+        self.timings.append(max(cpu, self.acted - begin - (self.queued - queued)) / agents)
         return actions
+
+
+def queued_s() -> float:
+    """Seconds this thread has waited for a CPU so far, runnable but not running (the
+    kernel's schedstat; 0 where it does not say). Taken off a step's wall time, a loaded
+    machine's turns never make a step that computes look like one that waits."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as stat:
+            return int(stat.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def measure_in_a_worker(mission: Mission, policies: tuple[PolicySpec, ...],
