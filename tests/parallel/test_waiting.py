@@ -3,12 +3,14 @@ worker that dies with several episodes in flight loses none of the others."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,7 +20,7 @@ from parcat.core.seeding import episode_seed
 from parcat.envs.missions import Mission
 from parcat.episode.results import EpisodeStatus
 from parcat.episode.rollout import EpisodeTask
-from parcat.eval.evaluate import EvalReport, evaluate, make_config
+from parcat.eval.evaluate import EvalConfig, EvalReport, evaluate, make_config
 from parcat.eval.report import strip_timings
 from parcat.parallel.planner import ExecutorKind, PolicyStrategy, Workload, make_plan
 from parcat.parallel.process_executor import ProcessExecutor
@@ -249,3 +251,79 @@ def test_the_waiting_command_prints_the_sequential_json() -> None:
     assert default["execution"]["plan"]["episodes_per_worker"] > 1 or \
         default["execution"]["plan"]["episode_workers"] > 1
     assert strip_timings(default) == strip_timings(sequential)
+
+
+# an environment that waits on a game server (5 ms a step), written as an outsider would
+SERVER = Mission(name="server", env="tests.parallel.server_env:GameServerEnv",
+                 params={"agents": 2, "ms": 5, "max_steps": 10}, max_steps=10)
+
+
+@pytest.mark.parametrize("cpus", [2, 64])
+def test_an_environment_that_waits_gets_episodes_in_flight_not_cpus(cpus: int) -> None:
+    work = Workload(tasks=16, agents=2, step_s=3e-6, step_cpu_s=3e-6, env_step_s=5e-3,
+                    env_step_cpu_s=80e-6, steps=10, foreign_code=SERVER.env)
+    plan = make_plan(cpus, cpus, 0, replace(work, free_cpus=1))
+    assert (plan.executor, plan.episode_workers, plan.episodes_per_worker) == (
+        ExecutorKind.PROCESS, 1, 16)
+    # the policy computes: its agents step inline, one episode thread each
+    assert (plan.strategy, plan.policy_workers, plan.concurrency) == (
+        PolicyStrategy.INLINE, 0, 16)
+    assert plan.reasons[:2] == (
+        "an environment step waits: 5.0 ms of wall time, 80 µs of CPU (2%): CPUs are "
+        "budgeted for the CPU part only, and the wait gets concurrency (threads), not "
+        "processes", "concurrency 16 (auto): every episode in flight (16)")
+    both = make_plan(cpus, cpus, 0, replace(work, step_s=5e-3, step_cpu_s=50e-6))
+    assert (both.policy_workers, both.concurrency) == (1, 32)  # and agents in flight too
+
+
+@pytest.mark.usefixtures("clean_machine")
+def test_an_environment_that_waits_gives_the_sequential_results_with_episodes_in_flight(
+        ) -> None:
+    config = EvalConfig((SERVER,), (parse_policy_spec("random"),), episodes=8, seed=5)
+    sequential = evaluate(config, RunOptions(jobs=1))
+    report = evaluate(config, RunOptions())
+    plan = report.plan
+    assert plan is not None and report.status == "complete"
+    assert plan.episode_workers * plan.episodes_per_worker == 8
+    assert plan.reasons[0].startswith("an environment step waits: ")
+    assert strip_timings(report.to_document()) == strip_timings(sequential.to_document())
+
+
+def test_plan_says_the_environment_waits(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    mission = tmp_path / "server.yaml"
+    mission.write_text(f"name: server\nenv: {SERVER.env}\nparams: {{agents: 2, ms: 5}}\n"
+                       "max_steps: 10\n")
+    assert main(["plan", "-m", str(mission), "-p", "random", "-n", "6"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "an environment step waits: " in out
+    assert "concurrency 6 (auto): every episode in flight (6)" in out
+
+
+def _descendants() -> list[psutil.Process]:
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+    return found
+
+
+@pytest.mark.usefixtures("clean_machine")
+@pytest.mark.parametrize("episodes", [8, 32])
+def test_64_and_256_agent_calls_in_flight_take_threads_not_processes(episodes: int) -> None:
+    """8 agents a episode: 64 and 256 calls of a policy that waits in flight on 2 cores."""
+    config = make_config(["harvest"], ["tests.fakes:WaitingPolicy,ms=2"], episodes=episodes,
+                         seed=7, overrides={"agents": 8, "max_steps": 3})
+    sequential = evaluate(config, RunOptions(jobs=1))
+    processes: list[int] = []
+    report = evaluate(config, RunOptions(),
+                      on_result=lambda result: processes.append(len(_descendants())))
+    plan = report.plan
+    assert plan is not None and report.status == "complete"
+    assert plan.concurrency == episodes * 8
+    assert plan.episode_workers * plan.episodes_per_worker >= episodes
+    assert plan.strategy is PolicyStrategy.THREAD and plan.policy_workers == 7
+    # the fork server, the resource tracker and the episode workers: a lane is a thread
+    assert max(processes) <= 2 + plan.episode_workers and plan.episode_workers <= 2
+    assert strip_timings(report.to_document()) == strip_timings(sequential.to_document())

@@ -12,6 +12,7 @@ sentinel and the worker's heartbeat, so a dead or frozen worker is a
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import enum
 import multiprocessing as mp
@@ -72,6 +73,13 @@ runs now (0: none), so the parent can name the agent a dying worker was stepping
 SHUTTING_DOWN = threading.Event()
 """Set where parcat caught an interrupt and stops the run (each step with a deadline);
 until then, a run that SIGTERM does not end soon is stuck in user code."""
+
+SPARE_S = 2.0
+"""How long a worker kept for reuse waits unused (:func:`keep_spare`): a run's checks,
+calibration and first episode worker follow each other within milliseconds."""
+_spare: list[tuple[Worker, threading.Timer]] = []
+_spare_exit_hook: list[bool] = []
+_SPARE_LOCK = threading.Lock()
 
 # this worker's own status cells, pipe and parent, set by _bootstrap
 _status: Any = None
@@ -198,6 +206,7 @@ class Worker:
         check_headroom(name)
         ctx = ctx or get_context(start_method)
         self.name = name
+        self.start_method: str = ctx.get_start_method()
         ours, theirs = ctx.Pipe(duplex=True)
         self._status: Any = ctx.Array("q", 2, lock=False)
         self._last_beat = (0, time.monotonic())
@@ -261,6 +270,13 @@ class Worker:
             return f"stopped responding (no heartbeat for {LIVENESS_TIMEOUT_S:g} s)"
         self.process.join(0.5)
         return f"died ({describe_exit(self.process)})"
+
+    def become(self, setup: Callable[..., Handlers], args: tuple[Any, ...], name: str,
+               blas_threads: int = 1) -> None:
+        """Have this idle worker serve ``setup(*args)``'s handlers from now on, as a new
+        one would (its set-up's reply is the next handshake); a start saved."""
+        self.send(("become", setup, args, blas_threads, name))
+        self.name, self._ready = name, False
 
     def send(self, message: Any) -> None:
         """Send a message (pickled); :class:`WorkerLostError` when the pipe is broken."""
@@ -378,9 +394,12 @@ def call_in_worker(function: Callable[..., Any], args: tuple[Any, ...], name: st
             ``timeout_s`` (default :data:`SETUP_TIMEOUT_S`).
     """
     timeout_s = SETUP_TIMEOUT_S if timeout_s is None else timeout_s
-    worker = start_worker(_call, (function, args), name, start_method=start_method)
+    worker = start_worker(_call, (function, args), name, start_method=start_method, reuse=True)
+    kept = False
     try:
-        return worker.wait_ready(timeout_s)
+        result = worker.wait_ready(timeout_s)
+        kept = keep_spare(worker)
+        return result
     except WorkerRaisedError as exc:
         report = exc.report
         known = getattr(errors, report.kind, None)
@@ -391,7 +410,53 @@ def call_in_worker(function: Callable[..., Any], args: tuple[Any, ...], name: st
     except WorkerLostError:
         raise SetupFailedError(_how_it_ended(worker, timeout_s), worker.acting(), False) from None
     finally:
-        worker.stop(grace_s=0.5, terminate=True)
+        if not kept:
+            worker.stop(grace_s=0.5, terminate=True)
+
+
+def keep_spare(worker: Worker) -> bool:
+    """Keep ``worker``, idle and set up cleanly, for the next :func:`start_worker` with
+    ``reuse`` (a check, the calibration, the first episode worker are then one process, not
+    one each: a start costs a fork and the user's imports); it stops after :data:`SPARE_S`
+    unused, or at exit. ``False`` (the caller stops it) when another is kept already."""
+    with _SPARE_LOCK:
+        if _spare or not worker.alive:
+            return False
+        if not _spare_exit_hook:
+            # before multiprocessing's own exit hook (hooks run last first), which would
+            # wait forever for a worker that waits for commands
+            atexit.register(release_spare)
+            _spare_exit_hook.append(True)
+        timer = threading.Timer(SPARE_S, release_spare, (worker,))
+        timer.daemon = True
+        _spare.append((worker, timer))
+    timer.start()
+    return True
+
+
+def take_spare(start_method: str | None = None) -> Worker | None:
+    """The kept worker (:func:`keep_spare`) if it started by ``start_method`` (default:
+    :func:`default_start_method`) and still lives; it is the caller's now."""
+    method = start_method or default_start_method()
+    with _SPARE_LOCK:
+        if not _spare or _spare[0][0].start_method != method:
+            return None
+        worker, timer = _spare.pop()
+    timer.cancel()
+    if worker.alive:
+        return worker
+    worker.stop(grace_s=0.5)
+    return None
+
+
+def release_spare(only: Worker | None = None) -> None:
+    """Stop the kept worker (``only``: if it is that one, as its timer says)."""
+    with _SPARE_LOCK:
+        if not _spare or only not in (None, _spare[0][0]):
+            return
+        worker, timer = _spare.pop()
+    timer.cancel()
+    worker.stop(grace_s=0.5)
 
 
 def _rebuilt(kind: type[errors.ParcatError], message: str) -> errors.ParcatError:
@@ -582,8 +647,16 @@ class Handlers:
 
 def start_worker(setup: Callable[..., Handlers], args: tuple[Any, ...], name: str,
                  blas_threads: int = 1, start_method: str | None = None,
-                 ctx: BaseContext | None = None) -> Worker:
-    """A worker process serving the :class:`Handlers` that ``setup(*args)`` returns there."""
+                 ctx: BaseContext | None = None, reuse: bool = False) -> Worker:
+    """A worker process serving the :class:`Handlers` that ``setup(*args)`` returns there;
+    with ``reuse``, the kept one (:func:`keep_spare`) where there is one."""
+    spare = take_spare(ctx.get_start_method() if ctx else start_method) if reuse else None
+    if spare is not None:
+        try:
+            spare.become(setup, args, name, blas_threads)
+            return spare
+        except WorkerLostError:
+            spare.stop(grace_s=0.5, terminate=True)
     return Worker(_command_loop, (setup, args, blas_threads), name, start_method, ctx)
 
 
@@ -592,27 +665,20 @@ def _command_loop(conn: Connection, parent_pid: int, setup: Callable[..., Handle
     become_worker(parent_pid, blas_threads)
     handlers = Handlers()
     try:
-        try:
-            handlers = setup(*args)
-        except USER_CODE_ERRORS as exc:
-            return _reply_error(conn, exc)
-        _reply(conn, handlers.ready)
-        pool = _CommandThreads(conn, handlers) \
-            if handlers.threads > 1 or handlers.stream is not None else None
-        if pool is not None:
-            handlers.close = pool.closing(handlers.close)
-        while True:
-            if handlers.idle is not None and handlers.idle():
-                continue
-            command, *payload = conn.recv()
-            if command == "close":
+        while True:  # a worker reused (Worker.become) is set up again
+            try:
+                handlers = setup(*args)
+            except USER_CODE_ERRORS as exc:
+                return _reply_error(conn, exc)
+            _reply(conn, handlers.ready)
+            then = _serve_commands(conn, handlers)
+            if then is None:
                 return
-            if command == "wake":  # a handoff's wake-up: the next idle() serves its request
-                continue
-            if pool is not None:
-                pool.submit(command, payload)
-                continue
-            _serve(conn, handlers, command, payload)
+            if handlers.close is not None:
+                handlers.close()
+            handlers = Handlers()
+            setup, args, blas_threads, mp.current_process().name = then
+            limit_blas_threads(blas_threads)
     except Terminated as stop:  # the parent keeps what the interrupted work had got
         if stop.partial is not None:
             with contextlib.suppress(OSError, ValueError):
@@ -626,6 +692,28 @@ def _command_loop(conn: Connection, parent_pid: int, setup: Callable[..., Handle
             handlers.close()
         with contextlib.suppress(OSError):
             conn.close()
+
+
+def _serve_commands(conn: Connection, handlers: Handlers) -> list[Any] | None:
+    """Serve commands until ``close`` (``None``) or ``become`` (its payload)."""
+    pool = _CommandThreads(conn, handlers) \
+        if handlers.threads > 1 or handlers.stream is not None else None
+    if pool is not None:
+        handlers.close = pool.closing(handlers.close)
+    while True:
+        if handlers.idle is not None and handlers.idle():
+            continue
+        command, *payload = conn.recv()
+        if command == "close":
+            return None
+        if command == "become":
+            return payload
+        if command == "wake":  # a handoff's wake-up: the next idle() serves its request
+            continue
+        if pool is not None:
+            pool.submit(command, payload)
+            continue
+        _serve(conn, handlers, command, payload)
 
 
 def _serve(conn: Connection, handlers: Handlers, command: str, payload: list[Any]) -> None:

@@ -1,8 +1,10 @@
-"""Timing one policy step before an ``auto`` plan, here or in a worker process.
+"""Timing a policy step and an environment step before an ``auto`` plan, here or in a
+worker process.
 
-A step is timed twice: its wall time and its CPU time (the stepping thread's), so the
-planner can tell a policy that computes from one that waits (on a server, an API, a
-device) and budget CPUs only for the part that computes.
+Each is timed twice: its wall time and its CPU time (the stepping thread's), so the
+planner can tell work that computes from work that waits (a policy on a server, an API, a
+device; an environment that is a game server) and budget CPUs only for the part that
+computes.
 """
 
 from __future__ import annotations
@@ -14,7 +16,13 @@ from typing import Any
 
 from parcat.envs.missions import Mission
 from parcat.episode.rollout import EpisodeRunner, EpisodeTask
-from parcat.ipc.process import Handlers, WorkerLostError, WorkerRaisedError, start_worker
+from parcat.ipc.process import (
+    Handlers,
+    WorkerLostError,
+    WorkerRaisedError,
+    keep_spare,
+    start_worker,
+)
 from parcat.parallel.waiting import step_waits
 from parcat.policies.specs import PolicySpec
 from parcat.stepping.base import InlineStepper
@@ -22,50 +30,72 @@ from parcat.stepping.base import InlineStepper
 CALIBRATION_STEPS = 20
 CALIBRATION_BUDGET_S = 0.25
 WAITING_STEPS = 3
-"""Steps enough to time a policy that waits: its wall time is far above its CPU time
-from the first step, and every further one delays the run by a whole wait."""
+"""Steps enough to time work that waits (its wall time is far above its CPU time from the
+first step, and every further one delays the run by a whole wait), and to tell whether it
+does when that is all the plan needs to know."""
 CALIBRATION_TIMEOUT_S = 60.0  # longest wait for a calibration worker to start (imports included)
 CALIBRATION_WAIT_S = 2.0
 """Longest wait for its measurement: a policy that takes longer is that slow."""
 
 
 @dataclass(frozen=True)
-class PolicyStepTime:
-    """One agent's policy step, as the calibration measured it (medians)."""
+class StepTimes:
+    """One agent's policy step and one environment step, as the calibration measured
+    them (medians, in seconds). CPU time is the stepping thread's: threads the policy or
+    the environment start themselves are not counted. Wall time is as with a CPU of its
+    own: the time the thread waited for one (other processes' turns) is left out."""
 
     wall_s: float
-    """Seconds of wall time."""
+    """Wall time of one agent's policy step."""
     cpu_s: float
-    """Seconds of CPU time of the thread that stepped it (the policy's own threads, if it
-    starts any, are not counted)."""
+    """CPU time of one agent's policy step."""
+    env_wall_s: float = 0.0
+    """Wall time of one environment step."""
+    env_cpu_s: float = 0.0
+    """CPU time of one environment step."""
 
     @property
     def waits(self) -> bool:
-        """Whether the step mostly waits (:func:`~parcat.parallel.waiting.step_waits`)."""
+        """Whether the policy step mostly waits (:func:`~parcat.parallel.waiting.step_waits`)."""
         return step_waits(self.wall_s, self.cpu_s)
 
+    @property
+    def env_waits(self) -> bool:
+        """Whether the environment step mostly waits (on a game server, say)."""
+        return step_waits(self.env_wall_s, self.env_cpu_s)
 
-def measure_policy_step(mission: Mission, policies: tuple[PolicySpec, ...]) -> PolicyStepTime:
-    """Median wall and CPU time of one agent's policy step over the first steps of a
-    throwaway episode (:data:`CALIBRATION_STEPS`, or fewer once they took
-    :data:`CALIBRATION_BUDGET_S`, or :data:`WAITING_STEPS` of a policy that waits)."""
+
+def measure_steps(mission: Mission, policies: tuple[PolicySpec, ...],
+                  steps: int = CALIBRATION_STEPS) -> StepTimes:
+    """Median wall and CPU times of one agent's policy step and of one environment step
+    over the first ``steps`` steps of a throwaway episode (fewer once they took
+    :data:`CALIBRATION_BUDGET_S`, and :data:`WAITING_STEPS` of work that waits)."""
     stepper = _TimedStepper()
 
-    def enough(task: EpisodeTask, steps: int) -> bool:
+    def enough(task: EpisodeTask, played: int) -> bool:
+        now, now_cpu = time.perf_counter(), time.thread_time()
+        env_cpu = now_cpu - stepper.acted_cpu
+        stepper.env_cpu_timings.append(env_cpu)
+        stepper.env_timings.append(
+            max(env_cpu, now - stepper.acted - (queued_s() - stepper.queued)))
         timings = stepper.timings
-        return (len(timings) >= CALIBRATION_STEPS or sum(timings) > CALIBRATION_BUDGET_S
-                or (len(timings) >= WAITING_STEPS and _median_time(stepper).waits))
+        if len(timings) >= steps or \
+                sum(timings) + sum(stepper.env_timings) > CALIBRATION_BUDGET_S:
+            return True
+        times = _median_times(stepper)
+        return len(timings) >= WAITING_STEPS and (times.waits or times.env_waits)
 
     runner = EpisodeRunner(stepper, on_step=enough)
     try:
         runner.run(EpisodeTask(mission, policies, seed=0, episode_index=0))
     finally:
         runner.close()
-    return _median_time(stepper)
+    return _median_times(stepper)
 
 
-def _median_time(stepper: _TimedStepper) -> PolicyStepTime:
-    return PolicyStepTime(_median(stepper.timings), _median(stepper.cpu_timings))
+def _median_times(stepper: _TimedStepper) -> StepTimes:
+    return StepTimes(_median(stepper.timings), _median(stepper.cpu_timings),
+                     _median(stepper.env_timings), _median(stepper.env_cpu_timings))
 
 
 def _median(values: list[float]) -> float:
@@ -74,42 +104,69 @@ def _median(values: list[float]) -> float:
 
 
 class _TimedStepper(InlineStepper):
-    """Steps inline and keeps each step's wall and CPU time per agent."""
+    """Steps inline and keeps each step's wall and CPU time per agent, and when it acted
+    (the environment steps from then until the runner's ``on_step``). Wall times leave
+    out the time spent waiting for a CPU (:func:`queued_s`)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.timings: list[float] = []
         self.cpu_timings: list[float] = []
+        self.env_timings: list[float] = []
+        self.env_cpu_timings: list[float] = []
+        self.acted = self.acted_cpu = self.queued = 0.0
 
     def act(self, obs: dict[Any, Any], live: Sequence[Any]) -> dict[Any, Any]:
+        queued = queued_s()
         begin, begin_cpu = time.perf_counter(), time.thread_time()
         actions = super().act(obs, live)
         agents = max(1, len(actions))
-        self.cpu_timings.append((time.thread_time() - begin_cpu) / agents)
-        self.timings.append((time.perf_counter() - begin) / agents)
+        self.acted_cpu = time.thread_time()
+        self.acted = time.perf_counter()
+        self.queued = queued_s()
+        cpu = self.acted_cpu - begin_cpu
+        self.cpu_timings.append(cpu / agents)
+        self.timings.append(max(cpu, self.acted - begin - (self.queued - queued)) / agents)
         return actions
 
 
+def queued_s() -> float:
+    """Seconds this thread has waited for a CPU so far, runnable but not running (the
+    kernel's schedstat; 0 where it does not say). Taken off a step's wall time, a loaded
+    machine's turns never make a step that computes look like one that waits."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as stat:
+            return int(stat.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def measure_in_a_worker(mission: Mission, policies: tuple[PolicySpec, ...],
-                        start_method: str | None = None) -> PolicyStepTime | None:
-    """:func:`measure_policy_step` in a worker process; ``None`` if it failed there."""
+                        start_method: str | None = None,
+                        steps: int = CALIBRATION_STEPS) -> StepTimes | None:
+    """:func:`measure_steps` in a worker process (the one that checked the policies,
+    kept for the first episodes after it: :func:`~parcat.ipc.process.keep_spare`); ``None``
+    if it failed there."""
     worker = start_worker(_calibration_worker, (), "parcat-calibration",
-                          start_method=start_method)
+                          start_method=start_method, reuse=True)
+    kept = False
     try:
         worker.wait_ready(CALIBRATION_TIMEOUT_S)
         try:
-            step: PolicyStepTime = worker.call("measure", mission, policies,
-                                         timeout=CALIBRATION_WAIT_S)
+            step: StepTimes = worker.call("measure", mission, policies, steps,
+                                               timeout=CALIBRATION_WAIT_S)
+            kept = keep_spare(worker)
             return step
         except WorkerLostError:
             if worker.alive:  # still in its first steps: a policy step is that slow
-                return PolicyStepTime(CALIBRATION_WAIT_S, CALIBRATION_WAIT_S)
+                return StepTimes(CALIBRATION_WAIT_S, CALIBRATION_WAIT_S)
             raise
     except (WorkerLostError, WorkerRaisedError):
         return None
     finally:
-        worker.stop(grace_s=0.5, terminate=True)
+        if not kept:
+            worker.stop(grace_s=0.5, terminate=True)
 
 
 def _calibration_worker() -> Handlers:
-    return Handlers({"measure": measure_policy_step})
+    return Handlers({"measure": measure_steps})

@@ -67,6 +67,10 @@ class Workload:
     step_cpu_s: float | None = None
     """CPU seconds of that step (the stepping thread's); far below ``step_s``, the step
     waits (:func:`~parcat.parallel.waiting.step_waits`); ``None``: not measured."""
+    env_step_s: float | None = None
+    """Measured seconds of one environment step (eval; ``None``: not measured)."""
+    env_step_cpu_s: float | None = None
+    """CPU seconds of that step: far below ``env_step_s``, the environment waits."""
     concurrency: int | None = None
     """``--concurrency``: agent calls of waiting work in flight at most (``None``: auto)."""
     lockstep: int | None = None
@@ -302,20 +306,24 @@ def _note_strategy(workload: Workload, strategy: PolicyStrategy, reasons: list[s
 
 
 def _plans_waiting(jobs: int, workload: Workload, reasons: list[str]) -> bool:
-    """Whether the measured policy step waits and this plan can give it concurrency."""
-    if not step_waits(workload.step_s, workload.step_cpu_s):
+    """Whether the measured policy or environment step waits and this plan can give it
+    concurrency."""
+    if step_waits(workload.step_s, workload.step_cpu_s):
+        what = "the policy step"
+    elif step_waits(workload.env_step_s, workload.env_step_cpu_s):
+        what = "the environment step"
+    else:
         return False
     if workload.executor is ExecutorKind.RAY:
-        reasons.append("the policy step waits, but Ray runs one episode per task: planned "
-                       "as CPU work")
+        reasons.append(f"{what} waits, but Ray runs one episode per task: planned as CPU work")
         return False
     if workload.jobs_given and jobs == 1 and workload.concurrency is None:
-        reasons.append("the policy step waits, but --jobs 1 runs one episode and one agent "
-                       "at a time, as asked (--concurrency N overlaps the waits)")
+        reasons.append(f"{what} waits, but --jobs 1 runs one episode and one agent at a "
+                       "time, as asked (--concurrency N overlaps the waits)")
         return False
     if workload.parallel_policy and workload.strategy is PolicyStrategy.PROCESS:
-        reasons.append("the policy step waits, but --policy-strategy process puts agents "
-                       "on policy worker processes: planned as CPU work")
+        reasons.append(f"{what} waits, but --policy-strategy process puts agents on policy "
+                       "worker processes: planned as CPU work")
         return False
     return True
 
@@ -325,11 +333,13 @@ def _waiting_plan(jobs: int, cpus: int, gpus: int, workload: Workload, reasons: 
     """Work that waits: episodes and agents in flight on threads, processes only for the
     CPU part (and for isolation), never fewer calls in flight because CPUs are busy."""
     asked = workload.strategy if workload.parallel_policy else PolicyStrategy.AUTO
-    at_once = asked in (PolicyStrategy.AUTO, PolicyStrategy.THREAD) and workload.agents > 1
     assert workload.step_s is not None and workload.step_cpu_s is not None
+    at_once = asked in (PolicyStrategy.AUTO, PolicyStrategy.THREAD) and workload.agents > 1 \
+        and step_waits(workload.step_s, workload.step_cpu_s)
     flight = plan_concurrency(workload.tasks, workload.agents, workload.step_s,
                               workload.step_cpu_s, workload.concurrency, at_once,
-                              workload.action_deadline)
+                              workload.action_deadline, workload.env_step_s or 0.0,
+                              workload.env_step_cpu_s or 0.0)
     reasons.extend(flight.reasons)
     strategy = PolicyStrategy.THREAD if flight.policy_threads else (
         asked if asked in (PolicyStrategy.INLINE, PolicyStrategy.BATCH) else PolicyStrategy.INLINE)

@@ -98,7 +98,9 @@ class ProcessExecutor(Executor):
         worker = start_worker(
             make_episode_worker, (self.stepper, gpu, f"episode-worker-{index}", self.trace,
                                   self.episodes_per_worker),
-            f"parcat-episode-{index}", self.blas_threads, ctx=self._ctx,
+            # the worker that checked and timed the policies, kept, saves a start (its
+            # GPU variable could come too late for what it imported: only without GPUs)
+            f"parcat-episode-{index}", self.blas_threads, ctx=self._ctx, reuse=gpu is None,
         )
         return _Lane(index, worker)
 

@@ -19,9 +19,11 @@ from parcat.envs.missions import Mission, is_foreign
 from parcat.ipc.process import StartMethod
 from parcat.ipc.start import TASKS_PER_WORKER
 from parcat.parallel.calibration import (
-    PolicyStepTime,
+    CALIBRATION_STEPS,
+    WAITING_STEPS,
+    StepTimes,
     measure_in_a_worker,
-    measure_policy_step,
+    measure_steps,
 )
 from parcat.parallel.planner import ExecutorKind, Plan, PolicyStrategy, Workload, make_plan
 from parcat.policies.specs import PolicySpec, foreign_code
@@ -137,6 +139,8 @@ def plan_run(missions: tuple[Mission, ...], policies: tuple[PolicySpec, ...], ta
         executor=options.executor,
         step_s=None if step is None else step.wall_s,
         step_cpu_s=None if step is None else step.cpu_s,
+        env_step_s=None if step is None else step.env_wall_s,
+        env_step_cpu_s=None if step is None else step.env_cpu_s,
         concurrency=options.concurrency,
         lockstep=options.lockstep,
         jobs_given=options.jobs is not None,
@@ -160,19 +164,23 @@ def plan_run(missions: tuple[Mission, ...], policies: tuple[PolicySpec, ...], ta
 
 
 def _measured_step(missions: tuple[Mission, ...], policies: tuple[PolicySpec, ...],
-                   options: RunOptions, foreign: str | None) -> PolicyStepTime | None:
-    """The policy step's wall and CPU time, where the plan depends on it: for an auto
-    agent-level strategy, and for an auto plan of a policy from outside parcat (it may wait,
-    which parcat's own never do); ``None`` where it does not."""
+                   options: RunOptions, foreign: str | None) -> StepTimes | None:
+    """The policy and environment steps' wall and CPU times, where the plan depends on
+    them: for an auto agent-level strategy, and for an auto plan of code from outside
+    parcat (a policy or an environment that may wait, which parcat's own never do);
+    ``None`` where it does not."""
     auto_agents = options.parallel_policy and options.policy_strategy is PolicyStrategy.AUTO
     sequential = options.jobs == 1 and options.concurrency is None  # --jobs 1: one at a time
     may_wait = options.executor is ExecutorKind.AUTO and not sequential and any(
-        foreign_code(spec, mission) is not None for mission in missions for spec in policies)
+        is_foreign(mission) or any(foreign_code(spec, mission) is not None for spec in policies)
+        for mission in missions)
     if not (auto_agents or may_wait):
         return None
+    # only an auto agent strategy needs more than whether the work waits
+    steps = CALIBRATION_STEPS if auto_agents else WAITING_STEPS
     # code from outside parcat is timed in a worker, where an exit cannot end the run
-    return (measure_policy_step(missions[0], policies) if foreign is None
-            else measure_in_a_worker(missions[0], policies, options.start_method_name))
+    return (measure_steps(missions[0], policies, steps) if foreign is None
+            else measure_in_a_worker(missions[0], policies, options.start_method_name, steps))
 
 
 def first_foreign_code(missions: tuple[Mission, ...],

@@ -1,0 +1,132 @@
+"""One worker for a run's start: a worker that finished a check is kept, idle, and the next
+check, the calibration and the first episode worker are that process, not one each."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from parcat.ipc import process
+from parcat.ipc.process import (
+    Handlers,
+    SetupFailedError,
+    call_in_worker,
+    release_spare,
+    start_worker,
+    take_spare,
+)
+from parcat.parallel.calibration import measure_in_a_worker
+from parcat.parallel.process_executor import ProcessExecutor
+from parcat.policies.specs import parse_policy_spec
+from tests.fakes import scripted_mission
+
+pytestmark = [pytest.mark.skipif(sys.platform != "linux", reason="POSIX signals"),
+              pytest.mark.usefixtures("clean_machine")]
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT_S = 60.0
+
+
+@pytest.fixture(autouse=True)
+def no_spare_left(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(process, "SPARE_S", TIMEOUT_S)  # a loaded machine starts slowly
+    release_spare()
+    yield
+    release_spare()
+
+
+def fail(how: str) -> None:
+    if how == "sys.exit":
+        sys.exit(3)
+    if how == "os._exit":
+        os._exit(3)
+    raise ValueError("no such thing")
+
+
+def pid_worker() -> Handlers:
+    return Handlers({"pid": os.getpid}, ready=os.getpid())
+
+
+def test_checks_in_a_row_run_in_one_worker_which_stops_when_unused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    first = call_in_worker(os.getpid, (), "check-1")
+    assert call_in_worker(os.getpid, (), "check-2") == first
+    spare = take_spare()
+    assert spare is not None and spare.pid == first and spare.name == "check-2"
+    spare.stop()
+    monkeypatch.setattr(process, "SPARE_S", 0.2)
+    kept = call_in_worker(os.getpid, (), "check-3")
+    assert kept != first
+    psutil.Process(kept).wait(TIMEOUT_S)  # stopped by its timer, reaped: no zombie left
+    assert take_spare() is None
+
+
+@pytest.mark.parametrize(("how", "said"), [
+    ("raise", "raised ValueError: no such thing"), ("sys.exit", r"called sys\.exit\(3\)"),
+    ("os._exit", "ended its process with exit code 3")])
+def test_a_worker_whose_code_failed_is_never_reused(how: str, said: str) -> None:
+    kept = call_in_worker(os.getpid, (), "check")
+    with pytest.raises(SetupFailedError, match=said):
+        call_in_worker(fail, (how,), "check")
+    assert not psutil.pid_exists(kept) or psutil.Process(kept).status() == \
+        psutil.STATUS_ZOMBIE
+    assert take_spare() is None
+    assert call_in_worker(os.getpid, (), "check") != kept
+
+
+def test_a_kept_worker_killed_while_idle_is_replaced() -> None:
+    kept = call_in_worker(os.getpid, (), "check")
+    os.kill(kept, signal.SIGKILL)
+    psutil.Process(kept).wait(TIMEOUT_S)
+    assert call_in_worker(os.getpid, (), "check") != kept
+
+
+def test_a_kept_worker_of_another_start_method_is_not_taken() -> None:
+    kept = call_in_worker(os.getpid, (), "check")
+    other = start_worker(pid_worker, (), "other", start_method="spawn", reuse=True)
+    try:
+        assert other.wait_ready(TIMEOUT_S) != kept
+    finally:
+        other.stop()
+    assert take_spare() is not None  # still there for a forkserver worker
+
+
+def test_the_check_the_calibration_and_the_first_episode_worker_are_one_process() -> None:
+    waiting = (parse_policy_spec("tests.fakes:WaitingPolicy,ms=1"),)
+    mission = scripted_mission(agents=2, max_steps=4)
+    checked = call_in_worker(os.getpid, (), "parcat-policy-setup")
+    step = measure_in_a_worker(mission, waiting)
+    assert step is not None and step.waits
+    executor = ProcessExecutor(1, episodes_per_worker=2)
+    try:
+        from parcat.episode.rollout import EpisodeTask
+
+        results = executor.run([EpisodeTask(mission, waiting, 1, i) for i in range(2)])
+        assert [r.ok for r in results] == [True, True]
+        assert executor.worker_pids() == [checked]
+    finally:
+        executor.close()
+
+
+def test_a_program_that_ends_with_a_worker_kept_exits_at_once_and_leaves_none() -> None:
+    code = textwrap.dedent("""
+        import os
+        from parcat.ipc.process import call_in_worker
+        if __name__ == "__main__":
+            print(call_in_worker(os.getpid, (), "check"), flush=True)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=TIMEOUT_S, check=False)
+    assert proc.returncode == 0 and proc.stderr == ""
+    kept = int(proc.stdout)
+    # it was stopped before the program ended (an orphan would outlive it for a second)
+    assert not psutil.pid_exists(kept) or psutil.Process(kept).status() == \
+        psutil.STATUS_ZOMBIE
