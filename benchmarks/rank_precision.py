@@ -1,9 +1,10 @@
 """Episodes, not seconds (issue 25): how many episodes ``parcat eval --cross --precision X``
-plays to bring every rating's 95% half-width below X, against a uniform schedule (every
-ordered pair the same number of episodes, raised by ``--episodes`` until it gets there).
+plays until no two neighbours in the ranking have an open order (their difference's 95%
+interval holds 0) wider than ± X Elo points, against a uniform schedule (every ordered pair
+the same number of episodes, raised by ``--step`` until it gets there).
 
 Both are deterministic for a seed, so the counts need no repeats and no quiet machine:
-``python benchmarks/rank_precision.py [--precision 100] [--max-steps 20]`` (evade, greedy,
+``python benchmarks/rank_precision.py [--precision 150] [--max-steps 20]`` (evade, greedy,
 random and noop, 4 episodes a round).
 """
 
@@ -19,13 +20,14 @@ POLICIES = ["greedy", "random", "noop"]
 
 
 def widest(result: CrossResult) -> float:
-    """The largest half-width of any rating, in Elo points."""
-    return max((r.rating.high - r.rating.low) / 2 for t in result.ratings for r in t.ratings)
+    """The largest half-width of an open neighbour difference, in Elo points (0: none)."""
+    return max([(r.ahead.high - r.ahead.low) / 2 for t in result.ratings for r in t.ratings
+                if r.ahead is not None and r.ahead.low <= 0], default=0.0)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--precision", type=float, default=100.0)
+    parser.add_argument("--precision", type=float, default=150.0)
     parser.add_argument("--max-steps", type=int, default=20)
     parser.add_argument("--step", type=int, default=4)
     args = parser.parse_args()
@@ -41,7 +43,7 @@ def main() -> None:
     episodes = args.step
     while True:
         uniform = run(episodes)
-        print(f"uniform -n {episodes}: {len(uniform.episodes)} episodes, widest half-width "
+        print(f"uniform -n {episodes}: {len(uniform.episodes)} episodes, widest open gap "
               f"{widest(uniform):.0f}", flush=True)
         if widest(uniform) < args.precision:
             break

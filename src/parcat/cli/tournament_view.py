@@ -122,9 +122,10 @@ def show_ratings(result: CrossResult, fmt: OutputFormat) -> None:
         seat = "" if table.seat is None else f"; row side advantage {_iv(table.seat, 0)}"
         console.print(f"{table.mission}: Bradley–Terry ratings from {table.kind} games (Elo "
                       f"points, mean 0, 95% CI){seat}", highlight=False)
-        console.print(list_table(["rank", "policy", "rating [95% CI]", "P(best)", "games"],
-                                 [[n + 1, r.policy, _iv(r.rating, 0), f"{r.p_best:.2f}",
-                                   r.games] for n, r in enumerate(table.ratings)]))
+        console.print(list_table(
+            ["rank", "policy", "rating [95% CI]", "ahead of next [95% CI]", "P(best)", "games"],
+            [[n + 1, r.policy, _iv(r.rating, 0), _iv(r.ahead, 0), f"{r.p_best:.2f}", r.games]
+             for n, r in enumerate(table.ratings)]))
     for mission in dict.fromkeys(r.mission for r in result.sides):
         rows = [r for r in result.sides if r.mission == mission]
         names = _side_columns(rows)

@@ -22,6 +22,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -280,10 +281,11 @@ def cross_play(config: EvalConfig, options: RunOptions | None = None,
 
     Args:
         precision: Then add ``config.episodes`` episodes at a time, both seats on the same
-            seeds, to the pairs of every policy whose rating's 95% half-width (Elo points)
-            is still above it and whose intervals overlap, until none is (or every such
-            pair has played ``max_episodes``). The schedule is a function of the seed and
-            the results so far, so the run is reproducible.
+            seeds, to every two neighbours in a ranking whose order is still open (the 95%
+            interval of their rating difference holds 0) and whose interval is wider than
+            ± ``precision`` Elo points, until none is (or each such pair has played
+            ``max_episodes``). The schedule is a function of the seed and the results so
+            far, so the run is reproducible.
     """
     if precision is not None and not precision > 0:
         raise ConfigError(f"--precision must be > 0, got {precision}")
@@ -328,18 +330,17 @@ def _cross_result(config: EvalConfig, specs: list[PolicySpec],
 
 def _uncertain(result: CrossResult, played: dict[Pair, list[EpisodeResult]],
                precision: float, step: int, cap: int) -> dict[Pair, int]:
-    """The pairs to play more, and their new episode counts (``cross_play``'s precision)."""
+    """The pairs to play more, and their new episode counts (``cross_play``'s precision):
+    neighbours in a mission's ranking whose difference's interval holds 0 and is wider
+    than ``precision`` on either side."""
     todo = {}
     for m, table in enumerate(result.ratings[:len(result.tables)]):
-        names = result.tables[m].policies
-        wide = {r.policy for r in table.ratings
-                if not (r.rating.high - r.rating.low) / 2 < precision}
-        found = {r.policy: r.rating for r in table.ratings}
-        pairs = [(i, j) for i in range(len(names)) for j in range(i + 1, len(names))
-                 if {names[i], names[j]} & wide]
-        close = [(i, j) for i, j in pairs if found[names[i]].low <= found[names[j]].high
-                 and found[names[j]].low <= found[names[i]].high]
-        for i, j in close or pairs:  # none overlaps: narrow the wide ones all the same
+        index = {name: i for i, name in enumerate(result.tables[m].policies)}
+        for rating, below in pairwise(table.ratings):
+            gap = rating.ahead
+            if gap is None or gap.low > 0 or (gap.high - gap.low) / 2 < precision:
+                continue
+            i, j = index[rating.policy], index[below.policy]
             count = min(cap, len(played[(m, i, j)]) + step)
             if count > len(played[(m, i, j)]):
                 todo[(m, i, j)] = todo[(m, j, i)] = count
