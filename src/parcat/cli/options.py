@@ -219,6 +219,10 @@ class EvalSettings(EvalFlags):
         "--against", metavar="SPEC", help="With --each: the opponent every -p plays, in both "
         "seats on the same seeds, on every mission (default: 'random', on turn-based games "
         "only; other missions: all agents play the policy).")] = None
+    candidate: Annotated[str | None, typer.Option(
+        "--candidate", metavar="SPEC", help="Value over replacement: play the -p policies "
+        "as a pool, then SPEC in each one's place on the same seeds; print what it adds to "
+        "the pool's mean score.")] = None
     cross: Annotated[bool, typer.Option(
         "--cross", help="Play every pair of -p policies against each other across the "
         "mission's two sides (both orders, the same seeds); print the matrix and the "
