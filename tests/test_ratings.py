@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from parcat.episode.results import AgentResult, EpisodeResult
+from parcat.episode.results import AgentResult, EpisodeResult, EpisodeStatus, ErrorInfo
 from parcat.eval.ratings import (
     DUPLICATE,
     ELO,
@@ -143,3 +143,19 @@ def test_a_side_is_named_by_its_prefix_or_its_agents(agents: tuple[str, ...],
                                                      others: tuple[str, ...],
                                                      label: str) -> None:
     assert side_label(agents, others) == label
+
+
+def test_a_policy_whose_episodes_all_failed_is_listed_last_unrated() -> None:
+    games = simulated(np.array([0.0, 0.5, 1.0, 0.0]), 6, seed=3)
+    games = [e if "d" not in {a.policy for a in e.agents} else
+             EpisodeResult(e.mission, e.episode_index, e.seed, 0, e.agents,
+                           status=EpisodeStatus.FAILED,
+                           error=ErrorInfo("ValueError", "crashed", "", "player_0"))
+             for e in games]
+    table, = rate([SEATS], games, NAMES, reps=100)
+    assert [r.policy for r in table.ratings][-1] == "d"
+    last = table.ratings[-1]
+    assert np.isnan(last.rating.value) and last.p_best == 0 and last.games == 0
+    assert table.ratings[-2].ahead is None
+    rated = [r.rating.value for r in table.ratings[:-1]]
+    assert abs(np.mean(rated)) < 1e-9  # the mean of the rated policies is 0

@@ -228,14 +228,43 @@ def _only(games: Games, keep: np.ndarray) -> Games:
 
 def rate_games(games: Games, mission: str, kind: str, policies: Sequence[str],
                num_seats: int, reps: int = 1000, seed: int = 0) -> RatingTable:
-    """Fit ``games`` and bootstrap the fit, resampling episode seeds within missions."""
+    """Fit ``games`` and bootstrap the fit, resampling episode seeds within missions; a
+    policy that played no game is listed last, unrated."""
     n = len(policies)
     design, cell = _design(games, n, num_seats)
     point, curvature = _newton(design, cell, games.score, np.ones(games.score.size))
     covariance = np.linalg.inv(curvature)
-    centre = np.eye(n) - 1 / n
-    floor = np.sqrt(np.diag(centre @ covariance[:n, :n] @ centre)) * ELO
-    draws = np.empty((reps, point.size))
+    draws = _bootstrap(games, design, cell, reps, seed)
+    played = np.bincount(np.concatenate([games.first, games.second]), minlength=n)
+    rated = played > 0
+    centre = np.eye(n) - rated / max(int(rated.sum()), 1)  # around the rated policies' mean
+    floor = np.sqrt(np.diag(centre @ covariance[:n, :n] @ centre.T)) * ELO
+    ratings = draws[:, :n] @ centre.T * ELO
+    best = np.bincount(np.where(rated, ratings, -np.inf).argmax(axis=1), minlength=n) / reps
+    centred = centre @ point[:n] * ELO
+    low, high = _normal(centred, ratings, floor)
+    order = [int(i) for i in np.argsort(-centred, kind="stable") if rated[i]]
+    seat = None
+    seat_columns = sorted({int(s) for s in games.seat if s >= 0})
+    if len(seat_columns) == 1:
+        s = n + seat_columns[0]
+        edges = _normal(point[s] * ELO, draws[:, s] * ELO, np.sqrt(covariance[s, s]) * ELO)
+        seat = Interval(float(point[s] * ELO), float(edges[0]), float(edges[1]))
+    ahead: list[Interval | None] = [_difference(a, b, point, draws, covariance)
+                                    for a, b in pairwise(order)]
+    ahead += [None] * bool(order)  # the last rated policy is ahead of no one
+    unrated = Interval(math.nan, math.nan, math.nan)
+    return RatingTable(mission, kind, tuple(
+        Rating(policies[i], Interval(float(centred[i]), float(low[i]), float(high[i])),
+               float(best[i]), int(played[i]), gap)
+        for i, gap in zip(order, ahead, strict=True)) + tuple(
+        Rating(policies[i], unrated, 0.0, 0) for i in range(n) if not rated[i]), seat)
+
+
+def _bootstrap(games: Games, design: np.ndarray, cell: np.ndarray, reps: int,
+               seed: int) -> np.ndarray:
+    """``reps`` fits, each to the games of episode seeds drawn again within each mission."""
+    draws = np.empty((reps, design.shape[1]))
     rng = np.random.default_rng(seed)
     strata = [np.unique(games.episode[games.mission == m]) for m in np.unique(games.mission)]
     for r in range(reps):
@@ -243,23 +272,7 @@ def rate_games(games: Games, mission: str, kind: str, policies: Sequence[str],
         for units in strata:
             np.add.at(counts, rng.choice(units, units.size), 1.0)
         draws[r] = _newton(design, cell, games.score, counts[games.episode])[0]
-    ratings = (draws[:, :n] - draws[:, :n].mean(axis=1, keepdims=True)) * ELO
-    best = np.bincount(ratings.argmax(axis=1), minlength=n) / reps
-    centred = (point[:n] - point[:n].mean()) * ELO
-    low, high = _normal(centred, ratings, floor)
-    played = np.bincount(np.concatenate([games.first, games.second]), minlength=n)
-    order = np.argsort(-centred, kind="stable")
-    seat = None
-    seat_columns = sorted({int(s) for s in games.seat if s >= 0})
-    if len(seat_columns) == 1:
-        s = n + seat_columns[0]
-        edges = _normal(point[s] * ELO, draws[:, s] * ELO, np.sqrt(covariance[s, s]) * ELO)
-        seat = Interval(float(point[s] * ELO), float(edges[0]), float(edges[1]))
-    ahead = [_difference(a, b, point, draws, covariance) for a, b in pairwise(order)]
-    return RatingTable(mission, kind, tuple(
-        Rating(policies[i], Interval(float(centred[i]), float(low[i]), float(high[i])),
-               float(best[i]), int(played[i]), gap)
-        for i, gap in zip(order, [*ahead, None], strict=True)), seat)
+    return draws
 
 
 def _difference(a: int, b: int, point: np.ndarray, draws: np.ndarray,
