@@ -150,22 +150,16 @@ def _tournament(s: opts.EvalSettings) -> str | None:
 
 def _against(s: opts.EvalSettings, config: EvalConfig) -> PolicySpec | None:
     """``--against``'s opponent, checked on every mission; says which missions play one."""
-    from parcat.eval.evaluate import check_policies
-    from parcat.eval.tournament import DEFAULT_AGAINST, plays_against, sides
+    from parcat.eval.tournament import DEFAULT_AGAINST, check_each
     from parcat.policies.specs import parse_policy_spec
     against = None if s.against is None else parse_policy_spec(s.against, s.trust_code)
-    duels = tuple(m for m in config.missions if s.each and plays_against(m, against))
-    if not duels:
-        return against
-    for mission in duels:
-        sides(mission)
-    opponent = against or parse_policy_spec(DEFAULT_AGAINST)
-    check_policies(replace(config, missions=duels, policies=(opponent,)))
-    why = "turn-based: " if against is None else ""
-    _note(f"parcat: note: {', '.join(m.name for m in duels)}: {why}--each plays every "
-          f"policy against "
-          f"'{opponent.name}' in both seats on the same seeds, not against itself "
-          "(--against SPEC names another)")
+    duels = check_each(config, against) if s.each else []
+    if duels:
+        name = DEFAULT_AGAINST if against is None else against.name
+        why = "turn-based: " if against is None else ""
+        _note(f"parcat: note: {', '.join(m.name for m in duels)}: {why}--each plays every "
+              f"policy against '{name}' in both seats on the same seeds, not against itself "
+              "(--against SPEC names another)")
     return against
 
 

@@ -31,7 +31,7 @@ from parcat.core.errors import ConfigError
 from parcat.envs.missions import Mission
 from parcat.episode.results import EpisodeResult
 from parcat.eval.compare import OVERALL, compare
-from parcat.eval.evaluate import EvalConfig, EvalReport, evaluate
+from parcat.eval.evaluate import EvalConfig, EvalReport, check_policies, evaluate
 from parcat.eval.ratings import RatingTable, Seats, SideRow, model_dict, rate, side_rows
 from parcat.eval.stats import (
     Interval,
@@ -115,6 +115,19 @@ def plays_against(mission: Mission, against: PolicySpec | None) -> bool:
     """Whether ``--each`` plays ``mission`` against an opponent: a turn-based game (where
     playing oneself scores nothing), or any mission once an opponent is named."""
     return against is not None or mission.turn_based
+
+
+def check_each(config: EvalConfig, against: PolicySpec | None) -> list[Mission]:
+    """The missions ``--each`` plays against an opponent, checked before anything runs:
+    each has two sides (``ConfigError``) and the opponent builds for its agents
+    (``PolicyError``)."""
+    duels = [m for m in config.missions if plays_against(m, against)]
+    for duel in duels:
+        sides(duel)
+    if duels:
+        opponent = against or parse_policy_spec(DEFAULT_AGAINST)
+        check_policies(replace(config, missions=tuple(duels), policies=(opponent,)))
+    return duels
 
 
 def evaluate_each(config: EvalConfig, options: RunOptions | None = None,
