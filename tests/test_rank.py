@@ -9,6 +9,11 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +28,7 @@ from parcat.parallel.run_options import RunOptions
 
 CONNECT_FOUR = "name: connect_four\nenv: pettingzoo.classic.connect_four_v3:env\nmax_steps: 42\n"
 DUEL = "name: duel\nenv: tests.rank_fakes:DuelEnv\nmax_steps: 1\n"
+ROOT = Path(__file__).resolve().parents[1]
 HEURISTIC, IGNORES_MASK = "tests.rank_fakes:Heuristic", "tests.rank_fakes:IgnoresMask"
 EVADE = ["-m", "evade", "--set", "max_steps=15", "-p", "greedy", "-p", "random", "-p", "noop",
          "-n", "3", "--no-progress"]
@@ -211,3 +217,31 @@ def test_a_precision_that_is_not_positive_is_one_line(capsys: pytest.CaptureFixt
                                                       ) -> None:
     assert main(["eval", *EVADE, "--cross", "--precision", "0"]) == 2
     assert capsys.readouterr().err == "parcat: error: --precision must be > 0, got 0.0\n"
+
+
+@pytest.mark.parametrize("kind", [["--cross"], ["--each", "--against", "noop"],
+                                  ["--candidate", "noop"]])
+def test_ctrl_c_stops_a_comparison_at_once_with_what_ran(tmp_path: Path, kind: list[str]) -> None:
+    # every pair would run ~100 s: carrying on after Ctrl-C to the next pair would miss the
+    # deadline by far
+    marker, out = tmp_path / "began", tmp_path / "out.json"
+    slow = f"tests.rank_fakes:Slow,marker={marker}"
+    command = [sys.executable, "-m", "parcat", "eval", "-m", "harvest", "--set", "max_steps=100",
+               "-n", "50", "-p", slow, "-p", "greedy", *kind, "--no-progress", "-o", str(out)]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert marker.exists(), process.stderr.read() if process.poll() is not None else ""
+        os.killpg(process.pid, signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 130, err
+    assert "Traceback" not in err
+    assert err.rstrip().splitlines()[-1].startswith("interrupted: the results so far")
+    assert json.loads(out.read_text())["schema"].startswith("parcat.")

@@ -8,7 +8,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from parcat.cli.common import EXIT_FAILED, EXIT_OK, OutputFormat, write_csv
+from parcat.cli.common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    OutputFormat,
+    said_interrupted,
+    write_csv,
+)
 from parcat.cli.stdout import user_prints_on_stderr
 from parcat.core.jsontext import dumps
 from parcat.eval.evaluate import EvalConfig
@@ -66,6 +73,10 @@ def run_tournament(kind: str, config: EvalConfig, options: RunOptions, fmt: Outp
         _replacement_out(result, fmt)
     else:
         _cross_out(result, fmt)
+    if result.interrupted:
+        said_interrupted("interrupted: the results so far are shown above (and in --output, "
+                         "if given)")
+        return EXIT_INTERRUPTED
     return EXIT_FAILED if any(not e.ok for e in result.episodes) else EXIT_OK
 
 

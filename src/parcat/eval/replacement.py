@@ -21,7 +21,7 @@ from parcat.core.errors import ConfigError
 from parcat.episode.results import EpisodeResult
 from parcat.eval.evaluate import EvalConfig, EvalReport, evaluate
 from parcat.eval.stats import Interval, aggregate_mean, stratified_bootstrap
-from parcat.eval.tournament import OnResult
+from parcat.eval.tournament import OnResult, interrupted
 from parcat.parallel.run_options import RunOptions
 from parcat.policies.specs import PolicySpec
 
@@ -64,6 +64,11 @@ class ReplacementResult:
         """Every episode of every run."""
         return [e for report in self.reports.values() for e in report.episodes]
 
+    @property
+    def interrupted(self) -> bool:
+        """Whether Ctrl-C stopped it (the rows are of what ran)."""
+        return interrupted(list(self.reports.values()))
+
     def to_document(self) -> dict[str, Any]:
         """JSON-ready."""
         return {"replacement": {"candidate": self.candidate,
@@ -81,10 +86,13 @@ def value_over_replacement(config: EvalConfig, candidate: PolicySpec,
                           "a policy the pool does not have")
     result = ReplacementResult(candidate.name, {"pool": evaluate(config, options, on_result)})
     for k, replaced in enumerate(config.policies):
+        if result.interrupted:
+            break  # Ctrl-C: the rows of the members replaced so far
         swapped = tuple(replace(candidate, weight=replaced.weight) if i == k else spec
                         for i, spec in enumerate(config.policies))
         result.reports[replaced.name] = evaluate(replace(config, policies=swapped), options,
                                                  on_result)
+    members = [m for m in members if m in result.reports]
     base = _by_episode(result.reports["pool"].episodes)
     for mission in config.missions:
         pool = base.get(mission.name, {})

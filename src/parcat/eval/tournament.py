@@ -99,6 +99,11 @@ class EachResult:
         """Every episode of every run."""
         return [e for runs in self.reports.values() for r in runs for e in r.episodes]
 
+    @property
+    def interrupted(self) -> bool:
+        """Whether Ctrl-C stopped it (the rows are of what ran)."""
+        return any(interrupted(runs) for runs in self.reports.values())
+
     def to_document(self) -> dict[str, Any]:
         """JSON-ready: the rows and each policy's full results documents."""
         return {"each": {"baseline": self.baseline, "rows": [r.to_dict() for r in self.rows],
@@ -146,6 +151,8 @@ def evaluate_each(config: EvalConfig, options: RunOptions | None = None,
                                on_result)
         reports[spec.name] = runs
         scores.append(own)
+        if interrupted(runs):
+            break  # Ctrl-C: the rows of what ran
     names = list(reports)
     result = EachResult(names[0], reports, against=opponent.name if duels else None,
                         against_missions=[m.name for m in duels])
@@ -174,7 +181,7 @@ def _each_runs(config: EvalConfig, spec: PolicySpec, duels: list[Mission],
         runs.append(evaluate(replace(config, missions=tuple(alone), policies=(spec,)),
                              options, on_result=on_result))
         scores.update(episode_scores(runs[-1].episodes))
-    for mission in duels:
+    for mission in duels if not interrupted(runs) else ():
         ids = [str(a.agent_id) for a in mission.agents()]
         pair = (spec,) if spec.name == opponent.name else (spec, opponent)
         found: list[np.ndarray] = []
@@ -184,8 +191,17 @@ def _each_runs(config: EvalConfig, spec: PolicySpec, duels: list[Mission],
                                  options, on_result=on_result, seating=seating))
             found.append(episode_scores(runs[-1].episodes, {ids[k] for k in mine}).get(
                 mission.name, np.zeros(0)))
+            if interrupted(runs):
+                break
         scores[mission.name] = np.concatenate(found)
+        if interrupted(runs):
+            break
     return runs, scores
+
+
+def interrupted(runs: Sequence[EvalReport]) -> bool:
+    """Whether Ctrl-C (or SIGTERM) ended one of ``runs``: a comparison stops there."""
+    return any(r.status == "interrupted" for r in runs)
 
 
 def _each_row(mission: str, name: str, own: Scores, base: Scores, runs: list[EvalReport],
@@ -265,6 +281,8 @@ class CrossResult:
     sides: list[SideRow] = field(default_factory=list)
     seed: int = 0
     """The bootstrap's seed."""
+    interrupted: bool = False
+    """Whether Ctrl-C stopped it (the pairs not played have no episodes)."""
 
     def to_document(self) -> dict[str, Any]:
         """JSON-ready."""
@@ -315,9 +333,13 @@ def cross_play(config: EvalConfig, options: RunOptions | None = None,
             seating = tuple(0 if k in seats[m][0] or i == j else 1
                             for k in range(len(mission.agents())))
             kept = {(e.mission, e.episode_index): e for e in played.get((m, i, j), [])}
-            played[(m, i, j)] = evaluate(
+            report = evaluate(
                 replace(config, missions=(mission,), policies=pair, episodes=count), options,
-                on_result=on_result, keep=kept, seating=seating).episodes
+                on_result=on_result, keep=kept, seating=seating)
+            played[(m, i, j)] = report.episodes
+            if interrupted([report]):
+                return replace(_cross_result(config, specs, seats, played, seed),
+                               interrupted=True)
         result = _cross_result(config, specs, seats, played, seed)
         todo = {} if precision is None else _uncertain(result, played, precision,
                                                        config.episodes, max_episodes)
@@ -333,10 +355,10 @@ def _cross_result(config: EvalConfig, specs: list[PolicySpec],
                                                              strict=True)):
         ids = [str(spec.agent_id) for spec in mission.agents()]
         row, col = [ids[k] for k in row_side], [ids[k] for k in col_side]
-        cells = [[_cell(played[(m, i, j)], set(row), set(col), seed) for j in range(len(specs))]
-                 for i in range(len(specs))]
+        cells = [[_cell(played.get((m, i, j), []), set(row), set(col), seed)
+                  for j in range(len(specs))] for i in range(len(specs))]
         episodes += [e for i in range(len(specs)) for j in range(len(specs))
-                     for e in played[(m, i, j)]]
+                     for e in played.get((m, i, j), [])]
         tables.append(CrossTable(mission.name, row, col, [s.name for s in specs], cells))
     return CrossResult(tables, episodes, seed=seed).rated()
 
