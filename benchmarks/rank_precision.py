@@ -38,8 +38,8 @@ def main() -> None:
         return cross_play(config, RunOptions(jobs=1), precision=precision, max_episodes=400)
 
     adaptive = run(args.step, args.precision)
-    print(f"--precision {args.precision:g}: {len(adaptive.episodes)} episodes, widest "
-          f"half-width {widest(adaptive):.0f}")
+    print(f"--precision {args.precision:g}: {len(adaptive.episodes)} episodes, widest open "
+          f"gap {widest(adaptive):.0f}")
     episodes = args.step
     while True:
         uniform = run(episodes)
