@@ -1,9 +1,12 @@
 """What the rating tests play: a duel whose outcome follows a known Bradley–Terry model, a
-policy of a given strength, and two Connect Four players (a scripted heuristic, and one that
-ignores the action mask). Referenced as ``tests.rank_fakes:...`` so workers import them."""
+policy of a given strength, two Connect Four players (a scripted heuristic, and one that
+ignores the action mask), and a slow policy that says when it has begun. Referenced as
+``tests.rank_fakes:...`` so workers import them."""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -112,3 +115,22 @@ class IgnoresMask:
     def step(self, obs: Any) -> int:
         forbidden = np.flatnonzero(np.asarray(obs["action_mask"]) == 0)
         return int(forbidden[0]) if forbidden.size else 0
+
+
+class Slow:
+    """Plays action 0, 20 ms a step; creates the file ``marker`` at an episode's tenth step
+    (set-up checks step less), so a test knows the episodes have begun."""
+
+    def __init__(self, agent: AgentSpec, marker: str = "") -> None:
+        self.marker = Path(marker) if marker else None
+        self.steps = 0
+
+    def reset(self, seed: int) -> None:
+        self.steps = 0
+
+    def step(self, obs: Any) -> int:
+        self.steps += 1
+        if self.marker is not None and self.steps == 10:
+            self.marker.touch()
+        time.sleep(0.02)
+        return 0

@@ -259,7 +259,7 @@ def test_plan_reads_the_eval_config_file_and_skips_what_only_eval_does(
 @pytest.mark.parametrize(("command", "text", "expected"), [
     ("eval", "missions: [goal_tasks]\nepisodez: 3\n",
      "unknown key 'episodez'; valid: action_timeout_ms, address, against, backend, "
-     "concurrency, cross, each, "
+     "candidate, concurrency, cross, each, "
      "episode_timeout, episodes, executor, fail_fast, format, gpus, jobs, lockstep, "
      "max_episodes, "
      "missions, output, parallel_policy, policies, policy_strategy, precision, progress, "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from parcat.episode.results import AgentResult, EpisodeResult
+from parcat.episode.results import AgentResult, EpisodeResult, EpisodeStatus, ErrorInfo
 from parcat.eval.ratings import (
     DUPLICATE,
     ELO,
@@ -54,16 +54,17 @@ def simulated(truth: np.ndarray, episodes: int, seed: int, seat: float = 0.3,
 
 
 def test_known_ratings_fall_within_their_intervals_in_90_percent_of_50_trials() -> None:
-    # measured: 95% of the 200 intervals, and all four in 86% of the trials
     truth = np.array([-1.0, -0.3, 0.4, 0.9])
     centred = (truth - truth.mean()) * ELO
     covered = []
     for trial in range(50):
         table, = rate([SEATS], simulated(truth, 40, seed=trial), NAMES, reps=300, seed=trial)
         assert table.kind == WIN_DRAW_LOSS
-        covered += [r.rating.low <= centred[NAMES.index(r.policy)] <= r.rating.high
-                    for r in table.ratings]
+        covered.append([r.rating.low <= centred[NAMES.index(r.policy)] <= r.rating.high
+                        for r in table.ratings])
+    # measured: 96.5% of the 200 intervals, and all four at once in 92% of the trials
     assert np.mean(covered) >= 0.9
+    assert np.mean(np.all(covered, axis=1)) >= 0.9
 
 
 def test_the_best_rated_policy_is_the_strongest_and_the_seat_advantage_is_found() -> None:
@@ -142,3 +143,19 @@ def test_a_side_is_named_by_its_prefix_or_its_agents(agents: tuple[str, ...],
                                                      others: tuple[str, ...],
                                                      label: str) -> None:
     assert side_label(agents, others) == label
+
+
+def test_a_policy_whose_episodes_all_failed_is_listed_last_unrated() -> None:
+    games = simulated(np.array([0.0, 0.5, 1.0, 0.0]), 6, seed=3)
+    games = [e if "d" not in {a.policy for a in e.agents} else
+             EpisodeResult(e.mission, e.episode_index, e.seed, 0, e.agents,
+                           status=EpisodeStatus.FAILED,
+                           error=ErrorInfo("ValueError", "crashed", "", "player_0"))
+             for e in games]
+    table, = rate([SEATS], games, NAMES, reps=100)
+    assert [r.policy for r in table.ratings][-1] == "d"
+    last = table.ratings[-1]
+    assert np.isnan(last.rating.value) and last.p_best == 0 and last.games == 0
+    assert table.ratings[-2].ahead is None
+    rated = [r.rating.value for r in table.ratings[:-1]]
+    assert abs(np.mean(rated)) < 1e-9  # the mean of the rated policies is 0

@@ -119,7 +119,7 @@ def test_cli_each_cross_and_the_cross_plot(tmp_path: Path, capsys: pytest.Captur
 
 
 @pytest.mark.parametrize(("extra", "line"), [
-    (["--each", "--cross"], "--each and --cross are two ways to compare: give one"),
+    (["--each", "--cross"], "--each and --cross are different ways to compare: give one"),
     (["--cross", "-o", "x.csv"], "--cross writes its results as JSON: give -o FILE.json"),
     (["--each", "--precision", "0.1"], "--each cannot be combined with --precision yet"),
 ])

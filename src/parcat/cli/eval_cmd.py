@@ -58,10 +58,11 @@ def eval_command(s: opts.EvalSettings) -> None:
         from parcat.cli.tournament_view import run_tournament, tournament_episodes
         with user_errors():
             against = _against(s, config)
+            candidate = None if s.candidate is None else _candidate(s.candidate, s, config)
         total = tournament_episodes(tournament, config, against)
         with user_errors(), lock, progress_bar(total, "episodes", enabled=s.progress) as step:
             raise typer.Exit(run_tournament(tournament, config, options, s.format, s.output,
-                                            lambda _: step(), against,
+                                            lambda _: step(), against or candidate,
                                             (s.precision, s.max_episodes)))
     total = len(config.missions) * config.episodes
     with user_errors(), lock, progress_bar(total, "episodes", enabled=s.progress) as step, \
@@ -124,14 +125,19 @@ def _lock(output: Path | None) -> contextlib.AbstractContextManager[object]:
 
 
 def _tournament(s: opts.EvalSettings) -> str | None:
-    """``each``, ``cross`` or ``None``; refuses what they cannot be combined with."""
+    """``each``, ``cross``, ``replacement`` or ``None``; refuses what they cannot be combined
+    with."""
     if s.against is not None and not s.each:
         raise ConfigError("--against SPEC is the opponent of --each: give --each too")
-    if not (s.each or s.cross):
+    flags = {"each": "--each", "cross": "--cross", "replacement": "--candidate"}
+    kinds = [kind for kind, on in (("each", s.each), ("cross", s.cross),
+                                   ("replacement", s.candidate is not None)) if on]
+    if not kinds:
         return None
-    if s.each and s.cross:
-        raise ConfigError("--each and --cross are two ways to compare: give one")
-    flag = "--each" if s.each else "--cross"
+    if len(kinds) > 1:
+        raise ConfigError(f"{' and '.join(flags[k] for k in kinds)} are different ways to "
+                          "compare: give one")
+    flag = flags[kinds[0]]
     for name in ("resume", "precision", "replay_dir", "trace"):
         if name == "precision" and s.cross:
             continue  # --cross spends episodes where the ranking is uncertain
@@ -139,28 +145,31 @@ def _tournament(s: opts.EvalSettings) -> str | None:
             raise ConfigError(f"{flag} cannot be combined with --{name.replace('_', '-')} yet")
     if s.output is not None and s.output.suffix.lower() != ".json":
         raise ConfigError(f"{flag} writes its results as JSON: give -o FILE.json")
-    return "each" if s.each else "cross"
+    return kinds[0]
 
 
 def _against(s: opts.EvalSettings, config: EvalConfig) -> PolicySpec | None:
     """``--against``'s opponent, checked on every mission; says which missions play one."""
-    from parcat.eval.evaluate import check_policies
-    from parcat.eval.tournament import DEFAULT_AGAINST, plays_against, sides
+    from parcat.eval.tournament import DEFAULT_AGAINST, check_each
     from parcat.policies.specs import parse_policy_spec
     against = None if s.against is None else parse_policy_spec(s.against, s.trust_code)
-    duels = tuple(m for m in config.missions if s.each and plays_against(m, against))
-    if not duels:
-        return against
-    for mission in duels:
-        sides(mission)
-    opponent = against or parse_policy_spec(DEFAULT_AGAINST)
-    check_policies(replace(config, missions=duels, policies=(opponent,)))
-    why = "turn-based: " if against is None else ""
-    _note(f"parcat: note: {', '.join(m.name for m in duels)}: {why}--each plays every "
-          f"policy against "
-          f"'{opponent.name}' in both seats on the same seeds, not against itself "
-          "(--against SPEC names another)")
+    duels = check_each(config, against) if s.each else []
+    if duels:
+        name = DEFAULT_AGAINST if against is None else against.name
+        why = "turn-based: " if against is None else ""
+        _note(f"parcat: note: {', '.join(m.name for m in duels)}: {why}--each plays every "
+              f"policy against '{name}' in both seats on the same seeds, not against itself "
+              "(--against SPEC names another)")
     return against
+
+
+def _candidate(text: str, s: opts.EvalSettings, config: EvalConfig) -> PolicySpec:
+    """``--candidate``'s policy, built for every mission before anything runs."""
+    from parcat.eval.evaluate import check_policies
+    from parcat.policies.specs import parse_policy_spec
+    candidate = parse_policy_spec(text, s.trust_code)
+    check_policies(replace(config, policies=(candidate,)))
+    return candidate
 
 
 def _note(message: str) -> None:

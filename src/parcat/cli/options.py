@@ -208,8 +208,8 @@ class EvalSettings(EvalFlags):
     precision: Annotated[float | None, typer.Option(
         "--precision", metavar="HALF_WIDTH",
         help="Add episodes until each mission's 95% CI half-width is below this; with "
-        "--cross, until every rating's is (Elo points), playing more of the pairs whose "
-        "intervals overlap.")] = None
+        "--cross, play more of the neighbours in a ranking whose order is open until their "
+        "difference's is (Elo points).")] = None
     max_episodes: Annotated[int, typer.Option(
         "--max-episodes", metavar="N", help="Cap for --precision (with --cross: per pair)."
     )] = 10_000
@@ -222,6 +222,10 @@ class EvalSettings(EvalFlags):
         "--against", metavar="SPEC", help="With --each: the opponent every -p plays, in both "
         "seats on the same seeds, on every mission (default: 'random', on turn-based games "
         "only; other missions: all agents play the policy).")] = None
+    candidate: Annotated[str | None, typer.Option(
+        "--candidate", metavar="SPEC", help="Value over replacement: play the -p policies "
+        "as a pool, then SPEC in each one's place on the same seeds; print what it adds to "
+        "the pool's mean score.")] = None
     cross: Annotated[bool, typer.Option(
         "--cross", help="Play every pair of -p policies against each other across the "
         "mission's two sides (both orders, the same seeds); print the matrix and the "

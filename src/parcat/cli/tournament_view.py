@@ -8,11 +8,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from parcat.cli.common import EXIT_FAILED, EXIT_OK, OutputFormat, write_csv
+from parcat.cli.common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    OutputFormat,
+    said_interrupted,
+    write_csv,
+)
 from parcat.cli.stdout import user_prints_on_stderr
 from parcat.core.jsontext import dumps
 from parcat.eval.evaluate import EvalConfig
 from parcat.eval.ratings import SideRow
+from parcat.eval.replacement import ReplacementResult, value_over_replacement
 from parcat.eval.stats import Interval
 from parcat.eval.tournament import (
     CrossResult,
@@ -26,27 +34,34 @@ from parcat.policies.specs import PolicySpec
 
 
 def tournament_episodes(kind: str, config: EvalConfig, against: PolicySpec | None) -> int:
-    """How many episodes ``--each`` or ``--cross`` runs (for the progress bar)."""
-    if kind == "cross":
-        return len(config.missions) * config.episodes * len(config.policies) ** 2
+    """How many episodes ``--each``, ``--cross`` or ``--candidate`` runs (for the progress
+    bar; ``--precision`` adds more)."""
+    if kind != "each":
+        pairs = len(config.policies) ** 2 if kind == "cross" else len(config.policies) + 1
+        return len(config.missions) * config.episodes * pairs
     return sum(2 if plays_against(m, against) else 1 for m in config.missions
                ) * config.episodes * len(config.policies)
 
 
 def run_tournament(kind: str, config: EvalConfig, options: RunOptions, fmt: OutputFormat,
-                   output: Path | None, on_result: Any, against: PolicySpec | None = None,
+                   output: Path | None, on_result: Any, other: PolicySpec | None = None,
                    precision: tuple[float | None, int] = (None, 10_000)) -> int:
-    """Run ``--each`` or ``--cross`` (to ``precision``: ``--precision``, ``--max-episodes``),
-    print it, write ``output`` (JSON); return the exit code."""
-    result: EachResult | CrossResult
+    """Run ``--each`` (against ``other``), ``--cross`` (to ``precision``: ``--precision``,
+    ``--max-episodes``) or ``--candidate`` (``other``), print it, write ``output`` (JSON);
+    return the exit code."""
+    result: EachResult | CrossResult | ReplacementResult
     with user_prints_on_stderr():
         if kind == "each":
-            result = evaluate_each(config, options, on_result, config.seed, against)
-        else:
+            result = evaluate_each(config, options, on_result, config.seed, other)
+        elif kind == "cross":
             result = cross_play(config, options, on_result, config.seed, *precision)
+        else:
+            assert other is not None
+            result = value_over_replacement(config, other, options, on_result, config.seed)
     # each/2: "runs" holds a list of documents per policy (two seats against an opponent)
-    document = {"schema": "parcat.each/2" if kind == "each" else "parcat.cross/1",
-                **result.to_document()}
+    schemas = {"each": "parcat.each/2", "cross": "parcat.cross/1",
+               "replacement": "parcat.replacement/1"}
+    document = {"schema": schemas[kind], **result.to_document()}
     if output is not None:
         from parcat.core.atomic import write_text_atomically
         write_text_atomically(output, dumps(document, indent=1) + "\n")
@@ -54,8 +69,14 @@ def run_tournament(kind: str, config: EvalConfig, options: RunOptions, fmt: Outp
         sys.stdout.write(dumps(document) + "\n")
     elif isinstance(result, EachResult):
         _each_out(result, fmt)
+    elif isinstance(result, ReplacementResult):
+        _replacement_out(result, fmt)
     else:
         _cross_out(result, fmt)
+    if result.interrupted:
+        said_interrupted("interrupted: the results so far are shown above (and in --output, "
+                         "if given)")
+        return EXIT_INTERRUPTED
     return EXIT_FAILED if any(not e.ok for e in result.episodes) else EXIT_OK
 
 
@@ -79,6 +100,18 @@ def _each_out(result: EachResult, fmt: OutputFormat) -> None:
     if any(r.mission == "overall" for r in result.rows):
         print("overall: scores normalised per mission (0: the lowest episode of any policy "
               "there, 1: the highest)", file=sys.stderr)
+
+
+def _replacement_out(result: ReplacementResult, fmt: OutputFormat) -> None:
+    headers = ["mission", "replaced", "episodes", "pool [95% CI]",
+               f"with {result.candidate} [95% CI]", "difference [95% CI]"]
+    rows = [[r.mission, r.replaced, r.episodes, _iv(r.pool), _iv(r.with_candidate),
+             _iv(r.difference)] for r in result.rows]
+    if fmt is OutputFormat.CSV:
+        write_csv(headers, rows)
+        return
+    from parcat.cli.render import list_table, stdout_console
+    stdout_console().print(list_table(headers, rows))
 
 
 def _cross_out(result: CrossResult, fmt: OutputFormat) -> None:
@@ -122,9 +155,10 @@ def show_ratings(result: CrossResult, fmt: OutputFormat) -> None:
         seat = "" if table.seat is None else f"; row side advantage {_iv(table.seat, 0)}"
         console.print(f"{table.mission}: Bradley–Terry ratings from {table.kind} games (Elo "
                       f"points, mean 0, 95% CI){seat}", highlight=False)
-        console.print(list_table(["rank", "policy", "rating [95% CI]", "P(best)", "games"],
-                                 [[n + 1, r.policy, _iv(r.rating, 0), f"{r.p_best:.2f}",
-                                   r.games] for n, r in enumerate(table.ratings)]))
+        console.print(list_table(
+            ["rank", "policy", "rating [95% CI]", "ahead of next [95% CI]", "P(best)", "games"],
+            [[n + 1, r.policy, _iv(r.rating, 0), _iv(r.ahead, 0), f"{r.p_best:.2f}", r.games]
+             for n, r in enumerate(table.ratings)]))
     for mission in dict.fromkeys(r.mission for r in result.sides):
         rows = [r for r in result.sides if r.mission == mission]
         names = _side_columns(rows)

@@ -13,8 +13,9 @@ The fit maximises the likelihood of P(A beats B) = 1 / (1 + exp(r_B - r_A - seat
 weak Gaussian prior (sd 3 logits, 520 Elo points) that keeps a rating finite when a policy
 wins every game; ratings print in Elo points (400 = 10:1 odds) around a mean of 0. The
 bootstrap resamples episode seeds within each mission (every game on a seed together), so
-its intervals (the estimate ± 1.96 bootstrap standard errors), and P(best), the share of
-resampled fits a policy tops, are a function of the seed and the results.
+its intervals (the estimate ± 1.96 bootstrap standard errors, never less than the model's
+own), and P(best), the share of resampled fits a policy tops, are a function of the seed
+and the results.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -126,7 +128,7 @@ def fit(games: Games, num_policies: int, num_seats: int,
     weighted by ``weights`` (a bootstrap's counts)."""
     design, cell = _design(games, num_policies, num_seats)
     return _newton(design, cell, games.score,
-                   np.ones(games.score.size) if weights is None else weights)
+                   np.ones(games.score.size) if weights is None else weights)[0]
 
 
 def _design(games: Games, num_policies: int, num_seats: int) -> tuple[np.ndarray, np.ndarray]:
@@ -143,7 +145,8 @@ def _design(games: Games, num_policies: int, num_seats: int) -> tuple[np.ndarray
 
 
 def _newton(design: np.ndarray, cell: np.ndarray, score: np.ndarray,
-            weights: np.ndarray) -> np.ndarray:
+            weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The most probable parameters, and the curvature of the log posterior there."""
     total = np.bincount(cell, weights, design.shape[0])
     won = np.bincount(cell, weights * score, design.shape[0])
     theta = np.zeros(design.shape[1])
@@ -156,7 +159,7 @@ def _newton(design: np.ndarray, cell: np.ndarray, score: np.ndarray,
         theta += step
         if np.abs(step).max() < 1e-8:
             break
-    return theta
+    return theta, hessian
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,9 @@ class Rating:
     p_best: float
     """Share of the bootstrap fits in which this policy rates highest."""
     games: int
+    ahead: Interval | None = None
+    """How far it rates above the next policy, with its 95% interval (``None``: the last):
+    an interval that holds 0 leaves the order of the two open."""
 
 
 @dataclass(frozen=True)
@@ -187,7 +193,9 @@ class RatingTable:
         """JSON-ready."""
         return {"mission": self.mission, "games": self.kind,
                 "ratings": [{"policy": r.policy, "rating": vars(r.rating), "p_best": r.p_best,
-                             "games": r.games} for r in self.ratings],
+                             "games": r.games,
+                             "ahead_of_next": None if r.ahead is None else vars(r.ahead)}
+                            for r in self.ratings],
                 "row_side_advantage": None if self.seat is None else vars(self.seat)}
 
 
@@ -220,40 +228,70 @@ def _only(games: Games, keep: np.ndarray) -> Games:
 
 def rate_games(games: Games, mission: str, kind: str, policies: Sequence[str],
                num_seats: int, reps: int = 1000, seed: int = 0) -> RatingTable:
-    """Fit ``games`` and bootstrap the fit, resampling episode seeds within missions."""
+    """Fit ``games`` and bootstrap the fit, resampling episode seeds within missions; a
+    policy that played no game is listed last, unrated."""
     n = len(policies)
     design, cell = _design(games, n, num_seats)
-    point = _newton(design, cell, games.score, np.ones(games.score.size))
-    draws = np.empty((reps, point.size))
+    point, curvature = _newton(design, cell, games.score, np.ones(games.score.size))
+    covariance = np.linalg.inv(curvature)
+    draws = _bootstrap(games, design, cell, reps, seed)
+    played = np.bincount(np.concatenate([games.first, games.second]), minlength=n)
+    rated = played > 0
+    centre = np.eye(n) - rated / max(int(rated.sum()), 1)  # around the rated policies' mean
+    floor = np.sqrt(np.diag(centre @ covariance[:n, :n] @ centre.T)) * ELO
+    ratings = draws[:, :n] @ centre.T * ELO
+    best = np.bincount(np.where(rated, ratings, -np.inf).argmax(axis=1), minlength=n) / reps
+    centred = centre @ point[:n] * ELO
+    low, high = _normal(centred, ratings, floor)
+    order = [int(i) for i in np.argsort(-centred, kind="stable") if rated[i]]
+    seat = None
+    seat_columns = sorted({int(s) for s in games.seat if s >= 0})
+    if len(seat_columns) == 1:
+        s = n + seat_columns[0]
+        edges = _normal(point[s] * ELO, draws[:, s] * ELO, np.sqrt(covariance[s, s]) * ELO)
+        seat = Interval(float(point[s] * ELO), float(edges[0]), float(edges[1]))
+    ahead: list[Interval | None] = [_difference(a, b, point, draws, covariance)
+                                    for a, b in pairwise(order)]
+    ahead += [None] * bool(order)  # the last rated policy is ahead of no one
+    unrated = Interval(math.nan, math.nan, math.nan)
+    return RatingTable(mission, kind, tuple(
+        Rating(policies[i], Interval(float(centred[i]), float(low[i]), float(high[i])),
+               float(best[i]), int(played[i]), gap)
+        for i, gap in zip(order, ahead, strict=True)) + tuple(
+        Rating(policies[i], unrated, 0.0, 0) for i in range(n) if not rated[i]), seat)
+
+
+def _bootstrap(games: Games, design: np.ndarray, cell: np.ndarray, reps: int,
+               seed: int) -> np.ndarray:
+    """``reps`` fits, each to the games of episode seeds drawn again within each mission."""
+    draws = np.empty((reps, design.shape[1]))
     rng = np.random.default_rng(seed)
     strata = [np.unique(games.episode[games.mission == m]) for m in np.unique(games.mission)]
     for r in range(reps):
         counts = np.zeros(int(games.episode.max(initial=-1)) + 1)
         for units in strata:
             np.add.at(counts, rng.choice(units, units.size), 1.0)
-        draws[r] = _newton(design, cell, games.score, counts[games.episode])
-    ratings = (draws[:, :n] - draws[:, :n].mean(axis=1, keepdims=True)) * ELO
-    best = np.bincount(ratings.argmax(axis=1), minlength=n) / reps
-    centred = (point[:n] - point[:n].mean()) * ELO
-    low, high = _normal(centred, ratings)
-    played = np.bincount(np.concatenate([games.first, games.second]), minlength=n)
-    order = np.argsort(-centred, kind="stable")
-    seat = None
-    seat_columns = sorted({int(s) for s in games.seat if s >= 0})
-    if len(seat_columns) == 1:
-        s = n + seat_columns[0]
-        edges = _normal(point[s] * ELO, draws[:, s] * ELO)
-        seat = Interval(float(point[s] * ELO), float(edges[0]), float(edges[1]))
-    return RatingTable(mission, kind, tuple(
-        Rating(policies[i], Interval(float(centred[i]), float(low[i]), float(high[i])),
-               float(best[i]), int(played[i])) for i in order), seat)
+        draws[r] = _newton(design, cell, games.score, counts[games.episode])[0]
+    return draws
 
 
-def _normal(estimate: Any, draws: np.ndarray) -> tuple[Any, Any]:
-    """The 95% interval: the estimate ± 1.96 bootstrap standard errors. On simulated
-    Bradley–Terry populations it covers the truth 95% of the time, where the percentile
-    interval covers it 92% (the prior pulls the resampled fits inwards)."""
-    error = 1.959964 * draws.std(axis=0)
+def _difference(a: int, b: int, point: np.ndarray, draws: np.ndarray,
+                covariance: np.ndarray) -> Interval:
+    """Policy ``a``'s rating minus ``b``'s, with its 95% interval, in Elo points."""
+    spread = covariance[a, a] + covariance[b, b] - 2 * covariance[a, b]
+    value = (point[a] - point[b]) * ELO
+    low, high = _normal(value, (draws[:, a] - draws[:, b]) * ELO,
+                        np.sqrt(max(spread, 0.0)) * ELO)
+    return Interval(float(value), float(low), float(high))
+
+
+def _normal(estimate: Any, draws: np.ndarray, floor: Any) -> tuple[Any, Any]:
+    """The 95% interval: the estimate ± 1.96 bootstrap standard errors, or the model's own
+    (the curvature of the log posterior) where they are larger. On simulated Bradley–Terry
+    populations it covers the truth 95% of the time, where the percentile interval covers
+    it 92% (the prior pulls the resampled fits inwards); the floor matters where the
+    bootstrap sees no spread: a policy that won every game wins every resample."""
+    error = 1.959964 * np.maximum(draws.std(axis=0), floor)
     return estimate - error, estimate + error
 
 

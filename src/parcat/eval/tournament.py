@@ -22,6 +22,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,7 @@ from parcat.core.errors import ConfigError
 from parcat.envs.missions import Mission
 from parcat.episode.results import EpisodeResult
 from parcat.eval.compare import OVERALL, compare
-from parcat.eval.evaluate import EvalConfig, EvalReport, evaluate
+from parcat.eval.evaluate import EvalConfig, EvalReport, check_policies, evaluate
 from parcat.eval.ratings import RatingTable, Seats, SideRow, model_dict, rate, side_rows
 from parcat.eval.stats import (
     Interval,
@@ -98,6 +99,11 @@ class EachResult:
         """Every episode of every run."""
         return [e for runs in self.reports.values() for r in runs for e in r.episodes]
 
+    @property
+    def interrupted(self) -> bool:
+        """Whether Ctrl-C stopped it (the rows are of what ran)."""
+        return any(interrupted(runs) for runs in self.reports.values())
+
     def to_document(self) -> dict[str, Any]:
         """JSON-ready: the rows and each policy's full results documents."""
         return {"each": {"baseline": self.baseline, "rows": [r.to_dict() for r in self.rows],
@@ -116,6 +122,19 @@ def plays_against(mission: Mission, against: PolicySpec | None) -> bool:
     return against is not None or mission.turn_based
 
 
+def check_each(config: EvalConfig, against: PolicySpec | None) -> list[Mission]:
+    """The missions ``--each`` plays against an opponent, checked before anything runs:
+    each has two sides (``ConfigError``) and the opponent builds for its agents
+    (``PolicyError``)."""
+    duels = [m for m in config.missions if plays_against(m, against)]
+    for duel in duels:
+        sides(duel)
+    if duels:
+        opponent = against or parse_policy_spec(DEFAULT_AGAINST)
+        check_policies(replace(config, missions=tuple(duels), policies=(opponent,)))
+    return duels
+
+
 def evaluate_each(config: EvalConfig, options: RunOptions | None = None,
                   on_result: OnResult | None = None, seed: int = 0,
                   against: PolicySpec | None = None) -> EachResult:
@@ -132,6 +151,8 @@ def evaluate_each(config: EvalConfig, options: RunOptions | None = None,
                                on_result)
         reports[spec.name] = runs
         scores.append(own)
+        if interrupted(runs):
+            break  # Ctrl-C: the rows of what ran
     names = list(reports)
     result = EachResult(names[0], reports, against=opponent.name if duels else None,
                         against_missions=[m.name for m in duels])
@@ -160,7 +181,7 @@ def _each_runs(config: EvalConfig, spec: PolicySpec, duels: list[Mission],
         runs.append(evaluate(replace(config, missions=tuple(alone), policies=(spec,)),
                              options, on_result=on_result))
         scores.update(episode_scores(runs[-1].episodes))
-    for mission in duels:
+    for mission in duels if not interrupted(runs) else ():
         ids = [str(a.agent_id) for a in mission.agents()]
         pair = (spec,) if spec.name == opponent.name else (spec, opponent)
         found: list[np.ndarray] = []
@@ -170,8 +191,17 @@ def _each_runs(config: EvalConfig, spec: PolicySpec, duels: list[Mission],
                                  options, on_result=on_result, seating=seating))
             found.append(episode_scores(runs[-1].episodes, {ids[k] for k in mine}).get(
                 mission.name, np.zeros(0)))
+            if interrupted(runs):
+                break
         scores[mission.name] = np.concatenate(found)
+        if interrupted(runs):
+            break
     return runs, scores
+
+
+def interrupted(runs: Sequence[EvalReport]) -> bool:
+    """Whether Ctrl-C (or SIGTERM) ended one of ``runs``: a comparison stops there."""
+    return any(r.status == "interrupted" for r in runs)
 
 
 def _each_row(mission: str, name: str, own: Scores, base: Scores, runs: list[EvalReport],
@@ -251,6 +281,8 @@ class CrossResult:
     sides: list[SideRow] = field(default_factory=list)
     seed: int = 0
     """The bootstrap's seed."""
+    interrupted: bool = False
+    """Whether Ctrl-C stopped it (the pairs not played have no episodes)."""
 
     def to_document(self) -> dict[str, Any]:
         """JSON-ready."""
@@ -280,10 +312,11 @@ def cross_play(config: EvalConfig, options: RunOptions | None = None,
 
     Args:
         precision: Then add ``config.episodes`` episodes at a time, both seats on the same
-            seeds, to the pairs of every policy whose rating's 95% half-width (Elo points)
-            is still above it and whose intervals overlap, until none is (or every such
-            pair has played ``max_episodes``). The schedule is a function of the seed and
-            the results so far, so the run is reproducible.
+            seeds, to every two neighbours in a ranking whose order is still open (the 95%
+            interval of their rating difference holds 0) and whose interval is wider than
+            ± ``precision`` Elo points, until none is (or each such pair has played
+            ``max_episodes``). The schedule is a function of the seed and the results so
+            far, so the run is reproducible.
     """
     if precision is not None and not precision > 0:
         raise ConfigError(f"--precision must be > 0, got {precision}")
@@ -300,9 +333,13 @@ def cross_play(config: EvalConfig, options: RunOptions | None = None,
             seating = tuple(0 if k in seats[m][0] or i == j else 1
                             for k in range(len(mission.agents())))
             kept = {(e.mission, e.episode_index): e for e in played.get((m, i, j), [])}
-            played[(m, i, j)] = evaluate(
+            report = evaluate(
                 replace(config, missions=(mission,), policies=pair, episodes=count), options,
-                on_result=on_result, keep=kept, seating=seating).episodes
+                on_result=on_result, keep=kept, seating=seating)
+            played[(m, i, j)] = report.episodes
+            if interrupted([report]):
+                return replace(_cross_result(config, specs, seats, played, seed),
+                               interrupted=True)
         result = _cross_result(config, specs, seats, played, seed)
         todo = {} if precision is None else _uncertain(result, played, precision,
                                                        config.episodes, max_episodes)
@@ -318,28 +355,27 @@ def _cross_result(config: EvalConfig, specs: list[PolicySpec],
                                                              strict=True)):
         ids = [str(spec.agent_id) for spec in mission.agents()]
         row, col = [ids[k] for k in row_side], [ids[k] for k in col_side]
-        cells = [[_cell(played[(m, i, j)], set(row), set(col), seed) for j in range(len(specs))]
-                 for i in range(len(specs))]
+        cells = [[_cell(played.get((m, i, j), []), set(row), set(col), seed)
+                  for j in range(len(specs))] for i in range(len(specs))]
         episodes += [e for i in range(len(specs)) for j in range(len(specs))
-                     for e in played[(m, i, j)]]
+                     for e in played.get((m, i, j), [])]
         tables.append(CrossTable(mission.name, row, col, [s.name for s in specs], cells))
     return CrossResult(tables, episodes, seed=seed).rated()
 
 
 def _uncertain(result: CrossResult, played: dict[Pair, list[EpisodeResult]],
                precision: float, step: int, cap: int) -> dict[Pair, int]:
-    """The pairs to play more, and their new episode counts (``cross_play``'s precision)."""
+    """The pairs to play more, and their new episode counts (``cross_play``'s precision):
+    neighbours in a mission's ranking whose difference's interval holds 0 and is wider
+    than ``precision`` on either side."""
     todo = {}
     for m, table in enumerate(result.ratings[:len(result.tables)]):
-        names = result.tables[m].policies
-        wide = {r.policy for r in table.ratings
-                if not (r.rating.high - r.rating.low) / 2 < precision}
-        found = {r.policy: r.rating for r in table.ratings}
-        pairs = [(i, j) for i in range(len(names)) for j in range(i + 1, len(names))
-                 if {names[i], names[j]} & wide]
-        close = [(i, j) for i, j in pairs if found[names[i]].low <= found[names[j]].high
-                 and found[names[j]].low <= found[names[i]].high]
-        for i, j in close or pairs:  # none overlaps: narrow the wide ones all the same
+        index = {name: i for i, name in enumerate(result.tables[m].policies)}
+        for rating, below in pairwise(table.ratings):
+            gap = rating.ahead
+            if gap is None or gap.low > 0 or (gap.high - gap.low) / 2 < precision:
+                continue
+            i, j = index[rating.policy], index[below.policy]
             count = min(cap, len(played[(m, i, j)]) + step)
             if count > len(played[(m, i, j)]):
                 todo[(m, i, j)] = todo[(m, j, i)] = count
