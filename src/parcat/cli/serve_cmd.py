@@ -20,10 +20,7 @@ from parcat.cli.common import (
 
 
 def serve_command(
-    policy: Annotated[str, typer.Option(
-        "--policy", "-p", metavar="SPEC",
-        help="The policy to serve, as eval's -p names it: a built-in, module:Class or a run "
-        "directory of parcat train (its mission is the default -m).")],
+    policy: Annotated[str | None, opts.SHARED["policy"].option()] = None,
     mission: Annotated[str | None, opts.SHARED["mission"].option()] = None,
     set: opts.Overrides = None,
     host: Annotated[str, typer.Option("--host", metavar="HOST",
@@ -44,7 +41,8 @@ def serve_command(
 ) -> None:
     """Serve a policy over HTTP, for `parcat eval -p http://HOST:PORT`.
 
-    Prints the URL on stdout (one line, so scripts can read it with --port 0) and logs on
+    -p SPEC: the policy to serve (one; a run directory brings its mission, so -m may be
+    left out). Prints the URL on stdout (one line, so scripts can read it with --port 0) and logs on
     stderr. Requests that arrive together become one step_batch call. GET /stats: requests,
     batch sizes and latency, also printed when the server stops (Ctrl-C or SIGTERM).
 
@@ -66,6 +64,9 @@ def serve_command(
         print(f"parcat: serve: {line}", file=sys.stderr, flush=True)
 
     with user_errors():
+        if policy is None:
+            raise ConfigError("give the policy to serve with -p SPEC, e.g. "
+                              "parcat serve -p mlp,width=256 -m harvest")
         spec = parse_policy_spec(policy, trust_code)
         missions = load_missions([mission] if mission else [], [spec.target],
                                  parse_overrides(set or []), say, trust_code)
