@@ -39,9 +39,9 @@ def mlp_server() -> Any:
         yield url
 
 
-def run_eval(policy: str, jobs: int, replays: Path) -> dict[str, Any]:
+def run_eval(policy: str, jobs: int, replays: Path, *flags: str) -> dict[str, Any]:
     done = subprocess.run(parcat(*EVAL, "-p", policy, "--jobs", str(jobs),
-                                 "--replay-dir", str(replays)),
+                                 "--replay-dir", str(replays), *flags),
                           cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
@@ -59,11 +59,14 @@ def played(result: dict[str, Any], replays: Path) -> list[Any]:
     return [episodes, actions]
 
 
-@pytest.mark.parametrize("jobs", [1, 2])
+@pytest.mark.parametrize(("jobs", "flags"), [
+    (1, ()), (2, ()),
+    (1, ("--parallel-policy", "--policy-strategy", "batch")),  # an episode's agents: 1 request
+], ids=["jobs-1", "jobs-2", "batch"])
 def test_eval_through_the_server_equals_the_policy_in_process(
-        mlp_server: str, jobs: int, tmp_path: Path) -> None:
-    local = run_eval("mlp,width=256", jobs, tmp_path / "local")
-    served = run_eval(mlp_server, jobs, tmp_path / "served")
+        mlp_server: str, jobs: int, flags: tuple[str, ...], tmp_path: Path) -> None:
+    local = run_eval("mlp,width=256", jobs, tmp_path / "local", *flags)
+    served = run_eval(mlp_server, jobs, tmp_path / "served", *flags)
     assert played(served, tmp_path / "served") == played(local, tmp_path / "local")
     assert len(list((tmp_path / "served").glob("*.npz"))) == 4
 
