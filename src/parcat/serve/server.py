@@ -200,7 +200,11 @@ class PolicyServer:
                 calls.append(self._queue.get_nowait())
                 size += len(calls[-1].obs)
             together = len(calls) > 1
-            outcomes = await self._compute.call(self._run_batch, calls)
+            try:
+                outcomes = await self._compute.call(self._run_batch, calls)
+            except Exception as exc:  # parcat's own bug: fail these requests, serve the next
+                outcomes = [_PolicyFailed(f"the server failed: {type(exc).__name__}: "
+                                          f"{clip(str(exc), 200)}")] * len(calls)
             for call, outcome in zip(calls, outcomes, strict=True):
                 if call.future.done():  # its client went away
                     continue
