@@ -30,6 +30,7 @@ TAKES = {
     "plan": {"mission", "policy", "config", "set", "seed", "jobs", "format", "trust_code"},
     "train": {"mission", "config", "set", "seed", "jobs", "output", "format", "progress"},
     "sim": {"config", "set", "seed", "output", "format", "progress", "trust_code"},
+    "serve": {"mission", "policy", "set", "trust_code"},
     "bench": {"output", "format", "progress"},
     "plot": {"output"},
     "compare": {"policy", "seed", "format"},

@@ -21,6 +21,7 @@ import httpx
 import numpy as np
 import pytest
 
+from parcat.cli.main import main
 from parcat.core.errors import PolicyError, TransientError
 from parcat.envs.missions import load_mission
 from parcat.policies.remote import RemotePolicy, encode_observations
@@ -38,9 +39,9 @@ def mlp_server() -> Any:
         yield url
 
 
-def run_eval(policy: str, jobs: int, replays: Path) -> dict[str, Any]:
+def run_eval(policy: str, jobs: int, replays: Path, *flags: str) -> dict[str, Any]:
     done = subprocess.run(parcat(*EVAL, "-p", policy, "--jobs", str(jobs),
-                                 "--replay-dir", str(replays)),
+                                 "--replay-dir", str(replays), *flags),
                           cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
@@ -58,11 +59,14 @@ def played(result: dict[str, Any], replays: Path) -> list[Any]:
     return [episodes, actions]
 
 
-@pytest.mark.parametrize("jobs", [1, 2])
+@pytest.mark.parametrize(("jobs", "flags"), [
+    (1, ()), (2, ()),
+    (1, ("--parallel-policy", "--policy-strategy", "batch")),  # an episode's agents: 1 request
+], ids=["jobs-1", "jobs-2", "batch"])
 def test_eval_through_the_server_equals_the_policy_in_process(
-        mlp_server: str, jobs: int, tmp_path: Path) -> None:
-    local = run_eval("mlp,width=256", jobs, tmp_path / "local")
-    served = run_eval(mlp_server, jobs, tmp_path / "served")
+        mlp_server: str, jobs: int, flags: tuple[str, ...], tmp_path: Path) -> None:
+    local = run_eval("mlp,width=256", jobs, tmp_path / "local", *flags)
+    served = run_eval(mlp_server, jobs, tmp_path / "served", *flags)
     assert played(served, tmp_path / "served") == played(local, tmp_path / "local")
     assert len(list((tmp_path / "served").glob("*.npz"))) == 4
 
@@ -336,3 +340,43 @@ def wait_for(condition: Callable[[], bool]) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out waiting"
         time.sleep(0.05)
+
+
+GOALS = ("--set", "agents=2", "--set", "max_steps=10", "--set", "goal_radius=0.5")
+
+
+def test_a_run_directory_is_served_with_its_mission_and_each_agents_weights(
+        tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    trained = subprocess.run(
+        parcat("train", "-m", "goal_tasks", *GOALS, "--epochs", "1", "--steps-per-epoch", "8",
+               "--env-workers", "0", "--train-steps", "2", "--eval-episodes", "1",
+               "--run-dir", str(run), "--no-progress"),
+        cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert trained.returncode == 0, trained.stderr
+
+    def evaluate(*args: str) -> list[Any]:
+        done = subprocess.run(parcat("eval", "-n", "3", "-f", "json", "--jobs", "1", *args),
+                              cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        assert done.returncode == 0, done.stderr
+        return [[a["reward"] for a in e["agents"]] for e in json.loads(done.stdout)["episodes"]]
+
+    with running_server("-p", str(run)) as (_, url):  # no -m: the run's mission
+        served = evaluate("-m", "goal_tasks", *GOALS, "-p", url)
+    assert served == evaluate("-p", str(run))
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["-m", "harvest"], "give the policy to serve with -p SPEC, e.g. parcat serve -p "
+     "mlp,width=256 -m harvest"),
+    (["-p", "mlpp", "-m", "harvest"], "policy 'mlpp' is not a built-in, a module:Class or a "
+     "checkpoint directory (did you mean 'mlp'?)"),
+    (["-p", "mlp"], "give a mission with -m NAME, or a run directory with -p RUN"),
+    (["-p", "mlp", "-m", "harvest", "--host", "256.1.1.1"],
+     "cannot listen on http://256.1.1.1:0: "),
+])
+def test_bad_input_to_serve_is_one_line_exit_2(args: list[str], line: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"parcat: error: {line}") and err.count("\n") == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -18,12 +18,12 @@ from parcat.cli.common import (
     user_errors,
 )
 
+if TYPE_CHECKING:
+    from parcat.serve.server import PolicyServer
+
 
 def serve_command(
-    policy: Annotated[str, typer.Option(
-        "--policy", "-p", metavar="SPEC",
-        help="The policy to serve, as eval's -p names it: a built-in, module:Class or a run "
-        "directory of parcat train (its mission is the default -m).")],
+    policy: Annotated[str | None, opts.SHARED["policy"].option()] = None,
     mission: Annotated[str | None, opts.SHARED["mission"].option()] = None,
     set: opts.Overrides = None,
     host: Annotated[str, typer.Option("--host", metavar="HOST",
@@ -44,42 +44,52 @@ def serve_command(
 ) -> None:
     """Serve a policy over HTTP, for `parcat eval -p http://HOST:PORT`.
 
-    Prints the URL on stdout (one line, so scripts can read it with --port 0) and logs on
+    -p SPEC: the policy to serve (one; a run directory brings its mission, so -m may be
+    left out). Prints the URL on stdout (one line, so scripts can read it with --port 0) and logs on
     stderr. Requests that arrive together become one step_batch call. GET /stats: requests,
     batch sizes and latency, also printed when the server stops (Ctrl-C or SIGTERM).
 
     Exit codes: 2 bad input, 130 stopped by Ctrl-C, 143 stopped by SIGTERM.
     """
-    from parcat.core.errors import ConfigError
-    from parcat.core.settings import parse_overrides
-    from parcat.eval.trained_run import load_missions
-    from parcat.policies.specs import parse_policy_spec
-
     with user_errors():
-        try:
-            from parcat.serve.server import PolicyServer, serve
-        except ImportError as exc:
-            raise ConfigError(f"parcat serve needs aiohttp ({exc}): "
-                              "pip install 'parcat[serve]'") from None
-
-    def say(line: str) -> None:
-        print(f"parcat: serve: {line}", file=sys.stderr, flush=True)
-
-    with user_errors():
-        spec = parse_policy_spec(policy, trust_code)
-        missions = load_missions([mission] if mission else [], [spec.target],
-                                 parse_overrides(set or []), say, trust_code)
-        server = PolicyServer(spec, missions[0], max_batch, max_wait_ms / 1000)
+        server = _build(policy, mission, set or [], max_batch, max_wait_ms / 1000, trust_code)
+        from parcat.serve.server import serve
 
         def ready(urls: list[str]) -> None:
-            print(urls[0], flush=True)
+            print(urls[0], flush=True)  # the one line on stdout, for scripts
             sharing = ("stateless: batched across clients" if server.stateless
                        else "stateful: an instance per client session")
-            say(f"policy '{spec.name}' for mission '{missions[0].name}' ({sharing}) at "
-                f"{', '.join(urls)}")
+            _say(f"policy '{server.spec.name}' for mission '{server.mission.name}' "
+                 f"({sharing}) at {', '.join(urls)}")
 
         signum = serve(server, host, port, socket_path, ready)
     if signum == signal.SIGTERM:
         TERMINATED.set()
     said_interrupted(f"parcat: serve: stopped: {server.stats.summary()}")
     raise typer.Exit(EXIT_TERMINATED if signum == signal.SIGTERM else EXIT_INTERRUPTED)
+
+
+def _say(line: str) -> None:
+    print(f"parcat: serve: {line}", file=sys.stderr, flush=True)
+
+
+def _build(policy: str | None, mission: str | None, overrides: list[str], max_batch: int,
+           max_wait_s: float, trust_code: bool) -> PolicyServer:
+    """The server of ``-p`` for ``-m`` (a run's mission without it), its policies built."""
+    from parcat.core.errors import ConfigError
+    from parcat.core.settings import parse_overrides
+    from parcat.eval.trained_run import load_missions
+    from parcat.policies.specs import parse_policy_spec
+
+    try:
+        from parcat.serve.server import PolicyServer
+    except ImportError as exc:
+        raise ConfigError(f"parcat serve needs aiohttp ({exc}): "
+                          "pip install 'parcat[serve]'") from None
+    if policy is None:
+        raise ConfigError("give the policy to serve with -p SPEC, e.g. "
+                          "parcat serve -p mlp,width=256 -m harvest")
+    spec = parse_policy_spec(policy, trust_code)
+    missions = load_missions([mission] if mission else [], [spec.target],
+                             parse_overrides(overrides), _say, trust_code)
+    return PolicyServer(spec, missions[0], max_batch, max_wait_s)

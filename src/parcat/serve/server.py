@@ -48,6 +48,10 @@ MAX_SESSIONS = 4096
 that vanished without ``/close`` leaves its instances until then)."""
 
 
+STATS = web.AppKey("stats", ServeStats)
+"""Where the application keeps the server's counters (for the error middleware)."""
+
+
 class BadRequest(ValueError):
     """A request that cannot be served as sent: HTTP 400 with this message."""
 
@@ -105,7 +109,7 @@ class PolicyServer:
     def make_app(self) -> web.Application:
         """The aiohttp application (its start and stop run the batcher)."""
         app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_one_line_errors])
-        app["stats"] = self.stats
+        app[STATS] = self.stats
         app.add_routes([web.get("/info", self._info), web.get("/stats", self._stats),
                         web.post("/step", self._step), web.post("/reset", self._reset),
                         web.post("/close", self._close)])
@@ -196,7 +200,11 @@ class PolicyServer:
                 calls.append(self._queue.get_nowait())
                 size += len(calls[-1].obs)
             together = len(calls) > 1
-            outcomes = await self._compute.call(self._run_batch, calls)
+            try:
+                outcomes = await self._compute.call(self._run_batch, calls)
+            except Exception as exc:  # parcat's own bug: fail these requests, serve the next
+                outcomes = [_PolicyFailed(f"the server failed: {type(exc).__name__}: "
+                                          f"{clip(str(exc), 200)}")] * len(calls)
             for call, outcome in zip(calls, outcomes, strict=True):
                 if call.future.done():  # its client went away
                     continue
@@ -321,12 +329,12 @@ async def _one_line_errors(request: web.Request,
     try:
         return await handler(request)
     except BadRequest as exc:
-        request.app["stats"].bad_request()
+        request.app[STATS].bad_request()
         return web.json_response({"error": clip(str(exc), 500)}, status=400)
     except _PolicyFailed as exc:
         return web.json_response({"error": str(exc)}, status=500)
     except web.HTTPException as exc:  # aiohttp's own: unknown path, wrong method, too large
-        request.app["stats"].bad_request()
+        request.app[STATS].bad_request()
         return web.json_response({"error": f"{exc.status} {exc.reason}: {request.method} "
                                            f"{clip(request.path)}"}, status=exc.status)
     except ValueError as exc:  # actions that do not stack into one array
