@@ -224,15 +224,14 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
 
 def _local_lane(workload: Workload, executor: ExecutorKind, gpus: int, lockstep: int,
                 lanes: int, reasons: list[str]) -> bool:
-    """Whether this process is one of the episode lanes (it plays one episode at a time:
-    with lockstep, the workers play)."""
+    """Whether this process is one of the episode lanes (:mod:`hybrid_executor`)."""
     local_lane = (executor is ExecutorKind.PROCESS and workload.executor is ExecutorKind.AUTO
-                  and not workload.isolate and not workload.foreign_code and not gpus
-                  and lockstep == 1)
+                  and not workload.isolate and not workload.foreign_code and not gpus)
     if local_lane:
+        first = "episodes start" if lockstep > 1 else "episode starts"
         reasons.append(
             f"this process runs episodes too, as one of the {lanes} lanes: the first "
-            f"episode starts at once and {lanes - 1} worker(s) join as they start"
+            f"{first} at once and {lanes - 1} worker(s) join as they start"
         )
     return local_lane
 
