@@ -672,9 +672,10 @@ class _CommandThreads:
             if self._closing.is_set():
                 return  # what it used was released under it: the worker is ending anyway
             # nothing answers the commands in flight any more: the worker ends, so the
-            # parent replaces it and plays them again
+            # parent replaces it and plays them again. To the main thread: one the kernel
+            # picked (often this one) would leave it blocked on the pipe
             traceback.print_exc()
-            os.kill(os.getpid(), signal.SIGTERM)
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
 
     def _commands(self) -> Iterator[tuple[str, list[Any]] | None]:
         while True:
