@@ -174,17 +174,17 @@ class InlineStepper(Stepper):
         self.cache.clear()
 
 
-Request = tuple[InlineStepper, dict[Any, Any], Sequence[Any]]
+SlotRequest = tuple[InlineStepper, dict[Any, Any], Sequence[Any]]
 """A slot's stepper, its episode's observations and the live agents to act."""
 Answer = dict[Any, Any] | PolicyStepError
 """The actions of a slot's live agents, or what failed it."""
 
 
-def act_in_lockstep(requests: Sequence[Request]) -> list[Answer]:
+def act_in_lockstep(requests: Sequence[SlotRequest]) -> list[Answer]:
     """Answer the requests of several episodes (slots) at once: every stateless policy
-    shared across them, by (mission, spec), acts in one ``step_batch`` call for all their
-    agents; the other agents' policies are stepped one by one. A failure fails only the
-    slots whose observations it failed on."""
+    shared across them, by (mission, spec, batch group), acts in one ``step_batch`` call
+    for all their agents; the other agents' policies are stepped one by one. A failure
+    fails only the slots whose observations it failed on."""
     answers: list[Answer] = [{} for _ in requests]
     groups: dict[tuple[Mission | None, tuple[PolicySpec, Any]],
                  tuple[Any, list[tuple[int, Any]]]] = {}
@@ -205,7 +205,7 @@ def act_in_lockstep(requests: Sequence[Request]) -> list[Answer]:
             for slot, answer in enumerate(answers)]
 
 
-def _call_shared(step_batch: Any, members: list[tuple[int, Any]], requests: Sequence[Request],
+def _call_shared(step_batch: Any, members: list[tuple[int, Any]], requests: Sequence[SlotRequest],
                  answers: list[Answer]) -> None:
     """One ``step_batch`` call for ``members`` (slot, agent); when it raises and holds
     several slots, each slot's share is called alone to find the slots it fails on."""
@@ -237,7 +237,7 @@ def _call_shared(step_batch: Any, members: list[tuple[int, Any]], requests: Sequ
         _call_shared(step_batch, [m for m in members if m[0] == slot], requests, answers)
 
 
-def _call_singles(singles: list[tuple[int, Any]], requests: Sequence[Request],
+def _call_singles(singles: list[tuple[int, Any]], requests: Sequence[SlotRequest],
                   answers: list[Answer]) -> None:
     """The calls of policies without a shared batch form, one at a time: the one place
     where a group of calls of policies that wait could be run together."""
