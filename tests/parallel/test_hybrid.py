@@ -31,13 +31,15 @@ def untimed(results: list[EpisodeResult]) -> list[EpisodeResult]:
     return [replace(r, duration_s=0.0) for r in results]
 
 
+@pytest.mark.parametrize("lockstep", [1, 4])
 @pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("episodes", [1, 2, 9])
-def test_same_results_as_inline(workers: int, episodes: int) -> None:
+def test_same_results_as_inline(workers: int, episodes: int, lockstep: int) -> None:
     tasks = make_tasks(config(episodes))
-    expected = InlineExecutor().run(tasks)
+    expected = InlineExecutor(StepperConfig(lockstep=1)).run(tasks)
     # workers start after the first episode whatever the run's length
-    with HybridExecutor(workers, StepperConfig(), worth_starting_s=0.0) as executor:
+    with HybridExecutor(workers, StepperConfig(lockstep=lockstep), worth_starting_s=0.0,
+                        episodes_per_worker=lockstep) as executor:
         seen: list[int] = []
         results = executor.run(tasks, lambda index, _: seen.append(index))
         again = executor.run(tasks)  # a second run on the same executor
@@ -46,8 +48,7 @@ def test_same_results_as_inline(workers: int, episodes: int) -> None:
 
 
 def test_the_auto_plan_makes_this_process_a_lane_and_agrees_with_jobs_1() -> None:
-    # the local lane plays one episode at a time: in lockstep only the workers play
-    report = evaluate(config(4), RunOptions(jobs=2, lockstep=1))
+    report = evaluate(config(4), RunOptions(jobs=2))
     assert report.plan is not None and report.plan.local_lane
     assert report.plan.executor is ExecutorKind.PROCESS and report.plan.episode_workers == 2
     reference = evaluate(config(4), RunOptions(jobs=1))

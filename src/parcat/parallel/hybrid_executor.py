@@ -12,10 +12,12 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+from parcat.core.resources import blas_limited
 from parcat.core.trace import Tracer
+from parcat.episode.lockstep import run_many
 from parcat.episode.results import EpisodeResult
 from parcat.episode.rollout import EpisodeRunner, EpisodeTask
 from parcat.ipc.process import wait_any
@@ -28,6 +30,13 @@ WORTH_STARTING_S = 1.0
 takes 0.3–0.5 s to start and two lanes halve the rest, so below ~1 s it cannot pay."""
 JOIN_STARTER_S = 30.0
 """Longest wait at the end of a run for a worker still starting (it stops itself then)."""
+
+
+def _pending(run: RunState) -> Iterator[tuple[int, EpisodeTask]]:
+    """The run's pending tasks, tagged with their index, while there are any."""
+    while run.pending:
+        index = run.pending.popleft()
+        yield index, run.tasks[index]
 
 
 class HybridExecutor(ProcessExecutor):
@@ -54,7 +63,10 @@ class HybridExecutor(ProcessExecutor):
         """Run tasks here and on the workers as they arrive; results in task order."""
         _check_picklable(tasks)
         run = RunState(tasks, on_result)
-        local_s, local_n = 0.0, 0
+        # this lane plays as a worker does (stepper.lockstep episodes at once), taking
+        # tasks as its slots free; it stops taking them once none is pending
+        local = run_many(self._local, _pending(run), self.stepper.lockstep)
+        local_s, local_n, began = 0.0, 0, time.perf_counter()
         while run.remaining:
             if self._starter is None and local_n and \
                     len(run.pending) * local_s / local_n > self.worth_starting_s:
@@ -62,12 +74,12 @@ class HybridExecutor(ProcessExecutor):
             self._admit_arrivals()
             for worker in self._workers:
                 self._feed(worker, run)
-            if run.pending:
-                index = run.pending.popleft()
-                began = time.perf_counter()
-                result = self._local.run(run.tasks[index])
-                local_s, local_n = local_s + time.perf_counter() - began, local_n + 1
-                run.finish(index, result)
+            with blas_limited(self.stepper.blas_threads):  # as in a worker
+                played = next(local, None)
+            if played is not None:
+                now = time.perf_counter()
+                local_s, local_n, began = local_s + now - began, local_n + 1, now
+                run.finish(*played)
                 for worker in [w for w in self._workers if w.inflight]:
                     self._collect(worker, run)
                 continue

@@ -190,7 +190,7 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
             f"{episode_workers} episode worker(s), {jobs - episode_workers} job(s) left"
         )
     else:
-        reasons.append(f"{episode_workers} episode worker(s): one episode per job at a time")
+        reasons.append(f"{episode_workers} episode worker(s): one lane per job")
     executor = _executor(workload, episode_workers, reasons)
     if executor is ExecutorKind.INLINE:
         episode_workers = 1
@@ -228,15 +228,14 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
 
 def _local_lane(workload: Workload, executor: ExecutorKind, gpus: int, lockstep: int,
                 lanes: int, reasons: list[str]) -> bool:
-    """Whether this process is one of the episode lanes (it plays one episode at a time:
-    with lockstep, the workers play)."""
+    """Whether this process is one of the episode lanes (:mod:`hybrid_executor`)."""
     local_lane = (executor is ExecutorKind.PROCESS and workload.executor is ExecutorKind.AUTO
-                  and not workload.isolate and not workload.foreign_code and not gpus
-                  and lockstep == 1)
+                  and not workload.isolate and not workload.foreign_code and not gpus)
     if local_lane:
+        first = "episodes start" if lockstep > 1 else "episode starts"
         reasons.append(
             f"this process runs episodes too, as one of the {lanes} lanes: the first "
-            f"episode starts at once and {lanes - 1} worker(s) join as they start"
+            f"{first} at once and {lanes - 1} worker(s) join as they start"
         )
     return local_lane
 

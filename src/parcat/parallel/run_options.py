@@ -26,7 +26,7 @@ from parcat.parallel.calibration import (
     measure_steps,
 )
 from parcat.parallel.planner import ExecutorKind, Plan, PolicyStrategy, Workload, make_plan
-from parcat.policies.specs import PolicySpec, foreign_code
+from parcat.policies.specs import PolicySpec, foreign_code, has_batch_form
 
 # Backend and StartMethod are the words of RunOptions; they are defined where they are used
 __all__ = ["Backend", "RunOptions", "StartMethod", "first_foreign_code", "plan_run",
@@ -144,7 +144,7 @@ def plan_run(missions: tuple[Mission, ...], policies: tuple[PolicySpec, ...], ta
         concurrency=options.concurrency,
         lockstep=options.lockstep,
         jobs_given=options.jobs is not None,
-        batchable=any(p.target in ("mlp", "noop") for p in policies),
+        batchable=any(has_batch_form(p) for p in policies),
         isolate=options.episode_timeout_s is not None,
         foreign_code=foreign,
         action_deadline=options.action_timeout_ms is not None,

@@ -108,6 +108,21 @@ def foreign_code(spec: PolicySpec, mission: Mission) -> str | None:
     return None if reference.startswith("parcat.") else reference
 
 
+def has_batch_form(spec: PolicySpec) -> bool:
+    """Whether ``spec`` builds one of parcat's own policies that can act for many agents in
+    one call (``stateless = True`` and ``step_batch``: the ``mlp``, ``noop``, and checkpoints
+    of the mlp). Code from outside parcat is not imported here to find out: it may only be
+    built in a worker."""
+    target = spec.target
+    reference = BUILTINS[target][0] if target in BUILTINS else (
+        _checkpoint_policy(Path(target)) if Path(target).is_dir() else None)
+    if not reference or not reference.startswith("parcat."):
+        return False
+    policy_class = import_reference(reference)
+    return bool(getattr(policy_class, "stateless", False)) and \
+        callable(getattr(policy_class, "step_batch", None))
+
+
 def _checkpoint_policy(path: Path) -> str:
     """The policy class a checkpoint directory names ("" if it cannot be read)."""
     try:
@@ -220,8 +235,9 @@ def _from_checkpoint(path: Path, spec: PolicySpec, agent: AgentSpec) -> Any:
                 )
             path = path / dirs[key]
             saved = checkpoint.load_policy(path, key)
+            group = dirs[key]
         else:
-            saved = checkpoint.load_policy(path)
+            saved, group = checkpoint.load_policy(path), ""
     except CheckpointError as exc:
         raise PolicyError(str(exc)) from exc
     require_trusted(saved.policy, BUILTIN_CLASSES, spec.trust_code, f"checkpoint '{path}'")
@@ -238,4 +254,6 @@ def _from_checkpoint(path: Path, spec: PolicySpec, agent: AgentSpec) -> Any:
             f"checkpoint '{path}': {saved.policy}.load_state_dict() refused its arrays "
             f"({type(exc).__name__}); the checkpoint does not fit this policy class"
         ) from exc
+    if group:  # a run's agents have weights of their own: only agents of one folder share
+        policy.batch_group = group
     return policy

@@ -130,7 +130,8 @@ class InlineStepper(Stepper):
     A policy class opts in to sharing with ``stateless = True`` and a ``step_batch``: its
     actions depend only on the observation, so one instance can act for every agent with
     the same spec, in this episode and in those played beside it, and the results equal
-    per-agent stepping.
+    per-agent stepping. Instances with a ``batch_group`` share only with the same group
+    (a run checkpoint's agents each have weights of their own).
     """
 
     name = "inline"
@@ -139,8 +140,9 @@ class InlineStepper(Stepper):
         self.cache = PolicyCache(lender)
         self.mission: Mission | None = None
         self._step_fns: dict[Any, Any] = {}
-        self._groups: dict[PolicySpec, tuple[Any, list[Any]]] = {}
-        """Per shared stateless policy, its ``step_batch`` and its agents."""
+        self._groups: dict[tuple[PolicySpec, Any], tuple[Any, list[Any]]] = {}
+        """Per shared stateless policy (spec, ``batch_group``), its ``step_batch`` and its
+        agents."""
         self._singles: list[Any] = []
         # in a worker process, which agent's code runs now (for a death's report)
         self._marker = acting_marker()
@@ -156,7 +158,8 @@ class InlineStepper(Stepper):
             policy = policies[seat.agent.agent_id]
             if getattr(policy, "stateless", False) and callable(getattr(policy, "step_batch",
                                                                         None)):
-                group = self._groups.setdefault(seat.spec, (policy.step_batch, []))  # type: ignore[attr-defined]
+                key = (seat.spec, getattr(policy, "batch_group", None))
+                group = self._groups.setdefault(key, (policy.step_batch, []))  # type: ignore[attr-defined]
                 group[1].append(seat.agent.agent_id)
         shared = {a for _, members in self._groups.values() for a in members}
         self._singles = [s.agent.agent_id for s in seats if s.agent.agent_id not in shared]
@@ -171,25 +174,26 @@ class InlineStepper(Stepper):
         self.cache.clear()
 
 
-Request = tuple[InlineStepper, dict[Any, Any], Sequence[Any]]
+SlotRequest = tuple[InlineStepper, dict[Any, Any], Sequence[Any]]
 """A slot's stepper, its episode's observations and the live agents to act."""
 Answer = dict[Any, Any] | PolicyStepError
 """The actions of a slot's live agents, or what failed it."""
 
 
-def act_in_lockstep(requests: Sequence[Request]) -> list[Answer]:
+def act_in_lockstep(requests: Sequence[SlotRequest]) -> list[Answer]:
     """Answer the requests of several episodes (slots) at once: every stateless policy
-    shared across them, by (mission, spec), acts in one ``step_batch`` call for all their
-    agents; the other agents' policies are stepped one by one. A failure fails only the
-    slots whose observations it failed on."""
+    shared across them, by (mission, spec, batch group), acts in one ``step_batch`` call
+    for all their agents; the other agents' policies are stepped one by one. A failure
+    fails only the slots whose observations it failed on."""
     answers: list[Answer] = [{} for _ in requests]
-    groups: dict[tuple[Mission | None, PolicySpec], tuple[Any, list[tuple[int, Any]]]] = {}
+    groups: dict[tuple[Mission | None, tuple[PolicySpec, Any]],
+                 tuple[Any, list[tuple[int, Any]]]] = {}
     singles: list[tuple[int, Any]] = []
     for slot, (stepper, _, live) in enumerate(requests):
         everyone = len(live) == len(stepper._marks)
         alive = set(live)
-        for spec, (step_batch, agent_ids) in stepper._groups.items():
-            members = groups.setdefault((stepper.mission, spec), (step_batch, []))[1]
+        for key, (step_batch, agent_ids) in stepper._groups.items():
+            members = groups.setdefault((stepper.mission, key), (step_batch, []))[1]
             members.extend((slot, a) for a in agent_ids if everyone or a in alive)
         singles.extend((slot, a) for a in stepper._singles if everyone or a in alive)
     for step_batch, members in groups.values():
@@ -201,7 +205,7 @@ def act_in_lockstep(requests: Sequence[Request]) -> list[Answer]:
             for slot, answer in enumerate(answers)]
 
 
-def _call_shared(step_batch: Any, members: list[tuple[int, Any]], requests: Sequence[Request],
+def _call_shared(step_batch: Any, members: list[tuple[int, Any]], requests: Sequence[SlotRequest],
                  answers: list[Answer]) -> None:
     """One ``step_batch`` call for ``members`` (slot, agent); when it raises and holds
     several slots, each slot's share is called alone to find the slots it fails on."""
@@ -233,7 +237,7 @@ def _call_shared(step_batch: Any, members: list[tuple[int, Any]], requests: Sequ
         _call_shared(step_batch, [m for m in members if m[0] == slot], requests, answers)
 
 
-def _call_singles(singles: list[tuple[int, Any]], requests: Sequence[Request],
+def _call_singles(singles: list[tuple[int, Any]], requests: Sequence[SlotRequest],
                   answers: list[Answer]) -> None:
     """The calls of policies without a shared batch form, one at a time: the one place
     where a group of calls of policies that wait could be run together."""
