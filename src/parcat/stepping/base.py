@@ -17,6 +17,7 @@ from parcat.envs.missions import Mission
 from parcat.ipc.process import ACTING, ErrorReport, acting_marker
 from parcat.policies.base import AgentSpec, Policy
 from parcat.policies.specs import PolicySpec, make_policy
+from parcat.stepping.calls import AsyncAgents
 
 STRAGGLER_WAIT_S = 5.0  # how long a new episode waits for a late policy step of the last one
 
@@ -108,6 +109,10 @@ class Stepper(ABC):
         """Per agent, how many steps used the default action because the policy was late."""
         return {}
 
+    def call_retries(self) -> dict[Any, int]:
+        """Per agent, how many policy calls were retried after a transient error."""
+        return {}
+
     def close(self) -> None:  # noqa: B027 - most steppers hold nothing to release
         """Release workers and memory."""
 
@@ -117,8 +122,9 @@ class InlineStepper(Stepper):
 
     name = "inline"
 
-    def __init__(self) -> None:
+    def __init__(self, action_timeout_s: float | None = None, retries: int = 0) -> None:
         self.cache = PolicyCache()
+        self.awaited = AsyncAgents(action_timeout_s, retries)  # policies with async step
         self._step_fns: dict[Any, Any] = {}
         # in a worker process, which agent's code runs now (for a death's report)
         self._marker = acting_marker()
@@ -128,13 +134,17 @@ class InlineStepper(Stepper):
         self._marks = {s.agent.agent_id: s.agent.agent_index + 1 for s in seats}
         policies = self.cache.reset(mission, seats, self._marker)
         self._step_fns = {agent_id: p.step for agent_id, p in policies.items()}
+        self.awaited.start(policies, {s.agent.agent_id: s.agent.action_space for s in seats})
 
     def act(self, obs: dict[Any, Any], live: Sequence[Any]) -> dict[Any, Any]:
         step_fns, marker, marks = self._step_fns, self._marker, self._marks
-        actions = {}
+        awaited = bool(self.awaited.steps)  # their calls all go out at once, first
+        actions = self.awaited.act(obs, live, PolicyStepError) if awaited else {}
         agent_id = None
         try:
             for agent_id in live:
+                if agent_id in actions:
+                    continue
                 if marker is not None:
                     marker[ACTING] = marks[agent_id]
                 actions[agent_id] = step_fns[agent_id](obs[agent_id])
@@ -142,7 +152,13 @@ class InlineStepper(Stepper):
             raise PolicyStepError(agent_id, "policy") from exc
         if marker is not None:
             marker[ACTING] = 0
-        return actions
+        return {a: actions[a] for a in live} if awaited else actions
+
+    def late_actions(self) -> dict[Any, int]:
+        return dict(self.awaited.late)
+
+    def call_retries(self) -> dict[Any, int]:
+        return dict(self.awaited.retried)
 
     def close(self) -> None:
         self.cache.clear()

@@ -25,7 +25,8 @@ class StepperConfig:
     start_method: str | None = None
     blas_threads: int = 1
     retries: int = 0
-    """Times an episode is played again when one of its policy workers was lost."""
+    """Times an episode is played again when one of its policy workers was lost, and an
+    async policy's call is tried again after a transient error."""
 
     def make_stepper(self, tracer: Tracer | None = None) -> Stepper:
         """Build the stepper this configuration describes."""
@@ -38,7 +39,7 @@ class StepperConfig:
                                   start_method=self.start_method,
                                   blas_threads=self.blas_threads, tracer=tracer)
         if strategy is PolicyStrategy.THREAD and self.workers > 0:
-            return ThreadStepper(self.workers, self.action_timeout_s)
+            return ThreadStepper(self.workers, self.action_timeout_s, self.retries)
         if strategy is PolicyStrategy.BATCH:
             return BatchStepper()
-        return InlineStepper()
+        return InlineStepper(self.action_timeout_s, self.retries)

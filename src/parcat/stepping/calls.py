@@ -1,0 +1,226 @@
+"""Async policies: many ``async def step`` calls in flight on one event loop.
+
+A policy is async when its ``step`` (and optionally ``step_batch``) is a coroutine
+function, e.g. one that awaits a model behind an HTTP server. :class:`AsyncCalls` runs a
+list of such calls at once from any thread and returns, per call, the action, the
+exception, or "late" (``--action-timeout-ms`` expired), with the retries it spent on
+transient errors (``--retries``). :class:`AsyncAgents` does the bookkeeping of one
+episode's async agents for a stepper: default actions for late calls, and per-agent counts.
+
+The loop runs on one daemon thread per process, for the life of the process: a client a
+policy opens on its first call (``httpx.AsyncClient``, ``aiohttp.ClientSession``) is bound
+to that loop and stays usable for every later step and episode, whichever thread asks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import inspect
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import CancelledError as FutureCancelled
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any
+
+from parcat.core.errors import USER_CODE_ERRORS, TransientError
+from parcat.policies.base import Policy
+from parcat.policies.builtin import noop_action
+
+BACKOFF_S = 0.05
+"""The first pause before retrying a transient error; it doubles with every retry."""
+MAX_BACKOFF_S = 1.0
+RETRY_AFTER_CAP_S = 10.0
+"""The longest ``Retry-After`` parcat honours: a server asking for minutes would stall the
+run, and with ``--action-timeout-ms`` the call is late long before."""
+LOOP_GRACE_S = 0.5
+"""How long past the deadline the caller waits for a loop that async code blocked (a
+``time.sleep`` in an ``async def``): then its calls are late too."""
+# where the exception types of the usual async HTTP clients live (matched by name, so
+# parcat imports neither) and which of them mean "the connection failed, try again"
+_TRANSPORT_ERRORS = {("httpx", "TransportError"), ("aiohttp", "ClientConnectionError"),
+                     ("aiohttp", "ClientPayloadError")}
+
+
+def is_async(fn: Any) -> bool:
+    """Whether ``fn`` (a policy's ``step`` or ``step_batch``) is a coroutine function."""
+    return inspect.iscoroutinefunction(fn)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call to run: ``fn(arg)``, e.g. ``policy.step(obs)`` or
+    ``policy.step_batch(obs_batch)``."""
+
+    fn: Callable[[Any], Any]
+    arg: Any
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one call ended: ``value`` if it returned, else ``error``, else ``late``."""
+
+    value: Any = None
+    error: BaseException | None = None
+    late: bool = False
+    """The action timeout expired first (the call was cancelled)."""
+    retries: int = 0
+    """Attempts after the first, each after a transient error."""
+
+
+def retry_delay(exc: BaseException, retry: int) -> float | None:
+    """Seconds to wait before retry number ``retry`` (0 for the first) of a call that
+    raised ``exc``, or ``None`` when ``exc`` is not transient.
+
+    Transient: :class:`parcat.TransientError`, the ``ConnectionError`` family, a
+    ``TimeoutError`` (the policy's own client gave up on one request: the next may be
+    answered; parcat's own deadline is never retried, it makes the call late), the
+    transport errors of httpx and aiohttp, and HTTP 429 and 5xx answers raised by
+    ``raise_for_status()`` (their ``Retry-After`` honoured up to
+    :data:`RETRY_AFTER_CAP_S`).
+    """
+    backoff = min(MAX_BACKOFF_S, BACKOFF_S * 2**retry)
+    if isinstance(exc, TransientError):
+        return backoff if exc.retry_after is None else min(RETRY_AFTER_CAP_S, exc.retry_after)
+    if isinstance(exc, ConnectionError | TimeoutError | asyncio.TimeoutError) or any(
+            (cls.__module__.partition(".")[0], cls.__name__) in _TRANSPORT_ERRORS
+            for cls in type(exc).__mro__):
+        return backoff
+    response = getattr(exc, "response", None)  # httpx.HTTPStatusError
+    status = getattr(response, "status_code", getattr(exc, "status", None))  # or aiohttp's
+    if not isinstance(status, int) or not (status == 429 or 500 <= status <= 599):
+        return None
+    headers = getattr(response, "headers", None) or getattr(exc, "headers", None) or {}
+    wait = _seconds(headers.get("Retry-After"))
+    return backoff if wait is None else min(RETRY_AFTER_CAP_S, wait)
+
+
+def _seconds(retry_after: str | None) -> float | None:
+    """A ``Retry-After`` value (seconds, or an HTTP date) as seconds from now."""
+    if not retry_after:
+        return None
+    try:
+        return max(0.0, float(retry_after))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(retry_after)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+class _Loop:
+    """The process's event loop, running on a daemon thread from first use."""
+
+    _lock = threading.Lock()
+    _loop: asyncio.AbstractEventLoop | None = None
+    _pid = 0
+
+    @classmethod
+    def get(cls) -> asyncio.AbstractEventLoop:
+        with cls._lock:
+            if cls._loop is None or cls._pid != os.getpid():  # a forked child has no thread
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=cls._run, args=(loop,), name="parcat-async",
+                                 daemon=True).start()
+                cls._loop, cls._pid = loop, os.getpid()
+            return cls._loop
+
+    @staticmethod
+    def _run(loop: asyncio.AbstractEventLoop) -> None:
+        # Ctrl-C is the main thread's: never take it here, where it could not be handled
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        asyncio.set_event_loop(loop)
+        loop.run_forever()
+
+
+class AsyncCalls:
+    """Runs lists of async calls concurrently on the process's event loop.
+
+    Args:
+        action_timeout_s: Each call (its retries included) is late after this long.
+        retries: Retries of a call that raised a transient error (:func:`retry_delay`).
+    """
+
+    def __init__(self, action_timeout_s: float | None = None, retries: int = 0) -> None:
+        self.timeout = action_timeout_s
+        self.retries = retries
+
+    def run(self, calls: Sequence[Call]) -> list[Outcome]:
+        """Start every call at once, wait for all, and return their outcomes in order.
+        Safe from any thread; no thread is started per call."""
+        outcomes: list[Outcome | None] = [None] * len(calls)
+        future = asyncio.run_coroutine_threadsafe(self._all(calls, outcomes), _Loop.get())
+        wait = None if self.timeout is None else self.timeout + LOOP_GRACE_S
+        try:
+            future.result(timeout=wait)
+        except (FutureTimeout, FutureCancelled):
+            pass  # the loop was blocked past the deadline: what has not ended is late
+        finally:
+            future.cancel()  # after an interrupt, too: no call outlives its step
+        return [Outcome(late=True) if o is None else o for o in outcomes]
+
+    async def _all(self, calls: Sequence[Call], outcomes: list[Outcome | None]) -> None:
+        await asyncio.gather(*(self._one(call, outcomes, i) for i, call in enumerate(calls)))
+
+    async def _one(self, call: Call, outcomes: list[Outcome | None], index: int) -> None:
+        spent = [0]
+        try:
+            outcomes[index] = await asyncio.wait_for(self._attempts(call, spent), self.timeout)
+        except asyncio.TimeoutError:
+            outcomes[index] = Outcome(late=True, retries=spent[0])
+
+    async def _attempts(self, call: Call, spent: list[int]) -> Outcome:
+        while True:
+            try:
+                return Outcome(await call.fn(call.arg), retries=spent[0])
+            except USER_CODE_ERRORS as exc:  # sys.exit() in a coroutine too, not the loop's
+                delay = retry_delay(exc, spent[0])
+                if delay is None or spent[0] >= self.retries:
+                    return Outcome(error=exc, retries=spent[0])
+            spent[0] += 1
+            await asyncio.sleep(delay)
+
+
+class AsyncAgents:
+    """The agents of one episode whose policy's ``step`` is async: their calls for a step
+    go out together; a late one gets the default action (``noop_action``), counted as
+    ``late_actions``; retries are counted per agent."""
+
+    def __init__(self, action_timeout_s: float | None = None, retries: int = 0) -> None:
+        self.calls = AsyncCalls(action_timeout_s, retries)
+        self.steps: dict[Any, Callable[[Any], Any]] = {}
+        """Per async agent, its policy's ``step``."""
+        self.late: dict[Any, int] = {}
+        self.retried: dict[Any, int] = {}
+        self._defaults: dict[Any, Any] = {}
+
+    def start(self, policies: dict[Any, Policy], action_spaces: dict[Any, Any]) -> None:
+        """Take the async policies among ``policies`` (agent id -> policy) for an episode."""
+        self.steps = {a: p.step for a, p in policies.items() if is_async(p.step)}
+        self.late = dict.fromkeys(self.steps, 0)
+        self.retried = dict.fromkeys(self.steps, 0)
+        self._defaults = {a: noop_action(action_spaces[a]) for a in self.steps}
+
+    def act(self, obs: dict[Any, Any], live: Sequence[Any],
+            fail: Callable[[Any, str], Exception]) -> dict[Any, Any]:
+        """Actions of the live async agents; a raise becomes ``fail(agent_id, "policy")``
+        (raised from it), for the first agent in ``live`` order whose call raised."""
+        agents = [a for a in live if a in self.steps]
+        outcomes = self.calls.run([Call(self.steps[a], obs[a]) for a in agents])
+        actions = {}
+        for agent_id, outcome in zip(agents, outcomes, strict=True):
+            self.retried[agent_id] += outcome.retries
+            if outcome.error is not None:
+                raise fail(agent_id, "policy") from outcome.error
+            if outcome.late:
+                self.late[agent_id] += 1
+                actions[agent_id] = self._defaults[agent_id]
+            else:
+                actions[agent_id] = outcome.value
+        return actions
