@@ -31,7 +31,10 @@ from parcat.policies.base import AgentSpec
 from parcat.policies.specs import parse_policy_spec
 from parcat.stepping.base import InlineStepper
 from parcat.stepping.calls import RETRY_AFTER_CAP_S, AsyncCalls, Call, retry_delay
-from tests.fakes import scripted_mission
+from parcat.stepping.config import StepperConfig
+from parcat.stepping.strategy import PolicyStrategy
+from parcat.testing import check_policy
+from tests.fakes import AsyncStatefulPolicy, AsyncStatelessPolicy, scripted_mission
 from tests.policies.model_server import ModelServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -232,3 +235,30 @@ def test_retry_delay_knows_transient_errors_and_honours_retry_after() -> None:
     assert retry_delay(TimeoutError(), 0) == 0.05
     assert retry_delay(TransientError("x", retry_after=99), 0) == RETRY_AFTER_CAP_S
     assert retry_delay(KeyError("x"), 0) is None
+
+
+@pytest.mark.parametrize(("strategy", "policy"), [
+    ("inline", "AsyncStatefulPolicy"), ("thread", "AsyncStatefulPolicy"),
+    ("process", "AsyncStatefulPolicy"), ("batch", "AsyncStatelessPolicy")])
+def test_every_strategy_plays_an_async_policy_like_its_sync_twin(strategy: str,
+                                                                 policy: str) -> None:
+    """A policy worker and a shared ``step_batch`` make one call at a time (``blocking``)."""
+    mission = scripted_mission(agents=3, max_steps=6)
+    twin = "StatefulPolicy" if policy == "AsyncStatefulPolicy" else policy
+    played = []
+    for stepper, name in ((StepperConfig(PolicyStrategy(strategy), workers=2), policy),
+                          (StepperConfig(), twin)):
+        runner = EpisodeRunner(stepper.make_stepper())
+        try:
+            played.append([runner.run(EpisodeTask(mission, (parse_policy_spec(
+                f"tests.fakes:{name}"),), 5, i)) for i in range(2)])
+        finally:
+            runner.close()
+    assert all(r.ok for r in played[0])
+    assert [[a.reward for a in r.agents] for r in played[0]] == \
+        [[a.reward for a in r.agents] for r in played[1]]
+
+
+def test_check_policy_accepts_an_async_policy() -> None:
+    check_policy(AsyncStatelessPolicy(spec()), spec())
+    check_policy(AsyncStatefulPolicy(spec()), spec())

@@ -9,6 +9,7 @@ from parcat.core.errors import USER_CODE_ERRORS
 from parcat.envs.missions import Mission
 from parcat.policies.specs import PolicySpec
 from parcat.stepping.base import InlineStepper, PolicyStepError, Seat
+from parcat.stepping.calls import blocking
 
 
 class BatchStepper(InlineStepper):
@@ -46,7 +47,7 @@ class BatchStepper(InlineStepper):
             if not acting:
                 continue
             try:
-                batch = self._leader[spec].step_batch([obs[a] for a in acting])
+                batch = blocking(self._leader[spec].step_batch)([obs[a] for a in acting])
             except USER_CODE_ERRORS as exc:
                 raise PolicyStepError(acting[0], "policy") from exc
             actions.update(zip(acting, batch, strict=True))

@@ -5,7 +5,8 @@ function, e.g. one that awaits a model behind an HTTP server. :class:`AsyncCalls
 list of such calls at once from any thread and returns, per call, the action, the
 exception, or "late" (``--action-timeout-ms`` expired), with the retries it spent on
 transient errors (``--retries``). :class:`AsyncAgents` does the bookkeeping of one
-episode's async agents for a stepper: default actions for late calls, and per-agent counts.
+episode's async agents for a stepper: default actions for late calls, and per-agent counts;
+:func:`blocking` makes one async call look sync where agents step one at a time.
 
 The loop runs on one daemon thread per process, for the life of the process: a client a
 policy opens on its first call (``httpx.AsyncClient``, ``aiohttp.ClientSession``) is bound
@@ -185,6 +186,24 @@ class AsyncCalls:
                     return Outcome(error=exc, retries=spent[0])
             spent[0] += 1
             await asyncio.sleep(delay)
+
+
+def blocking(fn: Callable[[Any], Any], retries: int = 0) -> Callable[[Any], Any]:
+    """``fn`` itself if it is sync; for a coroutine function (an async policy's ``step``), a
+    sync function that runs one call on the process's loop and returns its value or raises
+    its exception: for code that steps one agent at a time (a policy worker, a conformance
+    check, the simulator)."""
+    if not is_async(fn):
+        return fn
+    calls = AsyncCalls(retries=retries)
+
+    def call(arg: Any) -> Any:
+        [outcome] = calls.run([Call(fn, arg)])
+        if outcome.error is not None:
+            raise outcome.error
+        return outcome.value
+
+    return call
 
 
 class AsyncAgents:
