@@ -12,11 +12,15 @@ parcat keeps every agent's ``await`` in flight at once on one event loop, applie
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 
 import httpx
 
 from parcat.policies.base import AgentSpec
+
+TLS = ssl.create_default_context()
+"""Shared by every client: loading the CA certificates for each would cost ~50 ms a client."""
 
 
 class HttpPolicy:
@@ -25,7 +29,7 @@ class HttpPolicy:
     def __init__(self, spec: AgentSpec, url: str, timeout_s: float = 10.0) -> None:
         self.url = url
         self.num_actions = int(spec.action_space.n)
-        self.client = httpx.Client(timeout=timeout_s)  # one connection, reused every step
+        self.client = httpx.Client(timeout=timeout_s, verify=TLS)  # its connection is reused
 
     def reset(self, seed: int) -> None:
         """The model holds no per-episode state here; a stochastic one would get ``seed``."""
@@ -46,23 +50,14 @@ class AsyncHttpPolicy(HttpPolicy):
         self.url = url
         self.num_actions = int(spec.action_space.n)
         self.timeout_s = timeout_s
+        self.async_client: httpx.AsyncClient | None = None
 
     async def step(self, obs: Any) -> int:  # type: ignore[override]
-        response = await shared_client().post(self.url, json=self._request(obs),
-                                              timeout=self.timeout_s)
+        if self.async_client is None:
+            # made on parcat's event loop, which lives as long as the process: the client
+            # and its connection are reused by every later step and episode (a client per
+            # agent: one pool shared by hundreds of connections makes httpx slow)
+            self.async_client = httpx.AsyncClient(timeout=self.timeout_s, verify=TLS)
+        response = await self.async_client.post(self.url, json=self._request(obs))
         response.raise_for_status()
         return int(response.json()["action"])
-
-
-_client: httpx.AsyncClient | None = None
-
-
-def shared_client() -> httpx.AsyncClient:
-    """One client for every agent of this process, made at the first step on parcat's event
-    loop, which lives as long as the process: its connections are reused by every later
-    step, agent and episode (a client per agent would also cost ~50 ms each to make)."""
-    global _client
-    if _client is None:
-        # no cap on connections: every agent's request may be in flight at once
-        _client = httpx.AsyncClient(limits=httpx.Limits(max_connections=None))
-    return _client

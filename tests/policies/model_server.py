@@ -61,13 +61,22 @@ class ModelServer:
         asyncio.run_coroutine_threadsafe(self._serve(), self._loop).result(timeout=30)
 
     def stop(self) -> None:
-        loop, runner = self._loop, self._runner
+        loop = self._loop
         if loop is None or self._thread is None:
             return
-        if runner is not None:
-            asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=30)
+        asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(timeout=30)
         loop.call_soon_threadsafe(loop.stop)
         self._thread.join(timeout=30)
+        loop.close()
+
+    async def _shutdown(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        # requests left hanging: cancelled, not left to complain that they were destroyed
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
 
     async def _serve(self) -> None:
         app = web.Application()

@@ -10,6 +10,7 @@ import asyncio
 import email.utils
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -36,6 +37,7 @@ from parcat.stepping.strategy import PolicyStrategy
 from parcat.testing import check_policy
 from tests.fakes import AsyncStatefulPolicy, AsyncStatelessPolicy, scripted_mission
 from tests.policies.model_server import ModelServer
+from tests.reliability.helpers import kill_group, session_processes, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 HARVEST = ["-m", "harvest", "--set", "agents=4", "--set", "max_steps=30", "-n", "4"]
@@ -262,3 +264,23 @@ def test_every_strategy_plays_an_async_policy_like_its_sync_twin(strategy: str,
 def test_check_policy_accepts_an_async_policy() -> None:
     check_policy(AsyncStatelessPolicy(spec()), spec())
     check_policy(AsyncStatefulPolicy(spec()), spec())
+
+
+@pytest.mark.parametrize("executor", ["inline", "auto"])
+def test_ctrl_c_while_async_calls_hang_exits_130_in_one_line(executor: str) -> None:
+    with ModelServer(hang=True) as server:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "parcat", "eval", "-m", "harvest", "--set", "agents=4",
+             "-n", "2", "--executor", executor,
+             "-p", f"examples.http_policy:AsyncHttpPolicy,url={server.url}"],
+            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            assert wait_until(lambda: server.in_flight >= 4, 120), "no call ever hung"
+            os.killpg(proc.pid, signal.SIGINT)
+            _, err = proc.communicate(timeout=60)
+            assert proc.returncode == 130, err
+            assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+            assert wait_until(lambda: not session_processes(proc.pid), 30)
+        finally:
+            kill_group(proc)
