@@ -41,5 +41,5 @@ class StepperConfig:
         if strategy is PolicyStrategy.THREAD and self.workers > 0:
             return ThreadStepper(self.workers, self.action_timeout_s, self.retries)
         if strategy is PolicyStrategy.BATCH:
-            return BatchStepper()
+            return BatchStepper(self.action_timeout_s, self.retries)
         return InlineStepper(self.action_timeout_s, self.retries)
