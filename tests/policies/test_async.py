@@ -30,6 +30,7 @@ from parcat.episode.rollout import EpisodeRunner, EpisodeTask
 from parcat.eval.report import strip_timings
 from parcat.policies.base import AgentSpec
 from parcat.policies.specs import parse_policy_spec
+from parcat.sim import run_sim
 from parcat.stepping.base import InlineStepper
 from parcat.stepping.calls import RETRY_AFTER_CAP_S, AsyncCalls, Call, retry_delay
 from parcat.stepping.config import StepperConfig
@@ -38,6 +39,8 @@ from parcat.testing import check_policy
 from tests.fakes import AsyncStatefulPolicy, AsyncStatelessPolicy, scripted_mission
 from tests.policies.model_server import ModelServer
 from tests.reliability.helpers import kill_group, session_processes, wait_until
+from tests.sim.helpers import make_config
+from tests.sim.test_sequential import same
 
 ROOT = Path(__file__).resolve().parents[2]
 HARVEST = ["-m", "harvest", "--set", "agents=4", "--set", "max_steps=30", "-n", "4"]
@@ -284,3 +287,11 @@ def test_ctrl_c_while_async_calls_hang_exits_130_in_one_line(executor: str) -> N
             assert wait_until(lambda: not session_processes(proc.pid), 30)
         finally:
             kill_group(proc)
+
+
+def test_the_simulator_plays_an_async_policy_like_its_sync_twin(tmp_path: Path) -> None:
+    records = []
+    for name in ("AsyncStatefulPolicy", "StatefulPolicy"):
+        agents = [{"agent": "evader", "policy": f"tests.fakes:{name}", "cycle_time": 0.02}]
+        records.append(run_sim(make_config(tmp_path, agents, iters=30), "sequential"))
+    assert same(*records)
