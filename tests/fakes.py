@@ -477,3 +477,11 @@ class AsyncStatelessPolicy:
     async def step_batch(self, obs_batch: list[Any]) -> list[int]:
         await asyncio.sleep(0.001)
         return [int(np.asarray(obs).sum()) % self.n for obs in obs_batch]
+
+
+class AsyncBlockingHangingPolicy(HangingPolicy):
+    """:class:`HangingPolicy` with an ``async def step`` whose hang is a blocking sleep: it
+    blocks the event loop itself, not only its own call."""
+
+    async def step(self, obs: Any) -> int:  # type: ignore[override]
+        return HangingPolicy.step(self, obs)

@@ -295,3 +295,16 @@ def test_the_simulator_plays_an_async_policy_like_its_sync_twin(tmp_path: Path) 
         agents = [{"agent": "evader", "policy": f"tests.fakes:{name}", "cycle_time": 0.02}]
         records.append(run_sim(make_config(tmp_path, agents, iters=30), "sequential"))
     assert same(*records)
+
+
+def test_an_async_step_that_blocks_the_event_loop_is_late_and_the_run_ends(
+        tmp_path: Path) -> None:
+    done = parcat("eval", "-m", "harvest", "--set", "agents=2", "--set", "max_steps=4",
+                  "-n", "2", "-p", "tests.fakes:AsyncBlockingHangingPolicy,at_step=2",
+                  "--parallel-policy", "--policy-strategy", "thread", "--executor", "process",
+                  "--action-timeout-ms", "200", "-o", str(tmp_path / "out.json"))
+    assert done.returncode == 0, done.stderr
+    episodes = json.loads((tmp_path / "out.json").read_text())["episodes"]
+    assert all(e["status"] == "ok" and e["steps"] == 4 for e in episodes)
+    # from the hang (step 3) on, every call of that process is late: its loop is blocked
+    assert all(a["late_actions"] >= 2 for e in episodes for a in e["agents"])
