@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import gymnasium
 import httpx
 import numpy as np
@@ -240,6 +241,11 @@ def test_retry_delay_knows_transient_errors_and_honours_retry_after() -> None:
     assert retry_delay(TimeoutError(), 0) == 0.05
     assert retry_delay(TransientError("x", retry_after=99), 0) == RETRY_AFTER_CAP_S
     assert retry_delay(KeyError("x"), 0) is None
+    # aiohttp's errors too (raise_for_status(), a dropped connection)
+    busy = aiohttp.ClientResponseError(None, (), status=503, headers={"Retry-After": "3"})
+    assert retry_delay(busy, 0) == 3.0
+    assert retry_delay(aiohttp.ClientResponseError(None, (), status=400), 0) is None
+    assert retry_delay(aiohttp.ServerDisconnectedError(), 0) == 0.05
 
 
 @pytest.mark.parametrize(("strategy", "policy"), [
