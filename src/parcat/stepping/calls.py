@@ -22,7 +22,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import CancelledError as FutureCancelled
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -57,7 +57,7 @@ class Call:
     """One call to run: ``fn(arg)``, e.g. ``policy.step(obs)`` or
     ``policy.step_batch(obs_batch)``."""
 
-    fn: Callable[[Any], Any]
+    fn: Callable[[Any], Awaitable[Any]]
     arg: Any
 
 
