@@ -9,12 +9,15 @@ faster). Each kind is set against its own limit:
 2. **A policy that waits** (``wait_policy:Wait,ms=5``: 5 ms of sleep a step; 8 episodes × 4
    agents × 50 steps, issue 22's workload): the limit is ideal concurrency, every agent's
    wait overlapped: the ``--jobs 1`` start-up plus the sequential time / (episodes × agents).
+2b. **An async policy calling a model server** (``examples/http_policy.py``'s
+   ``AsyncHttpPolicy`` against tests' aiohttp server on loopback answering after 5 ms, the
+   waiting workload): the same limit; and with 503 to every 10th request (retried).
 3. **A neural net over many agents** (``mlp,width=256``, 24 agents, 16 episodes, issue 23's
    workload): the limit is the batched arithmetic, the forward pass of every observation of
    the run in batches of 1,536, timed alone.
 
     PYTHONPATH=src .venv/bin/python benchmarks/policy_kinds.py [--repeats N] [--only quiet|load]
-        [--kinds cpu,wait,neural]
+        [--kinds cpu,wait,async,neural]
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from neighbour import busy_neighbour
 
 ROOT = Path(__file__).resolve().parents[1]
 # the commands (field.py's) find parcat's source and wait_policy here, wherever run from
-os.environ["PYTHONPATH"] = f"{ROOT / 'src'}:{ROOT / 'benchmarks'}"
+os.environ["PYTHONPATH"] = f"{ROOT / 'src'}:{ROOT / 'benchmarks'}:{ROOT}"
 
 CPU = ("eval", "-m", "harvest", "-p", "mlp,width=256", "-n", "64")
 WAIT = ("eval", "-m", "harvest", "--set", "agents=4", "--set", "max_steps=50", "-n", "8",
@@ -106,6 +109,8 @@ def suite(kinds: set[str], repeats: int) -> None:
         }, repeats, lambda t: (
             f"ideal concurrency {ideal(base, statistics.median(t['sequential (--jobs 1)'])):.2f} s"
             f" (start-up {base:.2f} s + sequential / {WAIT_CALLS})"))
+    if "async" in kinds:
+        async_http(repeats)
     if "neural" in kinds:
         observations = 16 * 24 * 200  # harvest's max_steps
         compare("3. neural net over many agents: harvest agents=24 -n 16 -p mlp,width=256", {
@@ -117,11 +122,38 @@ def suite(kinds: set[str], repeats: int) -> None:
         }, repeats, lambda t: forward_limit(observations))
 
 
+def async_http(repeats: int) -> None:
+    """Kind 2b: the async policy from the docs against a loopback server (5 ms answers)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    from tests.policies.model_server import ModelServer
+
+    base = startup()
+    with ModelServer(delay_s=0.005) as server:
+        run = (*WAIT[:-1], f"examples.http_policy:AsyncHttpPolicy,url={server.url}")
+        failing = ModelServer(delay_s=0.005, fail_every=10)
+        failing.start()
+        try:
+            compare("2b. async HTTP policy (5 ms answers): 8 episodes x 4 agents x 50 steps", {
+                "sequential (--jobs 1)": command(*run, "--jobs", "1"),
+                "default (no --jobs)": command(*run),
+                "concurrent (--jobs 32 --parallel-policy)": command(
+                    *run, "--jobs", "32", "--parallel-policy"),
+                "retrying (default, 503 to every 10th request)": command(
+                    *run[:-1], f"examples.http_policy:AsyncHttpPolicy,url={failing.url}"),
+            }, repeats, lambda t: (
+                f"ideal concurrency "
+                f"{ideal(base, statistics.median(t['sequential (--jobs 1)'])):.2f} s"))
+        finally:
+            failing.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only", choices=["quiet", "load"])
-    parser.add_argument("--kinds", default="cpu,wait,neural")
+    parser.add_argument("--kinds", default="cpu,wait,async,neural")
     args = parser.parse_args()
     kinds = set(args.kinds.split(","))
     with open("/proc/loadavg") as handle:

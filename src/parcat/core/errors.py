@@ -81,6 +81,15 @@ class ResourceLimitError(RunError):
     """The system refused a process or thread (a process-count or memory limit)."""
 
 
+class TransientError(Exception):
+    """Raised by a policy's step: this call failed but may succeed if tried again
+    (``--retries`` times, after ``retry_after`` seconds if given, else a short backoff)."""
+
+    def __init__(self, message: str = "", retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 def brief(value: Any, limit: int = BRIEF_LENGTH) -> str:
     """``repr(value)`` cut to ``limit`` characters, ending ``…`` when cut: a message names
     what arrived, never echoes a huge value whole."""

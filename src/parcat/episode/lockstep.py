@@ -76,9 +76,9 @@ def _slot_runners(runner: EpisodeRunner, slots: int) -> list[EpisodeRunner]:
     """``runner`` and ``slots - 1`` more: each slot has its own environments and policies
     (a stateful policy keeps one instance per slot and agent; stateless ones are built
     once, by ``runner``'s stepper, and lent to the others)."""
-    lender = cast(InlineStepper, runner.stepper).cache
+    first = cast(InlineStepper, runner.stepper)
     while len(runner.slots) < slots - 1:
-        runner.slots.append(EpisodeRunner(InlineStepper(lender), runner.on_step, runner.tracer,
+        runner.slots.append(EpisodeRunner(first.sibling(), runner.on_step, runner.tracer,
                                           f"{runner.track}.{len(runner.slots) + 1}"))
     return [runner, *runner.slots[:slots - 1]]
 
