@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ import pytest
 from examples.http_policy import AsyncHttpPolicy
 
 from parcat import TransientError
+from parcat.episode.lockstep import run_many
 from parcat.episode.results import EpisodeStatus
 from parcat.episode.rollout import EpisodeRunner, EpisodeTask
 from parcat.eval.report import strip_timings
@@ -314,3 +316,116 @@ def test_an_async_step_that_blocks_the_event_loop_is_late_and_the_run_ends(
     assert all(e["status"] == "ok" and e["steps"] == 4 for e in episodes)
     # from the hang (step 3) on, every call of that process is late: its loop is blocked
     assert all(a["late_actions"] >= 2 for e in episodes for a in e["agents"])
+
+
+def _lockstep(tasks: list[EpisodeTask], slots: int,
+              stepper: InlineStepper | None = None) -> list[dict[str, Any]]:
+    """The tasks' results in task order, played ``slots`` at a time (1: one at a time)."""
+    runner = EpisodeRunner(stepper or InlineStepper())
+    try:
+        played = sorted(run_many(runner, enumerate(tasks), slots), key=lambda item: item[0])
+    finally:
+        runner.close()
+    assert [index for index, _ in played] == list(range(len(tasks)))
+    return [replace(result, duration_s=0.0).to_dict() for _, result in played]
+
+
+@pytest.mark.parametrize("executor", ["inline", "process"])
+def test_an_async_policy_in_lockstep_8_has_every_call_in_flight_and_the_results_of_jobs_1(
+        executor: str, tmp_path: Path) -> None:
+    policy = "examples.http_policy:AsyncHttpPolicy,url={}"
+    eight = ["-m", "harvest", "--set", "agents=4", "--set", "max_steps=20", "-n", "8"]
+    runs = []
+    # the second server holds its first requests until 8 episodes x 4 agents are in flight
+    for flags, hold in ((["--jobs", "1"], 0),
+                        (["--executor", executor, "--jobs", "1", "--lockstep", "8"], 8 * 4)):
+        with ModelServer(hold_until=hold) as server:
+            out = tmp_path / f"{hold}.json"
+            done = parcat("eval", *eight, "-p", policy.format(server.url), "-o", str(out),
+                          *flags)
+        assert done.returncode == 0, done.stderr
+        runs.append(json.loads(out.read_text()))
+    assert runs[1]["execution"]["plan"]["lockstep"] == 8
+    assert server.max_in_flight == 8 * 4  # not 4: every slot's calls went out together
+    assert numbers(runs[1]) == numbers(runs[0])  # the policy's name holds its server's port
+
+
+class AsyncFlakyPolicy:
+    """Its seed decides its trouble: ``seed % 3`` transient errors on its first step, and
+    when ``seed % 4 == 0`` a call at step 2 that hangs (late)."""
+
+    def __init__(self, spec: AgentSpec) -> None:
+        self.failures, self.hangs = 0, False
+        self.steps = 0
+
+    def reset(self, seed: int) -> None:
+        self.failures, self.hangs, self.steps = seed % 3, seed % 4 == 0, 0
+
+    async def step(self, obs: Any) -> int:
+        if self.failures:
+            self.failures -= 1
+            raise TransientError("busy", retry_after=0)
+        self.steps += 1
+        if self.steps == 2 and self.hangs:
+            await asyncio.sleep(3600)  # cancelled at the deadline
+        return self.steps % 2
+
+
+def test_retries_and_late_calls_land_on_their_own_agent_and_episode_in_lockstep() -> None:
+    mission = scripted_mission(agents=3, max_steps=4)
+    policy = parse_policy_spec("tests.policies.test_async:AsyncFlakyPolicy")
+    tasks = [EpisodeTask(mission, (policy,), 7, i) for i in range(8)]
+    # a generous deadline: only the hanging calls are late, even beside a busy process
+    alone, together = (_lockstep(tasks, k, InlineStepper(action_timeout_s=1.0, retries=2))
+                       for k in (1, 8))
+    assert together == alone
+    counts = [[(a["late_actions"], a["retries"]) for a in r["agents"]] for r in together]
+    assert all(r["status"] == "ok" for r in together)
+    flat = [c for episode in counts for c in episode]
+    # the seeds spread the trouble unevenly: a mix-up of slots or agents would show
+    assert {late for late, _ in flat} == {0, 1} and {tries for _, tries in flat} == {0, 1, 2}
+
+
+class AsyncCountedBatchPolicy(AsyncStatelessPolicy):
+    """:class:`~tests.fakes.AsyncStatelessPolicy` that keeps the size of every batch."""
+
+    sizes: list[int] = []
+
+    async def step_batch(self, obs_batch: list[Any]) -> list[int]:
+        AsyncCountedBatchPolicy.sizes.append(len(obs_batch))
+        return await super().step_batch(obs_batch)
+
+
+def test_a_shared_async_step_batch_is_one_call_per_round_for_every_slot() -> None:
+    mission = scripted_mission(agents=3, max_steps=5)
+    shared = parse_policy_spec("tests.policies.test_async:AsyncCountedBatchPolicy")
+    own = parse_policy_spec("tests.fakes:AsyncStatefulPolicy")
+    tasks = [EpisodeTask(mission, (shared, own), 0, i) for i in range(4)]
+    AsyncCountedBatchPolicy.sizes.clear()
+    alone = _lockstep(tasks, 1)
+    agents = sum(AsyncCountedBatchPolicy.sizes) // 5  # the shared policy's, in 4 episodes
+    AsyncCountedBatchPolicy.sizes.clear()
+    assert _lockstep(tasks, 4) == alone
+    # one call per step for all of them; the other policy's steps went out beside it
+    assert AsyncCountedBatchPolicy.sizes == [agents] * 5 and agents > 3
+
+
+class AsyncPickyBatchPolicy(AsyncStatelessPolicy):
+    """Raises on the observation of agent 2 at step 3 (a scripted env's ``[step, agent]``)."""
+
+    async def step_batch(self, obs_batch: list[Any]) -> list[int]:
+        if any(obs[0] == 3 and obs[1] == 2 for obs in obs_batch):
+            raise ValueError("agent 2 is not served at step 3")
+        return await super().step_batch(obs_batch)
+
+
+def test_a_shared_async_call_that_raises_fails_only_the_episodes_it_fails_on() -> None:
+    mission = scripted_mission(agents=3, max_steps=6)
+    policies = (parse_policy_spec("random"),
+                parse_policy_spec("tests.policies.test_async:AsyncPickyBatchPolicy"))
+    tasks = [EpisodeTask(mission, policies, 0, i) for i in range(8)]
+    together = _lockstep(tasks, 8)
+    failed = [r for r in together if r["status"] != "ok"]
+    assert failed and len(failed) < len(together)
+    assert all("agent 2 is not served at step 3" in r["error"]["traceback"] for r in failed)
+    assert together == _lockstep(tasks, 1)

@@ -265,6 +265,7 @@ def _call_waiting(units: list[_Unit], requests: Sequence[Request],
             error = _wrong_length(values, len(unit.members))
         slots = sorted({slot for slot, _ in unit.members})
         if error is not None and len(slots) > 1:
+            # its retries are not counted: each slot's own call counts its own, as alone
             again.extend(_Unit(unit.fn, [m for m in unit.members if m[0] == slot], True)
                          for slot in slots)
             continue
