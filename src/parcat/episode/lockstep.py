@@ -3,9 +3,9 @@
 Each episode is :meth:`EpisodeRunner.episode <parcat.episode.rollout.EpisodeRunner.episode>`,
 a generator asking for its agents' actions; every round, all the playing episodes' requests
 are answered together by :func:`~parcat.stepping.base.act_in_lockstep` (one ``step_batch``
-per stateless policy shared across them), and an episode that ends makes room for the next
-task. Every episode keeps its own seeds, so its result does not depend on K or on what it
-was played with.
+per stateless policy shared across them; every async call of them all in flight at once),
+and an episode that ends makes room for the next task. Every episode keeps its own seeds,
+so its result does not depend on K or on what it was played with.
 """
 
 from __future__ import annotations
