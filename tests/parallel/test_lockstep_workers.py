@@ -7,6 +7,8 @@ import json
 from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from parcat.cli.main import main
 from parcat.core.seeding import episode_seed
@@ -14,6 +16,7 @@ from parcat.envs.missions import Mission
 from parcat.episode.results import EpisodeStatus
 from parcat.episode.rollout import EpisodeTask
 from parcat.parallel.executors import InlineExecutor
+from parcat.parallel.planner import LOCKSTEP_AUTO, ExecutorKind, PolicyStrategy, Workload, make_plan
 from parcat.parallel.process_executor import ProcessExecutor
 from parcat.policies.specs import parse_policy_spec
 from parcat.stepping.config import StepperConfig
@@ -79,3 +82,27 @@ def test_a_bad_lockstep_is_one_line(value: str, capsys: pytest.CaptureFixture[st
     assert main(["eval", "-m", "harvest", "--lockstep", value]) == 2
     assert capsys.readouterr().err == (
         f"parcat: error: --lockstep must be an integer between 1 and 1024, got {value}\n")
+
+
+@given(jobs=st.integers(1, 64), cpus=st.integers(1, 64), tasks=st.integers(0, 5_000),
+       batchable=st.booleans(), isolate=st.booleans(), parallel=st.booleans(),
+       asked=st.one_of(st.none(), st.integers(1, 1024)),
+       executor=st.sampled_from(list(ExecutorKind)))
+def test_a_plan_plays_in_lockstep_only_where_it_can(
+        jobs: int, cpus: int, tasks: int, batchable: bool, isolate: bool, parallel: bool,
+        asked: int | None, executor: ExecutorKind) -> None:
+    workload = Workload(tasks=tasks, agents=4, batchable=batchable, isolate=isolate,
+                        parallel_policy=parallel, step_s=1e-3, lockstep=asked,
+                        executor=executor)
+    plan = make_plan(jobs, cpus, 0, workload)
+    assert plan.lockstep >= 1 and plan.episodes_per_worker == plan.lockstep
+    one_at_a_time = isolate or plan.executor in (ExecutorKind.THREAD, ExecutorKind.RAY) or \
+        plan.strategy in (PolicyStrategy.THREAD, PolicyStrategy.PROCESS)
+    if one_at_a_time:
+        assert plan.lockstep == 1
+        assert (asked is not None and asked > 1) == any("--lockstep" in n for n in plan.notes)
+    elif asked is not None:
+        assert plan.lockstep == asked
+    else:
+        lane_share = -(-max(tasks, 1) // plan.episode_workers)
+        assert plan.lockstep == (min(LOCKSTEP_AUTO, lane_share) if batchable else 1)

@@ -672,10 +672,14 @@ class _CommandThreads:
             if self._closing.is_set():
                 return  # what it used was released under it: the worker is ending anyway
             # nothing answers the commands in flight any more: the worker ends, so the
-            # parent replaces it and plays them again. To the main thread: one the kernel
-            # picked (often this one) would leave it blocked on the pipe
+            # parent replaces it and plays them again. SIGTERM to the main thread (one the
+            # kernel picked, often this one, would not wake its read of the pipe), which
+            # cleans up and exits; a signal that landed just before it blocked in the read
+            # is never seen there: go anyway, as the watch thread does
             traceback.print_exc()
             signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
+            time.sleep(5.0)
+            os._exit(1)
 
     def _commands(self) -> Iterator[tuple[str, list[Any]] | None]:
         while True:

@@ -186,7 +186,7 @@ def make_plan(jobs: int, cpus: int, gpus: int, workload: Workload) -> Plan:
             f"{episode_workers} episode worker(s), {jobs - episode_workers} job(s) left"
         )
     else:
-        reasons.append(f"{episode_workers} episode worker(s): one episode per job at a time")
+        reasons.append(f"{episode_workers} episode worker(s): one lane per job")
     executor = _executor(workload, episode_workers, reasons)
     if executor is ExecutorKind.INLINE:
         episode_workers = 1

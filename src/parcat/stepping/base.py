@@ -198,18 +198,18 @@ class InlineStepper(Stepper):
         self.cache.clear()
 
 
-Request = tuple[InlineStepper, dict[Any, Any], Sequence[Any]]
+SlotRequest = tuple[InlineStepper, dict[Any, Any], Sequence[Any]]
 """A slot's stepper, its episode's observations and the live agents to act."""
 Answer = dict[Any, Any] | PolicyStepError
 """The actions of a slot's live agents, or what failed it."""
 
 
-def act_in_lockstep(requests: Sequence[Request]) -> list[Answer]:
+def act_in_lockstep(requests: Sequence[SlotRequest]) -> list[Answer]:
     """Answer the requests of several episodes (slots) at once: every stateless policy
-    shared across them, by (mission, spec), acts in one ``step_batch`` call for all their
-    agents; the other agents' policies are stepped one by one. Async calls (those shared
-    calls and agents' own steps) go out first, every slot's at once. A failure fails only
-    the slots whose observations it failed on."""
+    shared across them, by (mission, spec, batch group), acts in one ``step_batch`` call
+    for all their agents; the other agents' policies are stepped one by one. Async calls
+    (those shared calls and agents' own steps) go out first, every slot's at once. A
+    failure fails only the slots whose observations it failed on."""
     answers: list[Answer] = [{} for _ in requests]
     groups: dict[tuple[Mission | None, tuple[PolicySpec, Any]],
                  tuple[Any, list[tuple[int, Any]]]] = {}
@@ -246,7 +246,7 @@ class _Unit:
     batched: bool
 
 
-def _call_waiting(units: list[_Unit], requests: Sequence[Request],
+def _call_waiting(units: list[_Unit], requests: Sequence[SlotRequest],
                   answers: list[Answer]) -> None:
     """Every async call of the round in one :meth:`AsyncCalls.run`, so K episodes' agents
     wait at once on the process's loop; each outcome (late: the default action; its
@@ -291,7 +291,7 @@ def _wrong_length(actions: Any, expected: int) -> ValueError | None:
     return ValueError(f"step_batch returned {what} for {expected} observations")
 
 
-def _call_shared(step_batch: Any, members: list[tuple[int, Any]], requests: Sequence[Request],
+def _call_shared(step_batch: Any, members: list[tuple[int, Any]], requests: Sequence[SlotRequest],
                  answers: list[Answer]) -> None:
     """One ``step_batch`` call for ``members`` (slot, agent); when it raises and holds
     several slots, each slot's share is called alone to find the slots it fails on."""
@@ -322,7 +322,7 @@ def _call_shared(step_batch: Any, members: list[tuple[int, Any]], requests: Sequ
         _call_shared(step_batch, [m for m in members if m[0] == slot], requests, answers)
 
 
-def _call_singles(singles: list[tuple[int, Any]], requests: Sequence[Request],
+def _call_singles(singles: list[tuple[int, Any]], requests: Sequence[SlotRequest],
                   answers: list[Answer]) -> None:
     """The sync calls of policies without a shared batch form, one at a time."""
     for slot, agent_id in singles:
