@@ -9,6 +9,9 @@ faster). Each kind is set against its own limit:
 2. **A policy that waits** (``wait_policy:Wait,ms=5``: 5 ms of sleep a step; 8 episodes × 4
    agents × 50 steps, issue 22's workload): the limit is ideal concurrency, every agent's
    wait overlapped: the ``--jobs 1`` start-up plus the sequential time / (episodes × agents).
+2b. **An async policy calling a model server** (``examples/http_policy.py``'s
+   ``AsyncHttpPolicy`` against tests' aiohttp server on loopback answering after 5 ms, the
+   waiting workload): the same limit; and with 503 to every 10th request (retried).
 3. **A neural net over many agents** (``mlp,width=256``, 24 agents, 64 episodes, issue 23's
    workload): the limit is the batched arithmetic, the forward pass of every observation of
    the run in batches of 1,536, timed alone. parcat's own cost an observation is the run's
@@ -17,7 +20,7 @@ faster). Each kind is set against its own limit:
    (issue 23 compares with release 4cab202: ``git worktree add --detach DIR 4cab202``).
 
     PYTHONPATH=src .venv/bin/python benchmarks/policy_kinds.py [--repeats N] [--only quiet|load]
-        [--kinds cpu,wait,neural] [--baseline DIR]
+        [--kinds cpu,wait,async,neural] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from neighbour import busy_neighbour
 
 ROOT = Path(__file__).resolve().parents[1]
 # the commands (field.py's) find parcat's source and wait_policy here, wherever run from
-os.environ["PYTHONPATH"] = f"{ROOT / 'src'}:{ROOT / 'benchmarks'}"
+os.environ["PYTHONPATH"] = f"{ROOT / 'src'}:{ROOT / 'benchmarks'}:{ROOT}"
 
 CPU = ("eval", "-m", "harvest", "-p", "mlp,width=256", "-n", "64")
 WAIT = ("eval", "-m", "harvest", "--set", "agents=4", "--set", "max_steps=50", "-n", "8",
@@ -139,6 +142,8 @@ def suite(kinds: set[str], repeats: int, baseline: Path | None = None) -> None:
         }, repeats, lambda t: (
             f"ideal concurrency {ideal(base, statistics.median(t['sequential (--jobs 1)'])):.2f} s"
             f" (start-up {base:.2f} s + sequential / {WAIT_CALLS})"))
+    if "async" in kinds:
+        async_http(repeats)
     if "neural" in kinds:
         rows = {"sequential (--jobs 1)": command(*NEURAL, "--jobs", "1"),
                 "default (no --jobs)": command(*NEURAL),
@@ -150,11 +155,38 @@ def suite(kinds: set[str], repeats: int, baseline: Path | None = None) -> None:
                 rows, repeats, neural_limit)
 
 
+def async_http(repeats: int) -> None:
+    """Kind 2b: the async policy from the docs against a loopback server (5 ms answers)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    from tests.policies.model_server import ModelServer
+
+    base = startup()
+    with ModelServer(delay_s=0.005) as server:
+        run = (*WAIT[:-1], f"examples.http_policy:AsyncHttpPolicy,url={server.url}")
+        failing = ModelServer(delay_s=0.005, fail_every=10)
+        failing.start()
+        try:
+            compare("2b. async HTTP policy (5 ms answers): 8 episodes x 4 agents x 50 steps", {
+                "sequential (--jobs 1)": command(*run, "--jobs", "1"),
+                "default (no --jobs)": command(*run),
+                "concurrent (--jobs 32 --parallel-policy)": command(
+                    *run, "--jobs", "32", "--parallel-policy"),
+                "retrying (default, 503 to every 10th request)": command(
+                    *run[:-1], f"examples.http_policy:AsyncHttpPolicy,url={failing.url}"),
+            }, repeats, lambda t: (
+                f"ideal concurrency "
+                f"{ideal(base, statistics.median(t['sequential (--jobs 1)'])):.2f} s"))
+        finally:
+            failing.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only", choices=["quiet", "load"])
-    parser.add_argument("--kinds", default="cpu,wait,neural")
+    parser.add_argument("--kinds", default="cpu,wait,async,neural")
     parser.add_argument("--baseline", type=Path, help="a checkout of an older release")
     args = parser.parse_args()
     kinds = set(args.kinds.split(","))

@@ -5,6 +5,7 @@ Referenced as ``tests.fakes:Name`` so that worker processes can import them too.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import multiprocessing
 import os
@@ -473,3 +474,39 @@ class PickyBatchPolicy:
             if obs[0] == self.at_step and obs[1] == self.agent:
                 raise ValueError(f"agent {self.agent} is not served at step {self.at_step}")
         return [1] * len(obs_batch)
+
+
+class AsyncStatefulPolicy(StatefulPolicy):
+    """:class:`StatefulPolicy` with an ``async def step`` that waits a millisecond first:
+    its twin, acting the same."""
+
+    async def step(self, obs: Any) -> Any:  # type: ignore[override]
+        await asyncio.sleep(0.001)
+        return StatefulPolicy.step(self, obs)
+
+
+class AsyncStatelessPolicy:
+    """Acts on the observation alone, through async ``step`` and ``step_batch``."""
+
+    stateless = True
+
+    def __init__(self, spec: AgentSpec) -> None:
+        self.n = int(spec.action_space.n)  # type: ignore[attr-defined]
+
+    def reset(self, seed: int) -> None:
+        """Nothing to reset."""
+
+    async def step(self, obs: Any) -> int:
+        return (await self.step_batch([obs]))[0]
+
+    async def step_batch(self, obs_batch: list[Any]) -> list[int]:
+        await asyncio.sleep(0.001)
+        return [int(np.asarray(obs).sum()) % self.n for obs in obs_batch]
+
+
+class AsyncBlockingHangingPolicy(HangingPolicy):
+    """:class:`HangingPolicy` with an ``async def step`` whose hang is a blocking sleep: it
+    blocks the event loop itself, not only its own call."""
+
+    async def step(self, obs: Any) -> int:  # type: ignore[override]
+        return HangingPolicy.step(self, obs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import math
 
 import pytest
@@ -45,3 +46,34 @@ def test_summary_per_policy_uses_per_agent_means_and_skips_failures() -> None:
 def test_strip_timings_removes_nested_timing_keys() -> None:
     doc = {"timing": {"elapsed_s": 1}, "episodes": [{"duration_s": 2.0, "steps": 3}]}
     assert strip_timings(doc) == {"episodes": [{"steps": 3}]}
+
+
+def test_retries_are_summed_per_policy_and_round_trip_but_are_no_result() -> None:
+    played = EpisodeResult("m", 0, 0, 1, (AgentResult("a0", "x", 1.0, retries=2),
+                                          AgentResult("a1", "y", 2.0, retries=1)))
+    failed = EpisodeResult("m", 1, 1, 1, (AgentResult("a0", "x", 0.0, retries=4),),
+                           status=EpisodeStatus.FAILED, error=ErrorInfo("E", "boom", "tb"))
+    rows = {s.policy: s.retries for s in summarize([played, failed])}
+    assert rows == {"*": 7, "x": 6, "y": 1}
+    header, everyone, *_ = summary_csv(summarize([played])).splitlines()
+    assert header.endswith(",retries") and everyone.endswith(",3")
+    assert EpisodeResult.from_dict(played.to_dict()) == played
+    with pytest.raises(TypeError, match="retries: expected an integer, got str"):
+        EpisodeResult.from_dict({**played.to_dict(), "agents": [
+            {"agent_id": "a0", "policy": "x", "reward": 1.0, "retries": "2"}]})
+    clean = EpisodeResult("m", 0, 0, 1, (AgentResult("a0", "x", 1.0), AgentResult("a1", "y", 2.0)))
+    assert strip_timings(played.to_dict()) == strip_timings(clean.to_dict())
+
+
+def test_the_table_shows_retries_only_when_there_are_some() -> None:
+    from rich.console import Console
+
+    from parcat.cli.render import summary_table
+
+    def shown(retries: int) -> str:
+        console = Console(width=200, record=True, file=io.StringIO())
+        console.print(summary_table(summarize([
+            EpisodeResult("m", 0, 0, 1, (AgentResult("a0", "x", 1.0, retries=retries),))])))
+        return console.export_text()
+
+    assert "retries" in shown(3) and "retries" not in shown(0)

@@ -2,4 +2,7 @@
 
 from __future__ import annotations
 
+from parcat.core.errors import TransientError
+
 __version__ = "0.1.0"
+__all__ = ["TransientError", "__version__"]

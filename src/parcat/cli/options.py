@@ -158,14 +158,17 @@ class EvalFlags(Settings):
         metavar="K", help="Episodes each worker plays side by side, one policy call per step "
         "for all of them (default: the planner's choice; 1: one at a time).")] = None
     action_timeout_ms: Annotated[float | None, typer.Option(
-        metavar="MS", help="Late actions get the mission's default action.")] = None
+        metavar="MS", help="Late actions get the mission's default action (for an async "
+        "policy: each call, its retries included).")] = None
     gpus: Annotated[int | None, typer.Option(
         metavar="N", help="GPUs to use (default: detected).")] = None
     start_method: Annotated[StartMethodKind | None, typer.Option(
         help="How worker processes start (default: forkserver where the platform has it).")
     ] = None
     retries: Annotated[int, typer.Option(
-        metavar="N", help="Re-runs of an episode whose worker died.")] = 1
+        metavar="N", help="Re-runs of an episode whose worker died, and retries of an "
+        "async policy's call after a transient error (a dropped connection, HTTP 429 or "
+        "5xx, parcat.TransientError).")] = 1
     episode_timeout: Annotated[float | None, typer.Option(
         metavar="SECONDS", help="Stop an episode after this many seconds.")] = None
     fail_fast: Annotated[bool, typer.Option(

@@ -61,14 +61,15 @@ def summary_table(summaries: Sequence[Summary], title: str | None = None) -> Tab
     for name in ("mission", "policy"):
         table.add_column(name)
     odd = any(s.non_finite for s in summaries)
+    retried = any(s.retries for s in summaries)
     for name in ("episodes", "failed", *(("non-finite",) if odd else ()),
-                 "mean", "std", "min", "max", "95% CI"):
+                 "mean", "std", "min", "max", "95% CI", *(("retries",) if retried else ())):
         table.add_column(name, justify="right")
     for s in summaries:
         ci = "-" if s.episodes == 0 else f"[{number(s.ci95_low)}, {number(s.ci95_high)}]"
         table.add_row(s.mission, s.policy, str(s.episodes), str(s.failed),  # "*": all agents
                       *((str(s.non_finite),) if odd else ()), number(s.mean), number(s.std),
-                      number(s.min), number(s.max), ci,
+                      number(s.min), number(s.max), ci, *((str(s.retries),) if retried else ()),
                       style="bold" if s.policy == "*" else None)
     return table
 

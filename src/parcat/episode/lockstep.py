@@ -3,9 +3,9 @@
 Each episode is :meth:`EpisodeRunner.episode <parcat.episode.rollout.EpisodeRunner.episode>`,
 a generator asking for its agents' actions; every round, all the playing episodes' requests
 are answered together by :func:`~parcat.stepping.base.act_in_lockstep` (one ``step_batch``
-per stateless policy shared across them), and an episode that ends makes room for the next
-task. Every episode keeps its own seeds, so its result does not depend on K or on what it
-was played with.
+per stateless policy shared across them; every async call of them all in flight at once),
+and an episode that ends makes room for the next task. Every episode keeps its own seeds,
+so its result does not depend on K or on what it was played with.
 """
 
 from __future__ import annotations
@@ -76,9 +76,9 @@ def _slot_runners(runner: EpisodeRunner, slots: int) -> list[EpisodeRunner]:
     """``runner`` and ``slots - 1`` more: each slot has its own environments and policies
     (a stateful policy keeps one instance per slot and agent; stateless ones are built
     once, by ``runner``'s stepper, and lent to the others)."""
-    lender = cast(InlineStepper, runner.stepper).cache
+    first = cast(InlineStepper, runner.stepper)
     while len(runner.slots) < slots - 1:
-        runner.slots.append(EpisodeRunner(InlineStepper(lender), runner.on_step, runner.tracer,
+        runner.slots.append(EpisodeRunner(first.sibling(), runner.on_step, runner.tracer,
                                           f"{runner.track}.{len(runner.slots) + 1}"))
     return [runner, *runner.slots[:slots - 1]]
 

@@ -48,6 +48,9 @@ class AgentResult:
     """Sum of the agent's rewards over the episode."""
     late_actions: int = 0
     """Steps on which the agent's action was late and the default action was used."""
+    retries: int = 0
+    """Calls of the agent's async policy tried again after a transient error (``--retries``);
+    a retry never changes the results."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,8 @@ class EpisodeResult:
             "mission": self.mission, "episode_index": self.episode_index, "seed": self.seed,
             "steps": self.steps,
             "agents": [{"agent_id": a.agent_id, "policy": a.policy, "reward": a.reward,
-                        "late_actions": a.late_actions} for a in self.agents],
+                        "late_actions": a.late_actions, "retries": a.retries}
+                       for a in self.agents],
             "stats": dict(self.stats),
             "status": self.status.value,
             "error": None if error is None else {
@@ -151,7 +155,8 @@ def _agent(data: Any) -> AgentResult:
         raise TypeError(f"agents: expected objects, got {type(data).__name__}")
     return AgentResult(_text(data["agent_id"], "agent_id"), _text(data["policy"], "policy"),
                        _number(data["reward"], "reward"),
-                       _integer(data.get("late_actions", 0), "late_actions"))
+                       _integer(data.get("late_actions", 0), "late_actions"),
+                       _integer(data.get("retries", 0), "retries"))
 
 
 def _typed(value: Any, name: str, kind: type | tuple[type, ...], expected: str) -> Any:

@@ -240,7 +240,7 @@ class EpisodeRunner:
             # an environment that raised may be in any state, and one whose reset keeps
             # state from the episode before cannot be reused: the next episode gets a new one
             self._discard_env(mission)
-        late = self.stepper.late_actions()
+        late, retried = self.stepper.late_actions(), self.stepper.call_retries()
         if progress.recorder is not None and task.replay_dir is not None:
             self._save_replay(task, progress, error)
         if self.tracer is not None:
@@ -250,7 +250,8 @@ class EpisodeRunner:
         return EpisodeResult(
             mission.name, task.episode_index, progress.env_seed, progress.steps,
             agents=tuple(AgentResult(str(a), names[i] if names else "?",
-                                     float(totals.get(a, 0.0)), late.get(a, 0))
+                                     float(totals.get(a, 0.0)), late.get(a, 0),
+                                     retried.get(a, 0))
                          for i, a in enumerate(progress.agent_ids)),
             stats=stats, status=EpisodeStatus.OK if error is None else EpisodeStatus.FAILED,
             error=error, task=env_task, duration_s=time.perf_counter() - progress.start,

@@ -7,8 +7,9 @@ The JSON document (``schema: parcat.eval``, ``version: 1``)::
       "status": "complete" | "interrupted" | "failed",
       "config": {"missions": [...], "policies": [...], "episodes": N, "seed": S, ...},
       "summary": [{"mission", "policy", "episodes", "failed", "mean", "std", "min", "max",
-                   "ci95_low", "ci95_high", "non_finite"}, ...],
+                   "ci95_low", "ci95_high", "non_finite", "retries"}, ...],
       "episodes": [EpisodeResult.to_dict(), ...],     # in task order; each with "warnings"
+                                                    # and per agent late_actions, retries
       "reproducible": true | false | null,          # false: some environment ignores its seed
       "environments": {"<mission>": {"reproducible", "leaks_state", "note"}, ...},
       "execution": {"jobs", "executor", "parallel_policy", "policy_strategy", ...,
@@ -40,7 +41,9 @@ SCHEMA = "parcat.eval"
 SCHEMA_VERSION = 1
 ALL_POLICIES = "*"
 # keys whose values differ between equivalent runs (when, how long, on how many workers)
-TIMING_KEYS = frozenset({"duration_s", "timing", "elapsed_s", "started", "execution"})
+# (and retries of transient errors, which depend on the server, never on the results)
+TIMING_KEYS = frozenset({"duration_s", "timing", "elapsed_s", "started", "execution",
+                         "retries"})
 
 # two-sided 95% Student t quantiles for 1..30 degrees of freedom
 _T95 = (
@@ -72,6 +75,9 @@ class Summary:
     ci95_high: float
     non_finite: int = 0
     """Finished episodes whose value was NaN or infinite (excluded from the statistics)."""
+    retries: int = 0
+    """Calls of the policy retried after a transient error, over all its agents and
+    episodes (``--retries``; they never change the statistics)."""
 
 
 def t_quantile_95(dof: int) -> float:
@@ -81,21 +87,23 @@ def t_quantile_95(dof: int) -> float:
     return _T95[dof - 1] if dof <= len(_T95) else 1.96 + 2.4 / dof
 
 
-def describe(mission: str, policy: str, values: Sequence[float], failed: int) -> Summary:
+def describe(mission: str, policy: str, values: Sequence[float], failed: int,
+             retries: int = 0) -> Summary:
     """Summary statistics of one sample of per-episode values; NaN and infinite values
     are counted in ``non_finite`` and left out."""
     finite = [v for v in values if math.isfinite(v)]
     non_finite, values, n = len(values) - len(finite), finite, len(finite)
     if n == 0:
         nan = math.nan
-        return Summary(mission, policy, 0, failed, nan, nan, nan, nan, nan, nan, non_finite)
+        return Summary(mission, policy, 0, failed, nan, nan, nan, nan, nan, nan, non_finite,
+                       retries)
     mean = _mean(values)
     squares = _mean([(v - mean) * (v - mean) for v in values])  # inf past the largest float
     std = math.sqrt(squares * n / (n - 1)) if n > 1 else 0.0
     half = t_quantile_95(n - 1) * std / math.sqrt(n) if n > 1 else 0.0
     return Summary(
         mission, policy, n, failed, mean, std, min(values), max(values), mean - half, mean + half,
-        non_finite,
+        non_finite, retries,
     )
 
 
@@ -111,18 +119,21 @@ def summarize(episodes: Iterable[EpisodeResult]) -> list[Summary]:
     """Per mission: one row for all agents, then one per policy, in first-seen order."""
     samples: dict[tuple[str, str], list[float]] = {}
     failures: Counter[str] = Counter()
+    retries: Counter[tuple[str, str]] = Counter()
     for episode in episodes:
         ok = episode.ok and bool(episode.agents)
         failures[episode.mission] += not ok
         groups = {ALL_POLICIES: [a.reward for a in episode.agents]}
         for agent in episode.agents:
             groups.setdefault(agent.policy, []).append(agent.reward)
+            for name in (ALL_POLICIES, agent.policy):
+                retries[episode.mission, name] += agent.retries
         for policy, rewards in groups.items():
             values = samples.setdefault((episode.mission, policy), [])
             if ok:
                 values.append(math.fsum(rewards) / len(rewards))
     return [
-        describe(mission, policy, values, failures[mission])
+        describe(mission, policy, values, failures[mission], retries[mission, policy])
         for (mission, policy), values in samples.items()
     ]
 

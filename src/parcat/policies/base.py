@@ -8,7 +8,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from parcat.envs.base import AgentSpec
 
-__all__ = ["AgentSpec", "BatchPolicy", "Policy"]
+__all__ = ["AgentSpec", "AsyncPolicy", "BatchPolicy", "Policy"]
 
 
 @runtime_checkable
@@ -31,4 +31,19 @@ class BatchPolicy(Policy, Protocol):
 
     def step_batch(self, obs_batch: Sequence[Any]) -> Sequence[Any]:
         """Return one action per observation, in order."""
+        ...
+
+
+@runtime_checkable
+class AsyncPolicy(Protocol):
+    """A policy whose step waits (a model server, an API): parcat keeps many agents' calls
+    in flight at once on one event loop per process. It may also define
+    ``async def step_batch``; ``reset`` stays sync."""
+
+    def reset(self, seed: int) -> None:
+        """Start an episode; reseed any randomness and clear any memory."""
+        ...
+
+    async def step(self, obs: Any) -> Any:
+        """Return the action for one observation."""
         ...

@@ -20,6 +20,7 @@ from parcat.core.errors import USER_CODE_ERRORS
 from parcat.envs.missions import Mission
 from parcat.policies.specs import make_policy
 from parcat.sim.config import AgentConfig
+from parcat.stepping.calls import blocking
 
 
 class AgentFailure(Exception):
@@ -125,6 +126,7 @@ class AgentRunner:
 
     def __post_init__(self) -> None:
         self.policy = make_policy(self.config.policy, self.mission, self.config.spec)
+        self.step = blocking(self.policy.step)  # an async policy's too, one call at a time
         self.clock = CycleClock(self.config.cycle_ns)
         """When its next cycle is due (cycled agents)."""
 
@@ -137,7 +139,7 @@ class AgentRunner:
                 self.policy.reset(seeding.agent_seed(self.seed, self.mission.key, episode, index))
                 self.episode = episode
             begin = time.perf_counter_ns()
-            action = self.policy.step(obs)
+            action = self.step(obs)
             compute_ns = time.perf_counter_ns() - begin
         except USER_CODE_ERRORS as exc:
             raise AgentFailure(self.config, step, exc) from exc

@@ -19,6 +19,7 @@ from parcat.envs.missions import Mission
 from parcat.ipc.process import ACTING, ErrorReport, acting_marker
 from parcat.policies.base import AgentSpec, Policy
 from parcat.policies.specs import PolicySpec, make_policy
+from parcat.stepping.calls import AsyncAgents, Call, is_async
 
 STRAGGLER_WAIT_S = 5.0  # how long a new episode waits for a late policy step of the last one
 
@@ -119,6 +120,10 @@ class Stepper(ABC):
         """Per agent, how many steps used the default action because the policy was late."""
         return {}
 
+    def call_retries(self) -> dict[Any, int]:
+        """Per agent, how many policy calls were retried after a transient error."""
+        return {}
+
     def close(self) -> None:  # noqa: B027 - most steppers hold nothing to release
         """Release workers and memory."""
 
@@ -136,9 +141,11 @@ class InlineStepper(Stepper):
 
     name = "inline"
 
-    def __init__(self, lender: PolicyCache | None = None) -> None:
+    def __init__(self, action_timeout_s: float | None = None, retries: int = 0,
+                 lender: PolicyCache | None = None) -> None:
         self.cache = PolicyCache(lender)
         self.mission: Mission | None = None
+        self.awaited = AsyncAgents(action_timeout_s, retries)  # policies with async calls
         self._step_fns: dict[Any, Any] = {}
         self._groups: dict[tuple[PolicySpec, Any], tuple[Any, list[Any]]] = {}
         """Per shared stateless policy (spec, ``batch_group``), its ``step_batch`` and its
@@ -163,12 +170,29 @@ class InlineStepper(Stepper):
                 group[1].append(seat.agent.agent_id)
         shared = {a for _, members in self._groups.values() for a in members}
         self._singles = [s.agent.agent_id for s in seats if s.agent.agent_id not in shared]
+        waiting = {a for a in self._singles if is_async(self._step_fns[a])}
+        waiting.update(a for fn, members in self._groups.values() if is_async(fn)
+                       for a in members)
+        self.awaited.start({s.agent.agent_id: s.agent.action_space for s in seats
+                            if s.agent.agent_id in waiting})
 
     def act(self, obs: dict[Any, Any], live: Sequence[Any]) -> dict[Any, Any]:
         answer = act_in_lockstep([(self, obs, live)])[0]
         if isinstance(answer, PolicyStepError):
             raise answer
         return answer
+
+    def sibling(self) -> InlineStepper:
+        """A stepper for another slot played in lockstep beside this one: the same
+        deadline and retries, this one's stateless policies lent."""
+        calls = self.awaited.calls
+        return InlineStepper(calls.timeout, calls.retries, self.cache)
+
+    def late_actions(self) -> dict[Any, int]:
+        return dict(self.awaited.late)
+
+    def call_retries(self) -> dict[Any, int]:
+        return dict(self.awaited.retried)
 
     def close(self) -> None:
         self.cache.clear()
@@ -183,8 +207,9 @@ Answer = dict[Any, Any] | PolicyStepError
 def act_in_lockstep(requests: Sequence[SlotRequest]) -> list[Answer]:
     """Answer the requests of several episodes (slots) at once: every stateless policy
     shared across them, by (mission, spec, batch group), acts in one ``step_batch`` call
-    for all their agents; the other agents' policies are stepped one by one. A failure
-    fails only the slots whose observations it failed on."""
+    for all their agents; the other agents' policies are stepped one by one. Async calls
+    (those shared calls and agents' own steps) go out first, every slot's at once. A
+    failure fails only the slots whose observations it failed on."""
     answers: list[Answer] = [{} for _ in requests]
     groups: dict[tuple[Mission | None, tuple[PolicySpec, Any]],
                  tuple[Any, list[tuple[int, Any]]]] = {}
@@ -196,13 +221,74 @@ def act_in_lockstep(requests: Sequence[SlotRequest]) -> list[Answer]:
             members = groups.setdefault((stepper.mission, key), (step_batch, []))[1]
             members.extend((slot, a) for a in agent_ids if everyone or a in alive)
         singles.extend((slot, a) for a in stepper._singles if everyone or a in alive)
-    for step_batch, members in groups.values():
-        if members:
-            _call_shared(step_batch, members, requests, answers)
+    shared = [_Unit(fn, members, True) for fn, members in groups.values() if members]
+    waiting = [_Unit(requests[slot][0]._step_fns[a], [(slot, a)], False)
+               for slot, a in singles if a in requests[slot][0].awaited.agents]
+    if waiting or any(is_async(unit.fn) for unit in shared):
+        _call_waiting([u for u in shared if is_async(u.fn)] + waiting, requests, answers)
+        shared = [unit for unit in shared if not is_async(unit.fn)]
+        singles = [m for m in singles if m[1] not in requests[m[0]][0].awaited.agents]
+    for unit in shared:
+        _call_shared(unit.fn, unit.members, requests, answers)
     _call_singles(singles, requests, answers)
     return [answer if isinstance(answer, PolicyStepError)
             else {agent_id: answer[agent_id] for agent_id in requests[slot][2]}
             for slot, answer in enumerate(answers)]
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """One async call of a round: ``fn`` for ``members`` (slot, agent), a shared
+    ``step_batch`` (``batched``) or one agent's ``step``."""
+
+    fn: Any
+    members: list[tuple[int, Any]]
+    batched: bool
+
+
+def _call_waiting(units: list[_Unit], requests: Sequence[SlotRequest],
+                  answers: list[Answer]) -> None:
+    """Every async call of the round in one :meth:`AsyncCalls.run`, so K episodes' agents
+    wait at once on the process's loop; each outcome (late: the default action; its
+    retries) counted for its own slot's agents. A raising shared call holding several slots
+    is made again per slot, as in :func:`_call_shared`."""
+    def arg(unit: _Unit) -> Any:
+        obs = [requests[slot][1][agent_id] for slot, agent_id in unit.members]
+        return obs if unit.batched else obs[0]
+
+    outcomes = requests[0][0].awaited.calls.run([Call(u.fn, arg(u)) for u in units])
+    again: list[_Unit] = []
+    for unit, outcome in zip(units, outcomes, strict=True):
+        values = outcome.value if unit.batched and not outcome.late else [outcome.value]
+        error = outcome.error
+        if error is None and not outcome.late:
+            error = _wrong_length(values, len(unit.members))
+        slots = sorted({slot for slot, _ in unit.members})
+        if error is not None and len(slots) > 1:
+            # its retries are not counted: each slot's own call counts its own, as alone
+            again.extend(_Unit(unit.fn, [m for m in unit.members if m[0] == slot], True)
+                         for slot in slots)
+            continue
+        for index, (slot, agent_id) in enumerate(unit.members):
+            value = None if error is not None or outcome.late else values[index]
+            action = requests[slot][0].awaited.settle(agent_id, outcome, value)
+            answer = answers[slot]
+            if isinstance(answer, dict):  # else the slot failed already: its episode ends
+                if error is None:
+                    answer[agent_id] = action
+                else:
+                    answers[slot] = _failed(agent_id, error)
+    if again:
+        _call_waiting(again, requests, answers)
+
+
+def _wrong_length(actions: Any, expected: int) -> ValueError | None:
+    """The error of a ``step_batch`` that did not return one action per observation."""
+    got = len(actions) if hasattr(actions, "__len__") else None
+    if got == expected:
+        return None
+    what = f"{got} actions" if got is not None else f"a {type(actions).__name__}"
+    return ValueError(f"step_batch returned {what} for {expected} observations")
 
 
 def _call_shared(step_batch: Any, members: list[tuple[int, Any]], requests: Sequence[SlotRequest],
@@ -215,9 +301,8 @@ def _call_shared(step_batch: Any, members: list[tuple[int, Any]], requests: Sequ
     failure: BaseException | None = None
     try:
         actions = step_batch([requests[slot][1][agent_id] for slot, agent_id in members])
-        if len(actions) != len(members):
-            raise ValueError(f"step_batch returned {len(actions)} actions for "
-                             f"{len(members)} observations")
+        if (wrong := _wrong_length(actions, len(members))) is not None:
+            raise wrong
     except USER_CODE_ERRORS as exc:
         failure = exc
     finally:
@@ -239,8 +324,7 @@ def _call_shared(step_batch: Any, members: list[tuple[int, Any]], requests: Sequ
 
 def _call_singles(singles: list[tuple[int, Any]], requests: Sequence[SlotRequest],
                   answers: list[Answer]) -> None:
-    """The calls of policies without a shared batch form, one at a time: the one place
-    where a group of calls of policies that wait could be run together."""
+    """The sync calls of policies without a shared batch form, one at a time."""
     for slot, agent_id in singles:
         answer = answers[slot]
         if not isinstance(answer, dict):

@@ -24,7 +24,8 @@ class StepperConfig:
     start_method: str | None = None
     blas_threads: int = 1
     retries: int = 0
-    """Times an episode is played again when one of its policy workers was lost."""
+    """Times an episode is played again when one of its policy workers was lost, and an
+    async policy's call is tried again after a transient error."""
     lockstep: int = 1
     """Episodes a runner plays side by side, one policy call per step for all of them
     (in lockstep; inline agents only)."""
@@ -40,5 +41,6 @@ class StepperConfig:
                                   start_method=self.start_method,
                                   blas_threads=self.blas_threads, tracer=tracer)
         if strategy is PolicyStrategy.THREAD and self.workers > 0:
-            return ThreadStepper(self.workers, self.action_timeout_s)
-        return InlineStepper()  # batch too: inline steps share a stateless policy's calls
+            return ThreadStepper(self.workers, self.action_timeout_s, self.retries)
+        # batch too: inline steps share a stateless policy's calls
+        return InlineStepper(self.action_timeout_s, self.retries)

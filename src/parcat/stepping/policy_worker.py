@@ -23,6 +23,7 @@ from parcat.ipc.process import (
 )
 from parcat.ipc.shm import Codec, SlotBlock
 from parcat.stepping.base import PolicyCache, Seat
+from parcat.stepping.calls import blocking
 
 preload(__name__)  # the fork server imports it and all it imports, once
 
@@ -60,7 +61,7 @@ class _PolicyHost:
             policies = self.cache.reset(mission, seats, self.marker)
             self.agent_ids = [s.agent.agent_id for s in seats]
             self.marks = [s.agent.agent_index + 1 for s in seats]
-            self.step_fns = [policies[a].step for a in self.agent_ids]
+            self.step_fns = [blocking(policies[a].step) for a in self.agent_ids]
         except USER_CODE_ERRORS as exc:
             cause = exc.__cause__ if exc.__cause__ is not None else exc
             report = ErrorReport.from_exception(cause, getattr(exc, "agent", None))

@@ -79,8 +79,9 @@ class ThreadStepper(InlineStepper):
 
     name = "thread"
 
-    def __init__(self, threads: int, action_timeout_s: float | None = None) -> None:
-        super().__init__()
+    def __init__(self, threads: int, action_timeout_s: float | None = None,
+                 retries: int = 0) -> None:
+        super().__init__(action_timeout_s, retries)
         self.threads = max(1, threads)
         self.timeout = action_timeout_s
         self._pool = DaemonThreadPool(self.threads, "parcat-policy")
@@ -104,7 +105,8 @@ class ThreadStepper(InlineStepper):
         self._defaults = {s.agent.agent_id: noop_action(s.agent.action_space) for s in seats}
         # with a deadline no agent steps on this thread: only a pool thread can be late
         share = 0 if self.timeout is not None else len(seats) // (self.threads + 1)
-        self._local = {s.agent.agent_id for s in seats[:share]}
+        # async policies wait on the event loop, never on a thread
+        self._local = {s.agent.agent_id for s in seats[:share]} | self.awaited.agents
 
     def act(self, obs: dict[Any, Any], live: Sequence[Any]) -> dict[Any, Any]:
         """Dispatch the threads' agents, step the local ones, then collect."""
@@ -140,7 +142,7 @@ class ThreadStepper(InlineStepper):
         return self._defaults[agent_id]
 
     def late_actions(self) -> dict[Any, int]:
-        return dict(self._late)
+        return {**self._late, **self.awaited.late}
 
     def close(self) -> None:
         """Stop the threads (a hung policy thread is abandoned, not joined)."""

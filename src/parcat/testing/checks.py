@@ -19,6 +19,7 @@ import numpy as np
 
 from parcat.core.errors import ConformanceError
 from parcat.policies.base import AgentSpec, Policy
+from parcat.stepping.calls import blocking
 
 
 def _require(condition: bool, message: str) -> None:
@@ -123,9 +124,10 @@ def check_policy(policy: Policy, spec: AgentSpec, seed: int = 0, num_steps: int 
     obs_space.seed(seed)
     observations = [obs_space.sample() for _ in range(num_steps)]
     runs = []
+    step = blocking(policy.step)  # an async policy's too
     for _ in range(2):
         policy.reset(seed)
-        actions = [policy.step(o) for o in observations]
+        actions = [step(o) for o in observations]
         for action in actions:
             _require(spec.action_space.contains(action),
                      f"policy action {action!r} is outside {spec.action_space}")
@@ -134,7 +136,7 @@ def check_policy(policy: Policy, spec: AgentSpec, seed: int = 0, num_steps: int 
     step_batch = getattr(policy, "step_batch", None)
     if callable(step_batch):
         policy.reset(seed)
-        batched = list(step_batch(observations))
+        batched = list(blocking(step_batch)(observations))
         _require(len(batched) == len(observations), "step_batch must return one action per obs")
         for action in batched:
             _require(spec.action_space.contains(action),
