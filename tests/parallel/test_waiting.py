@@ -210,12 +210,16 @@ def test_plan_shows_the_concurrency_and_why(capsys: pytest.CaptureFixture[str]) 
        agents=st.integers(1, 64), share=st.floats(0.0, 0.49), wall=st.floats(5e-4, 1.0),
        free=st.one_of(st.none(), st.integers(1, 128)),
        given_limit=st.one_of(st.none(), st.integers(1, 1024)),
-       foreign=st.booleans(), isolate=st.booleans(), parallel=st.booleans())
+       foreign=st.booleans(), isolate=st.booleans(), parallel=st.booleans(),
+       waits=st.sampled_from(["policy", "environment", "both"]))
 def test_a_waiting_plan_stays_within_jobs_and_its_concurrency(
         jobs: int, cpus: int, tasks: int, agents: int, share: float, wall: float,
         free: int | None, given_limit: int | None, foreign: bool, isolate: bool,
-        parallel: bool) -> None:
-    work = Workload(tasks, agents, parallel, step_s=wall, step_cpu_s=share * wall,
+        parallel: bool, waits: str) -> None:
+    policy = (wall, share * wall) if waits != "environment" else (2e-6, 2e-6)
+    env = (wall, share * wall) if waits != "policy" else (None, None)
+    work = Workload(tasks, agents, parallel, step_s=policy[0], step_cpu_s=policy[1],
+                    env_step_s=env[0], env_step_cpu_s=env[1],
                     free_cpus=free, concurrency=given_limit, isolate=isolate,
                     foreign_code="m:C" if foreign else None, jobs_given=True)
     plan = make_plan(jobs, cpus, 0, work)
@@ -223,6 +227,8 @@ def test_a_waiting_plan_stays_within_jobs_and_its_concurrency(
         assert plan.episodes_per_worker == 1  # --jobs 1: one at a time
         return
     assert 1 <= plan.concurrency <= (given_limit or 256)
+    if waits == "environment":  # a policy that computes steps inline: no thread pays
+        assert plan.policy_workers == 0
     agents_at_once = plan.policy_workers + (0 if plan.policy_workers == 0 else 1)
     in_flight = plan.episode_workers * plan.episodes_per_worker * max(1, agents_at_once)
     if plan.executor is ExecutorKind.PROCESS:

@@ -77,8 +77,7 @@ until then, a run that SIGTERM does not end soon is stuck in user code."""
 SPARE_S = 2.0
 """How long a worker kept for reuse waits unused (:func:`keep_spare`): a run's checks,
 calibration and first episode worker follow each other within milliseconds."""
-_spare: list[tuple[Worker, threading.Timer]] = []
-_spare_exit_hook: list[bool] = []
+_spare: list[tuple[Worker, threading.Timer]] = []  # the kept worker, if any, and its timer
 _SPARE_LOCK = threading.Lock()
 
 # this worker's own status cells, pipe and parent, set by _bootstrap
@@ -422,11 +421,6 @@ def keep_spare(worker: Worker) -> bool:
     with _SPARE_LOCK:
         if _spare or not worker.alive:
             return False
-        if not _spare_exit_hook:
-            # before multiprocessing's own exit hook (hooks run last first), which would
-            # wait forever for a worker that waits for commands
-            atexit.register(release_spare)
-            _spare_exit_hook.append(True)
         timer = threading.Timer(SPARE_S, release_spare, (worker,))
         timer.daemon = True
         _spare.append((worker, timer))
@@ -457,6 +451,11 @@ def release_spare(only: Worker | None = None) -> None:
         worker, timer = _spare.pop()
     timer.cancel()
     worker.stop(grace_s=0.5)
+
+
+# registered after multiprocessing's own exit hook (imported above), so it runs first:
+# that hook would wait forever for a kept worker, which waits for commands
+atexit.register(release_spare)
 
 
 def _rebuilt(kind: type[errors.ParcatError], message: str) -> errors.ParcatError:
