@@ -510,3 +510,52 @@ class AsyncBlockingHangingPolicy(HangingPolicy):
 
     async def step(self, obs: Any) -> int:  # type: ignore[override]
         return HangingPolicy.step(self, obs)
+
+
+class MixedSpacesEnv(ScriptedEnv):
+    """Agent 0 sees three numbers and has two actions; the others see two and have three
+    (as MPE's adversary and good agents): one network per kind of agent."""
+
+    def _obs(self, agent: int) -> np.ndarray:
+        return np.array([self.t, agent, 1.0][: 3 if agent == 0 else 2], dtype=np.float32)
+
+    def observation_space(self, agent: int) -> gymnasium.spaces.Space[Any]:
+        return gymnasium.spaces.Box(-1e9, 1e9, (3 if agent == 0 else 2,), np.float32)
+
+    def action_space(self, agent: int) -> gymnasium.spaces.Space[Any]:
+        return gymnasium.spaces.Discrete(2 if agent == 0 else 3)
+
+
+class StrayAgentEnv(ScriptedEnv):
+    """From step 2, ``agents`` names an agent that is not among ``possible_agents``."""
+
+    def step(self, actions: dict[int, Any]) -> Any:
+        result = super().step(actions)
+        if self.t == 2 and self.agents:
+            self.agents = [*self.agents, 99]
+        return result
+
+
+class FlakyPolicy:
+    """A sync policy behind a flaky link: every third call raises ``TransientError`` first
+    (counted across instances, as a shared server would be)."""
+
+    calls = 0
+    stateless = True
+
+    def __init__(self, spec: AgentSpec) -> None:
+        self.space = spec.action_space
+
+    def reset(self, seed: int) -> None:
+        pass
+
+    def step(self, obs: Any) -> Any:
+        return self.step_batch([obs])[0]
+
+    def step_batch(self, obs_batch: Any) -> list[Any]:
+        from parcat import TransientError
+
+        FlakyPolicy.calls += 1
+        if FlakyPolicy.calls % 3 == 0:
+            raise TransientError("503 from the model server", retry_after=0.0)
+        return [int(abs(float(np.asarray(o).sum()))) % int(self.space.n) for o in obs_batch]

@@ -182,3 +182,24 @@ def test_the_planner_knows_which_policies_have_a_shared_batch_form(tmp_path: Pat
     # code from outside parcat is not imported in this process to find out
     assert shared == {"mlp": True, "noop": True, str(run): True, "random": False,
                       "greedy": False, "tests.fakes:PickyBatchPolicy": False}
+
+
+def test_agents_with_other_spaces_never_share_a_call() -> None:
+    """mlp over agents that see and do different things (MPE's adversary and good agents):
+    a network per kind of agent, in lockstep as one at a time."""
+    mission = replace(scripted_mission(agents=3, max_steps=6), env="tests.fakes:MixedSpacesEnv")
+    tasks = [EpisodeTask(mission, (parse_policy_spec("mlp,width=16"),), 0, i) for i in range(5)]
+    results = play(tasks, 5)
+    assert all(r.ok for r in results), [r.error for r in results]
+    assert untimed(results) == untimed(one_at_a_time(tasks))
+
+
+def test_an_agent_live_without_a_seat_fails_its_episode_not_the_run() -> None:
+    stray = replace(scripted_mission(name="stray", max_steps=6), env="tests.fakes:StrayAgentEnv")
+    policies = (parse_policy_spec("mlp,width=16"), parse_policy_spec("random"))
+    tasks = [EpisodeTask(stray if i % 2 else scripted_mission(max_steps=6), policies, 0, i)
+             for i in range(4)]
+    results = play(tasks, 4)
+    assert [r.ok for r in results] == [True, False, True, False]
+    assert all("99" in str(r.error.message) for r in results if r.error is not None)
+    assert untimed(results) == untimed(one_at_a_time(tasks))

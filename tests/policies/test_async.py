@@ -429,3 +429,31 @@ def test_a_shared_async_call_that_raises_fails_only_the_episodes_it_fails_on() -
     assert failed and len(failed) < len(together)
     assert all("agent 2 is not served at step 3" in r["error"]["traceback"] for r in failed)
     assert together == _lockstep(tasks, 1)
+
+
+def test_a_sync_policy_s_transient_errors_are_retried_and_counted() -> None:
+    """A sync policy (a served one: urllib3 under the hood) raising TransientError gets
+    --retries too: the clean run's actions, the retries in the results."""
+    from parcat.episode.rollout import EpisodeRunner, EpisodeTask
+    from parcat.stepping.base import InlineStepper
+    from tests.fakes import FlakyPolicy, scripted_mission
+
+    mission = scripted_mission(agents=2, max_steps=6)
+    tasks = [EpisodeTask(mission, (parse_policy_spec("tests.fakes:FlakyPolicy"),), 0, i)
+             for i in range(3)]
+    FlakyPolicy.calls = 0
+    runner = EpisodeRunner(InlineStepper(retries=1))
+    try:
+        results = [runner.run(task) for task in tasks]
+    finally:
+        runner.close()
+    assert all(r.ok for r in results), [r.error for r in results]
+    retried = sum(a.retries for r in results for a in r.agents)
+    assert retried > 0
+    strict = EpisodeRunner(InlineStepper(retries=0))
+    try:
+        FlakyPolicy.calls = 0
+        failed = strict.run(tasks[0])
+    finally:
+        strict.close()
+    assert not failed.ok and failed.error is not None and "503" in failed.error.message

@@ -85,3 +85,20 @@ def test_without_urllib3_a_served_policy_is_one_policy_error(
             "policy 'http://127.0.0.1:1': a served policy needs urllib3: pip install "
             "'parcat[serve]'")):
         RemotePolicy(agent, "http://127.0.0.1:1")
+
+
+def test_an_npz_that_inflates_past_the_cap_is_refused_unread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small body must not fill the server's memory: the .npz's declared sizes are
+    checked before any member is inflated."""
+    import zipfile
+
+    from parcat.policies import remote
+
+    monkeypatch.setattr(remote, "MAX_INFLATED_BYTES", 2**20)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("obs.x.npy", b"\0" * (remote.MAX_INFLATED_BYTES + 1))
+    assert len(buffer.getvalue()) < 2**12  # zeros deflate ~1000:1
+    with pytest.raises(ValueError, match=r"not an \.npy or \.npz"):
+        remote.decode_observations(buffer.getvalue())

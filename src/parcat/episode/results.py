@@ -49,7 +49,7 @@ class AgentResult:
     late_actions: int = 0
     """Steps on which the agent's action was late and the default action was used."""
     retries: int = 0
-    """Calls of the agent's async policy tried again after a transient error (``--retries``);
+    """Calls of the agent's policy tried again after a transient error (``--retries``);
     a retry never changes the results."""
 
 

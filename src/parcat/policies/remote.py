@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import uuid
+import zipfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -55,9 +56,24 @@ def encode_observations(obs_batch: Sequence[Any]) -> bytes:
     return buffer.getvalue()
 
 
+MAX_INFLATED_BYTES = 256 * 2**20
+"""An ``.npz`` body may inflate to this much at most: a small body must not fill memory."""
+
+
+def _check_inflated_size(data: bytes) -> None:
+    if data[:2] != b"PK":  # an .npy: its size is the body's
+        return
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        inflated = sum(member.file_size for member in archive.infolist())
+    if inflated > MAX_INFLATED_BYTES:
+        raise ValueError(f"the .npz inflates to {inflated:,} bytes, more than "
+                         f"{MAX_INFLATED_BYTES:,}")
+
+
 def decode_observations(data: bytes) -> list[Any]:
     """The observations :func:`encode_observations` wrote (``ValueError`` if malformed)."""
     try:
+        _check_inflated_size(data)
         loaded = np.load(io.BytesIO(data), allow_pickle=False)
         if isinstance(loaded, np.ndarray):
             if loaded.ndim < 1:
@@ -133,6 +149,10 @@ class RemotePolicy:
             raise
         self.stateless = bool(info["stateless"])
         """Mirrors the served policy: stateless ones may act for many agents in one call."""
+        self.batch_group = (f"{parts.hostname}:{parts.port}",
+                            info["agents"][self.agent].get("instance", self.agent))
+        """Agents share a batched request only when the server acts for them with one
+        instance (a run directory keeps one per agent)."""
 
     def _get_info(self) -> dict[str, Any]:
         try:

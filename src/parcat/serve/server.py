@@ -84,14 +84,17 @@ class PolicyServer:
         self.max_batch, self.max_wait_s = max_batch, max_wait_s
         self.agents: dict[str, AgentSpec] = {str(a.agent_id): a for a in mission.agents()}
         self._policies: dict[str, Policy] = {}
+        shared: dict[tuple[str, str], Policy] = {}
         for name, agent in self.agents.items():
-            first = next(iter(self._policies.values()), None)
-            # the contract of `stateless`: one instance may act for any agent (checkpoint
-            # folders may hold different weights per agent, so each keeps its own)
+            spaces = (str(agent.observation_space), str(agent.action_space))
+            first = shared.get(spaces)
+            # the contract of `stateless`: one instance may act for any agent with the same
+            # spaces (checkpoint folders may hold different weights per agent: each its own)
             if first is not None and _stateless(first) and not Path(spec.target).is_dir():
                 self._policies[name] = first
             else:
-                self._policies[name] = make_policy(spec, mission, agent)
+                self._policies[name] = shared.setdefault(spaces, make_policy(spec, mission,
+                                                                             agent))
         self.stateless = all(_stateless(p) for p in self._policies.values())
         self.stats = ServeStats()
         self._sessions: OrderedDict[tuple[str, str], Policy] = OrderedDict()
@@ -103,8 +106,18 @@ class PolicyServer:
         return {"format": "parcat-serve", "version": WIRE_VERSION, "policy": self.spec.name,
                 "mission": self.mission.name, "stateless": self.stateless,
                 "agents": {name: {"observation_space": str(a.observation_space),
-                                  "action_space": str(a.action_space)}
+                                  "action_space": str(a.action_space),
+                                  "instance": self._instance(name)}
                            for name, a in self.agents.items()}}
+
+    def _instance(self, name: str) -> int:
+        """Which of the served instances acts for agent ``name``: a client may batch the
+        agents of one instance into one request, never those of two."""
+        distinct: list[Policy] = []
+        for policy in self._policies.values():
+            if not any(policy is seen for seen in distinct):
+                distinct.append(policy)
+        return next(i for i, p in enumerate(distinct) if p is self._policies[name])
 
     def make_app(self) -> web.Application:
         """The aiohttp application (its start and stop run the batcher)."""

@@ -10,16 +10,18 @@ shared policy for all of them.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from gymnasium import spaces
 
 from parcat.core.errors import USER_CODE_ERRORS
 from parcat.envs.missions import Mission
 from parcat.ipc.process import ACTING, ErrorReport, acting_marker
 from parcat.policies.base import AgentSpec, Policy
 from parcat.policies.specs import PolicySpec, make_policy
-from parcat.stepping.calls import AsyncAgents, Call, is_async
+from parcat.stepping.calls import AsyncAgents, Call, call_retrying, is_async
 
 STRAGGLER_WAIT_S = 5.0  # how long a new episode waits for a late policy step of the last one
 
@@ -147,9 +149,9 @@ class InlineStepper(Stepper):
         self.mission: Mission | None = None
         self.awaited = AsyncAgents(action_timeout_s, retries)  # policies with async calls
         self._step_fns: dict[Any, Any] = {}
-        self._groups: dict[tuple[PolicySpec, Any], tuple[Any, list[Any]]] = {}
-        """Per shared stateless policy (spec, ``batch_group``), its ``step_batch`` and its
-        agents."""
+        self._groups: dict[tuple[PolicySpec, Any, Hashable, Hashable], tuple[Any, list[Any]]] = {}
+        """Per shared stateless policy (spec, ``batch_group``, the agents' spaces), its
+        ``step_batch`` and its agents."""
         self._singles: list[Any] = []
         # in a worker process, which agent's code runs now (for a death's report)
         self._marker = acting_marker()
@@ -165,7 +167,9 @@ class InlineStepper(Stepper):
             policy = policies[seat.agent.agent_id]
             if getattr(policy, "stateless", False) and callable(getattr(policy, "step_batch",
                                                                         None)):
-                key = (seat.spec, getattr(policy, "batch_group", None))
+                # one call acts for agents of one network on one kind of observation
+                key = (seat.spec, getattr(policy, "batch_group", None),
+                       space_key(seat.agent.observation_space), space_key(seat.agent.action_space))
                 group = self._groups.setdefault(key, (policy.step_batch, []))  # type: ignore[attr-defined]
                 group[1].append(seat.agent.agent_id)
         shared = {a for _, members in self._groups.values() for a in members}
@@ -198,6 +202,16 @@ class InlineStepper(Stepper):
         self.cache.clear()
 
 
+def space_key(space: Any) -> Hashable:
+    """What tells two spaces apart for a shared network (cheap: a harvest observation
+    space's ``str`` costs ~100 µs, and every seat of every episode asks)."""
+    if isinstance(space, spaces.Box):
+        return ("Box", space.shape, space.dtype.str, space.low.tobytes(), space.high.tobytes())
+    if isinstance(space, spaces.Discrete):
+        return ("Discrete", int(space.n), int(space.start))
+    return str(space)
+
+
 SlotRequest = tuple[InlineStepper, dict[Any, Any], Sequence[Any]]
 """A slot's stepper, its episode's observations and the live agents to act."""
 Answer = dict[Any, Any] | PolicyStepError
@@ -211,7 +225,7 @@ def act_in_lockstep(requests: Sequence[SlotRequest]) -> list[Answer]:
     (those shared calls and agents' own steps) go out first, every slot's at once. A
     failure fails only the slots whose observations it failed on."""
     answers: list[Answer] = [{} for _ in requests]
-    groups: dict[tuple[Mission | None, tuple[PolicySpec, Any]],
+    groups: dict[tuple[Mission | None, tuple[PolicySpec, Any, Hashable, Hashable]],
                  tuple[Any, list[tuple[int, Any]]]] = {}
     singles: list[tuple[int, Any]] = []
     for slot, (stepper, _, live) in enumerate(requests):
@@ -231,9 +245,20 @@ def act_in_lockstep(requests: Sequence[SlotRequest]) -> list[Answer]:
     for unit in shared:
         _call_shared(unit.fn, unit.members, requests, answers)
     _call_singles(singles, requests, answers)
-    return [answer if isinstance(answer, PolicyStepError)
-            else {agent_id: answer[agent_id] for agent_id in requests[slot][2]}
-            for slot, answer in enumerate(answers)]
+    return [_projected(answer, requests[slot][2]) for slot, answer in enumerate(answers)]
+
+
+def _projected(answer: Answer, live: Sequence[Any]) -> Answer:
+    """The actions of ``live`` in its order; an agent the environment made live without a
+    seat (not among its ``possible_agents``) fails the slot, not the run."""
+    if isinstance(answer, PolicyStepError):
+        return answer
+    try:
+        return {agent_id: answer[agent_id] for agent_id in live}
+    except KeyError as missing:
+        return _failed(missing.args[0], KeyError(
+            f"the environment made agent {missing.args[0]!r} live, which is not among its "
+            "possible_agents"))
 
 
 @dataclass(frozen=True)
@@ -256,7 +281,19 @@ def _call_waiting(units: list[_Unit], requests: Sequence[SlotRequest],
         obs = [requests[slot][1][agent_id] for slot, agent_id in unit.members]
         return obs if unit.batched else obs[0]
 
-    outcomes = requests[0][0].awaited.calls.run([Call(u.fn, arg(u)) for u in units])
+    ready: list[_Unit] = []
+    args: list[Any] = []
+    for unit in units:
+        try:
+            args.append(arg(unit))
+        except KeyError as exc:  # an agent live without an observation fails its slots
+            for slot, agent_id in unit.members:
+                answers[slot] = _failed(agent_id, exc)
+            continue
+        ready.append(unit)
+    units = ready
+    outcomes = requests[0][0].awaited.calls.run(
+        [Call(u.fn, a) for u, a in zip(units, args, strict=True)])
     again: list[_Unit] = []
     for unit, outcome in zip(units, outcomes, strict=True):
         values = outcome.value if unit.batched and not outcome.late else [outcome.value]
@@ -300,7 +337,11 @@ def _call_shared(step_batch: Any, members: list[tuple[int, Any]], requests: Sequ
     _mark(stepper, first_agent)
     failure: BaseException | None = None
     try:
-        actions = step_batch([requests[slot][1][agent_id] for slot, agent_id in members])
+        actions, retried = call_retrying(
+            step_batch, [requests[slot][1][agent_id] for slot, agent_id in members],
+            stepper.awaited.calls.retries)
+        for slot, agent_id in members if retried else ():
+            requests[slot][0].awaited.count_retries(agent_id, retried)
         if (wrong := _wrong_length(actions, len(members))) is not None:
             raise wrong
     except USER_CODE_ERRORS as exc:
@@ -332,7 +373,9 @@ def _call_singles(singles: list[tuple[int, Any]], requests: Sequence[SlotRequest
         stepper, obs, _ = requests[slot]
         _mark(stepper, agent_id)
         try:
-            answer[agent_id] = stepper._step_fns[agent_id](obs[agent_id])
+            answer[agent_id], retried = call_retrying(
+                stepper._step_fns[agent_id], obs[agent_id], stepper.awaited.calls.retries)
+            stepper.awaited.count_retries(agent_id, retried)
         except USER_CODE_ERRORS as exc:
             answers[slot] = _failed(agent_id, exc)
         finally:

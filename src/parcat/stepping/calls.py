@@ -187,6 +187,21 @@ class AsyncCalls:
             await asyncio.sleep(delay)
 
 
+def call_retrying(fn: Callable[[Any], Any], arg: Any, retries: int) -> tuple[Any, int]:
+    """``fn(arg)`` for a sync policy, made again after a transient error (:func:`retry_delay`)
+    up to ``retries`` times; the value and the retries spent. The last error is raised."""
+    spent = 0
+    while True:
+        try:
+            return fn(arg), spent
+        except Exception as exc:
+            delay = retry_delay(exc, spent)
+            if delay is None or spent >= retries:
+                raise
+        spent += 1
+        time.sleep(delay)
+
+
 def blocking(fn: Callable[[Any], Any], retries: int = 0) -> Callable[[Any], Any]:
     """``fn`` itself if it is sync; for a coroutine function (an async policy's ``step``), a
     sync function that runs one call on the process's loop and returns its value or raises
@@ -229,8 +244,13 @@ class AsyncAgents:
     def settle(self, agent_id: Any, outcome: Outcome, action: Any) -> Any:
         """Count ``outcome``'s retries (and lateness) for ``agent_id`` and return its action:
         ``action``, or the default one when the call was late."""
-        self.retried[agent_id] += outcome.retries
+        self.count_retries(agent_id, outcome.retries)
         if outcome.late:
             self.late[agent_id] += 1
             return self._defaults[agent_id]
         return action
+
+    def count_retries(self, agent_id: Any, retries: int) -> None:
+        """Add ``retries`` spent on a call for ``agent_id`` (a sync call's too)."""
+        if retries:
+            self.retried[agent_id] = self.retried.get(agent_id, 0) + retries
