@@ -229,12 +229,14 @@ def test_a_waiting_plan_stays_within_jobs_and_its_concurrency(
     assert 1 <= plan.concurrency <= (given_limit or 256)
     if waits == "environment":  # a policy that computes steps inline: no thread pays
         assert plan.policy_workers == 0
-    agents_at_once = plan.policy_workers + (0 if plan.policy_workers == 0 else 1)
-    in_flight = plan.episode_workers * plan.episodes_per_worker * max(1, agents_at_once)
+    agents_at_once = max(1, plan.policy_workers + (0 if plan.policy_workers == 0 else 1))
+    in_flight = plan.episode_workers * plan.episodes_per_worker * agents_at_once
     if plan.executor is ExecutorKind.PROCESS:
         assert plan.episode_workers <= jobs
         # whole episodes: at most one episode's agents short of the limit
-        assert in_flight > min(plan.concurrency, max(1, tasks) * agents) - agents or isolate
+        # (an episode whose agents step inline is one call in flight at a time)
+        assert in_flight > min(plan.concurrency, max(1, tasks) * agents_at_once) \
+            - agents_at_once or isolate
     if isolate or foreign:
         assert plan.executor is ExecutorKind.PROCESS
     if isolate:
