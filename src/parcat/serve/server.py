@@ -93,8 +93,8 @@ class PolicyServer:
             if first is not None and _stateless(first) and not Path(spec.target).is_dir():
                 self._policies[name] = first
             else:
-                self._policies[name] = shared.setdefault(spaces, make_policy(spec, mission,
-                                                                             agent))
+                self._policies[name] = policy = make_policy(spec, mission, agent)
+                shared.setdefault(spaces, policy)
         self.stateless = all(_stateless(p) for p in self._policies.values())
         self.stats = ServeStats()
         self._sessions: OrderedDict[tuple[str, str], Policy] = OrderedDict()
