@@ -10,7 +10,7 @@ so its result does not depend on K or on what it was played with.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar, cast
 
 from parcat.core.trace import now_us
@@ -23,13 +23,16 @@ _END: Any = object()
 
 
 def run_many(runner: EpisodeRunner, tasks: Iterable[tuple[T, EpisodeTask] | None],
-             slots: int) -> Iterator[tuple[T, EpisodeResult]]:
+             slots: int, on_round: Callable[[], None] | None = None
+             ) -> Iterator[tuple[T, EpisodeResult]]:
     """Play tagged tasks on ``runner``, up to ``slots`` at once in lockstep; yield
     ``(tag, result)`` as each episode ends.
 
     ``tasks`` may give ``None`` for "nothing new yet" while some episode plays (a worker's
     queue); it must block rather than give ``None`` while none does. A runner whose
     stepper is not inline (policy workers, threads) plays one episode at a time.
+    ``on_round`` runs after every round (a lane that also tends workers does it there: a
+    round is short, K episodes are not).
     """
     if slots <= 1 or type(runner.stepper) is not InlineStepper:
         for item in tasks:
@@ -55,6 +58,8 @@ def run_many(runner: EpisodeRunner, tasks: Iterable[tuple[T, EpisodeTask] | None
         if not playing:
             return
         yield from _round(runner, runners, playing)
+        if on_round is not None:
+            on_round()
 
 
 def _round(runner: EpisodeRunner, runners: list[EpisodeRunner],

@@ -9,10 +9,12 @@ the first episode starts at once, here, and only when the rest of the run looks 
 from __future__ import annotations
 
 import contextlib
+import math
 import queue
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from parcat.core.resources import blas_limited
@@ -39,6 +41,28 @@ def _pending(run: RunState) -> Iterator[tuple[int, EpisodeTask]]:
         yield index, run.tasks[index]
 
 
+@dataclass
+class _Played:
+    """What this lane has played so far: the estimate of the rest of the run."""
+
+    began: float
+    steps: int
+    """The run's longest episode in steps."""
+    episodes: int = 0
+    rounds: int = 0
+
+    def remaining_s(self, run: RunState, lockstep: int) -> float:
+        """The pending tasks' time if this lane played them all: from its episodes, or,
+        before any ended, from its lockstep rounds (an episode is at most max_steps)."""
+        elapsed = time.perf_counter() - self.began
+        if self.episodes:
+            return len(run.pending) * elapsed / self.episodes
+        if not self.rounds:
+            return 0.0
+        rounds = math.ceil(len(run.pending) / max(1, lockstep)) * self.steps
+        return rounds * elapsed / self.rounds
+
+
 class HybridExecutor(ProcessExecutor):
     """This process as one episode lane plus ``workers`` worker processes started in the
     background; other arguments as :class:`ProcessExecutor`'s."""
@@ -63,31 +87,43 @@ class HybridExecutor(ProcessExecutor):
         """Run tasks here and on the workers as they arrive; results in task order."""
         _check_picklable(tasks)
         run = RunState(tasks, on_result)
+        # a TaskList names its missions; a plain list is of one mission's tasks (or short)
+        missions = getattr(tasks, "missions", None) or [t.mission for t in tasks[:1]]
+        played_here = _Played(time.perf_counter(), max((m.max_steps for m in missions),
+                                                       default=1))
+
+        def between_rounds() -> None:
+            played_here.rounds += 1
+            self._tend(run, played_here)
+
         # this lane plays as a worker does (stepper.lockstep episodes at once), taking
         # tasks as its slots free; it stops taking them once none is pending
-        local = run_many(self._local, _pending(run), self.stepper.lockstep)
-        local_s, local_n, began = 0.0, 0, time.perf_counter()
+        local = run_many(self._local, _pending(run), self.stepper.lockstep, between_rounds)
         while run.remaining:
-            if self._starter is None and local_n and \
-                    len(run.pending) * local_s / local_n > self.worth_starting_s:
-                self._start_in_background(min(self.num_workers, len(run.pending)))
-            self._admit_arrivals()
-            for worker in self._workers:
-                self._feed(worker, run)
+            self._tend(run, played_here)
             with blas_limited(self.stepper.blas_threads):  # as in a worker
                 played = next(local, None)
             if played is not None:
-                now = time.perf_counter()
-                local_s, local_n, began = local_s + now - began, local_n + 1, now
+                played_here.episodes += 1
                 run.finish(*played)
-                for worker in [w for w in self._workers if w.inflight]:
-                    self._collect(worker, run)
                 continue
             busy = [w for w in self._workers if w.inflight]
             wait_any([w.worker for w in busy], timeout=self._next_wait(busy))
             for worker in busy:
                 self._collect(worker, run)
         return [run.results[i] for i in sorted(run.results)]
+
+    def _tend(self, run: RunState, played: _Played) -> None:
+        """Between this lane's episodes (or lockstep rounds): start the workers once the
+        rest of the run looks worth it, take in those that came up, feed them, collect."""
+        if self._starter is None and run.pending and \
+                played.remaining_s(run, self.stepper.lockstep) > self.worth_starting_s:
+            self._start_in_background(min(self.num_workers, len(run.pending)))
+        self._admit_arrivals()
+        for worker in self._workers:
+            self._feed(worker, run)
+        for worker in [w for w in self._workers if w.inflight]:
+            self._collect(worker, run)
 
     def _start_in_background(self, count: int) -> None:
         """Start ``count`` workers on a thread (the first also starts the fork server)."""
