@@ -559,3 +559,16 @@ class FlakyPolicy:
         if FlakyPolicy.calls % 3 == 0:
             raise TransientError("503 from the model server", retry_after=0.0)
         return [int(abs(float(np.asarray(o).sum()))) % int(self.space.n) for o in obs_batch]
+
+
+class AsyncWaitingPolicy(StatefulPolicy):
+    """:class:`StatefulPolicy` behind an ``async def step`` that waits ``ms`` first (a model
+    server's answer): its calls mostly wait."""
+
+    def __init__(self, spec: AgentSpec, ms: float = 5.0) -> None:
+        super().__init__(spec)
+        self.wait_s = ms / 1000
+
+    async def step(self, obs: Any) -> Any:  # type: ignore[override]
+        await asyncio.sleep(self.wait_s)
+        return StatefulPolicy.step(self, obs)

@@ -457,3 +457,24 @@ def test_a_sync_policy_s_transient_errors_are_retried_and_counted() -> None:
     finally:
         strict.close()
     assert not failed.ok and failed.error is not None and "503" in failed.error.message
+
+
+def test_an_auto_plan_puts_an_async_policy_s_episodes_in_lockstep(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Calls that wait on the event loop need no policy threads: the waiting plan plays
+    the episodes in lockstep, every agent's call of a round in flight at once, and the
+    results are --jobs 1's."""
+    from parcat.cli.main import main
+
+    run = ["-m", "harvest", "--set", "agents=4", "--set", "max_steps=12", "-n", "6",
+           "-p", "tests.fakes:AsyncWaitingPolicy,ms=5", "-f", "json"]
+    assert main(["plan", *run]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["lockstep"] > 1 and (plan["strategy"], plan["policy_workers"]) == ("inline", 0)
+    assert any("calls are async" in reason for reason in plan["reasons"])
+    results = []
+    for jobs in ([], ["--jobs", "1"]):
+        assert main(["eval", *run, *jobs]) == 0
+        document = json.loads(capsys.readouterr().out)
+        results.append([[a["reward"] for a in e["agents"]] for e in document["episodes"]])
+    assert results[0] == results[1]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from parcat.envs.missions import Mission
@@ -53,6 +53,8 @@ class StepTimes:
     """Wall time of one environment step."""
     env_cpu_s: float = 0.0
     """CPU time of one environment step."""
+    async_calls: bool = False
+    """Some agent's policy is async (its calls went out on the event loop)."""
 
     @property
     def waits(self) -> bool:
@@ -90,7 +92,7 @@ def measure_steps(mission: Mission, policies: tuple[PolicySpec, ...],
         runner.run(EpisodeTask(mission, policies, seed=0, episode_index=0))
     finally:
         runner.close()
-    return _median_times(stepper)
+    return replace(_median_times(stepper), async_calls=bool(stepper.awaited.agents))
 
 
 def _median_times(stepper: _TimedStepper) -> StepTimes:

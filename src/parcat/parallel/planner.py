@@ -71,6 +71,9 @@ class Workload:
     """Measured seconds of one environment step (eval; ``None``: not measured)."""
     env_step_cpu_s: float | None = None
     """CPU seconds of that step: far below ``env_step_s``, the environment waits."""
+    async_calls: bool = False
+    """The policies' calls are async (``async def step``): lockstep puts every episode's
+    calls in flight on one event loop, no thread per episode."""
     concurrency: int | None = None
     """``--concurrency``: agent calls of waiting work in flight at most (``None``: auto)."""
     lockstep: int | None = None
@@ -340,20 +343,31 @@ def _waiting_plan(jobs: int, cpus: int, gpus: int, workload: Workload, reasons: 
                               workload.action_deadline, workload.env_step_s or 0.0,
                               workload.env_step_cpu_s or 0.0)
     reasons.extend(flight.reasons)
-    strategy = PolicyStrategy.THREAD if flight.policy_threads else (
+    # async calls are in flight at once on the event loop: no policy threads, lockstep
+    on_loop = workload.async_calls and asked is not PolicyStrategy.THREAD and not (
+        workload.isolate or workload.action_deadline)
+    threads = 0 if on_loop else flight.policy_threads
+    strategy = PolicyStrategy.THREAD if threads else (
         asked if asked in (PolicyStrategy.INLINE, PolicyStrategy.BATCH) else PolicyStrategy.INLINE)
     reasons.append(f"agents stepped {strategy.value}" + (
-        f": {flight.policy_threads} policy thread(s) per episode" if flight.policy_threads
-        else ""))
+        f": {threads} policy thread(s) per episode" if threads else
+        ": their async calls all in flight at once" if on_loop else ""))
     _note_strategy(workload, strategy, reasons, notes)
     executor, workers, per_worker = _waiting_lanes(jobs, cpus, workload, flight.episodes,
                                                    flight.cpus, reasons, notes)
+    lockstep = 1
+    if on_loop and executor in (ExecutorKind.PROCESS, ExecutorKind.INLINE):
+        lockstep = per_worker if executor is ExecutorKind.PROCESS else flight.episodes
+        per_worker = lockstep
+        reasons.append(f"the policy's calls are async: {lockstep} episode(s) in lockstep per "
+                       "lane, every agent's call of a round in flight on one event loop")
     gpu_ids = tuple(str(i % gpus) for i in range(workers)) if gpus else ()
     if gpus:
         reasons.append(f"{gpus} GPU(s) assigned round-robin to {workers} worker(s)")
-    return Plan(jobs, executor, workers, strategy, flight.policy_threads, 1, workers <= cpus,
+    return Plan(jobs, executor, workers, strategy, threads, 1, workers <= cpus,
                 gpu_ids, workload.free_cpus, False, tuple(reasons),
-                episodes_per_worker=per_worker, concurrency=flight.limit, notes=tuple(notes))
+                episodes_per_worker=per_worker, lockstep=lockstep, concurrency=flight.limit,
+                notes=tuple(notes))
 
 
 def _waiting_lanes(jobs: int, cpus: int, workload: Workload, episodes: int, busy_cpus: int,

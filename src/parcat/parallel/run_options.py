@@ -141,6 +141,7 @@ def plan_run(missions: tuple[Mission, ...], policies: tuple[PolicySpec, ...], ta
         step_cpu_s=None if step is None else step.cpu_s,
         env_step_s=None if step is None else step.env_wall_s,
         env_step_cpu_s=None if step is None else step.env_cpu_s,
+        async_calls=step is not None and step.async_calls,
         concurrency=options.concurrency,
         lockstep=options.lockstep,
         jobs_given=options.jobs is not None,
