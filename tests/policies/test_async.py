@@ -471,7 +471,7 @@ def test_an_auto_plan_puts_an_async_policy_s_episodes_in_lockstep(
     assert main(["plan", *run]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["lockstep"] > 1 and (plan["strategy"], plan["policy_workers"]) == ("inline", 0)
-    assert any("calls are async" in reason for reason in plan["reasons"])
+    assert any("async calls are in flight at once" in reason for reason in plan["reasons"])
     results = []
     for jobs in ([], ["--jobs", "1"]):
         assert main(["eval", *run, *jobs]) == 0

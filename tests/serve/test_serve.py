@@ -380,3 +380,16 @@ def test_bad_input_to_serve_is_one_line_exit_2(args: list[str], line: str,
     assert main(["serve", *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"parcat: error: {line}") and err.count("\n") == 1
+
+
+def test_a_served_stateless_policy_is_played_in_lockstep_one_request_a_round() -> None:
+    """The client is parcat's own: a plan for ``-p http://...`` plays the lane's episodes in
+    lockstep, so a round's observations of every episode go to the server in one request."""
+    with running_server("-p", "mlp,width=32", "-m", "harvest", "--set", "max_steps=6") as (
+            _, url):
+        done = subprocess.run(parcat("plan", "-m", "harvest", "--set", "max_steps=6", "-n", "8",
+                                     "-p", url, "-f", "json"),
+                              cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        assert done.returncode == 0, done.stderr
+        plan = json.loads(done.stdout)
+        assert plan["lockstep"] > 1 and plan["strategy"] == "inline"

@@ -343,15 +343,17 @@ def _waiting_plan(jobs: int, cpus: int, gpus: int, workload: Workload, reasons: 
                               workload.action_deadline, workload.env_step_s or 0.0,
                               workload.env_step_cpu_s or 0.0)
     reasons.extend(flight.reasons)
-    # async calls are in flight at once on the event loop: no policy threads, lockstep
-    on_loop = workload.async_calls and asked is not PolicyStrategy.THREAD and not (
-        workload.isolate or workload.action_deadline)
+    # async calls are in flight at once on the event loop, and a shared batch form takes
+    # a round's agents in one call (one request to a policy server): no policy threads,
+    # lockstep
+    on_loop = (workload.async_calls or workload.batchable) and \
+        asked is not PolicyStrategy.THREAD and not (workload.isolate or workload.action_deadline)
     threads = 0 if on_loop else flight.policy_threads
     strategy = PolicyStrategy.THREAD if threads else (
         asked if asked in (PolicyStrategy.INLINE, PolicyStrategy.BATCH) else PolicyStrategy.INLINE)
     reasons.append(f"agents stepped {strategy.value}" + (
         f": {threads} policy thread(s) per episode" if threads else
-        ": their async calls all in flight at once" if on_loop else ""))
+        ": a round's calls all in flight at once" if on_loop else ""))
     _note_strategy(workload, strategy, reasons, notes)
     executor, workers, per_worker = _waiting_lanes(jobs, cpus, workload, flight.episodes,
                                                    flight.cpus, reasons, notes)
@@ -359,8 +361,9 @@ def _waiting_plan(jobs: int, cpus: int, gpus: int, workload: Workload, reasons: 
     if on_loop and executor in (ExecutorKind.PROCESS, ExecutorKind.INLINE):
         lockstep = per_worker if executor is ExecutorKind.PROCESS else flight.episodes
         per_worker = lockstep
-        reasons.append(f"the policy's calls are async: {lockstep} episode(s) in lockstep per "
-                       "lane, every agent's call of a round in flight on one event loop")
+        reasons.append(f"{lockstep} episode(s) in lockstep per lane: each round, a shared "
+                       "batch form acts for all their agents in one call and async calls "
+                       "are in flight at once on one event loop")
     gpu_ids = tuple(str(i % gpus) for i in range(workers)) if gpus else ()
     if gpus:
         reasons.append(f"{gpus} GPU(s) assigned round-robin to {workers} worker(s)")

@@ -114,6 +114,8 @@ def has_batch_form(spec: PolicySpec) -> bool:
     of the mlp). Code from outside parcat is not imported here to find out: it may only be
     built in a worker."""
     target = spec.target
+    if is_url(target):  # parcat's own client: a stateless served policy batches
+        return True
     reference = BUILTINS[target][0] if target in BUILTINS else (
         _checkpoint_policy(Path(target)) if Path(target).is_dir() else None)
     if not reference or not reference.startswith("parcat."):
