@@ -72,7 +72,9 @@ def test_soak_2000_episodes_in_one_run() -> None:
     assert report.status == "complete" and len(report.episodes) == 2000
     assert [e.episode_index for e in report.episodes] == list(range(2000))
     fds, kids, _, blocks = _resources()
-    assert (fds, kids, blocks) == (before[0], before[1], before[3])
+    # no more open files than before (fewer when something an earlier test in this process
+    # left open, a kept worker's pipes say, was closed meanwhile), no worker, no block
+    assert fds <= before[0] and (kids, blocks) == (before[1], before[3])
 
 
 def test_soak_100_runs_in_one_process_stay_flat() -> None:
