@@ -42,6 +42,10 @@ class HttpPolicy:
     def _request(self, obs: Any) -> dict[str, Any]:
         return {"obs": obs.tolist(), "num_actions": self.num_actions}
 
+    def close(self) -> None:
+        """parcat calls this when it is done with the policy: the connection is closed."""
+        self.client.close()
+
 
 class AsyncHttpPolicy(HttpPolicy):
     """Async: ``step`` awaits the server, so many agents' requests are in flight at once."""
@@ -61,3 +65,8 @@ class AsyncHttpPolicy(HttpPolicy):
         response = await self.async_client.post(self.url, json=self._request(obs))
         response.raise_for_status()
         return int(response.json()["action"])
+
+    async def close(self) -> None:  # type: ignore[override]
+        """Awaited on parcat's event loop, where the client lives, when parcat is done."""
+        if self.async_client is not None:
+            await self.async_client.aclose()

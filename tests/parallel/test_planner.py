@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from parcat.parallel.planner import ExecutorKind, PolicyStrategy, Workload, make_plan
+from parcat.parallel.planner import BatchCost, ExecutorKind, PolicyStrategy, Workload, make_plan
 
 strategies = st.sampled_from(list(PolicyStrategy))
 executors = st.sampled_from([ExecutorKind.AUTO, ExecutorKind.INLINE, ExecutorKind.PROCESS,
@@ -127,3 +127,24 @@ def test_auto_steps_agents_inline_when_the_run_cannot_pay_for_policy_workers() -
     assert many.strategy is PolicyStrategy.PROCESS
     unknown = make_plan(2, 2, 0, Workload(1, 2, True, PolicyStrategy.AUTO, step_s=2e-4))
     assert unknown.strategy is PolicyStrategy.PROCESS  # no step count: the step cost decides
+
+
+@pytest.mark.parametrize(("fixed_s", "row_s", "lockstep"), [
+    (1e-4, 1e-8, 64),    # a call's own cost dominates: every episode the lane may take
+    (1e-4, 3e-6, 42),    # ceil((100 + 50 us) / (5% x 3 us x 24 rows))
+    (0.0, 1e-3, 1),      # rows dominate (a slow network): batching gains nothing
+])
+def test_lockstep_plays_as_many_episodes_as_the_measured_batch_cost_asks(
+        fixed_s: float, row_s: float, lockstep: int) -> None:
+    rows = (24, 24 * 16)
+    cost = BatchCost(rows, (fixed_s + rows[0] * row_s, fixed_s + rows[1] * row_s))
+    for cpus in (1, 2, 64):
+        plan = make_plan(cpus, cpus, 0, Workload(64 * cpus, 24, batchable=True, batch=cost))
+        assert plan.lockstep == lockstep
+        if lockstep > 1:
+            assert any("measured at" in reason for reason in plan.reasons)
+
+
+def test_a_batch_cost_s_line_never_goes_below_zero() -> None:
+    assert BatchCost((24, 384), (2e-3, 1e-3)).fit() == (2e-3, 0.0)  # noise tilted it
+    assert BatchCost((24, 384), (1e-3, 1e-2)).fit() == pytest.approx((4e-4, 2.5e-5))

@@ -9,8 +9,9 @@ computes.
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,9 +24,11 @@ from parcat.ipc.process import (
     keep_spare,
     start_worker,
 )
+from parcat.parallel.planner import BatchCost
 from parcat.parallel.waiting import step_waits
-from parcat.policies.specs import PolicySpec
-from parcat.stepping.base import InlineStepper
+from parcat.policies.base import close_policies, is_async
+from parcat.policies.specs import PolicySpec, make_policy
+from parcat.stepping.base import InlineStepper, space_key
 
 CALIBRATION_STEPS = 20
 CALIBRATION_BUDGET_S = 0.25
@@ -34,6 +37,9 @@ WAITING_STEPS = 3
 first step, and every further one delays the run by a whole wait), and to tell whether it
 does when that is all the plan needs to know."""
 CALIBRATION_TIMEOUT_S = 60.0  # longest wait for a calibration worker to start (imports included)
+BATCH_GROWTH = 16
+"""The larger batch :func:`time_batch` times, in episodes' worth of rows."""
+BATCH_REPEATS = 3
 CALIBRATION_WAIT_S = 2.0
 """Longest wait for its measurement: a policy that takes longer is that slow."""
 
@@ -55,6 +61,9 @@ class StepTimes:
     """CPU time of one environment step."""
     async_calls: bool = False
     """Some agent's policy is async (its calls went out on the event loop)."""
+    batch: BatchCost | None = None
+    """The cost of the largest shared policy's ``step_batch`` (``None``: no policy has
+    one, or it is async)."""
 
     @property
     def waits(self) -> bool:
@@ -90,9 +99,53 @@ def measure_steps(mission: Mission, policies: tuple[PolicySpec, ...],
     runner = EpisodeRunner(stepper, on_step=enough)
     try:
         runner.run(EpisodeTask(mission, policies, seed=0, episode_index=0))
+        groups = [(fn, [stepper.last_obs[a] for a in members if a in stepper.last_obs])
+                  for fn, members in stepper.shared_groups()]
+        batch = max((time_batch(fn, obs) for fn, obs in groups if obs and not is_async(fn)),
+                    key=lambda cost: cost.rows[0], default=None)
     finally:
         runner.close()
-    return replace(_median_times(stepper), async_calls=bool(stepper.awaited.agents))
+    return replace(_median_times(stepper), async_calls=bool(stepper.awaited.agents),
+                   batch=batch)
+
+
+def time_batch(step_batch: Callable[[list[Any]], Any], obs: Sequence[Any]) -> BatchCost:
+    """CPU time of ``step_batch`` on ``obs`` (one episode's agents) and on
+    :data:`BATCH_GROWTH` times as many rows (best of :data:`BATCH_REPEATS`; the process's
+    CPU time, so BLAS threads count and other processes' turns do not)."""
+    sizes = (len(obs), len(obs) * BATCH_GROWTH)
+    seconds = []
+    for rows in sizes:
+        batch = [obs[i % len(obs)] for i in range(rows)]
+        best = math.inf
+        for _ in range(BATCH_REPEATS):
+            begin = time.process_time()
+            step_batch(batch)
+            best = min(best, time.process_time() - begin)
+        seconds.append(best)
+    return BatchCost(sizes, (seconds[0], seconds[1]))
+
+
+def measure_batch(mission: Mission, spec: PolicySpec) -> BatchCost | None:
+    """:func:`time_batch` of one of parcat's own stateless policies, built here for the
+    mission's first agent, on observations sampled from its space, as many as the agents
+    with the same spaces; ``None`` if it has no batch form."""
+    agents = mission.agents()
+    first = agents[0]
+    same = [a for a in agents if space_key(a.observation_space) ==
+            space_key(first.observation_space) and space_key(a.action_space) ==
+            space_key(first.action_space)]
+    policy = make_policy(spec, mission, first)
+    try:
+        step_batch = getattr(policy, "step_batch", None)
+        if not getattr(policy, "stateless", False) or not callable(step_batch) or \
+                is_async(step_batch):
+            return None
+        space = first.observation_space
+        space.seed(0)
+        return time_batch(step_batch, [space.sample() for _ in same])
+    finally:
+        close_policies([policy])
 
 
 def _median_times(stepper: _TimedStepper) -> StepTimes:
@@ -117,8 +170,10 @@ class _TimedStepper(InlineStepper):
         self.env_timings: list[float] = []
         self.env_cpu_timings: list[float] = []
         self.acted = self.acted_cpu = self.queued = 0.0
+        self.last_obs: dict[Any, Any] = {}
 
     def act(self, obs: dict[Any, Any], live: Sequence[Any]) -> dict[Any, Any]:
+        self.last_obs = obs
         queued = queued_s()
         begin, begin_cpu = time.perf_counter(), time.thread_time()
         actions = super().act(obs, live)

@@ -45,9 +45,31 @@ LOCKSTEP_AUTO = 64
 """Most episodes an auto plan plays side by side in a lane: 64 harvest episodes of 24 agents
 are batches of 1,536 rows, where the mlp's cost per row has stopped falling (BENCHMARKS.md,
 "Episodes in lockstep")."""
+LOCKSTEP_ROUND_S = 50e-6
+"""parcat's own cost of a lockstep round's call beyond the policy's (gathering the
+observations, scattering the actions), which fewer episodes a round pay more often."""
+BATCH_OVERHEAD = 0.05
+"""With a measured batch cost, lockstep plays the fewest episodes that bring a call's fixed
+cost below this share of its rows' cost (more only wait longer for the same arithmetic)."""
 FOREIGN_REASON = ("the environment is code from outside parcat: it steps in an environment "
                   "worker instead, never in the trainer's process, so a crash restarts the "
                   "worker")
+
+
+@dataclass(frozen=True)
+class BatchCost:
+    """What one call of a shared policy's ``step_batch`` cost (CPU seconds, best of a few)
+    at two batch sizes: the agents of one episode, and many episodes' worth."""
+
+    rows: tuple[int, int]
+    seconds: tuple[float, float]
+
+    def fit(self) -> tuple[float, float]:
+        """The line through both points: seconds a call costs whatever its size, and
+        seconds a row (never below zero: timing noise can tilt the line)."""
+        (small, large), (t_small, t_large) = self.rows, self.seconds
+        per_row = max(0.0, (t_large - t_small) / (large - small))
+        return max(0.0, t_small - small * per_row), per_row
 
 
 @dataclass(frozen=True)
@@ -71,6 +93,9 @@ class Workload:
     """Measured seconds of one environment step (eval; ``None``: not measured)."""
     env_step_cpu_s: float | None = None
     """CPU seconds of that step: far below ``env_step_s``, the environment waits."""
+    batch: BatchCost | None = None
+    """A shared policy's measured batch cost (``None``: not measured): lockstep plays as
+    many episodes as make its calls' fixed cost small beside their rows'."""
     async_calls: bool = False
     """The policies' calls are async (``async def step``): lockstep puts every episode's
     calls in flight on one event loop, no thread per episode."""
@@ -266,10 +291,21 @@ def _lockstep(workload: Workload, executor: ExecutorKind, strategy: PolicyStrate
         reasons.append("one episode at a time per lane: no policy has a shared batch form "
                        "(stateless = True and step_batch) for lockstep to call once")
         return 1
-    lockstep = min(LOCKSTEP_AUTO, math.ceil(max(workload.tasks, 1) / lanes))
+    share = min(LOCKSTEP_AUTO, math.ceil(max(workload.tasks, 1) / lanes))
+    lockstep, why = share, ""
+    if workload.batch is not None:
+        fixed, per_row = workload.batch.fit()
+        fixed += LOCKSTEP_ROUND_S
+        rows = workload.batch.rows[0]  # one episode's agents of the policy
+        enough = math.ceil(fixed / (BATCH_OVERHEAD * per_row * rows)) if per_row else share
+        lockstep = max(1, min(share, enough))
+        why = (f" (its step_batch measured at {fixed * 1e6:.0f} us a call + "
+               f"{per_row * 1e6:.2f} us a row: {lockstep * rows} rows a call keep the "
+               f"call's cost within {BATCH_OVERHEAD:.0%} of its rows'"
+               f"{'' if lockstep < share else ', or all the lane has'})")
     if lockstep > 1:
         reasons.append(f"{lockstep} episodes in lockstep per lane: every step, each shared "
-                       "stateless policy acts for all their agents in one call")
+                       f"stateless policy acts for all their agents in one call{why}")
     return lockstep
 
 

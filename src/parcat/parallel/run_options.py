@@ -22,10 +22,12 @@ from parcat.parallel.calibration import (
     CALIBRATION_STEPS,
     WAITING_STEPS,
     StepTimes,
+    measure_batch,
     measure_in_a_worker,
     measure_steps,
 )
 from parcat.parallel.planner import ExecutorKind, Plan, PolicyStrategy, Workload, make_plan
+from parcat.policies.remote import is_url
 from parcat.policies.specs import PolicySpec, foreign_code, has_batch_form
 
 # Backend and StartMethod are the words of RunOptions; they are defined where they are used
@@ -131,6 +133,10 @@ def plan_run(missions: tuple[Mission, ...], policies: tuple[PolicySpec, ...], ta
     cpus = available_cpus()
     foreign = first_foreign_code(missions, policies)
     step = _measured_step(missions, policies, options, foreign) if measure else None
+    own_batch = next((p for p in policies if has_batch_form(p) and not is_url(p.target)), None)
+    batch = step.batch if step is not None else None
+    if batch is None and own_batch is not None and measure and options.lockstep is None:
+        batch = measure_batch(missions[0], own_batch)
     workload = Workload(
         tasks=tasks,
         agents=max(len(m.agents()) for m in missions),
@@ -145,7 +151,8 @@ def plan_run(missions: tuple[Mission, ...], policies: tuple[PolicySpec, ...], ta
         concurrency=options.concurrency,
         lockstep=options.lockstep,
         jobs_given=options.jobs is not None,
-        batchable=any(has_batch_form(p) for p in policies),
+        batchable=any(has_batch_form(p) for p in policies) or batch is not None,
+        batch=batch,
         isolate=options.episode_timeout_s is not None,
         foreign_code=foreign,
         action_deadline=options.action_timeout_ms is not None,

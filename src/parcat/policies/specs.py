@@ -23,7 +23,7 @@ from parcat.core.settings import parse_settings
 from parcat.envs.missions import Mission
 from parcat.ipc.process import SetupFailedError, call_in_worker, in_worker, mark_acting
 from parcat.policies import checkpoint
-from parcat.policies.base import AgentSpec, Policy
+from parcat.policies.base import AgentSpec, Policy, close_policies
 from parcat.policies.remote import is_url
 
 BUILTINS: dict[str, tuple[str | None, str]] = {
@@ -161,9 +161,7 @@ def check_builds(builds: Sequence[tuple[PolicySpec, Mission, AgentSpec]]) -> Non
 def _build_each(builds: Sequence[tuple[PolicySpec, Mission, AgentSpec]]) -> None:
     for index, (spec, mission, agent) in enumerate(builds):
         mark_acting(index)
-        close = getattr(make_policy(spec, mission, agent), "close", None)
-        if callable(close):
-            close()
+        close_policies([make_policy(spec, mission, agent)])
     mark_acting(None)
 
 

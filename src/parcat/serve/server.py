@@ -30,7 +30,7 @@ from gymnasium import spaces
 
 from parcat.core.errors import USER_CODE_ERRORS, ConfigError, OutputError, clip
 from parcat.envs.missions import Mission
-from parcat.policies.base import AgentSpec, Policy
+from parcat.policies.base import AgentSpec, Policy, close_policies
 from parcat.policies.remote import (
     WIRE_VERSION,
     decode_observations,
@@ -166,7 +166,7 @@ class PolicyServer:
                 raise policy
             self._sessions[key] = policy
             while len(self._sessions) > MAX_SESSIONS:
-                self._sessions.popitem(last=False)
+                self._retire([self._sessions.popitem(last=False)[1]])
         return web.json_response({"ok": True})
 
     def _reset_policy(self, policy: Policy | None, agent: AgentSpec,
@@ -183,9 +183,14 @@ class PolicyServer:
 
     async def _close(self, request: web.Request) -> web.Response:
         session = _session(request)
-        for key in [k for k in self._sessions if k[0] == session]:
-            del self._sessions[key]
+        self._retire([self._sessions.pop(k) for k in list(self._sessions) if k[0] == session])
         return web.json_response({"ok": True})
+
+    def _retire(self, policies: Sequence[Policy]) -> None:
+        """Close policies no client will use again, on the compute thread (after the calls
+        queued before), so a close never runs beside a step."""
+        for policy in policies:
+            self._compute.call(close_policies, [policy])
 
     def _agent(self, request: web.Request) -> str:
         name = request.query.get("agent", "")
@@ -293,6 +298,8 @@ class PolicyServer:
             await runner.cleanup()
             if owned is not None:
                 owned.unlink(missing_ok=True)
+            everyone = {id(p): p for p in [*self._policies.values(), *self._sessions.values()]}
+            await self._compute.call(close_policies, list(everyone.values()))
 
 
 class _PolicyFailed(Exception):

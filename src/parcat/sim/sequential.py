@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from parcat.core.errors import USER_CODE_ERRORS, EpisodeError
 from parcat.ipc.process import SHUTTING_DOWN
+from parcat.policies.base import close_policies
 from parcat.sim.agent import AgentFailure, AgentRunner
 from parcat.sim.config import SimConfig
 from parcat.sim.progress import PROGRESS_EVERY_S, SimProgress
@@ -31,6 +32,7 @@ def run_sequential(config: SimConfig,
     """
     start = time.perf_counter()
     world: World | None = None
+    runners: dict[int, AgentRunner] = {}
     try:
         try:
             world = World(config)
@@ -43,6 +45,7 @@ def run_sequential(config: SimConfig,
     finally:
         if world is not None:
             world.close()
+        close_policies(runner.policy for runner in runners.values())
 
 
 def _run(world: World, runners: dict[int, AgentRunner], config: SimConfig, start: float,

@@ -17,6 +17,7 @@ from typing import Any
 
 from parcat.ipc.process import ErrorReport, Handlers, ReportedError, Terminated
 from parcat.ipc.shm import Codec
+from parcat.policies.base import close_policies
 from parcat.sim.agent import (
     AgentFailure,
     AgentRunner,
@@ -130,7 +131,12 @@ def make_agent(config: SimConfig, slot: int, block_name: str) -> Handlers:
     except Exception as exc:
         raise failed(exc) from None
     run = _with_errors(lambda t0_ns: _run_agent(runner, block, slot, t0_ns), failed)
-    return Handlers({"start": run}, close=block.close)
+
+    def close() -> None:
+        block.close()
+        close_policies([runner.policy])
+
+    return Handlers({"start": run}, close=close)
 
 
 def _with_errors(run: Callable[[int], Any],

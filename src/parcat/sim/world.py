@@ -21,6 +21,7 @@ import numpy as np
 from parcat.core import seeding
 from parcat.envs.missions import close_env
 from parcat.ipc.shm import Codec
+from parcat.policies.base import close_policies
 from parcat.policies.builtin import noop_action
 from parcat.sim.agent import AgentRunner, CycleStats, InForce
 from parcat.sim.config import SimConfig
@@ -178,9 +179,10 @@ class World:
                            wall_s)
 
     def close(self) -> None:
-        """Close the environment."""
+        """Close the environment and the lockstep agents' policies."""
         with contextlib.suppress(Exception):
             close_env(self.env)
+        close_policies(runner.policy for runner in self.lockstep.values())
 
 
 def empty_result(config: SimConfig, wall_s: float = 0.0) -> WorldResult:

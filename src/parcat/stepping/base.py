@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,9 +20,9 @@ from gymnasium import spaces
 from parcat.core.errors import USER_CODE_ERRORS
 from parcat.envs.missions import Mission
 from parcat.ipc.process import ACTING, ErrorReport, acting_marker
-from parcat.policies.base import AgentSpec, Policy
+from parcat.policies.base import AgentSpec, Policy, close_policies, is_async
 from parcat.policies.specs import PolicySpec, make_policy
-from parcat.stepping.calls import AsyncAgents, Call, call_retrying, is_async
+from parcat.stepping.calls import AsyncAgents, Call, call_retrying
 
 STRAGGLER_WAIT_S = 5.0  # how long a new episode waits for a late policy step of the last one
 
@@ -66,6 +67,9 @@ class PolicyCache:
     def __init__(self, lender: PolicyCache | None = None) -> None:
         self._policies: dict[tuple[Mission, PolicySpec, int], Policy] = {}
         self._lender = lender
+        self._built: set[int] = set()
+        """``id`` of the policies this cache built: only those are its to close (a lent
+        one is its lender's)."""
 
     def get(self, mission: Mission, seat: Seat) -> Policy:
         """The policy for ``seat``, built on first use."""
@@ -75,6 +79,7 @@ class PolicyCache:
             lent = None if self._lender is None else self._lender._policies.get(key)
             if lent is None or not getattr(lent, "stateless", False):
                 lent = make_policy(seat.spec, mission, seat.agent)
+                self._built.add(id(lent))
             policy = self._policies[key] = lent
         return policy
 
@@ -96,13 +101,26 @@ class PolicyCache:
             marker[ACTING] = 0
         return policies
 
-    def forget(self, agent_index: int) -> None:
-        """Drop the policies of one agent, so the next episode builds new ones."""
-        for key in [k for k in self._policies if k[2] == agent_index]:
-            del self._policies[key]
+    def forget(self, agent_index: int, running: Future[Any] | None = None) -> None:
+        """Drop the policies of one agent, so the next episode builds new ones; they are
+        closed (:func:`~parcat.policies.base.close_policies`) now, or once ``running`` (a
+        step still under way in one of them) ends."""
+        dropped = [self._drop(k) for k in list(self._policies) if k[2] == agent_index]
+        if running is None:
+            close_policies(dropped)
+        else:
+            running.add_done_callback(lambda _: close_policies(dropped))
 
     def clear(self) -> None:
-        self._policies.clear()
+        """Drop and close every policy (the run, or this worker, is done with them)."""
+        close_policies([self._drop(k) for k in list(self._policies)])
+
+    def _drop(self, key: tuple[Mission, PolicySpec, int]) -> Policy | None:
+        policy = self._policies.pop(key)
+        if id(policy) not in self._built:
+            return None
+        self._built.discard(id(policy))
+        return policy
 
 
 class Stepper(ABC):
@@ -156,6 +174,10 @@ class InlineStepper(Stepper):
         # in a worker process, which agent's code runs now (for a death's report)
         self._marker = acting_marker()
         self._marks: dict[Any, int] = {}
+
+    def shared_groups(self) -> list[tuple[Any, list[Any]]]:
+        """This episode's shared stateless policies: each ``step_batch`` and its agents."""
+        return list(self._groups.values())
 
     def start(self, mission: Mission, seats: Sequence[Seat]) -> None:
         self.mission = mission

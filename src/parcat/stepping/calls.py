@@ -8,19 +8,13 @@ transient errors (``--retries``). :class:`AsyncAgents` does the bookkeeping of o
 episode's async agents for a stepper: default actions for late calls, and per-agent counts;
 :func:`blocking` makes one async call look sync where agents step one at a time.
 
-The loop runs on one daemon thread per process, for the life of the process: a client a
-policy opens on its first call (``httpx.AsyncClient``, ``aiohttp.ClientSession``) is bound
-to that loop and stays usable for every later step and episode, whichever thread asks.
+The calls run on :func:`parcat.policies.base.policy_loop`, the process's one loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import email.utils
-import inspect
-import os
-import signal
-import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import CancelledError as FutureCancelled
@@ -29,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from parcat.core.errors import USER_CODE_ERRORS, TransientError
+from parcat.policies.base import is_async, policy_loop
 from parcat.policies.builtin import noop_action
 
 BACKOFF_S = 0.05
@@ -44,11 +39,6 @@ LOOP_GRACE_S = 0.5
 # parcat imports neither) and which of them mean "the connection failed, try again"
 _TRANSPORT_ERRORS = {("httpx", "TransportError"), ("aiohttp", "ClientConnectionError"),
                      ("aiohttp", "ClientPayloadError")}
-
-
-def is_async(fn: Any) -> bool:
-    """Whether ``fn`` (a policy's ``step`` or ``step_batch``) is a coroutine function."""
-    return inspect.iscoroutinefunction(fn)
 
 
 @dataclass(frozen=True)
@@ -114,31 +104,6 @@ def _seconds(retry_after: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-class _Loop:
-    """The process's event loop, running on a daemon thread from first use."""
-
-    _lock = threading.Lock()
-    _loop: asyncio.AbstractEventLoop | None = None
-    _pid = 0
-
-    @classmethod
-    def get(cls) -> asyncio.AbstractEventLoop:
-        with cls._lock:
-            if cls._loop is None or cls._pid != os.getpid():  # a forked child has no thread
-                loop = asyncio.new_event_loop()
-                threading.Thread(target=cls._run, args=(loop,), name="parcat-async",
-                                 daemon=True).start()
-                cls._loop, cls._pid = loop, os.getpid()
-            return cls._loop
-
-    @staticmethod
-    def _run(loop: asyncio.AbstractEventLoop) -> None:
-        # Ctrl-C is the main thread's: never take it here, where it could not be handled
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        asyncio.set_event_loop(loop)
-        loop.run_forever()
-
-
 class AsyncCalls:
     """Runs lists of async calls concurrently on the process's event loop.
 
@@ -155,7 +120,7 @@ class AsyncCalls:
         """Start every call at once, wait for all, and return their outcomes in order.
         Safe from any thread; no thread is started per call."""
         outcomes: list[Outcome | None] = [None] * len(calls)
-        future = asyncio.run_coroutine_threadsafe(self._all(calls, outcomes), _Loop.get())
+        future = asyncio.run_coroutine_threadsafe(self._all(calls, outcomes), policy_loop())
         wait = None if self.timeout is None else self.timeout + LOOP_GRACE_S
         try:
             future.result(timeout=wait)

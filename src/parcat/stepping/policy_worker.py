@@ -89,6 +89,7 @@ class _PolicyHost:
         serving.finish(request)
 
     def close(self) -> None:
+        self.cache.clear()
         if self.block is not None:
             self.block.close()
             self.block = None

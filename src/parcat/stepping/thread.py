@@ -97,7 +97,7 @@ class ThreadStepper(InlineStepper):
                 future.exception(timeout=straggler_wait(self.timeout))
             except FutureTimeout:
                 # still running: that policy cannot be reset under it, so build a new one
-                self.cache.forget(self._index[agent_id])
+                self.cache.forget(self._index[agent_id], running=future)
         self._pending = {}
         super().start(mission, seats)
         self._late = {s.agent.agent_id: 0 for s in seats}
