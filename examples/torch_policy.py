@@ -18,6 +18,7 @@ server change no action.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -57,7 +58,7 @@ class TorchMLP:
                  int(spec.action_space.n)]
         generator = torch.Generator().manual_seed(init_seed)
         layers: list[torch.nn.Module] = []
-        for fan_in, fan_out in zip(sizes, sizes[1:], strict=False):
+        for fan_in, fan_out in itertools.pairwise(sizes):
             linear = torch.nn.Linear(fan_in, fan_out)
             with torch.no_grad():
                 linear.weight.normal_(0.0, (2.0 / fan_in) ** 0.5, generator=generator)

@@ -101,20 +101,23 @@ def measure_steps(mission: Mission, policies: tuple[PolicySpec, ...],
         runner.run(EpisodeTask(mission, policies, seed=0, episode_index=0))
         groups = [(fn, [stepper.last_obs[a] for a in members if a in stepper.last_obs])
                   for fn, members in stepper.shared_groups()]
-        batch = max((time_batch(fn, obs) for fn, obs in groups if obs and not is_async(fn)),
-                    key=lambda cost: cost.rows[0], default=None)
+        # work that waits is planned for concurrency, not batch size
+        timed = [] if _median_times(stepper).waits else \
+            [time_batch(fn, obs) for fn, obs in groups if obs and not is_async(fn)]
+        batch = max((c for c in timed if c is not None), key=lambda c: c.rows[0], default=None)
     finally:
         runner.close()
     return replace(_median_times(stepper), async_calls=bool(stepper.awaited.agents),
                    batch=batch)
 
 
-def time_batch(step_batch: Callable[[list[Any]], Any], obs: Sequence[Any]) -> BatchCost:
+def time_batch(step_batch: Callable[[list[Any]], Any], obs: Sequence[Any]) -> BatchCost | None:
     """CPU time of ``step_batch`` on ``obs`` (one episode's agents) and on
     :data:`BATCH_GROWTH` times as many rows (best of :data:`BATCH_REPEATS`; the process's
-    CPU time, so BLAS threads count and other processes' turns do not)."""
+    CPU time, so BLAS threads count and other processes' turns do not); ``None`` for a
+    policy too slow to time within :data:`CALIBRATION_BUDGET_S`."""
     sizes = (len(obs), len(obs) * BATCH_GROWTH)
-    seconds = []
+    seconds: list[float] = []
     for rows in sizes:
         batch = [obs[i % len(obs)] for i in range(rows)]
         best = math.inf
@@ -122,6 +125,10 @@ def time_batch(step_batch: Callable[[list[Any]], Any], obs: Sequence[Any]) -> Ba
             begin = time.process_time()
             step_batch(batch)
             best = min(best, time.process_time() - begin)
+            if seconds and best * BATCH_REPEATS > CALIBRATION_BUDGET_S:
+                break  # one call of the large batch is enough to go by
+        if not seconds and best * BATCH_GROWTH > CALIBRATION_BUDGET_S:
+            return None
         seconds.append(best)
     return BatchCost(sizes, (seconds[0], seconds[1]))
 
