@@ -171,6 +171,23 @@ def test_a_policy_that_raises_fails_its_episode_not_the_server(policy: str, erro
         assert httpx.get(f"{url}/info").status_code == 200
 
 
+def test_a_server_on_a_unix_socket_plays_as_the_policy_in_process(tmp_path: Path) -> None:
+    sock = tmp_path / "policy.sock"
+    with running_server("-p", "mlp,width=64", "-m", "harvest", "--socket", str(sock)):
+        served = run_eval(f"unix:{sock}", 2, tmp_path / "served")
+        named = RemotePolicy(load_mission("harvest").agents()[0], f"unix:{sock}", agent="agent_1")
+        try:
+            assert named.agent == "agent_1" and named.stateless
+        finally:
+            named.close()
+    local = run_eval("mlp,width=64", 2, tmp_path / "local")
+    assert played(served, tmp_path / "served") == played(local, tmp_path / "local")
+    done = subprocess.run(parcat(*EVAL, "-p", f"unix:{sock}"), cwd=ROOT, capture_output=True,
+                          text=True, timeout=RUN_TIMEOUT_S)
+    assert done.returncode == 2 and "is unreachable" in done.stderr  # the server is gone
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_stops_the_server_cleanly_and_removes_its_socket(
         sig: signal.Signals, code: int, tmp_path: Path, mlp_server: str) -> None:

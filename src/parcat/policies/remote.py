@@ -1,4 +1,6 @@
-"""A policy served by ``parcat serve``, used like any other: ``-p http://HOST:PORT[/AGENT]``.
+"""A policy served by ``parcat serve``, used like any other: ``-p http://HOST:PORT[/AGENT]``,
+or ``-p unix:PATH`` for a server on a Unix socket (``parcat serve --socket PATH``: no TCP
+stack between processes of one machine).
 
 The wire carries data, never code: observations go stacked as one ``.npy`` (an ``.npz`` of
 one array per key for dict observations), actions come back as one ``.npy``, all read with
@@ -9,8 +11,10 @@ them against the agent it plays before the run starts.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
+import socket
 import uuid
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -23,7 +27,7 @@ from gymnasium import spaces
 from parcat.core.errors import EpisodeError, PolicyError, TransientError, clip
 from parcat.policies.base import AgentSpec
 
-URL_SCHEMES = ("http://",)
+URL_SCHEMES = ("http://", "unix:")
 """How a ``-p`` target names a served policy."""
 WIRE_VERSION = 1
 """The request and reply format; a server of another version is refused at connect."""
@@ -118,29 +122,38 @@ class RemotePolicy:
 
     Args:
         spec: The agent this instance plays: its id picks the server's agent unless the
-            URL names one (``/AGENT``), and its spaces must be the server's.
-        url: ``http://HOST:PORT[/AGENT]``.
+            URL (``/AGENT``) or ``agent`` names one, and its spaces must be the server's.
+        url: ``http://HOST:PORT[/AGENT]`` or ``unix:PATH``.
         timeout: Seconds to wait for one reply (connecting waits at most 5 s).
+        agent: The server's agent to play (``-p unix:PATH,agent=NAME``).
     """
 
-    def __init__(self, spec: AgentSpec, url: str, timeout: float = 60.0) -> None:
+    def __init__(self, spec: AgentSpec, url: str, timeout: float = 60.0,
+                 agent: str | None = None) -> None:
         try:
             import urllib3  # here: only a run with a served policy needs it
         except ImportError:
             raise PolicyError(f"policy '{clip(url)}': a served policy needs urllib3: "
                               f"pip install 'parcat[serve]'") from None
-        parts = urlsplit(url)
-        if not parts.hostname or parts.port is None or parts.query or parts.fragment:
-            raise PolicyError(f"policy '{clip(url)}': expected http://HOST:PORT[/AGENT], "
-                              "e.g. http://127.0.0.1:8700 (the URL `parcat serve` prints)")
         self.url = url
-        self.agent = parts.path.strip("/") or str(spec.agent_id)
         self.action_space = spec.action_space
         self.session = uuid.uuid4().hex
-        self._http_errors = (urllib3.exceptions.HTTPError,)
-        self._pool = urllib3.HTTPConnectionPool(
-            parts.hostname, parts.port, maxsize=1, retries=False,
-            timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=timeout))
+        self._http_errors = (urllib3.exceptions.HTTPError, OSError)
+        timeouts = urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=timeout)
+        if url.startswith("unix:"):
+            path, where = url[len("unix:"):], url
+            self._pool = _unix_pool_class()(path, maxsize=1, retries=False, timeout=timeouts)
+        else:
+            parts = urlsplit(url)
+            if not parts.hostname or parts.port is None or parts.query or parts.fragment:
+                raise PolicyError(f"policy '{clip(url)}': expected http://HOST:PORT[/AGENT] "
+                                  "or unix:PATH, e.g. http://127.0.0.1:8700 (the URL "
+                                  "`parcat serve` prints)")
+            path, where = parts.path.strip("/"), f"{parts.hostname}:{parts.port}"
+            self._pool = urllib3.HTTPConnectionPool(parts.hostname, parts.port, maxsize=1,
+                                                    retries=False, timeout=timeouts)
+            agent = agent or path or None
+        self.agent = agent or str(spec.agent_id)
         try:
             info = self._get_info()
             self._check(info, spec)
@@ -149,8 +162,7 @@ class RemotePolicy:
             raise
         self.stateless = bool(info["stateless"])
         """Mirrors the served policy: stateless ones may act for many agents in one call."""
-        self.batch_group = (f"{parts.hostname}:{parts.port}",
-                            info["agents"][self.agent].get("instance", self.agent))
+        self.batch_group = (where, info["agents"][self.agent].get("instance", self.agent))
         """Agents share a batched request only when the server acts for them with one
         instance (a run directory keeps one per agent)."""
 
@@ -236,3 +248,34 @@ def _error_text(data: bytes, status: int) -> str:
         return clip(str(json.loads(data)["error"]), 500)
     except (ValueError, KeyError, TypeError):
         return f"HTTP {status}"
+
+
+@functools.cache
+def _unix_pool_class() -> type[Any]:
+    """urllib3's connection pool over a Unix socket (defined once urllib3 is imported)."""
+    import urllib3
+    from urllib3.connection import HTTPConnection
+
+    class UnixConnection(HTTPConnection):
+        def __init__(self, *args: Any, socket_path: str, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.socket_path = socket_path
+
+        def _new_conn(self) -> socket.socket:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(CONNECT_TIMEOUT_S)
+            try:
+                sock.connect(self.socket_path)
+            except OSError:
+                sock.close()
+                raise
+            return sock
+
+    class UnixPool(urllib3.HTTPConnectionPool):
+        ConnectionCls = UnixConnection
+
+        def __init__(self, socket_path: str, **kwargs: Any) -> None:
+            super().__init__("localhost", **kwargs)
+            self.conn_kw["socket_path"] = socket_path
+
+    return UnixPool
