@@ -138,16 +138,27 @@ def test_a_call_that_hangs_past_the_action_timeout_is_late_not_hung() -> None:
     assert [a.late_actions for a in result.agents] == [3, 3]
 
 
+@pytest.mark.parametrize("flags", [["--parallel-policy"], []], ids=["threads", "lockstep"])
 def test_a_hanging_server_with_the_action_timeout_flag_finishes_the_run(
-        tmp_path: Path) -> None:
+        tmp_path: Path, flags: list[str]) -> None:
+    """Async calls are bounded on the event loop: no policy thread is needed, so the
+    episodes stay in lockstep (without --parallel-policy) as without a deadline."""
+    def run(server: ModelServer) -> list[str]:
+        return ["-m", "harvest", "--set", "agents=2", "--set", "max_steps=3", "-n", "2", "-p",
+                f"examples.http_policy:AsyncHttpPolicy,url={server.url}",
+                "--action-timeout-ms", "300", *flags]
+
     with ModelServer(hang=True) as server:
-        done = parcat("eval", "-m", "harvest", "--set", "agents=2", "--set", "max_steps=3",
-                      "-n", "2", "-p", f"examples.http_policy:AsyncHttpPolicy,url={server.url}",
-                      "--parallel-policy", "--action-timeout-ms", "300",
-                      "-o", str(tmp_path / "out.json"))
+        done = parcat("eval", *run(server), "-o", str(tmp_path / "out.json"))
+    with ModelServer() as server:  # answering: the calibration sees async calls that wait
+        plan = parcat("plan", *run(server), "-f", "json")
     assert done.returncode == 0, done.stderr
     episodes = json.loads((tmp_path / "out.json").read_text())["episodes"]
     assert [[a["late_actions"] for a in e["agents"]] for e in episodes] == [[3, 3]] * 2
+    if not flags:
+        assert plan.returncode == 0, plan.stderr
+        assert (json.loads(plan.stdout)["lockstep"], json.loads(plan.stdout)["strategy"]) == \
+            (2, "inline")
 
 
 class AsyncFailingPolicy:

@@ -17,16 +17,17 @@ RANDOM = parse_policy_spec("random")
 
 @pytest.mark.parametrize(("jobs", "strategy"), [
     (1, PolicyStrategy.AUTO),      # no job to spare: the plan puts agents on a thread
+    (1, None),                     # no --parallel-policy: the deadline alone puts them on threads
     (1, PolicyStrategy.INLINE),    # asked for inline: a deadline still moves them off
     (2, PolicyStrategy.THREAD),
     (2, PolicyStrategy.PROCESS),   # every agent on a policy worker, none in the local share
 ])
 def test_a_hanging_policy_is_bounded_by_the_action_timeout(
-    jobs: int, strategy: PolicyStrategy
+    jobs: int, strategy: PolicyStrategy | None
 ) -> None:
     mission = scripted_mission("hangs", agents=2, max_steps=6)
-    options = RunOptions(jobs=jobs, parallel_policy=True, policy_strategy=strategy,
-                         action_timeout_ms=50)
+    options = RunOptions(jobs=jobs, parallel_policy=strategy is not None,
+                         policy_strategy=strategy or PolicyStrategy.AUTO, action_timeout_ms=50)
     report = evaluate(EvalConfig((mission,), (HANGING,), episodes=2), options)
     assert report.plan is not None
     assert report.plan.strategy in (PolicyStrategy.THREAD, PolicyStrategy.PROCESS)

@@ -379,11 +379,12 @@ def _waiting_plan(jobs: int, cpus: int, gpus: int, workload: Workload, reasons: 
                               workload.action_deadline, workload.env_step_s or 0.0,
                               workload.env_step_cpu_s or 0.0)
     reasons.extend(flight.reasons)
-    # async calls are in flight at once on the event loop, and a shared batch form takes
-    # a round's agents in one call (one request to a policy server): no policy threads,
+    # async calls are in flight at once on the event loop (each bounded by an action
+    # deadline there), and a shared batch form takes a round's agents in one call (one
+    # request to a policy server; a sync call cannot be cut short): no policy threads,
     # lockstep
-    on_loop = (workload.async_calls or workload.batchable) and \
-        asked is not PolicyStrategy.THREAD and not (workload.isolate or workload.action_deadline)
+    on_loop = (workload.async_calls or (workload.batchable and not workload.action_deadline)) \
+        and asked is not PolicyStrategy.THREAD and not workload.isolate
     threads = 0 if on_loop else flight.policy_threads
     strategy = PolicyStrategy.THREAD if threads else (
         asked if asked in (PolicyStrategy.INLINE, PolicyStrategy.BATCH) else PolicyStrategy.INLINE)

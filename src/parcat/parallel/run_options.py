@@ -110,11 +110,6 @@ class RunOptions:
             raise ConfigError(f"--gpus must be >= 0, got {self.gpus}")
         if self.action_timeout_ms is not None and not self.action_timeout_ms > 0:
             raise ConfigError(f"--action-timeout-ms must be > 0, got {self.action_timeout_ms}")
-        if self.action_timeout_ms is not None and not self.parallel_policy:
-            raise ConfigError(
-                "--action-timeout-ms needs --parallel-policy: only a policy worker's late "
-                "action can be replaced (inline steps cannot be interrupted)"
-            )
 
     @property
     def start_method_name(self) -> str | None:
