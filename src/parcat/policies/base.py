@@ -3,7 +3,6 @@ re-exported here, where policy authors look for it."""
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import os
 import signal
@@ -11,10 +10,13 @@ import threading
 import warnings
 from collections.abc import Iterable, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from parcat.core.errors import USER_CODE_ERRORS
 from parcat.envs.base import AgentSpec
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["AgentSpec", "AsyncPolicy", "BatchPolicy", "Policy", "close_policies"]
 
@@ -85,6 +87,8 @@ class _Loop:
     def get(cls) -> asyncio.AbstractEventLoop:
         with cls._lock:
             if cls._loop is None or cls._pid != os.getpid():  # a forked child has no thread
+                import asyncio  # here: most runs have no async policy (~30 ms to import)
+
                 loop = asyncio.new_event_loop()
                 threading.Thread(target=cls._run, args=(loop,), name="parcat-async",
                                  daemon=True).start()
@@ -95,6 +99,8 @@ class _Loop:
     def _run(loop: asyncio.AbstractEventLoop) -> None:
         # Ctrl-C is the main thread's: never take it here, where it could not be handled
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        import asyncio
+
         asyncio.set_event_loop(loop)
         loop.run_forever()
 
@@ -110,6 +116,8 @@ def close_policies(policies: Iterable[Any]) -> None:
             continue
         try:
             if is_async(close):
+                import asyncio
+
                 future = asyncio.run_coroutine_threadsafe(close(), policy_loop())
                 try:
                     future.result(timeout=CLOSE_TIMEOUT_S)
