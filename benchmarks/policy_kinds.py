@@ -18,9 +18,13 @@ faster). Each kind is set against its own limit:
    time less the same run with ``noop`` (the environment and start-up), over its
    observations. ``--baseline DIR`` adds a row: ``--jobs 1`` of another checkout's source
    (issue 23 compares with release 4cab202: ``git worktree add --detach DIR 4cab202``).
+3b. **A torch network over many agents** (``examples/torch_policy.py``'s ``TorchMLP``, the
+   same workload; needs torch): against the same network without a batch form
+   (``TorchMLPOneByOne``: a forward pass per agent and step, what per-agent calls cost) at
+   ``--jobs 1``, and the batched forward of the run's observations timed alone.
 
     PYTHONPATH=src .venv/bin/python benchmarks/policy_kinds.py [--repeats N] [--only quiet|load]
-        [--kinds cpu,wait,async,neural] [--baseline DIR]
+        [--kinds cpu,wait,async,neural,torch] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -144,6 +148,8 @@ def suite(kinds: set[str], repeats: int, baseline: Path | None = None) -> None:
             f" (start-up {base:.2f} s + sequential / {WAIT_CALLS})"))
     if "async" in kinds:
         async_http(repeats)
+    if "torch" in kinds:
+        torch_kind(repeats)
     if "neural" in kinds:
         rows = {"sequential (--jobs 1)": command(*NEURAL, "--jobs", "1"),
                 "default (no --jobs)": command(*NEURAL),
@@ -153,6 +159,50 @@ def suite(kinds: set[str], repeats: int, baseline: Path | None = None) -> None:
             rows[f"{baseline.name} --jobs 1"] = other_source(baseline, *NEURAL, "--jobs", "1")
         compare("3. neural net over many agents: harvest agents=24 -n 64 -p mlp,width=256",
                 rows, repeats, neural_limit)
+
+
+def torch_kind(repeats: int) -> None:
+    """Kind 3b: a torch network with and without its batch form."""
+    spec = "examples.torch_policy:TorchMLP,width=256"
+    run = (*NEURAL[:-1], spec)
+
+    def limit(times: dict[str, list[float]]) -> str:
+        default = per_observation(times, "default (no --jobs)")
+        return (f"{torch_forward_s(NEURAL_OBSERVATIONS)}; parcat's default: "
+                f"{default * 1e6:.2f} µs an observation beyond the environment")
+
+    compare("3b. torch network over many agents: harvest agents=24 -n 64, TorchMLP width 256", {
+        "sequential (--jobs 1)": command(*run, "--jobs", "1"),
+        "default (no --jobs)": command(*run),
+        "no batch form (--jobs 1, a forward pass per agent)": command(
+            *NEURAL[:-1], spec.replace("TorchMLP", "TorchMLPOneByOne"), "--jobs", "1"),
+        "noop (environment only)": command(*NEURAL[:-1], "noop"),
+    }, repeats, limit)
+
+
+def torch_forward_s(observations: int) -> str:
+    """The torch network's own step_batch at 1,536 rows, one thread, timed alone."""
+    import numpy as np
+    import torch
+
+    sys.path.insert(0, str(ROOT))
+    from examples.torch_policy import TorchMLP
+
+    from parcat.envs.missions import load_mission
+
+    torch.set_num_threads(1)
+    agent = load_mission("harvest", {"agents": 24}).agents()[0]
+    policy = TorchMLP(agent, width=256)
+    batch = list(np.random.default_rng(0).uniform(
+        0, 1, (1536, *agent.observation_space.shape)).astype(np.float32))
+    policy.step_batch(batch)
+    calls = 20
+    start = time.perf_counter()
+    for _ in range(calls):
+        policy.step_batch(batch)
+    seconds = (time.perf_counter() - start) / (calls * 1536)
+    return (f"TorchMLP.step_batch alone at 1,536 rows: {seconds * 1e6:.2f} µs an observation "
+            f"(the run's {observations:,}: {seconds * observations:.2f} s)")
 
 
 def async_http(repeats: int) -> None:
