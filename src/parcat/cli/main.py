@@ -27,7 +27,7 @@ from parcat.cli.common import (
 from parcat.cli.entry import postponed, say, stop_now
 from parcat.cli.lazy import LazyCommand, LazyGroup
 from parcat.cli.stdout import StdoutError, guarded_stdout
-from parcat.core.errors import NoteWarning
+from parcat.core.errors import one_line_warning
 
 COMMANDS = (
     LazyCommand("eval", "parcat.cli.eval_cmd:eval_command",
@@ -151,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ipc is not None:
         ipc.SHUTTING_DOWN.clear()
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    shown, warnings.showwarning = warnings.showwarning, _one_line_warning
+    shown, warnings.showwarning = warnings.showwarning, one_line_warning
     try:
         with guarded_stdout():
             code = _invoke(argv)
@@ -166,13 +166,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if code in (EXIT_INTERRUPTED, EXIT_TERMINATED) and not common.INTERRUPT_SAID.is_set():
         common.said_interrupted("parcat: interrupted")
     return code
-
-
-def _one_line_warning(message: Warning | str, category: type[Warning], filename: str,
-                      lineno: int, file: Any = None, line: str | None = None) -> None:
-    """A warning as one line, ``parcat: warning: ...``, without Python's source location."""
-    kind = "note" if issubclass(category, NoteWarning) else "warning"
-    print(f"parcat: {kind}: {message}", file=file or sys.stderr)
 
 
 def _invoke(argv: Sequence[str] | None) -> int:

@@ -7,6 +7,7 @@ subclasses with exit code 1.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 BRIEF_LENGTH = 60  # most characters of a value or name that a message shows (see :func:`brief`)
@@ -55,6 +56,14 @@ class UntrustedCodeError(UsageError):
 
 class NoteWarning(UserWarning):
     """Something the user should know that is no fault: the CLI shows ``parcat: note: ...``."""
+
+
+def one_line_warning(message: Warning | str, category: type[Warning], filename: str,
+                     lineno: int, file: Any = None, line: str | None = None) -> None:
+    """``warnings.showwarning`` for parcat's processes (the CLI's and its workers'): a
+    warning as one line, ``parcat: warning: ...``, without Python's source location."""
+    kind = "note" if issubclass(category, NoteWarning) else "warning"
+    print(f"parcat: {kind}: {message}", file=file or sys.stderr)
 
 
 class ConformanceError(ParcatError):

@@ -241,7 +241,7 @@ def inline_if_unpicklable(config: EvalConfig, options: RunOptions,
     if on_warning is not None:
         on_warning(message)
     return replace(options, jobs=1, executor=ExecutorKind.INLINE, parallel_policy=False,
-                   action_timeout_ms=None, address=None)
+                   address=None)  # an action deadline still holds: policy threads here
 
 
 class StopRun(Exception):

@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -32,7 +33,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from parcat.core import errors
-from parcat.core.errors import USER_CODE_ERRORS, WorkerError
+from parcat.core.errors import USER_CODE_ERRORS, WorkerError, one_line_warning
 from parcat.core.resources import BLAS_VARIABLES, limit_blas_threads
 from parcat.ipc.shm_names import proc_stat_fields
 from parcat.ipc.start import (
@@ -541,6 +542,7 @@ def become_worker(parent_pid: int, blas_threads: int = 1,
         sys.stdout.flush()
         os.dup2(2, 1)
     limit_blas_threads(blas_threads)
+    warnings.showwarning = one_line_warning  # as the CLI shows them
     status = _status
 
     def watch() -> None:

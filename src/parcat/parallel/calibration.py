@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from parcat.core.resources import blas_limited
 from parcat.envs.missions import Mission
 from parcat.episode.rollout import EpisodeRunner, EpisodeTask
 from parcat.ipc.process import (
@@ -60,7 +61,7 @@ class StepTimes:
     env_cpu_s: float = 0.0
     """CPU time of one environment step."""
     async_calls: bool = False
-    """Some agent's policy is async (its calls went out on the event loop)."""
+    """Every agent's policy is async (its calls went out on the event loop)."""
     batch: BatchCost | None = None
     """The cost of the largest shared policy's ``step_batch`` (``None``: no policy has
     one, or it is async)."""
@@ -107,29 +108,31 @@ def measure_steps(mission: Mission, policies: tuple[PolicySpec, ...],
         batch = max((c for c in timed if c is not None), key=lambda c: c.rows[0], default=None)
     finally:
         runner.close()
-    return replace(_median_times(stepper), async_calls=bool(stepper.awaited.agents),
-                   batch=batch)
+    return replace(_median_times(stepper), async_calls=stepper.all_async(), batch=batch)
 
 
 def time_batch(step_batch: Callable[[list[Any]], Any], obs: Sequence[Any]) -> BatchCost | None:
     """CPU time of ``step_batch`` on ``obs`` (one episode's agents) and on
-    :data:`BATCH_GROWTH` times as many rows (best of :data:`BATCH_REPEATS`; the process's
-    CPU time, so BLAS threads count and other processes' turns do not); ``None`` for a
-    policy too slow to time within :data:`CALIBRATION_BUDGET_S`."""
+    :data:`BATCH_GROWTH` times as many rows (best of :data:`BATCH_REPEATS`, at one BLAS
+    thread as lanes run; the process's CPU time, so other processes' turns do not count);
+    ``None`` for a policy too slow to time within :data:`CALIBRATION_BUDGET_S` of wall time."""
     sizes = (len(obs), len(obs) * BATCH_GROWTH)
+    deadline = time.perf_counter() + CALIBRATION_BUDGET_S  # a call that waits counts too
     seconds: list[float] = []
-    for rows in sizes:
-        batch = [obs[i % len(obs)] for i in range(rows)]
-        best = math.inf
-        for _ in range(BATCH_REPEATS):
-            begin = time.process_time()
-            step_batch(batch)
-            best = min(best, time.process_time() - begin)
-            if seconds and best * BATCH_REPEATS > CALIBRATION_BUDGET_S:
-                break  # one call of the large batch is enough to go by
-        if not seconds and best * BATCH_GROWTH > CALIBRATION_BUDGET_S:
-            return None
-        seconds.append(best)
+    with blas_limited(1):  # as lanes run it; more threads' spinning would count as cost
+        step_batch(list(obs))  # a warm-up: first calls allocate
+        for rows in sizes:
+            batch = [obs[i % len(obs)] for i in range(rows)]
+            best = math.inf
+            for _ in range(BATCH_REPEATS):
+                begin = time.process_time()
+                step_batch(batch)
+                best = min(best, time.process_time() - begin)
+                if time.perf_counter() > deadline:
+                    break
+            if time.perf_counter() > deadline and not seconds:
+                return None  # too slow to time: the plan goes without
+            seconds.append(best)
     return BatchCost(sizes, (seconds[0], seconds[1]))
 
 

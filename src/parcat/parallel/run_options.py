@@ -130,7 +130,7 @@ def plan_run(missions: tuple[Mission, ...], policies: tuple[PolicySpec, ...], ta
     step = _measured_step(missions, policies, options, foreign) if measure else None
     own_batch = next((p for p in policies if has_batch_form(p) and not is_url(p.target)), None)
     batch = step.batch if step is not None else None
-    if batch is None and own_batch is not None and measure and options.lockstep is None:
+    if batch is None and own_batch is not None and measure and _may_lockstep(options, tasks):
         batch = measure_batch(missions[0], own_batch)
     workload = Workload(
         tasks=tasks,
@@ -164,6 +164,15 @@ def plan_run(missions: tuple[Mission, ...], policies: tuple[PolicySpec, ...], ta
         episode_timeout_s=options.episode_timeout_s, address=options.address,
         action_timeout_s=None if timeout_ms is None else timeout_ms / 1000,
     )
+
+
+def _may_lockstep(options: RunOptions, tasks: int) -> bool:
+    """Whether the planner may choose how many episodes play in lockstep (only then is a
+    batch cost worth timing)."""
+    agents_apart = options.parallel_policy and options.policy_strategy in (
+        PolicyStrategy.THREAD, PolicyStrategy.PROCESS)
+    return tasks > 1 and options.lockstep is None and options.episode_timeout_s is None \
+        and options.executor not in (ExecutorKind.THREAD, ExecutorKind.RAY) and not agents_apart
 
 
 def _measured_step(missions: tuple[Mission, ...], policies: tuple[PolicySpec, ...],

@@ -7,6 +7,7 @@ import inspect
 import os
 import signal
 import threading
+import time
 import warnings
 from collections.abc import Iterable, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -106,10 +107,12 @@ class _Loop:
 
 
 def close_policies(policies: Iterable[Any]) -> None:
-    """Call each policy's ``close()`` if it has one (sync or ``async def``, the latter on
-    :func:`policy_loop`, bounded by :data:`CLOSE_TIMEOUT_S`); ``None`` entries are skipped.
-    parcat drops a policy only after this, so its clients, sessions and files are
-    released. A close that raises or hangs is a warning, never a failed run."""
+    """Call each policy's ``close()`` if it has one (sync, or ``async def`` on
+    :func:`policy_loop`, where the async ones of one call share :data:`CLOSE_TIMEOUT_S`);
+    ``None`` entries are skipped. parcat drops a policy only after this, so its clients,
+    sessions and files are released. A close that raises or is late is a warning, never a
+    failed run."""
+    deadline = time.monotonic() + CLOSE_TIMEOUT_S
     for policy in policies:
         close = getattr(policy, "close", None)
         if not callable(close):
@@ -120,13 +123,13 @@ def close_policies(policies: Iterable[Any]) -> None:
 
                 future = asyncio.run_coroutine_threadsafe(close(), policy_loop())
                 try:
-                    future.result(timeout=CLOSE_TIMEOUT_S)
+                    future.result(timeout=max(0.0, deadline - time.monotonic()))
                 finally:
                     future.cancel()
             else:
                 close()
         except FutureTimeout:
-            warnings.warn(f"{type(policy).__name__}.close() took over {CLOSE_TIMEOUT_S:g} s",
-                          stacklevel=2)
+            warnings.warn(f"{type(policy).__name__}.close() was not done within "
+                          f"{CLOSE_TIMEOUT_S:g} s", stacklevel=2)
         except USER_CODE_ERRORS as exc:
             warnings.warn(f"{type(policy).__name__}.close() raised {exc!r}", stacklevel=2)

@@ -30,7 +30,7 @@ from gymnasium import spaces
 
 from parcat.core.errors import USER_CODE_ERRORS, ConfigError, OutputError, clip
 from parcat.envs.missions import Mission
-from parcat.policies.base import AgentSpec, Policy, close_policies
+from parcat.policies.base import CLOSE_TIMEOUT_S, AgentSpec, Policy, close_policies
 from parcat.policies.remote import (
     WIRE_VERSION,
     decode_observations,
@@ -299,7 +299,10 @@ class PolicyServer:
             if owned is not None:
                 owned.unlink(missing_ok=True)
             everyone = {id(p): p for p in [*self._policies.values(), *self._sessions.values()]}
-            await self._compute.call(close_policies, list(everyone.values()))
+            # after the steps queued before: a policy whose step hangs is left unclosed
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._compute.call(close_policies, list(everyone.values())),
+                                       CLOSE_TIMEOUT_S)
 
 
 class _PolicyFailed(Exception):

@@ -36,8 +36,8 @@ def run_sequential(config: SimConfig,
     try:
         try:
             world = World(config)
-            runners = {a.spec.agent_index: AgentRunner(a, config.mission, config.seed)
-                       for a in config.process_agents}
+            for agent in config.process_agents:  # one by one: those built are closed below
+                runners[agent.spec.agent_index] = AgentRunner(agent, config.mission, config.seed)
         except KeyboardInterrupt:  # before the first step: an empty record
             result = empty_result(config, time.perf_counter() - start)
             return make_record(config, "sequential", False, result, True)

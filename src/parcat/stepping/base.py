@@ -67,9 +67,10 @@ class PolicyCache:
     def __init__(self, lender: PolicyCache | None = None) -> None:
         self._policies: dict[tuple[Mission, PolicySpec, int], Policy] = {}
         self._lender = lender
-        self._built: set[int] = set()
-        """``id`` of the policies this cache built: only those are its to close (a lent
-        one is its lender's)."""
+        self._built: dict[int, int] = {}
+        """Per ``id`` of a policy this cache built, the keys holding it (a factory may
+        return one instance for several agents): only those are its to close, once no key
+        holds them (a lent one is its lender's)."""
 
     def get(self, mission: Mission, seat: Seat) -> Policy:
         """The policy for ``seat``, built on first use."""
@@ -79,7 +80,7 @@ class PolicyCache:
             lent = None if self._lender is None else self._lender._policies.get(key)
             if lent is None or not getattr(lent, "stateless", False):
                 lent = make_policy(seat.spec, mission, seat.agent)
-                self._built.add(id(lent))
+                self._built[id(lent)] = self._built.get(id(lent), 0) + 1
             policy = self._policies[key] = lent
         return policy
 
@@ -117,10 +118,10 @@ class PolicyCache:
 
     def _drop(self, key: tuple[Mission, PolicySpec, int]) -> Policy | None:
         policy = self._policies.pop(key)
-        if id(policy) not in self._built:
-            return None
-        self._built.discard(id(policy))
-        return policy
+        holders = self._built.pop(id(policy), 0) - 1
+        if holders > 0:
+            self._built[id(policy)] = holders
+        return policy if holders == 0 else None
 
 
 class Stepper(ABC):
@@ -178,6 +179,10 @@ class InlineStepper(Stepper):
     def shared_groups(self) -> list[tuple[Any, list[Any]]]:
         """This episode's shared stateless policies: each ``step_batch`` and its agents."""
         return list(self._groups.values())
+
+    def all_async(self) -> bool:
+        """Whether every agent of this episode acts through async calls."""
+        return bool(self._step_fns) and self.awaited.agents >= set(self._step_fns)
 
     def start(self, mission: Mission, seats: Sequence[Seat]) -> None:
         self.mission = mission

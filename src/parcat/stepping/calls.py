@@ -14,6 +14,7 @@ The calls run on :func:`parcat.policies.base.policy_loop`, the process's one loo
 from __future__ import annotations
 
 import email.utils
+import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import CancelledError as FutureCancelled
@@ -75,7 +76,9 @@ def retry_delay(exc: BaseException, retry: int) -> float | None:
     backoff = min(MAX_BACKOFF_S, BACKOFF_S * 2**retry)
     if isinstance(exc, TransientError):
         return backoff if exc.retry_after is None else min(RETRY_AFTER_CAP_S, exc.retry_after)
-    if isinstance(exc, ConnectionError | TimeoutError) or any(
+    # asyncio's TimeoutError is the builtin one from Python 3.11 (asyncio may not be loaded)
+    timeouts = (TimeoutError, getattr(sys.modules.get("asyncio"), "TimeoutError", TimeoutError))
+    if isinstance(exc, (ConnectionError, *timeouts)) or any(
             (cls.__module__.partition(".")[0], cls.__name__) in _TRANSPORT_ERRORS
             for cls in type(exc).__mro__):
         return backoff
@@ -142,7 +145,7 @@ class AsyncCalls:
         spent = [0]
         try:
             outcomes[index] = await asyncio.wait_for(self._attempts(call, spent), self.timeout)
-        except TimeoutError:  # asyncio's since Python 3.11
+        except asyncio.TimeoutError:
             outcomes[index] = Outcome(late=True, retries=spent[0])
 
     async def _attempts(self, call: Call, spent: list[int]) -> Outcome:

@@ -145,6 +145,10 @@ class ThreadStepper(InlineStepper):
         return {**self._late, **self.awaited.late}
 
     def close(self) -> None:
-        """Stop the threads (a hung policy thread is abandoned, not joined)."""
+        """Stop the threads (a hung policy thread is abandoned, not joined; its policy is
+        closed only if its step ever ends)."""
         self._pool.shutdown(wait=False, cancel=True)
+        for agent_id, future in self._pending.items():
+            if not future.done():
+                self.cache.forget(self._index[agent_id], running=future)
         super().close()
