@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import imageio.v3 as iio
 import numpy as np
@@ -18,6 +19,7 @@ from parcat.episode import playback, replay
 from parcat.eval.evaluate import EvalConfig, evaluate, make_config
 from parcat.parallel.run_options import RunOptions
 from parcat.policies.specs import parse_policy_spec
+from tests.fakes import ScriptedEnv
 
 pytest.importorskip("pygame")
 
@@ -95,6 +97,32 @@ def test_an_env_that_does_not_replay_as_recorded_plays_back_with_one_note(
                         r"or not the version that recorded it\n", err), err
 
 
+class AnsiEnv(ScriptedEnv):
+    """An outsider's environment that draws text only, and refuses render modes it lacks."""
+
+    metadata: dict[str, Any] = {"name": "ansi", "render_modes": ["ansi"]}
+
+    def __init__(self, render_mode: str | None = None, **kwargs: Any) -> None:
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode {render_mode!r} is not one of ['ansi']")
+        super().__init__(**kwargs)
+        self.render_mode = render_mode
+
+    def render(self) -> str | None:
+        return f"t={self.t}\n" if self.render_mode == "ansi" else None
+
+
+def test_an_outsider_that_draws_text_only_plays_back_as_text(tmp_path: Path) -> None:
+    mission = Mission(name="ansi", env="tests.test_replay_outsiders:AnsiEnv",
+                      params={"agents": 2, "max_steps": 3}, max_steps=3)
+    evaluate(EvalConfig((mission,), (parse_policy_spec("random"),), 1, 0), RunOptions(jobs=1),
+             replay_dir=tmp_path)
+    recorded = replay.read(tmp_path / replay.file_name("ansi", 0))
+    drawn = list(playback.frames(recorded, trust_code=True))
+    assert [shot.picture for shot in drawn] == ["t=0\n", "t=1\n", "t=2\n", "t=3\n"]
+    assert not any(shot.problems for shot in drawn)
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--frame", "7", "-o", "x.png"], "--frame 7: replay '{file}' has frames 0 to 6 (one after "
      "each of its 6 steps)"),
@@ -118,3 +146,5 @@ def test_a_picture_in_the_terminal_is_two_pixels_a_character() -> None:
     assert len(lines) == 10 and all(line.count("▀") == 50 for line in lines)
     assert "\x1b[38;2;255;0;0m\x1b[48;2;255;0;0m▀" in lines[0]
     assert "\x1b[38;2;0;0;0m\x1b[48;2;0;0;0m▀" in lines[-1]
+    # a tall picture fits the terminal's lines
+    assert len(terminal_picture(np.zeros((400, 100, 3), np.uint8), 120, 30).splitlines()) <= 30

@@ -106,14 +106,15 @@ def progress_bar(total: int, description: str, enabled: bool = True) -> Iterator
         yield lambda n=1: progress.advance(task_id, n)
 
 
-def terminal_picture(picture: Any, columns: int) -> str:
-    """An RGB array as lines of ``▀`` in 24-bit colour, at most ``columns`` wide (and 80):
-    each character shows two pixels, the upper as its colour, the lower as its background."""
+def terminal_picture(picture: Any, columns: int, rows: int = 10_000) -> str:
+    """An RGB array as lines of ``▀`` in 24-bit colour that fit ``columns`` (and 80) by
+    ``rows`` lines: each character shows two pixels, the upper as its colour, the lower as its
+    background."""
     import numpy as np
     height, width = picture.shape[:2]
-    cols = max(1, min(columns - 1, 80, width))
-    rows = max(2, round(height * cols / width / 2) * 2)
-    ys = np.arange(rows) * height // rows
+    cols = max(1, min(columns - 1, 80, width, rows * 2 * width // height))
+    pixel_rows = max(2, round(height * cols / width / 2) * 2)
+    ys = np.arange(pixel_rows) * height // pixel_rows
     xs = np.arange(cols) * width // cols
     small = picture[ys][:, xs]
     lines = []

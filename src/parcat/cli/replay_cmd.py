@@ -104,14 +104,14 @@ def _play(title: str, drawn: Iterable[Any], steps: int, fps: float,
     recorded); in a terminal each replaces the last, otherwise one after another."""
     from parcat.cli.render import terminal_picture
     terminal = sys.stdout.isatty()
-    width = shutil.get_terminal_size().columns
+    size = shutil.get_terminal_size()
     for shot in drawn:
         problems.extend(shot.problems[:1])  # one a step: the note counts steps
         lines = [title, f"step {shot.step}/{steps}"]
         if isinstance(shot.picture, str):
             lines.append(shot.picture.rstrip("\n"))
         elif shot.picture is not None and terminal:
-            lines.append(terminal_picture(shot.picture, width))
+            lines.append(terminal_picture(shot.picture, size.columns, size.lines - 5))
         elif shot.picture is not None and shot.step == 0:
             lines.append("(the environment draws pictures: write them with -o FILE.gif)")
         if shot.legend:

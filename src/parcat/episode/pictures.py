@@ -27,9 +27,10 @@ AGENT_COLOURS = [(31, 119, 180), (255, 127, 14), (214, 39, 40), (148, 103, 189),
                  (174, 199, 232)]
 """Agent ``i`` (drawn as the digit ``i % 10``): matplotlib's tab20 colours without its
 greens and greys, which the legend's symbols use."""
-SYMBOL_COLOURS = [(120, 120, 120), (222, 170, 40), (90, 200, 90), (230, 70, 70),
-                  (90, 170, 240), (200, 120, 220)]
-"""The legend's other symbols, in its order (walls first, as the built-ins list them)."""
+WALL = (120, 120, 120)
+SYMBOL_COLOURS = [(222, 170, 40), (90, 200, 90), (230, 70, 70), (90, 170, 240),
+                  (200, 120, 220)]
+"""The legend's other symbols, in its order."""
 CELL = (18, 20)
 """Width and height of a character cell, in pixels."""
 MAX_SIDE = 480
@@ -107,16 +108,24 @@ def _rows(items: list[Any], width: float) -> list[list[Any]]:
 
 
 def _body(frame: Frame, image_cls: Any, draw_module: Any, font: Any) -> Any:
-    """What the environment drew, as a Pillow image."""
+    """What the environment drew, as a Pillow image: a text picture with a legend is a
+    grid of character cells, other text is lines."""
     if isinstance(frame.picture, np.ndarray):
         image = image_cls.fromarray(frame.picture)
         image.thumbnail((MAX_SIDE, MAX_SIDE))
         return image
     text = frame.picture if isinstance(frame.picture, str) else "(the environment drew nothing)"
     lines = text.rstrip("\n").splitlines() or [""]
-    colours = _colours(frame.legend or {})
-    cols = max(len(line) for line in lines)
-    image = image_cls.new("RGB", (max(cols, 1) * CELL[0], len(lines) * CELL[1]), BACKGROUND)
+    if not frame.legend:
+        width = max(font.getlength(line) for line in lines)
+        image = image_cls.new("RGB", (max(1, int(width)), len(lines) * LINE), BACKGROUND)
+        draw = draw_module.Draw(image)
+        for row, line in enumerate(lines):
+            draw.text((0, row * LINE), line, fill=INK, font=font)
+        return image
+    colours = _colours(frame.legend)
+    cols = max(max(len(line) for line in lines), 1)
+    image = image_cls.new("RGB", (cols * CELL[0], len(lines) * CELL[1]), BACKGROUND)
     draw = draw_module.Draw(image)
     for row, line in enumerate(lines):
         for col, char in enumerate(line):
@@ -131,13 +140,14 @@ def _body(frame: Frame, image_cls: Any, draw_module: Any, font: Any) -> Any:
 
 
 def _colours(legend: dict[str, str]) -> dict[str, tuple[int, int, int]]:
-    """The cell colour of each legend character (``0-9``: the agents), ``.`` empty."""
-    found: dict[str, tuple[int, int, int]] = {".": EMPTY}
+    """The cell colour of each legend character (``0-9``: the agents, ``#``: a wall), ``.``
+    empty."""
+    found: dict[str, tuple[int, int, int]] = {".": EMPTY, "#": WALL}
     symbols = iter(SYMBOL_COLOURS)
     for key in legend:
         if key == "0-9":
             found.update({str(i): colour for i, colour in enumerate(AGENT_COLOURS)})
-        elif len(key) == 1:
+        elif len(key) == 1 and key not in found:
             found[key] = next(symbols, SYMBOL_COLOURS[-1])
     return found
 

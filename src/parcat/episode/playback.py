@@ -21,8 +21,9 @@ from parcat.envs.missions import builtin_code, close_env, make_env
 from parcat.envs.turns import play_turns
 from parcat.episode.replay import Replay, ReplayError
 
-RENDER_MODE = "rgb_array"
-"""What playback asks of environments from outside parcat (parcat's own draw text)."""
+RENDER_MODES = ("rgb_array", "ansi")
+"""What playback asks of environments from outside parcat, by preference (parcat's own draw
+text whatever is asked)."""
 
 Picture = str | np.ndarray | None
 """What an environment drew: text, an RGB array (height × width × 3, uint8), or nothing."""
@@ -73,16 +74,17 @@ def frames(replay: Replay, trust_code: bool = False) -> Generator[Frame, None, N
 
 
 def _make(replay: Replay) -> Any:
-    """The replay's environment, asked for RGB pictures if it is from outside parcat and
-    takes a ``render_mode`` (one that does not is built as recorded)."""
+    """The replay's environment, asked for a picture (RGB, else text) if it is from outside
+    parcat and takes a ``render_mode``; one that takes none is built as recorded."""
     meta = replay.meta
     if meta["env"] not in builtin_code()[0]:
         # a picture needs no window: pygame-based envs would look for a display (and SDL
         # print its complaints on stderr)
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-        with contextlib.suppress(MissionError):
-            return make_env(meta["env"], {**meta["params"], "render_mode": RENDER_MODE},
-                            meta["mission"])
+        for mode in RENDER_MODES:
+            with contextlib.suppress(MissionError):
+                return make_env(meta["env"], {**meta["params"], "render_mode": mode},
+                                meta["mission"])
     return make_env(meta["env"], meta["params"], meta["mission"])
 
 
