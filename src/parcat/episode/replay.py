@@ -18,7 +18,7 @@ Format ``parcat-replay`` version 1 (``np.load(FILE)``; nothing is pickled):
   the array for Box, else flattened float32), ``rew_i`` (float64, the reward that step
   paid the agent; in turn-based games, what ``last()`` showed at its turn, and on its last
   row also what it was paid after its last move (the game's end), so that an agent's rows
-  add up to its return).
+  add up to its return; an agent that never moved has no row, its return is in ``meta``).
 - ``infos``: a 0-d string array of JSON, ``{step: {agent: info}}`` for the steps whose
   infos were not empty (values that JSON cannot hold are written as text).
 """
