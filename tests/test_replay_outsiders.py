@@ -92,9 +92,17 @@ def test_an_env_that_does_not_replay_as_recorded_plays_back_with_one_note(
     code = main(["replay", str(tmp_path / replay.file_name("seedless", 0)), "--trust-code"])
     out, err = capsys.readouterr()
     assert code == 0 and "step 5/5" in out and err.count("\n") == 1
+    assert out.count("(the environment draws nothing)") == 1
     assert re.fullmatch(r"parcat: note: the environment did not replay as recorded \(5 step\(s\); "
                         r"first: agent '0' earned .*, recorded .*\): it is not deterministic, "
                         r"or not the version that recorded it\n", err), err
+    # nothing to draw is nothing to write
+    gif = tmp_path / "x.gif"
+    assert cli(capsys, "replay", str(tmp_path / replay.file_name("seedless", 0)),
+               "--trust-code", "-o", str(gif)) == (
+        2, "parcat: error: the replay's environment draws nothing (its render() gave None): "
+        "there is no picture to write; play it without -o\n")
+    assert not gif.exists()
 
 
 class AnsiEnv(ScriptedEnv):

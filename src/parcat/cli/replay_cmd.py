@@ -86,6 +86,9 @@ def _write(output: Path, name: str, drawn: Iterable[Any], steps: int, fps: float
     images = []
     for shot in drawn:
         problems.extend(shot.problems[:1])  # one a step: the note counts steps
+        if shot.step == 0 and shot.picture is None:
+            raise ConfigError("the replay's environment draws nothing (its render() gave "
+                              "None): there is no picture to write; play it without -o")
         if output.suffix.lower() == ".png":
             if shot.step == wanted:
                 pictures.write_png(output, pictures.picture(shot, name, steps))
@@ -112,8 +115,9 @@ def _play(title: str, drawn: Iterable[Any], steps: int, fps: float,
             lines.append(shot.picture.rstrip("\n"))
         elif shot.picture is not None and terminal:
             lines.append(terminal_picture(shot.picture, size.columns, size.lines - 5))
-        elif shot.picture is not None and shot.step == 0:
-            lines.append("(the environment draws pictures: write them with -o FILE.gif)")
+        elif shot.step == 0:  # said once: what is not shown, and why
+            lines.append("(the environment draws nothing)" if shot.picture is None else
+                         "(the environment draws pictures: write them with -o FILE.gif)")
         if shot.legend:
             lines.append("legend: " + ", ".join(f"{k} {v}" for k, v in shot.legend.items()))
         if terminal:
