@@ -140,3 +140,13 @@ def test_eval_replay_dir_then_parcat_replay_shows_the_episode(tmp_path: Path) ->
 def test_bad_replay_input_is_one_line_exit_2(tmp_path: Path, args: list[str], line: str) -> None:
     result = parcat(*args, cwd=tmp_path)
     assert (result.returncode, result.stderr) == (2, line + "\n")
+
+
+def test_a_long_episode_s_gif_shows_every_kth_step_within_the_frame_cap() -> None:
+    from parcat.episode import pictures
+    cap = pictures.MAX_GIF_FRAMES
+    assert [pictures.stride(n) for n in (0, cap - 1, cap, 2 * cap - 1, 2 * cap)] == [1, 1, 2, 2, 3]
+    for steps in (cap, 3 * cap + 7, 10**8):
+        k = pictures.stride(steps)
+        shown = len(range(0, steps + 1, k)) + (steps % k != 0)  # the last step is kept too
+        assert shown <= cap + 1

@@ -36,7 +36,7 @@ CELL = (18, 20)
 MAX_SIDE = 480
 """An RGB frame larger than this is scaled down to fit: a GIF of hundreds of frames stays a
 few megabytes, and memory a few hundred."""
-MAX_GIF_FRAMES = 500
+MAX_GIF_FRAMES = 300
 """A longer episode is drawn every k-th step (and its last), so that the GIF stays small."""
 MARGIN = 10
 FONT_SIZE = 13
