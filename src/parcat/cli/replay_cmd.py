@@ -37,7 +37,7 @@ def replay_command(
     as a GIF or PNG.
 
     -o FILE: an animated GIF (.gif) of the episode, or one frame (.png, --frame N), instead
-    of playing it here; needs imageio (pip install 'parcat[plot]').
+    of playing it here; needs imageio (pip install 'parcat\\[plot]').
     --trust-code: the replay may rebuild an environment from outside parcat (by default
     only parcat's own missions play back).
     """
