@@ -162,8 +162,9 @@ def one_line(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
     (["bench", "--quick", "--history", "{tmp}/h.jsonl", "--chart", "{tmp}/chart.gif"],
      "--output '{tmp}/chart.gif': unknown extension '.gif'; expected .svg (an SVG image), "
      ".png (a PNG image), .pdf (a PDF)"),
-    (["replay", "{tmp}/x.npz", "-o", "{tmp}/x.gif"],
-     "--output '{tmp}/x.gif': unknown extension '.gif'; expected .svg (an animated SVG)"),
+    (["replay", "{tmp}/x.npz", "-o", "{tmp}/x.svg"],
+     "--output '{tmp}/x.svg': unknown extension '.svg'; expected .gif (an animated GIF), .png "
+     "(one frame, --frame N)"),
 ])
 def test_an_output_extension_the_command_does_not_write_is_one_line_exit_2(
         args: list[str], expected: str, tmp_path: Path,

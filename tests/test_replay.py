@@ -8,13 +8,13 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from xml.etree import ElementTree
 
+import imageio.v3 as iio
 import numpy as np
 import pytest
 
 from parcat.envs.missions import Mission
-from parcat.episode import replay
+from parcat.episode import playback, replay
 from parcat.eval.evaluate import EvalConfig, evaluate, make_config
 from parcat.parallel.run_options import RunOptions
 from parcat.policies.specs import parse_policy_spec
@@ -37,10 +37,10 @@ def test_every_episode_is_recorded_and_plays_back_to_the_same_rewards(
             # the per-step rewards add up to the episode's return
             assert recorded.arrays[f"rew_{i}"].sum() == pytest.approx(agent.reward)
             assert len(recorded.arrays[f"obs_{i}"]) == len(recorded.arrays[f"act_{i}"])
-        drawn = list(replay.frames(recorded))
-        assert len(drawn) == result.steps + 1
-        assert all(not problems for _, _, problems in drawn)
-        assert all(isinstance(frame, str) and frame for _, frame, _ in drawn)
+        drawn = list(playback.frames(recorded))
+        assert [shot.step for shot in drawn] == list(range(result.steps + 1))
+        assert all(not shot.problems for shot in drawn)
+        assert all(isinstance(shot.picture, str) and shot.picture for shot in drawn)
 
 
 def test_the_same_seed_records_the_same_arrays_at_any_worker_count(tmp_path: Path) -> None:
@@ -54,19 +54,24 @@ def test_the_same_seed_records_the_same_arrays_at_any_worker_count(tmp_path: Pat
         assert all(np.array_equal(one.arrays[key], two.arrays[key]) for key in one.arrays)
 
 
-def test_a_turn_based_game_records_each_turn(tmp_path: Path) -> None:
+def test_a_turn_based_game_records_each_turn_and_plays_back(tmp_path: Path) -> None:
     nim = Mission(name="nim", env="tests.envs.nim:NimEnv", params={"low": 5, "high": 15},
                   max_steps=100)
-    config = EvalConfig((nim,), (parse_policy_spec("random"),), 2, 0)
+    config = EvalConfig((nim,), (parse_policy_spec("random"),), 6, 0)
     report = evaluate(config, RunOptions(jobs=1), replay_dir=tmp_path)
-    recorded = replay.read(tmp_path / replay.file_name("nim", 0))
-    assert recorded.meta["turn_based"] is True
-    moves = sum(len(recorded.arrays[f"step_{i}"]) for i in range(2))
-    assert moves == report.episodes[0].steps
+    for result in report.episodes:
+        recorded = replay.read(tmp_path / replay.file_name("nim", result.episode_index))
+        assert recorded.meta["turn_based"] is True
+        moves = sum(len(recorded.arrays[f"step_{i}"]) for i in range(2))
+        assert moves == result.steps
+        # the winner's +1 and the loser's -1 come after their last move: recorded all the same
+        for i, agent in enumerate(result.agents):
+            assert recorded.arrays[f"rew_{i}"].sum() == pytest.approx(agent.reward)
+        drawn = list(playback.frames(recorded, trust_code=True))
+        assert [shot.step for shot in drawn] == list(range(result.steps + 1))
+        assert all(not shot.problems for shot in drawn)
     # observations are flattened: the pile and the 3-entry action mask
     assert recorded.arrays["obs_0"].shape[1] == 4
-    with pytest.raises(replay.ReplayError, match="turn-based games is not supported"):
-        next(replay.frames(recorded))
 
 
 @pytest.mark.parametrize(("content", "message"), [
@@ -107,22 +112,41 @@ def test_eval_replay_dir_then_parcat_replay_shows_the_episode(tmp_path: Path) ->
     assert shown.stdout.startswith("harvest episode 1 (seed ")
     assert [f"step {k}/6" in shown.stdout for k in range(7)] == [True] * 7
     assert "################" in shown.stdout and not shown.stderr
-    drawn = parcat("replay", "replays/harvest-000000.npz", "-o", "ep.svg", cwd=tmp_path)
-    assert drawn.returncode == 0, drawn.stderr
-    svg = ElementTree.parse(tmp_path / "ep.svg").getroot()
-    frames = svg.findall("{http://www.w3.org/2000/svg}g")
-    assert len(frames) == 7 and all(g.find("{http://www.w3.org/2000/svg}animate") is not None
-                                    for g in frames)
+    assert shown.stdout.count("legend: # wall, B base, * resource, 0-9 agent (index mod 10)") == 7
+    drawn = parcat("replay", "replays/harvest-000000.npz", "-o", "ep.gif", cwd=tmp_path)
+    assert (drawn.returncode, drawn.stderr) == (0, "wrote ep.gif (7 frames)\n")
+    gif = iio.imread(tmp_path / "ep.gif")
+    assert gif.shape[0] == 7 and gif.shape[1] > 300 and gif.shape[2] > 250
+    assert not np.array_equal(gif[0], gif[-1])  # the agents moved
+    one = parcat("replay", "replays/harvest-000000.npz", "-o", "ep.png", "--frame", "0",
+                 cwd=tmp_path)
+    assert (one.returncode, one.stderr) == (0, "wrote ep.png (1 frame)\n")
+    png = iio.imread(tmp_path / "ep.png")
+    # the first frame of the GIF, as a static viewer shows it; the walls in their colour
+    assert png.shape == gif[0].shape and png.shape[2] == 3
+    assert (png.reshape(-1, 3) == (120, 120, 120)).all(axis=1).sum() > 60 * 100
 
 
 @pytest.mark.parametrize(("args", "line"), [
     (["replay", "missing.npz"], "parcat: error: replay 'missing.npz' does not exist or is not a "
      "file; replays are the *.npz files in a --replay-dir folder (listed in its index.json)"),
-    (["replay", "missing.npz", "-o", "x.gif"], "parcat: error: --output 'x.gif': unknown "
-     "extension '.gif'; expected .svg (an animated SVG)"),
+    (["replay", "missing.npz", "-o", "x.svg"], "parcat: error: --output 'x.svg': unknown "
+     "extension '.svg'; expected .gif (an animated GIF), .png (one frame, --frame N)"),
+    (["replay", "missing.npz", "--frame", "3"], "parcat: error: --frame 3 picks the frame of "
+     "a PNG; give -o FILE.png"),
     (["eval", "-m", "harvest", "--replay-dir", "/dev/null"], "parcat: error: --replay-dir "
      "'/dev/null' is a character device, not a folder; give the path of a folder"),
 ])
 def test_bad_replay_input_is_one_line_exit_2(tmp_path: Path, args: list[str], line: str) -> None:
     result = parcat(*args, cwd=tmp_path)
     assert (result.returncode, result.stderr) == (2, line + "\n")
+
+
+def test_a_long_episode_s_gif_shows_every_kth_step_within_the_frame_cap() -> None:
+    from parcat.episode import pictures
+    cap = pictures.MAX_GIF_FRAMES
+    assert [pictures.stride(n) for n in (0, cap - 1, cap, 2 * cap - 1, 2 * cap)] == [1, 1, 2, 2, 3]
+    for steps in (cap, 3 * cap + 7, 10**8):
+        k = pictures.stride(steps)
+        shown = len(range(0, steps + 1, k)) + (steps % k != 0)  # the last step is kept too
+        assert shown <= cap + 1

@@ -168,7 +168,7 @@ def test_a_bit_flipped_replay_is_one_line_and_exit_2(
         data = bytearray(recorded.read_bytes())
         data[offset % len(data)] ^= 0xFF
         target.write_bytes(bytes(data))
-        code, err = cli(capsys, "replay", str(target), "-o", str(tmp_path / "x.svg"))
+        code, err = cli(capsys, "replay", str(target), "-o", str(tmp_path / "x.gif"))
         assert code in (0, 2) and err.count("\n") <= 1 and "Traceback" not in err, err
         if code == 2:
             assert err.startswith(f"parcat: error: replay '{target}' ")

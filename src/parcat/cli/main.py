@@ -34,7 +34,7 @@ COMMANDS = (
                 "Evaluate policies on missions and print per-mission, per-policy statistics."),
     LazyCommand("replay", "parcat.cli.replay_cmd:replay_command",
                 "Play back an episode recorded with `parcat eval --replay-dir`: in the "
-                "terminal, or as an animated SVG."),
+                "terminal, or as a GIF or PNG."),
     LazyCommand("plan", "parcat.cli.plan_cmd:plan_command",
                 "Show how `parcat eval` with the same flags would use the machine, and why."),
     LazyCommand("train", "parcat.cli.train_cmd:train_command",

@@ -104,3 +104,22 @@ def progress_bar(total: int, description: str, enabled: bool = True) -> Iterator
     with Progress(*bar_columns(), console=console, transient=False) as progress:
         task_id = progress.add_task(description, total=total)
         yield lambda n=1: progress.advance(task_id, n)
+
+
+def terminal_picture(picture: Any, columns: int, rows: int = 10_000) -> str:
+    """An RGB array as lines of ``▀`` in 24-bit colour that fit ``columns`` (and 80) by
+    ``rows`` lines: each character shows two pixels, the upper as its colour, the lower as its
+    background."""
+    import numpy as np
+    height, width = picture.shape[:2]
+    cols = max(1, min(columns - 1, 80, width, rows * 2 * width // height))
+    pixel_rows = max(2, round(height * cols / width / 2) * 2)
+    ys = np.arange(pixel_rows) * height // pixel_rows
+    xs = np.arange(cols) * width // cols
+    small = picture[ys][:, xs]
+    lines = []
+    for top, bottom in zip(small[0::2], small[1::2], strict=True):
+        cells = [f"\x1b[38;2;{a[0]};{a[1]};{a[2]}m\x1b[48;2;{b[0]};{b[1]};{b[2]}m▀"
+                 for a, b in zip(top.tolist(), bottom.tolist(), strict=True)]
+        lines.append("".join(cells) + "\x1b[0m")
+    return "\n".join(lines)

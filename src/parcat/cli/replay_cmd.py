@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-import html
+import contextlib
+import shutil
 import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from parcat.cli import options as opts
 from parcat.cli.common import user_errors
+from parcat.core.errors import ConfigError
 from parcat.core.output_paths import check_output_file, check_output_suffix
 
-OUTPUT_FORMATS = {".svg": "an animated SVG"}
+OUTPUT_FORMATS = {".gif": "an animated GIF", ".png": "one frame, --frame N"}
 """What ``-o`` writes, by extension."""
 
 
@@ -23,84 +25,105 @@ def replay_command(
     file: Annotated[Path, typer.Argument(metavar="FILE", help="A replay: DIR/MISSION-NNNNNN.npz "
                                          "from `parcat eval --replay-dir DIR`.")],
     fps: Annotated[float, typer.Option("--fps", min=0.1, max=1000.0, metavar="N",
-                                       help="Frames a second in the terminal.")] = 10.0,
+                                       help="Frames a second, in the terminal and in a GIF."
+                                       )] = 10.0,
+    frame: Annotated[int | None, typer.Option(
+        "--frame", min=0, metavar="N", help="The step a PNG shows (0: after the reset; "
+        "default: the last).")] = None,
     output: opts.OutputFile = None,
     trust_code: opts.TrustCode = False,
 ) -> None:
     """Play back an episode recorded with `parcat eval --replay-dir`: in the terminal, or
-    as an animated SVG.
+    as a GIF or PNG.
 
-    -o FILE: an animated SVG of the episode (.svg), instead of playing it here.
+    -o FILE: an animated GIF (.gif) of the episode, or one frame (.png, --frame N), instead
+    of playing it here; needs imageio (pip install 'parcat\\[plot]').
     --trust-code: the replay may rebuild an environment from outside parcat (by default
     only parcat's own missions play back).
     """
-    from parcat.episode import replay
+    from parcat.episode import playback, replay
     with user_errors():
+        suffix = None
         if output is not None:
-            check_output_suffix(output, "--output", OUTPUT_FORMATS)
+            suffix = check_output_suffix(output, "--output", OUTPUT_FORMATS)
             check_output_file(output, "--output")
+        if frame is not None and suffix != ".png":
+            raise ConfigError(f"--frame {frame} picks the frame of a PNG; give -o FILE.png")
         recorded = replay.read(file)
         meta = recorded.meta
-        returns = ", ".join(f"{a}={'n/a' if r is None else format(r, '.3f')}"
-                            for a, r in zip(recorded.agents, meta["returns"], strict=True))
-        title = (f"{meta['mission']} episode {meta['episode_index']} (seed {meta['seed']}): "
-                 f"{meta['steps']} steps, returns {returns}")
-        drawn = replay.frames(recorded, trust_code)
+        if frame is not None and frame > meta["steps"]:
+            raise ConfigError(f"--frame {frame}: {recorded.source} has frames 0 to "
+                              f"{meta['steps']} (one after each of its {meta['steps']} steps)")
         problems: list[str] = []
-        if output is not None:
-            frames = []
-            for _, frame, found in drawn:
-                frames.append(frame)
-                problems.extend(found)
-            write_svg(output, title, frames, fps)
-            typer.echo(f"wrote {output} ({len(frames)} frames)", err=True)
-        else:
-            _play(title, drawn, meta["steps"], fps, problems)
+        # closed at once: a PNG's frame may come before the end, and the env is closed then
+        with contextlib.closing(playback.frames(recorded, trust_code)) as drawn:
+            if output is None:
+                _play(_title(meta, recorded.agents), drawn, meta["steps"], fps, problems)
+            else:
+                name = f"{meta['mission']} episode {meta['episode_index']} (seed {meta['seed']})"
+                count = _write(output, name, drawn, meta["steps"], fps, frame, problems)
+                typer.echo(f"wrote {output} ({count} frame{'s' if count != 1 else ''})",
+                           err=True)
     if problems:
-        typer.echo(f"parcat: warning: the environment did not replay as recorded "
-                   f"({len(problems)} step(s); first: {problems[0]}): it is not deterministic",
-                   err=True)
+        typer.echo(f"parcat: note: the environment did not replay as recorded "
+                   f"({len(problems)} step(s); first: {problems[0]}): it is not deterministic, "
+                   "or not the version that recorded it", err=True)
 
 
-def _play(title: str, drawn: Iterable[tuple[int, str, list[str]]], steps: int, fps: float,
+def _title(meta: dict[str, Any], agents: list[str]) -> str:
+    returns = ", ".join(f"{a}={'n/a' if r is None else format(r, '.3f')}"
+                        for a, r in zip(agents, meta["returns"], strict=True))
+    return (f"{meta['mission']} episode {meta['episode_index']} (seed {meta['seed']}): "
+            f"{meta['steps']} steps, returns per agent {returns}")
+
+
+def _write(output: Path, name: str, drawn: Iterable[Any], steps: int, fps: float,
+           frame: int | None, problems: list[str]) -> int:
+    """Write ``output``: every ``stride``-th frame as a GIF, or one frame as a PNG."""
+    from parcat.episode import pictures
+    every = pictures.stride(steps)
+    wanted = steps if frame is None else frame
+    images = []
+    for shot in drawn:
+        problems.extend(shot.problems[:1])  # one a step: the note counts steps
+        if shot.step == 0 and shot.picture is None:
+            raise ConfigError("the replay's environment draws nothing (its render() gave "
+                              "None): there is no picture to write; play it without -o")
+        if output.suffix.lower() == ".png":
+            if shot.step == wanted:
+                pictures.write_png(output, pictures.picture(shot, name, steps))
+                return 1
+        elif shot.step % every == 0 or shot.step == steps:
+            images.append(pictures.picture(shot, name, steps))
+    if not images:
+        raise ConfigError(f"the replay ended before frame {wanted}: the environment did not "
+                          "replay as recorded")
+    return pictures.write_gif(output, images, fps)
+
+
+def _play(title: str, drawn: Iterable[Any], steps: int, fps: float,
           problems: list[str]) -> None:
     """Draw every frame as it is made (``problems`` gathers what did not replay as
     recorded); in a terminal each replaces the last, otherwise one after another."""
+    from parcat.cli.render import terminal_picture
     terminal = sys.stdout.isatty()
-    for step, frame, found in drawn:
-        problems.extend(found)
-        header = f"{title}\nstep {step}/{steps}\n"
+    size = shutil.get_terminal_size()
+    for shot in drawn:
+        problems.extend(shot.problems[:1])  # one a step: the note counts steps
+        lines = [title, f"step {shot.step}/{steps}"]
+        if isinstance(shot.picture, str):
+            lines.append(shot.picture.rstrip("\n"))
+        elif shot.picture is not None and terminal:
+            lines.append(terminal_picture(shot.picture, size.columns, size.lines - 5))
+        elif shot.step == 0:  # said once: what is not shown, and why
+            lines.append("(the environment draws nothing)" if shot.picture is None else
+                         "(the environment draws pictures: write them with -o FILE.gif)")
+        if shot.legend:
+            lines.append("legend: " + ", ".join(f"{k} {v}" for k, v in shot.legend.items()))
         if terminal:
-            sys.stdout.write("\x1b[H\x1b[J" + header + frame + "\n")
+            sys.stdout.write("\x1b[H\x1b[J" + "\n".join(lines) + "\n")
             sys.stdout.flush()
             time.sleep(1.0 / fps)
         else:
-            sys.stdout.write(header + frame + "\n\n")
+            sys.stdout.write("\n".join(lines) + "\n\n")
     sys.stdout.flush()
-
-
-def write_svg(path: Path, title: str, frames: list[str], fps: float) -> None:
-    """An animated SVG: one text block per frame, each shown for ``1 / fps`` seconds, looping."""
-    from parcat.core.atomic import write_text_atomically
-    rows = max(len(f.splitlines()) for f in frames) + 2
-    cols = max(max((len(line) for line in f.splitlines()), default=0) for f in frames)
-    cols = max(cols, min(len(title), 120))
-    width, height, line = cols * 8.4 + 20, rows * 16 + 20, 16
-    period = len(frames) / fps
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" '
-             f'height="{height:.0f}" font-family="monospace" font-size="14">',
-             '<rect width="100%" height="100%" fill="#111"/>',
-             f'<text x="10" y="20" fill="#ccc">{html.escape(title[:120])}</text>']
-    for index, frame in enumerate(frames):
-        begin, end = index / len(frames), (index + 1) / len(frames)
-        keys = "0;" + (f"{begin:.6f};" if index else "") + f"{end:.6f};1"
-        values = ("hidden;" if index else "") + "visible;hidden;hidden"
-        parts.append(f'<g visibility="hidden"><animate attributeName="visibility" '
-                     f'dur="{period:.3f}s" repeatCount="indefinite" calcMode="discrete" '
-                     f'keyTimes="{keys}" values="{values}"/>')
-        for row, text in enumerate(frame.splitlines()):
-            parts.append(f'<text x="10" y="{40 + row * line}" fill="#eee" '
-                         f'xml:space="preserve">{html.escape(text)}</text>')
-        parts.append("</g>")
-    parts.append("</svg>\n")
-    write_text_atomically(path, "\n".join(parts))

@@ -64,9 +64,9 @@ class BuiltinEnv(ABC):
     """The PettingZoo Parallel API of a built-in environment, around its own mechanics.
 
     A subclass names itself in its class statement (``class HarvestEnv(BuiltinEnv,
-    name="harvest")``). Its constructor calls :meth:`_set_agents` and sets ``_obs_space`` (one
-    Box for every agent) and ``_act_space``; it implements ``_start``, ``_advance`` and
-    ``_observe``.
+    name="harvest", legend={...})``, the legend saying what its picture's characters mean).
+    Its constructor calls :meth:`_set_agents` and sets ``_obs_space`` (one Box for every
+    agent) and ``_act_space``; it implements ``_start``, ``_advance`` and ``_observe``.
     """
 
     metadata: dict[str, Any]
@@ -80,9 +80,11 @@ class BuiltinEnv(ABC):
     _rng: np.random.Generator | None
     _steps: int
 
-    def __init_subclass__(cls, *, name: str, **kwargs: Any) -> None:
+    def __init_subclass__(cls, *, name: str, legend: dict[str, str] | None = None,
+                          **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        cls.metadata = {"name": name, "render_modes": ["ansi"]}
+        # the legend: what the characters of render()'s picture mean (parcat replay shows it)
+        cls.metadata = {"name": name, "render_modes": ["ansi"], "legend": legend or {}}
 
     def _set_agents(self, possible_agents: list[str], max_steps: Any) -> None:
         name = self.metadata["name"]

@@ -16,6 +16,9 @@ class GymnasiumParallelEnv:
 
     def __init__(self, env: gymnasium.Env[Any, Any], agent_id: str = "agent_0") -> None:
         self.env = env
+        self.render_mode = env.render_mode
+        self.metadata = {**self.metadata,
+                         "render_modes": list(env.metadata.get("render_modes", []))}
         self.agent_id = agent_id
         self.possible_agents = [agent_id]
         self.agents: list[str] = []
@@ -52,6 +55,10 @@ class GymnasiumParallelEnv:
     def action_space(self, agent: Any) -> gymnasium.spaces.Space[Any]:
         """The wrapped environment's action space."""
         return self.env.action_space
+
+    def render(self) -> Any:
+        """What the wrapped environment draws in its ``render_mode`` (``None`` if none)."""
+        return self.env.render()
 
     def episode_stats(self) -> dict[str, float]:
         """Length and return of the episode so far."""

@@ -32,7 +32,8 @@ STEP_BONUS = 0.01
 CAPTURE_REWARD = 1.0
 
 
-class EvadeEnv(BuiltinEnv, name="evade"):
+class EvadeEnv(BuiltinEnv, name="evade", legend={
+        "E": "evader", "0-9": "pursuer (index mod 10)"}):
     """Pursuit-evasion with continuous actions (PettingZoo Parallel API).
 
     Agents: ``pursuer_0 .. pursuer_{n-1}``, then ``evader``. Observation of every agent (flat

@@ -28,7 +28,8 @@ PICKUP_REWARD = 0.1
 DELIVERY_REWARD = 1.0
 
 
-class HarvestEnv(BuiltinEnv, name="harvest"):
+class HarvestEnv(BuiltinEnv, name="harvest", legend={
+        "#": "wall", "B": "base", "*": "resource", "0-9": "agent (index mod 10)"}):
     """Multi-agent resource gathering on a grid (PettingZoo Parallel API).
 
     Observation of each agent (flat float32): the ``w x w`` window centred on it

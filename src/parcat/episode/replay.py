@@ -2,7 +2,8 @@
 
 ``parcat eval --replay-dir DIR`` records each episode where it runs and writes it atomically
 as ``DIR/<mission>-<episode:06d>.npz``, then ``DIR/index.json`` listing them; ``parcat replay
-FILE`` plays one back by stepping the environment again from the seed and the actions.
+FILE`` plays one back by stepping the environment again from the seed and the actions
+(:mod:`parcat.episode.playback`).
 
 Format ``parcat-replay`` version 1 (``np.load(FILE)``; nothing is pickled):
 
@@ -15,7 +16,9 @@ Format ``parcat-replay`` version 1 (``np.load(FILE)``; nothing is pickled):
   ``step_i`` (int64, the environment step, from 0), ``obs_i`` (float32, the observation
   flattened with ``gymnasium.spaces.flatten``), ``act_i`` (the action: int64 for Discrete,
   the array for Box, else flattened float32), ``rew_i`` (float64, the reward that step
-  paid the agent; in turn-based games, what ``last()`` showed at its turn).
+  paid the agent; in turn-based games, what ``last()`` showed at its turn, and on its last
+  row also what it was paid after its last move (the game's end), so that an agent's rows
+  add up to its return; an agent that never moved has no row, its return is in ``meta``).
 - ``infos``: a 0-d string array of JSON, ``{step: {agent: info}}`` for the steps whose
   infos were not empty (values that JSON cannot hold are written as text).
 """
@@ -40,7 +43,6 @@ from gymnasium import spaces
 from parcat.core import jsontext, runlock
 from parcat.core.atomic import write_atomically, write_text_atomically
 from parcat.core.errors import OutputError, UsageError, brief, clip
-from parcat.core.imports import require_trusted
 from parcat.core.limits import (
     MAX_AGENTS,
     MAX_COUNT,
@@ -106,6 +108,15 @@ class ReplayRecorder:
     def turn(self, agent: Any, reward: float) -> None:
         """A turn-based game's turn: ``agent`` acted, having been shown ``reward``."""
         self._paid({agent: reward})
+
+    def settle(self, returns: dict[Any, float]) -> None:
+        """A turn-based game's end: what each agent was paid after its last move (``last()``
+        shows it once the game is over) goes to its last row, so its rows add up to its
+        return (an agent that never moved has no row to hold it)."""
+        for agent, total in returns.items():
+            track = self.tracks[self.index[agent]] if agent in self.index else None
+            if track is not None and track.rewards:
+                track.rewards[-1] += float(total) - math.fsum(track.rewards)
 
     def _paid(self, rewards: dict[Any, float], infos: dict[Any, Any] | None = None) -> None:
         """Record what this step paid each agent that acted in it, and end the step."""
@@ -401,67 +412,3 @@ def write_index(folder: Path, entries: list[dict[str, Any]]) -> None:
     """Write ``folder/index.json`` atomically: the format and one entry per episode."""
     document = {"format": FORMAT, "version": VERSION, "episodes": entries}
     write_text_atomically(folder / INDEX, jsontext.dumps(document, indent=1) + "\n")
-
-
-def frames(replay: Replay, trust_code: bool = False) -> Iterator[tuple[int, str, list[str]]]:
-    """Rebuild the episode's environment, step it with the recorded actions and draw it.
-
-    Yields ``(step, frame, problems)``: the frame after ``step`` steps (0: after the reset)
-    and what disagreed with the recording there. A replay is a file and its ``env`` names
-    code, so it must be parcat's own unless ``trust_code``.
-
-    Raises:
-        UntrustedCodeError: the replay names an environment from outside parcat.
-        MissionError: the environment cannot be rebuilt.
-        ReplayError: the replay and the environment disagree, or it fails or cannot draw.
-    """
-    from parcat.envs.missions import builtin_code, close_env, make_env
-
-    meta = replay.meta
-    if meta.get("turn_based"):
-        raise ReplayError("playing back turn-based games is not supported; read the replay's "
-                          "arrays with numpy (see parcat/replay.py for the format)")
-    require_trusted(meta["env"], builtin_code()[0], trust_code, replay.source)
-    env: Any = make_env(meta["env"], meta["params"], meta["mission"])
-    try:
-        agents = list(env.possible_agents)
-        if [str(a) for a in agents] != replay.agents:
-            raise ReplayError(f"{replay.source}: the environment has agents "
-                              f"{brief([str(a) for a in agents])}, the replay "
-                              f"{brief(replay.agents)}; it is damaged or from another parcat")
-        yield 0, _drawn(env, replay, reset_seed=meta["seed"]), []
-        act_spaces = [env.action_space(a) for a in agents]
-        for step in range(meta["steps"]):
-            chosen = replay.actions_at(step, act_spaces)
-            try:
-                _, rewards, _, _, _ = env.step({agents[i]: a for i, a in chosen.items()})
-            except Exception as exc:  # the environment's own error, at this step
-                raise _failed(replay, f"step {step}", exc) from exc
-            problems = [
-                f"agent '{agents[i]}' earned {rewards.get(agents[i], 0.0)!r}, recorded {r!r}"
-                for i, r in replay.rewards_at(step).items()
-                if not math.isclose(float(rewards.get(agents[i], 0.0)), r, abs_tol=1e-6)
-            ]
-            yield step + 1, _drawn(env, replay), problems
-    finally:
-        close_env(env)
-
-
-def _drawn(env: Any, replay: Replay, reset_seed: int | None = None) -> str:
-    try:
-        if reset_seed is not None:
-            env.reset(seed=reset_seed)
-        render = getattr(env, "render", None)
-        frame = render() if callable(render) else None
-    except Exception as exc:  # the environment's own error
-        raise _failed(replay, "reset" if reset_seed is not None else "render", exc) from exc
-    if not isinstance(frame, str):
-        raise ReplayError(f"mission '{replay.meta['mission']}' cannot draw itself as text; read "
-                          "the replay's arrays with numpy (see parcat/replay.py)")
-    return frame
-
-
-def _failed(replay: Replay, where: str, exc: Exception) -> ReplayError:
-    return ReplayError(f"{replay.source}: the environment failed at {where} "
-                       f"({type(exc).__name__}: {clip(str(exc), 200)}); the replay's "
-                       "parameters or actions do not fit it")

@@ -307,6 +307,8 @@ class EpisodeRunner:
             "policies": list(progress.names),
             "returns": [float(progress.totals.get(a, 0.0)) for a in progress.agent_ids],
         }
+        if progress.turn_based:
+            recorder.settle(progress.totals)
         try:
             recorder.save(Path(task.replay_dir) / replay_file(mission.name, task.episode_index),
                           meta)
