@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
@@ -214,7 +214,7 @@ def rate(seats: Sequence[Seats], episodes: Sequence[EpisodeResult], policies: Se
     games, kinds = make_games(seats, episodes, policies)
     tables = []
     for m, seat in enumerate(seats):
-        tables.append(rate_games(_only(games, games.mission == m), seat.mission,
+        tables.append(rate_games(subset(games, games.mission == m), seat.mission,
                                  kinds[seat.mission], policies, len(seats), reps, seed))
     if len(seats) > 1:
         tables.append(rate_games(games, OVERALL, " + ".join(sorted(set(kinds.values()))),
@@ -222,7 +222,8 @@ def rate(seats: Sequence[Seats], episodes: Sequence[EpisodeResult], policies: Se
     return tables
 
 
-def _only(games: Games, keep: np.ndarray) -> Games:
+def subset(games: Games, keep: np.ndarray) -> Games:
+    """The games where ``keep`` is true."""
     return Games(*(getattr(games, name)[keep] for name in Games.__dataclass_fields__))
 
 
@@ -265,14 +266,21 @@ def _bootstrap(games: Games, design: np.ndarray, cell: np.ndarray, reps: int,
                seed: int) -> np.ndarray:
     """``reps`` fits, each to the games of episode seeds drawn again within each mission."""
     draws = np.empty((reps, design.shape[1]))
+    for r, weights in enumerate(resampled(games, reps, seed)):
+        draws[r] = _newton(design, cell, games.score, weights)[0]
+    return draws
+
+
+def resampled(games: Games, reps: int, seed: int) -> Iterator[np.ndarray]:
+    """``reps`` bootstrap weights of ``games``: how often each game's episode seed is drawn
+    when the seeds are drawn again within each mission (every game on a seed together)."""
     rng = np.random.default_rng(seed)
     strata = [np.unique(games.episode[games.mission == m]) for m in np.unique(games.mission)]
-    for r in range(reps):
+    for _ in range(reps):
         counts = np.zeros(int(games.episode.max(initial=-1)) + 1)
         for units in strata:
             np.add.at(counts, rng.choice(units, units.size), 1.0)
-        draws[r] = _newton(design, cell, games.score, counts[games.episode])[0]
-    return draws
+        yield counts[games.episode]
 
 
 def _difference(a: int, b: int, point: np.ndarray, draws: np.ndarray,
