@@ -21,7 +21,6 @@ and the results.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -30,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from parcat.episode.results import EpisodeResult
+from parcat.eval.report import agent_role
 from parcat.eval.stats import Interval, aggregate_mean, stratified_bootstrap
 
 ELO = 400 / math.log(10)
@@ -335,8 +335,8 @@ class SideRow:
 def side_label(agents: Sequence[str], others: Sequence[str]) -> str:
     """``pursuer`` for pursuer_0..2 against ``evader``; the agents' ids where both sides
     share a prefix (``player_0`` against ``player_1``)."""
-    prefixes = {re.sub(r"[_\-]?\d+$", "", a) for a in agents}
-    theirs = {re.sub(r"[_\-]?\d+$", "", a) for a in others}
+    prefixes = {agent_role(a) for a in agents}
+    theirs = {agent_role(a) for a in others}
     return next(iter(prefixes)) if len(prefixes) == 1 and not prefixes & theirs else \
         ",".join(agents)
 

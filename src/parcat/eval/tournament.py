@@ -19,7 +19,6 @@ the environment's numbers per policy and side.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
@@ -35,6 +34,7 @@ from parcat.eval.compare import OVERALL, compare
 from parcat.eval.evaluate import EvalConfig, EvalReport, check_policies, evaluate
 from parcat.eval.rating_model import RatingModel
 from parcat.eval.ratings import RatingTable, Seats, SideRow, model_dict, rate, side_rows
+from parcat.eval.report import agent_role
 from parcat.eval.stats import (
     Interval,
     aggregate_iqm,
@@ -234,7 +234,7 @@ def sides(mission: Mission) -> tuple[list[int], list[int]]:
     if len(ids) < 2:
         raise ConfigError(f"mission '{mission.name}' has one agent: --cross and --against "
                           "need two sides; give a mission with two or more agents")
-    prefixes = [re.sub(r"[_\-]?\d+$", "", agent) for agent in ids]
+    prefixes = [agent_role(agent) for agent in ids]
     if len(set(prefixes)) > 1:
         row = [i for i, p in enumerate(prefixes) if p == prefixes[0]]
     else:
