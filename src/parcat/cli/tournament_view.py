@@ -20,7 +20,7 @@ from parcat.cli.stdout import user_prints_on_stderr
 from parcat.core.jsontext import dumps
 from parcat.eval.evaluate import EvalConfig
 from parcat.eval.rating_model import RatingModel
-from parcat.eval.ratings import SideRow
+from parcat.eval.ratings import ILLEGAL, SideRow
 from parcat.eval.replacement import ReplacementResult, value_over_replacement
 from parcat.eval.stats import Interval
 from parcat.eval.tournament import (
@@ -178,14 +178,14 @@ def show_ratings(result: CrossResult, fmt: OutputFormat) -> None:
 
 def _side_columns(rows: list[SideRow]) -> list[str]:
     outcomes = [k for k in ("win", "draw", "loss") if any(k in r.outcomes for r in rows)]
-    illegal = ["illegal moves"] if any(r.illegal_moves is not None for r in rows) else []
+    illegal = [ILLEGAL] if any(r.illegal_moves is not None for r in rows) else []
     return [*outcomes, *illegal, *dict.fromkeys(k for r in rows for k in r.metrics)]
 
 
 def _side_values(row: SideRow, names: list[str], text: bool) -> list[Any]:
     values: list[Any] = []
     for name in names:
-        if name == "illegal moves":
+        if name == ILLEGAL:
             values.append(row.illegal_moves)
             continue
         found = row.outcomes.get(name) or row.metrics.get(name)
@@ -202,7 +202,7 @@ def _sides_csv(result: CrossResult) -> None:
     header = ["mission", "policy", score, f"{score}_low", f"{score}_high", "p_best", "side",
               "episodes"]
     for name in names:
-        header += ([name.replace(" ", "_")] if name == "illegal moves" else
+        header += ([name.replace(" ", "_")] if name == ILLEGAL else
                    [name, f"{name}_low", f"{name}_high"])
     ratings = {(t.mission, r.policy): r for t in result.ranking for r in t.ratings}
     rows = []

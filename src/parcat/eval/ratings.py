@@ -39,6 +39,7 @@ PRIOR = 1 / 9
 WIN_DRAW_LOSS = "win/draw/loss"
 DUPLICATE = "duplicate score"
 OVERALL = "overall"
+ILLEGAL = "illegal moves"
 
 
 @dataclass(frozen=True)
@@ -370,6 +371,15 @@ def side_rows(seats: Sequence[Seats], episodes: Sequence[EpisodeResult], reps: i
     return rows
 
 
+def side_outcome(episode: EpisodeResult, own: Sequence[str], other: Sequence[str]
+                 ) -> dict[str, float]:
+    """``win``, ``draw`` and ``loss`` (one of them 1) of the side ``own`` against ``other``
+    in a game with a winner, and :data:`ILLEGAL` (1: ``own`` lost by an illegal move)."""
+    score = _score(side_return(episode, tuple(own)), side_return(episode, tuple(other)))
+    return {"win": float(score == 1.0), "draw": float(score == 0.5),
+            "loss": float(score == 0.0), ILLEGAL: float(illegal_move(episode, own))}
+
+
 def _side_row(mission: str, policy: str, label: str, games: list[EpisodeResult],
               own: Sequence[str], other: Sequence[str], winner: bool, reps: int,
               seed: int) -> SideRow:
@@ -377,10 +387,10 @@ def _side_row(mission: str, policy: str, label: str, games: list[EpisodeResult],
     illegal = 0
     for episode in games:
         if winner:
-            score = _score(side_return(episode, tuple(own)), side_return(episode, tuple(other)))
-            for name, when in (("win", 1.0), ("draw", 0.5), ("loss", 0.0)):
-                values.setdefault(name, []).append(float(score == when))
-            illegal += illegal_move(episode, own)
+            outcome = side_outcome(episode, own, other)
+            illegal += int(outcome.pop(ILLEGAL))
+            for name, value in outcome.items():
+                values.setdefault(name, []).append(value)
         for key, value in episode.stats.items():
             values.setdefault(f"stats.{key}", []).append(value)
     intervals = {name: stratified_bootstrap({mission: np.asarray(v)}, aggregate_mean, reps,
