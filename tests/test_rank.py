@@ -285,3 +285,23 @@ def test_compare_counts_win_draw_loss_and_illegal_moves_per_side(
         (0.0, 1.0)
     assert rows[("player_0", "loss")]["mean_b"] == 1.0
     assert {m for _, m in rows} == {"return", "win", "draw", "loss", "illegal moves"}
+
+
+def test_connect_four_ranks_random_mlp_noop_and_a_heuristic_alike_at_jobs_1_and_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 25's acceptance run in one command; threads for --jobs 2, as worker processes
+    # would check PettingZoo's environment once per pair (~3 s each, 16 pairs)
+    policies = ["random", "mlp", "noop", HEURISTIC]
+    found = []
+    for jobs, executor in (("1", "inline"), ("2", "thread")):
+        assert main(["eval", "-m", mission(tmp_path, CONNECT_FOUR),
+                     *(f for p in policies for f in ("-p", p)), "-n", "2", "--cross",
+                     "--jobs", jobs, "--executor", executor, "--no-progress",
+                     "--format", "json"]) == 0
+        found.append(strip_timings(json.loads(capsys.readouterr().out)))
+    assert found[0]["ratings"] == found[1]["ratings"]
+    assert found[0]["episodes"] == found[1]["episodes"]
+    ranking = [r["policy"] for r in found[0]["ratings"][0]["ratings"]]
+    assert ranking[0] == HEURISTIC and sorted(ranking) == sorted(policies)
+    assert all(r["rating"]["low"] < r["rating"]["value"] < r["rating"]["high"]
+               for r in found[0]["ratings"][0]["ratings"])

@@ -19,16 +19,15 @@ def compare_command(
     seed: opts.Seed = 0,
     fmt: opts.Format = OutputFormat.TABLE,
 ) -> None:
-    """Difference B − A and P(B > A) per mission and overall, with bootstrap 95% intervals;
-    then per mission and side, each metric both files have.
+    """Difference B − A and P(B > A) per mission and overall, with bootstrap 95% intervals.
 
-    Metrics per side (pursuer, evader; player_0, player_1): win/draw/loss rates and illegal
-    moves where the game has a winner, the side's mean return where sides have different
-    roles, and every number the environment reports (evade: captured, the capture rate;
-    capture_step, the time to capture). -p SPEC: compare the agents that policy played in
-    both files, and the sides it played (one -p; default *: all agents). --seed: the
-    bootstrap's. JSON and CSV: a row each, with its side and metric (the return rows:
-    side *, metric return).
+    Then per mission and side, each metric both files have: win/draw/loss rates and
+    illegal moves where the game has a winner (a side per player: player_0, player_1), the
+    side's mean return where sides have different roles (pursuer, evader), and every
+    number the environment reports (evade: captured, the capture rate; capture_step, the
+    time to capture). -p SPEC: compare the agents that policy played in both files, and
+    the sides it played (one -p; default *: all agents). --seed: the bootstrap's. JSON and
+    CSV: a row each, with its side and metric (the return rows: side *, metric return).
     """
     with held_imports():  # here, not at the top: `parcat compare --help` needs none of them
         from parcat.cli.render import list_table, stdout_console
