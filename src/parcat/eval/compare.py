@@ -69,7 +69,8 @@ class Comparison:
 def compare_files(a: str | Path, b: str | Path, policy: str = ALL_POLICIES, seed: int = 0
                   ) -> list[Comparison]:
     """:func:`compare` of the scores of ``policy`` in two results files, then a row per
-    metric and side the two share, per mission (``ConfigError``: as :func:`load_scores`)."""
+    metric and side the two share, per mission (``ConfigError``: not a parcat results
+    file, a malformed episode, or the policy played no finished episode)."""
     first, second = load_episodes(a), load_episodes(b)
     rows = compare(scores(first, policy, a), scores(second, policy, b), seed=seed)
     theirs = side_metrics(second, policy)
@@ -93,12 +94,6 @@ def load_episodes(path: str | Path) -> list[EpisodeResult]:
             raise ConfigError(f"compare: '{path}': episode {index} is malformed "
                               f"({clip(repr(exc), 200)})") from exc
     return found
-
-
-def load_scores(path: str | Path, policy: str = ALL_POLICIES) -> dict[str, np.ndarray]:
-    """Per mission, the per-episode score of ``policy`` in a results file (``ConfigError``:
-    not a parcat results file, or the policy played no finished episode)."""
-    return scores(load_episodes(path), policy, path)
 
 
 def scores(episodes: list[EpisodeResult], policy: str, path: str | Path

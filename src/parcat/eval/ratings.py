@@ -123,15 +123,6 @@ def _score(mine: float, theirs: float) -> float:
     return 1.0 if mine > theirs else 0.5 if mine == theirs else 0.0
 
 
-def fit(games: Games, num_policies: int, num_seats: int,
-        weights: np.ndarray | None = None) -> np.ndarray:
-    """The most probable ratings (logits, then one seat term per mission) given ``games``
-    weighted by ``weights`` (a bootstrap's counts)."""
-    design, cell = _design(games, num_policies, num_seats)
-    return _newton(design, cell, games.score,
-                   np.ones(games.score.size) if weights is None else weights)[0]
-
-
 def _design(games: Games, num_policies: int, num_seats: int) -> tuple[np.ndarray, np.ndarray]:
     """One row per distinct (first, second, seat), and each game's row."""
     cells, cell = np.unique(np.stack([games.first, games.second, games.seat]), axis=1,
