@@ -265,7 +265,7 @@ def test_plan_reads_the_eval_config_file_and_skips_what_only_eval_does(
      "episode_timeout, episodes, executor, fail_fast, format, gpus, jobs, lockstep, "
      "max_episodes, "
      "missions, output, parallel_policy, policies, policy_strategy, precision, progress, "
-     "replay_dir, resume, retries, seed, set, start_method, trace"),
+     "rating, replay_dir, resume, retries, seed, set, start_method, trace"),
     ("eval", "episodes: many\n", "key 'episodes' must be an integer, got 'many'"),
     ("eval", "executor: warp\n",
      "key 'executor' must be one of auto, inline, thread, process, ray, got 'warp'"),

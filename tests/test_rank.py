@@ -245,3 +245,63 @@ def test_ctrl_c_stops_a_comparison_at_once_with_what_ran(tmp_path: Path, kind: l
     assert "Traceback" not in err
     assert err.rstrip().splitlines()[-1].startswith("interrupted: the results so far")
     assert json.loads(out.read_text())["schema"].startswith("parcat.")
+
+
+def test_compare_shows_evades_capture_rate_per_side_in_table_json_and_csv(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    files = [tmp_path / "a.json", tmp_path / "b.json"]
+    for policy, out in zip(("noop", "greedy"), files, strict=True):
+        assert main(["eval", "-m", "evade", "--set", "max_steps=30", "-p", policy, "-n", "4",
+                     "--no-progress", "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["compare", *map(str, files), "--format", "json"]) == 0
+    rows = {(r["side"], r["metric"]): r for r in json.loads(capsys.readouterr().out)}
+    assert {("pursuer", "captured"), ("evader", "captured"), ("pursuer", "capture_step"),
+            ("pursuer", "return"), ("evader", "return"), ("*", "return")} <= set(rows)
+    caught = rows[("pursuer", "captured")]
+    assert caught["mean_a"] == 0.0 < caught["mean_b"]  # greedy pursuers catch, noop ones do not
+    assert rows[("pursuer", "capture_step")]["difference"]["value"] < 0  # and sooner
+    assert main(["compare", *map(str, files), "--format", "csv"]) == 0
+    csv_rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert {(r["side"], r["metric"]) for r in csv_rows} == set(rows)
+    assert main(["compare", *map(str, files)]) == 0
+    table = capsys.readouterr().out
+    assert "per side" in table and "| evader " in table and "captured" in table
+
+
+def test_compare_counts_win_draw_loss_and_illegal_moves_per_side(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    files = [tmp_path / "a.json", tmp_path / "b.json"]
+    for second, out in zip((IGNORES_MASK, HEURISTIC), files, strict=True):
+        assert main(["eval", "-m", mission(tmp_path, CONNECT_FOUR), "-p", "noop", "-p", second,
+                     "-n", "2", "--executor", "inline", "--no-progress", "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["compare", *map(str, files), "--format", "json"]) == 0
+    rows = {(r["side"], r["metric"]): r for r in json.loads(capsys.readouterr().out)}
+    # player_1 ignores the mask in A and loses by an illegal move; the heuristic wins in B
+    assert (rows[("player_1", "illegal moves")]["mean_a"],
+            rows[("player_1", "illegal moves")]["mean_b"]) == (1.0, 0.0)
+    assert (rows[("player_1", "win")]["mean_a"], rows[("player_1", "win")]["mean_b"]) == \
+        (0.0, 1.0)
+    assert rows[("player_0", "loss")]["mean_b"] == 1.0
+    assert {m for _, m in rows} == {"return", "win", "draw", "loss", "illegal moves"}
+
+
+def test_connect_four_ranks_random_mlp_noop_and_a_heuristic_alike_at_jobs_1_and_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 25's acceptance run in one command; threads for --jobs 2, as worker processes
+    # would check PettingZoo's environment once per pair (~3 s each, 16 pairs)
+    policies = ["random", "mlp", "noop", HEURISTIC]
+    found = []
+    for jobs, executor in (("1", "inline"), ("2", "thread")):
+        assert main(["eval", "-m", mission(tmp_path, CONNECT_FOUR),
+                     *(f for p in policies for f in ("-p", p)), "-n", "2", "--cross",
+                     "--jobs", jobs, "--executor", executor, "--no-progress",
+                     "--format", "json"]) == 0
+        found.append(strip_timings(json.loads(capsys.readouterr().out)))
+    assert found[0]["ratings"] == found[1]["ratings"]
+    assert found[0]["episodes"] == found[1]["episodes"]
+    ranking = [r["policy"] for r in found[0]["ratings"][0]["ratings"]]
+    assert ranking[0] == HEURISTIC and sorted(ranking) == sorted(policies)
+    assert all(r["rating"]["low"] < r["rating"]["value"] < r["rating"]["high"]
+               for r in found[0]["ratings"][0]["ratings"])

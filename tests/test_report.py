@@ -1,12 +1,15 @@
-"""Summaries: the statistics are right, per policy and for all agents."""
+"""Summaries: the statistics are right, per policy and for all agents, and per side where
+the agents have different roles (evade's pursuers and evader)."""
 
 from __future__ import annotations
 
 import io
+import json
 import math
 
 import pytest
 
+from parcat.cli.main import main
 from parcat.episode.results import AgentResult, EpisodeResult, EpisodeStatus, ErrorInfo
 from parcat.eval.report import describe, strip_timings, summarize, summary_csv, t_quantile_95
 
@@ -77,3 +80,37 @@ def test_the_table_shows_retries_only_when_there_are_some() -> None:
         return console.export_text()
 
     assert "retries" in shown(3) and "retries" not in shown(0)
+
+
+def chase(index: int, pursuer: str, evader: str) -> EpisodeResult:
+    """Two pursuers scoring about -1 and an evader scoring about +10: different scales."""
+    return EpisodeResult("chase", index, index, 1, (
+        AgentResult("pursuer_0", pursuer, -1.0 - index), AgentResult("pursuer_1", pursuer, -1.0),
+        AgentResult("evader", evader, 10.0 + index)))
+
+
+def test_sides_of_an_asymmetric_mission_get_their_own_rows_and_none_mixes_them() -> None:
+    rows = summarize([chase(0, "x", "y"), chase(1, "y", "y")])
+    assert [(s.policy, s.side, s.episodes) for s in rows] == [
+        ("*", "pursuer", 2), ("*", "evader", 2), ("x", "pursuer", 1), ("y", "evader", 2),
+        ("y", "pursuer", 1)]
+    by = {(s.policy, s.side): s for s in rows}
+    assert by[("*", "pursuer")].mean == pytest.approx((-1.0 + -1.5) / 2)
+    assert by[("*", "evader")].mean == pytest.approx(10.5)
+    # a mission whose agents share one role keeps one row for all of them
+    symmetric = summarize([episode(0, [("x", 1.0), ("y", 3.0)])])
+    assert [(s.policy, s.side) for s in symmetric] == [("*", ""), ("x", ""), ("y", "")]
+    assert "side" in summary_csv(rows).splitlines()[0].split(",")
+
+
+def test_plain_eval_on_evade_shows_pursuers_and_evader_apart(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["eval", "-m", "evade", "--set", "max_steps=10", "-p", "greedy", "-n", "2",
+                 "--no-progress", "--format", "json"]) == 0
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    assert [(s["policy"], s["side"]) for s in summary] == [
+        ("*", "pursuer"), ("*", "evader"), ("greedy", "pursuer"), ("greedy", "evader")]
+    assert main(["eval", "-m", "evade", "--set", "max_steps=10", "-p", "greedy", "-n", "2",
+                 "--no-progress"]) == 0
+    table = capsys.readouterr().out
+    assert "| side " in table and "| evader " in table and "| pursuer " in table

@@ -84,7 +84,9 @@ def test_compare_command(tmp_path: Path) -> None:
     assert runner.invoke(app, [*base, "-p", "greedy", "-o", str(b)]).exit_code == 0
     result = runner.invoke(app, ["compare", str(a), str(b), "--format", "json"])
     assert result.exit_code == 0, result.output
-    (row,) = json.loads(result.stdout)
+    row, *per_side = json.loads(result.stdout)
+    assert (row["side"], row["metric"]) == ("*", "return")
+    assert {r["metric"] for r in per_side} == {"deliveries", "pickups"}  # harvest's numbers
     assert row["mission"] == "harvest" and row["difference"]["low"] > 0
     assert row["p_improvement"]["value"] > 0.9
     bad = runner.invoke(app, ["compare", str(a), str(tmp_path / "missing.json")])

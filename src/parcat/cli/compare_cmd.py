@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -21,32 +21,48 @@ def compare_command(
 ) -> None:
     """Difference B − A and P(B > A) per mission and overall, with bootstrap 95% intervals.
 
-    -p SPEC: compare the agents that policy played in both files (one -p; default *: all
-    agents). --seed: the bootstrap's.
+    Then per mission and side, each metric both files have: win/draw/loss rates and
+    illegal moves where the game has a winner (a side per player: player_0, player_1), the
+    side's mean return where sides have different roles (pursuer, evader), and every
+    number the environment reports (evade: captured, the capture rate; capture_step, the
+    time to capture). -p SPEC: compare the agents that policy played in both files, and
+    the sides it played (one -p; default *: all agents). --seed: the bootstrap's. JSON and
+    CSV: a row each, with its side and metric (the return rows: side *, metric return).
     """
     with held_imports():  # here, not at the top: `parcat compare --help` needs none of them
         from parcat.cli.render import list_table, stdout_console
-        from parcat.eval.compare import compare, load_scores
+        from parcat.eval.compare import compare_files
     with user_errors():
         policy = opts.one_value(policies, "-p/--policy", "compare") or "*"
-        rows = compare(load_scores(a, policy), load_scores(b, policy), seed=seed or 0)
+        rows = compare_files(a, b, policy, seed=seed or 0)
     if fmt is OutputFormat.JSON:
         print_json([r.to_dict() for r in rows])
         return
     if fmt is OutputFormat.CSV:
-        write_csv(["mission", "episodes_a", "episodes_b", "mean_a", "mean_b", "iqm_a", "iqm_b",
-                   "diff", "diff_low", "diff_high", "p_improvement", "p_low", "p_high"],
-                  [(r.mission, r.episodes_a, r.episodes_b, r.mean_a, r.mean_b, r.iqm_a, r.iqm_b,
-                    r.difference.value, r.difference.low, r.difference.high,
+        write_csv(["mission", "side", "metric", "episodes_a", "episodes_b", "mean_a", "mean_b",
+                   "iqm_a", "iqm_b", "diff", "diff_low", "diff_high", "p_improvement", "p_low",
+                   "p_high"],
+                  [(r.mission, r.side, r.metric, r.episodes_a, r.episodes_b, r.mean_a, r.mean_b,
+                    r.iqm_a, r.iqm_b, r.difference.value, r.difference.low, r.difference.high,
                     r.improvement.value, r.improvement.low, r.improvement.high) for r in rows])
         return
-    table = list_table(
+    console = stdout_console()
+    returns = [r for r in rows if (r.side, r.metric) == ("*", "return")]
+    console.print(list_table(
         ["mission", "episodes A/B", "mean A", "mean B", "IQM A", "IQM B", "B − A [95% CI]",
          "P(B > A) [95% CI]"],
         [[r.mission, f"{r.episodes_a}/{r.episodes_b}", f"{r.mean_a:.3f}", f"{r.mean_b:.3f}",
-          f"{r.iqm_a:.3f}", f"{r.iqm_b:.3f}",
-          f"{r.difference.value:+.3f} [{r.difference.low:+.3f}, {r.difference.high:+.3f}]",
-          f"{r.improvement.value:.2f} [{r.improvement.low:.2f}, {r.improvement.high:.2f}]"]
-         for r in rows],
-    )
-    stdout_console().print(table)
+          f"{r.iqm_a:.3f}", f"{r.iqm_b:.3f}", _interval(r.difference, "+.3f"),
+          _interval(r.improvement, ".2f")] for r in returns]))
+    metrics = [r for r in rows if r not in returns]
+    if metrics:
+        console.print("per side: each metric's mean over the episodes that side played",
+                      highlight=False)
+        console.print(list_table(
+            ["mission", "side", "metric", "episodes A/B", "mean A", "mean B", "B − A [95% CI]"],
+            [[r.mission, r.side, r.metric, f"{r.episodes_a}/{r.episodes_b}", f"{r.mean_a:.3f}",
+              f"{r.mean_b:.3f}", _interval(r.difference, "+.3f")] for r in metrics]))
+
+
+def _interval(interval: Any, spec: str) -> str:
+    return f"{interval.value:{spec}} [{interval.low:{spec}}, {interval.high:{spec}}]"

@@ -26,6 +26,7 @@ from parcat.cli.stdout import user_prints_on_stderr
 from parcat.core import runlock
 from parcat.core.errors import ConfigError
 from parcat.core.output_paths import check_output_file, check_output_folder, check_output_suffix
+from parcat.eval.rating_model import RatingModel
 
 if TYPE_CHECKING:
     from parcat.eval.evaluate import EvalConfig, EvalReport
@@ -63,7 +64,7 @@ def eval_command(s: opts.EvalSettings) -> None:
         with user_errors(), lock, progress_bar(total, "episodes", enabled=s.progress) as step:
             raise typer.Exit(run_tournament(tournament, config, options, s.format, s.output,
                                             lambda _: step(), against or candidate,
-                                            (s.precision, s.max_episodes)))
+                                            (s.precision, s.max_episodes), s.rating))
     total = len(config.missions) * config.episodes
     with user_errors(), lock, progress_bar(total, "episodes", enabled=s.progress) as step, \
             user_prints_on_stderr():
@@ -129,6 +130,9 @@ def _tournament(s: opts.EvalSettings) -> str | None:
     with."""
     if s.against is not None and not s.each:
         raise ConfigError("--against SPEC is the opponent of --each: give --each too")
+    if s.rating is not RatingModel.BRADLEY_TERRY and not s.cross:
+        raise ConfigError(f"--rating {s.rating.value} ranks a --cross population: give "
+                          "--cross too")
     flags = {"each": "--each", "cross": "--cross", "replacement": "--candidate"}
     kinds = [kind for kind, on in (("each", s.each), ("cross", s.cross),
                                    ("replacement", s.candidate is not None)) if on]

@@ -19,6 +19,7 @@ from parcat.cli.flag_config import Settings
 from parcat.cli.lazy import held_imports
 from parcat.core.errors import ConfigError, clip
 from parcat.core.raycluster import Backend as BackendKind
+from parcat.eval.rating_model import RatingModel
 from parcat.ipc.process import StartMethod as StartMethodKind
 from parcat.parallel.planner import ExecutorKind, PolicyStrategy
 
@@ -108,6 +109,9 @@ Seed = Annotated[int | None, SHARED["seed"].option()]
 Jobs = Annotated[int | None, SHARED["jobs"].option()]
 OutputFile = Annotated[Path | None, SHARED["output"].option("FILE")]
 Format = Annotated[OutputFormat, SHARED["format"].option()]
+Rating = Annotated[RatingModel, typer.Option(
+    "--rating", help="Rank a --cross population by Bradley–Terry ratings (strength is one "
+    "number), or by α-Rank's mass (a beats b beats c beats a: the cycle shares it).")]
 TableOrJson = Annotated[SummaryFormat, SHARED["format"].option()]
 Progress = Annotated[bool, SHARED["progress"].option()]
 Trace = Annotated[Path | None, SHARED["trace"].option()]
@@ -233,6 +237,7 @@ class EvalSettings(EvalFlags):
         "--cross", help="Play every pair of -p policies against each other across the "
         "mission's two sides (both orders, the same seeds); print the matrix and the "
         "Bradley–Terry ratings with 95% intervals.")] = False
+    rating: Rating = RatingModel.BRADLEY_TERRY
     replay_dir: Annotated[Path | None, typer.Option(
         "--replay-dir", metavar="DIR", help="Record every episode into DIR (one .npz each, "
         "and index.json); play one back with `parcat replay DIR/FILE`.")] = None

@@ -58,7 +58,8 @@ def _table(title: str | None = None, **options: Any) -> Table:
 def summary_table(summaries: Sequence[Summary], title: str | None = None) -> Table:
     """The per-mission, per-policy statistics as a table."""
     table = _table(title)
-    for name in ("mission", "policy"):
+    sided = any(s.side for s in summaries)  # a mission whose agents have several roles
+    for name in ("mission", "policy", *(("side",) if sided else ())):
         table.add_column(name)
     odd = any(s.non_finite for s in summaries)
     retried = any(s.retries for s in summaries)
@@ -67,7 +68,8 @@ def summary_table(summaries: Sequence[Summary], title: str | None = None) -> Tab
         table.add_column(name, justify="right")
     for s in summaries:
         ci = "-" if s.episodes == 0 else f"[{number(s.ci95_low)}, {number(s.ci95_high)}]"
-        table.add_row(s.mission, s.policy, str(s.episodes), str(s.failed),  # "*": all agents
+        table.add_row(s.mission, s.policy, *((s.side,) if sided else ()), str(s.episodes),
+                      str(s.failed),  # "*": all agents
                       *((str(s.non_finite),) if odd else ()), number(s.mean), number(s.std),
                       number(s.min), number(s.max), ci, *((str(s.retries),) if retried else ()),
                       style="bold" if s.policy == "*" else None)

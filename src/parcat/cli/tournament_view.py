@@ -19,7 +19,8 @@ from parcat.cli.common import (
 from parcat.cli.stdout import user_prints_on_stderr
 from parcat.core.jsontext import dumps
 from parcat.eval.evaluate import EvalConfig
-from parcat.eval.ratings import SideRow
+from parcat.eval.rating_model import RatingModel
+from parcat.eval.ratings import ILLEGAL, SideRow
 from parcat.eval.replacement import ReplacementResult, value_over_replacement
 from parcat.eval.stats import Interval
 from parcat.eval.tournament import (
@@ -45,16 +46,17 @@ def tournament_episodes(kind: str, config: EvalConfig, against: PolicySpec | Non
 
 def run_tournament(kind: str, config: EvalConfig, options: RunOptions, fmt: OutputFormat,
                    output: Path | None, on_result: Any, other: PolicySpec | None = None,
-                   precision: tuple[float | None, int] = (None, 10_000)) -> int:
+                   precision: tuple[float | None, int] = (None, 10_000),
+                   rating: RatingModel = RatingModel.BRADLEY_TERRY) -> int:
     """Run ``--each`` (against ``other``), ``--cross`` (to ``precision``: ``--precision``,
-    ``--max-episodes``) or ``--candidate`` (``other``), print it, write ``output`` (JSON);
-    return the exit code."""
+    ``--max-episodes``; ranked by ``rating``) or ``--candidate`` (``other``), print it,
+    write ``output`` (JSON); return the exit code."""
     result: EachResult | CrossResult | ReplacementResult
     with user_prints_on_stderr():
         if kind == "each":
             result = evaluate_each(config, options, on_result, config.seed, other)
         elif kind == "cross":
-            result = cross_play(config, options, on_result, config.seed, *precision)
+            result = cross_play(config, options, on_result, config.seed, *precision, rating)
         else:
             assert other is not None
             result = value_over_replacement(config, other, options, on_result, config.seed)
@@ -143,22 +145,27 @@ def show_ratings(result: CrossResult, fmt: OutputFormat) -> None:
     """The ratings and the per-side rows: tables, or one CSV of a row per policy and side."""
     if fmt is OutputFormat.JSON:
         document = result.to_document()
-        sys.stdout.write(dumps({k: document[k] for k in ("ratings_model", "ratings", "sides")})
-                         + "\n")
+        keys = ("ratings_model", "ratings", "alpharank_model", "alpharank", "sides")
+        sys.stdout.write(dumps({k: document[k] for k in keys if k in document}) + "\n")
         return
     if fmt is OutputFormat.CSV:
         _sides_csv(result)
         return
     from parcat.cli.render import list_table, stdout_console
     console = stdout_console()
-    for table in result.ratings:
+    masses = result.rating is RatingModel.ALPHARANK
+    for table in result.ranking:
         seat = "" if table.seat is None else f"; row side advantage {_iv(table.seat, 0)}"
-        console.print(f"{table.mission}: Bradley–Terry ratings from {table.kind} games (Elo "
-                      f"points, mean 0, 95% CI){seat}", highlight=False)
+        what = ("α-Rank mass" if masses else "Bradley–Terry ratings",
+                "share of 1, 95% CI" if masses else "Elo points, mean 0, 95% CI")
+        console.print(f"{table.mission}: {what[0]} from {table.kind} games ({what[1]}){seat}",
+                      highlight=False)
+        digits = 2 if masses else 0
         console.print(list_table(
-            ["rank", "policy", "rating [95% CI]", "ahead of next [95% CI]", "P(best)", "games"],
-            [[n + 1, r.policy, _iv(r.rating, 0), _iv(r.ahead, 0), f"{r.p_best:.2f}", r.games]
-             for n, r in enumerate(table.ratings)]))
+            ["rank", "policy", f"{'mass' if masses else 'rating'} [95% CI]",
+             "ahead of next [95% CI]", "P(best)", "games"],
+            [[n + 1, r.policy, _iv(r.rating, digits), _iv(r.ahead, digits), f"{r.p_best:.2f}",
+              r.games] for n, r in enumerate(table.ratings)]))
     for mission in dict.fromkeys(r.mission for r in result.sides):
         rows = [r for r in result.sides if r.mission == mission]
         names = _side_columns(rows)
@@ -171,14 +178,14 @@ def show_ratings(result: CrossResult, fmt: OutputFormat) -> None:
 
 def _side_columns(rows: list[SideRow]) -> list[str]:
     outcomes = [k for k in ("win", "draw", "loss") if any(k in r.outcomes for r in rows)]
-    illegal = ["illegal moves"] if any(r.illegal_moves is not None for r in rows) else []
+    illegal = [ILLEGAL] if any(r.illegal_moves is not None for r in rows) else []
     return [*outcomes, *illegal, *dict.fromkeys(k for r in rows for k in r.metrics)]
 
 
 def _side_values(row: SideRow, names: list[str], text: bool) -> list[Any]:
     values: list[Any] = []
     for name in names:
-        if name == "illegal moves":
+        if name == ILLEGAL:
             values.append(row.illegal_moves)
             continue
         found = row.outcomes.get(name) or row.metrics.get(name)
@@ -188,14 +195,16 @@ def _side_values(row: SideRow, names: list[str], text: bool) -> list[Any]:
 
 
 def _sides_csv(result: CrossResult) -> None:
-    """One row per mission, policy and side, with the policy's rating on that mission."""
+    """One row per mission, policy and side, with the policy's rating (or α-Rank mass) on
+    that mission."""
     names = _side_columns(result.sides)
-    header = ["mission", "policy", "rating", "rating_low", "rating_high", "p_best", "side",
+    score = "mass" if result.rating is RatingModel.ALPHARANK else "rating"
+    header = ["mission", "policy", score, f"{score}_low", f"{score}_high", "p_best", "side",
               "episodes"]
     for name in names:
-        header += ([name.replace(" ", "_")] if name == "illegal moves" else
+        header += ([name.replace(" ", "_")] if name == ILLEGAL else
                    [name, f"{name}_low", f"{name}_high"])
-    ratings = {(t.mission, r.policy): r for t in result.ratings for r in t.ratings}
+    ratings = {(t.mission, r.policy): r for t in result.ranking for r in t.ratings}
     rows = []
     for row in result.sides:
         rating = ratings.get((row.mission, row.policy))

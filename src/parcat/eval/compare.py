@@ -3,6 +3,8 @@ comparison of ``parcat bench`` records (did a figure regress beyond its noise?).
 
 An episode's score is the mean per-agent return of one policy (default: all agents). Each row
 holds A's and B's mean and IQM, B − A with a stratified bootstrap 95% interval, and P(B > A).
+Then the same for each metric per side (:mod:`parcat.eval.side_metrics`: win/draw/loss,
+illegal moves, evade's capture rate and time to capture) the two files share.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ import numpy as np
 
 from parcat.core.errors import ConfigError, clip
 from parcat.episode.results import EpisodeResult
+from parcat.eval.report import ALL_POLICIES
 from parcat.eval.results_file import read_results
+from parcat.eval.side_metrics import side_metrics
 from parcat.eval.stats import (
     Interval,
     aggregate_iqm,
@@ -46,34 +50,64 @@ class Comparison:
     iqm_b: float
     difference: Interval
     improvement: Interval
+    side: str = ALL_POLICIES
+    """The side the row is of (``*``: every agent of the policy)."""
+    metric: str = "return"
+    """What is compared: the mean per-agent return, or a metric of the side."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
         return {
-            "mission": self.mission, "episodes_a": self.episodes_a,
+            "mission": self.mission, "side": self.side, "metric": self.metric,
+            "episodes_a": self.episodes_a,
             "episodes_b": self.episodes_b, "mean_a": self.mean_a, "mean_b": self.mean_b,
             "iqm_a": self.iqm_a, "iqm_b": self.iqm_b,
             "difference": vars(self.difference), "p_improvement": vars(self.improvement),
         }
 
 
-def load_scores(path: str | Path, policy: str = "*") -> dict[str, np.ndarray]:
-    """Per mission, the per-episode score of ``policy`` in a results file (``ConfigError``:
-    not a parcat results file, or the policy played no finished episode)."""
+def compare_files(a: str | Path, b: str | Path, policy: str = ALL_POLICIES, seed: int = 0
+                  ) -> list[Comparison]:
+    """:func:`compare` of the scores of ``policy`` in two results files, then a row per
+    metric and side the two share, per mission (``ConfigError``: not a parcat results
+    file, a malformed episode, or the policy played no finished episode)."""
+    first, second = load_episodes(a), load_episodes(b)
+    rows = compare(scores(first, policy, a), scores(second, policy, b), seed=seed)
+    theirs = side_metrics(second, policy)
+    for (mission, side, metric), mine in side_metrics(first, policy).items():
+        if (mission, side, metric) in theirs:
+            row = _row(mission, {mission: np.asarray(mine)},
+                       {mission: np.asarray(theirs[mission, side, metric])}, seed, 2000)
+            rows.append(replace(row, side=side, metric=metric))
+    return rows
+
+
+def load_episodes(path: str | Path) -> list[EpisodeResult]:
+    """The episodes of a results file (``ConfigError``: not a parcat results file, or an
+    episode is malformed)."""
     document = read_results(Path(path), "compare")
-    scores: dict[str, list[float]] = {}
+    found = []
     for index, data in enumerate(document.get("episodes", [])):
         try:
-            episode = EpisodeResult.from_dict(data)
+            found.append(EpisodeResult.from_dict(data))
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"compare: '{path}': episode {index} is malformed "
                               f"({clip(repr(exc), 200)})") from exc
+    return found
+
+
+def scores(episodes: list[EpisodeResult], policy: str, path: str | Path
+           ) -> dict[str, np.ndarray]:
+    """Per mission, the per-episode score of ``policy`` in ``episodes``, read from ``path``
+    (``ConfigError``: the policy played no finished episode)."""
+    found: dict[str, list[float]] = {}
+    for episode in episodes:
         rewards = [a.reward for a in episode.agents if policy in ("*", a.policy)]
         if episode.ok and rewards:
-            scores.setdefault(episode.mission, []).append(sum(rewards) / len(rewards))
-    if not scores:
+            found.setdefault(episode.mission, []).append(sum(rewards) / len(rewards))
+    if not found:
         raise ConfigError(f"'{path}' has no finished episodes of policy '{policy}'")
-    return {k: np.asarray(v) for k, v in scores.items()}
+    return {k: np.asarray(v) for k, v in found.items()}
 
 
 def compare(a: dict[str, np.ndarray], b: dict[str, np.ndarray], seed: int = 0,

@@ -8,15 +8,18 @@ from typing import Any
 
 from parcat.core.errors import ConfigError, clip
 from parcat.episode.results import EpisodeResult
+from parcat.eval.rating_model import RatingModel
 from parcat.eval.results_file import read_results
 from parcat.eval.tournament import CrossResult, CrossTable
 
 REDO = "; run `parcat eval --cross -o FILE.json` again"
 
 
-def load_cross(path: Path, seed: int | None = None) -> CrossResult:
-    """The cross-play results in a ``parcat eval --cross -o`` file, rated again with
-    ``seed`` (default: the file's bootstrap seed); ``ConfigError`` naming what is wrong."""
+def load_cross(path: Path, seed: int | None = None,
+               rating: RatingModel = RatingModel.BRADLEY_TERRY) -> CrossResult:
+    """The cross-play results in a ``parcat eval --cross -o`` file, rated again (by
+    ``rating``) with ``seed`` (default: the file's bootstrap seed); ``ConfigError`` naming
+    what is wrong."""
     document = read_results(path, "rank", "parcat.cross/1", "a `parcat eval --cross` file")
     where = f"rank: '{path}'"
     tables = _list(document, "cross", where)
@@ -35,7 +38,7 @@ def load_cross(path: Path, seed: int | None = None) -> CrossResult:
         model = document.get("ratings_model")
         saved = model.get("bootstrap", {}).get("seed") if isinstance(model, dict) else None
         seed = saved if isinstance(saved, int) and not isinstance(saved, bool) else 0
-    return CrossResult(found, episodes, seed=max(seed, 0)).rated()
+    return CrossResult(found, episodes, seed=max(seed, 0), rating=rating).rated()
 
 
 def _table(data: Any, where: str) -> CrossTable:

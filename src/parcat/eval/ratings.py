@@ -21,8 +21,7 @@ and the results.
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
@@ -30,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from parcat.episode.results import EpisodeResult
+from parcat.eval.report import agent_role
 from parcat.eval.stats import Interval, aggregate_mean, stratified_bootstrap
 
 ELO = 400 / math.log(10)
@@ -39,6 +39,7 @@ PRIOR = 1 / 9
 WIN_DRAW_LOSS = "win/draw/loss"
 DUPLICATE = "duplicate score"
 OVERALL = "overall"
+ILLEGAL = "illegal moves"
 
 
 @dataclass(frozen=True)
@@ -120,15 +121,6 @@ def make_games(seats: Sequence[Seats], episodes: Sequence[EpisodeResult],
 
 def _score(mine: float, theirs: float) -> float:
     return 1.0 if mine > theirs else 0.5 if mine == theirs else 0.0
-
-
-def fit(games: Games, num_policies: int, num_seats: int,
-        weights: np.ndarray | None = None) -> np.ndarray:
-    """The most probable ratings (logits, then one seat term per mission) given ``games``
-    weighted by ``weights`` (a bootstrap's counts)."""
-    design, cell = _design(games, num_policies, num_seats)
-    return _newton(design, cell, games.score,
-                   np.ones(games.score.size) if weights is None else weights)[0]
 
 
 def _design(games: Games, num_policies: int, num_seats: int) -> tuple[np.ndarray, np.ndarray]:
@@ -214,7 +206,7 @@ def rate(seats: Sequence[Seats], episodes: Sequence[EpisodeResult], policies: Se
     games, kinds = make_games(seats, episodes, policies)
     tables = []
     for m, seat in enumerate(seats):
-        tables.append(rate_games(_only(games, games.mission == m), seat.mission,
+        tables.append(rate_games(subset(games, games.mission == m), seat.mission,
                                  kinds[seat.mission], policies, len(seats), reps, seed))
     if len(seats) > 1:
         tables.append(rate_games(games, OVERALL, " + ".join(sorted(set(kinds.values()))),
@@ -222,7 +214,8 @@ def rate(seats: Sequence[Seats], episodes: Sequence[EpisodeResult], policies: Se
     return tables
 
 
-def _only(games: Games, keep: np.ndarray) -> Games:
+def subset(games: Games, keep: np.ndarray) -> Games:
+    """The games where ``keep`` is true."""
     return Games(*(getattr(games, name)[keep] for name in Games.__dataclass_fields__))
 
 
@@ -265,14 +258,21 @@ def _bootstrap(games: Games, design: np.ndarray, cell: np.ndarray, reps: int,
                seed: int) -> np.ndarray:
     """``reps`` fits, each to the games of episode seeds drawn again within each mission."""
     draws = np.empty((reps, design.shape[1]))
+    for r, weights in enumerate(resampled(games, reps, seed)):
+        draws[r] = _newton(design, cell, games.score, weights)[0]
+    return draws
+
+
+def resampled(games: Games, reps: int, seed: int) -> Iterator[np.ndarray]:
+    """``reps`` bootstrap weights of ``games``: how often each game's episode seed is drawn
+    when the seeds are drawn again within each mission (every game on a seed together)."""
     rng = np.random.default_rng(seed)
     strata = [np.unique(games.episode[games.mission == m]) for m in np.unique(games.mission)]
-    for r in range(reps):
+    for _ in range(reps):
         counts = np.zeros(int(games.episode.max(initial=-1)) + 1)
         for units in strata:
             np.add.at(counts, rng.choice(units, units.size), 1.0)
-        draws[r] = _newton(design, cell, games.score, counts[games.episode])[0]
-    return draws
+        yield counts[games.episode]
 
 
 def _difference(a: int, b: int, point: np.ndarray, draws: np.ndarray,
@@ -327,8 +327,8 @@ class SideRow:
 def side_label(agents: Sequence[str], others: Sequence[str]) -> str:
     """``pursuer`` for pursuer_0..2 against ``evader``; the agents' ids where both sides
     share a prefix (``player_0`` against ``player_1``)."""
-    prefixes = {re.sub(r"[_\-]?\d+$", "", a) for a in agents}
-    theirs = {re.sub(r"[_\-]?\d+$", "", a) for a in others}
+    prefixes = {agent_role(a) for a in agents}
+    theirs = {agent_role(a) for a in others}
     return next(iter(prefixes)) if len(prefixes) == 1 and not prefixes & theirs else \
         ",".join(agents)
 
@@ -362,6 +362,15 @@ def side_rows(seats: Sequence[Seats], episodes: Sequence[EpisodeResult], reps: i
     return rows
 
 
+def side_outcome(episode: EpisodeResult, own: Sequence[str], other: Sequence[str]
+                 ) -> dict[str, float]:
+    """``win``, ``draw`` and ``loss`` (one of them 1) of the side ``own`` against ``other``
+    in a game with a winner, and :data:`ILLEGAL` (1: ``own`` lost by an illegal move)."""
+    score = _score(side_return(episode, tuple(own)), side_return(episode, tuple(other)))
+    return {"win": float(score == 1.0), "draw": float(score == 0.5),
+            "loss": float(score == 0.0), ILLEGAL: float(illegal_move(episode, own))}
+
+
 def _side_row(mission: str, policy: str, label: str, games: list[EpisodeResult],
               own: Sequence[str], other: Sequence[str], winner: bool, reps: int,
               seed: int) -> SideRow:
@@ -369,10 +378,10 @@ def _side_row(mission: str, policy: str, label: str, games: list[EpisodeResult],
     illegal = 0
     for episode in games:
         if winner:
-            score = _score(side_return(episode, tuple(own)), side_return(episode, tuple(other)))
-            for name, when in (("win", 1.0), ("draw", 0.5), ("loss", 0.0)):
-                values.setdefault(name, []).append(float(score == when))
-            illegal += illegal_move(episode, own)
+            outcome = side_outcome(episode, own, other)
+            illegal += int(outcome.pop(ILLEGAL))
+            for name, value in outcome.items():
+                values.setdefault(name, []).append(value)
         for key, value in episode.stats.items():
             values.setdefault(f"stats.{key}", []).append(value)
     intervals = {name: stratified_bootstrap({mission: np.asarray(v)}, aggregate_mean, reps,

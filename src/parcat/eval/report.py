@@ -19,7 +19,10 @@ The JSON document (``schema: parcat.eval``, ``version: 1``)::
 
 A summary row with ``policy == "*"`` covers all agents of the mission. The sample of one
 episode for a policy is the mean reward of the agents it played in that episode, so the
-statistics describe a per-agent return however many agents a policy gets.
+statistics describe a per-agent return however many agents a policy gets. On a mission
+whose agents have different roles (their ids without a trailing number: evade's
+``pursuer_0``.. and ``evader``), sides score on different scales, so every row is of one
+side (its ``side``: the role) and no row mixes them.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import csv
 import io
 import json
 import math
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -78,6 +82,14 @@ class Summary:
     retries: int = 0
     """Calls of the policy retried after a transient error, over all its agents and
     episodes (``--retries``; they never change the statistics)."""
+    side: str = ""
+    """The role of the agents the row covers, on a mission whose agents have several
+    (``pursuer``); empty where they share one."""
+
+
+def agent_role(agent_id: str) -> str:
+    """An agent's role: its id without a trailing number (``pursuer`` for ``pursuer_2``)."""
+    return re.sub(r"[_\-]?\d+$", "", agent_id)
 
 
 def t_quantile_95(dof: int) -> float:
@@ -88,7 +100,7 @@ def t_quantile_95(dof: int) -> float:
 
 
 def describe(mission: str, policy: str, values: Sequence[float], failed: int,
-             retries: int = 0) -> Summary:
+             retries: int = 0, side: str = "") -> Summary:
     """Summary statistics of one sample of per-episode values; NaN and infinite values
     are counted in ``non_finite`` and left out."""
     finite = [v for v in values if math.isfinite(v)]
@@ -96,14 +108,14 @@ def describe(mission: str, policy: str, values: Sequence[float], failed: int,
     if n == 0:
         nan = math.nan
         return Summary(mission, policy, 0, failed, nan, nan, nan, nan, nan, nan, non_finite,
-                       retries)
+                       retries, side)
     mean = _mean(values)
     squares = _mean([(v - mean) * (v - mean) for v in values])  # inf past the largest float
     std = math.sqrt(squares * n / (n - 1)) if n > 1 else 0.0
     half = t_quantile_95(n - 1) * std / math.sqrt(n) if n > 1 else 0.0
     return Summary(
         mission, policy, n, failed, mean, std, min(values), max(values), mean - half, mean + half,
-        non_finite, retries,
+        non_finite, retries, side,
     )
 
 
@@ -116,25 +128,31 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def summarize(episodes: Iterable[EpisodeResult]) -> list[Summary]:
-    """Per mission: one row for all agents, then one per policy, in first-seen order."""
-    samples: dict[tuple[str, str], list[float]] = {}
+    """Per mission: one row for all agents, then one per policy, in first-seen order (per
+    side where the agents have several roles: module docstring)."""
+    samples: dict[tuple[str, str, str], list[float]] = {}
     failures: Counter[str] = Counter()
-    retries: Counter[tuple[str, str]] = Counter()
+    retries: Counter[tuple[str, str, str]] = Counter()
     for episode in episodes:
         ok = episode.ok and bool(episode.agents)
         failures[episode.mission] += not ok
-        groups = {ALL_POLICIES: [a.reward for a in episode.agents]}
-        for agent in episode.agents:
-            groups.setdefault(agent.policy, []).append(agent.reward)
+        roles = [agent_role(a.agent_id) for a in episode.agents]
+        sides = roles if len(set(roles)) > 1 else [""] * len(roles)
+        groups: dict[tuple[str, str], list[float]] = {(ALL_POLICIES, s): [] for s in sides or [""]}
+        for agent, side in zip(episode.agents, sides, strict=True):
             for name in (ALL_POLICIES, agent.policy):
-                retries[episode.mission, name] += agent.retries
-        for policy, rewards in groups.items():
-            values = samples.setdefault((episode.mission, policy), [])
+                groups.setdefault((name, side), []).append(agent.reward)
+                retries[episode.mission, name, side] += agent.retries
+        for (policy, side), rewards in groups.items():
+            values = samples.setdefault((episode.mission, policy, side), [])
             if ok:
                 values.append(math.fsum(rewards) / len(rewards))
+    # first seen first, the sides of a policy together
+    seen = {pair: n for n, pair in enumerate(dict.fromkeys(k[:2] for k in samples))}
     return [
-        describe(mission, policy, values, failures[mission], retries[mission, policy])
-        for (mission, policy), values in samples.items()
+        describe(mission, policy, samples[mission, policy, side], failures[mission],
+                 retries[mission, policy, side], side)
+        for mission, policy, side in sorted(samples, key=lambda k: seen[k[:2]])
     ]
 
 
@@ -185,10 +203,12 @@ def strip_timings(data: Any) -> Any:
 
 
 def summary_csv(summaries: Iterable[Summary]) -> str:
-    """The summary rows as CSV text with a header."""
+    """The summary rows as CSV text with a header (a ``side`` column where some mission's
+    agents have several roles)."""
+    rows = [asdict(summary) for summary in summaries]
+    names = [n for n in Summary.__dataclass_fields__ if n != "side" or any(r[n] for r in rows)]
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(Summary.__dataclass_fields__),
-                            lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=names, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
-    writer.writerows(asdict(summary) for summary in summaries)
+    writer.writerows(rows)
     return buffer.getvalue()

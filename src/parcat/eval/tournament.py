@@ -19,7 +19,6 @@ the environment's numbers per policy and side.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
@@ -30,9 +29,12 @@ import numpy as np
 from parcat.core.errors import ConfigError
 from parcat.envs.missions import Mission
 from parcat.episode.results import EpisodeResult
+from parcat.eval import alpharank
 from parcat.eval.compare import OVERALL, compare
 from parcat.eval.evaluate import EvalConfig, EvalReport, check_policies, evaluate
+from parcat.eval.rating_model import RatingModel
 from parcat.eval.ratings import RatingTable, Seats, SideRow, model_dict, rate, side_rows
+from parcat.eval.report import agent_role
 from parcat.eval.stats import (
     Interval,
     aggregate_iqm,
@@ -232,7 +234,7 @@ def sides(mission: Mission) -> tuple[list[int], list[int]]:
     if len(ids) < 2:
         raise ConfigError(f"mission '{mission.name}' has one agent: --cross and --against "
                           "need two sides; give a mission with two or more agents")
-    prefixes = [re.sub(r"[_\-]?\d+$", "", agent) for agent in ids]
+    prefixes = [agent_role(agent) for agent in ids]
     if len(set(prefixes)) > 1:
         row = [i for i, p in enumerate(prefixes) if p == prefixes[0]]
     else:
@@ -283,22 +285,37 @@ class CrossResult:
     """The bootstrap's seed."""
     interrupted: bool = False
     """Whether Ctrl-C stopped it (the pairs not played have no episodes)."""
+    rating: RatingModel = RatingModel.BRADLEY_TERRY
+    """What ranks the policies; the Bradley–Terry ratings are always there (``--precision``
+    schedules by them)."""
+    alpharank: list[RatingTable] = field(default_factory=list)
+    """With :attr:`RatingModel.ALPHARANK`: each policy's mass, as a rating table."""
 
     def to_document(self) -> dict[str, Any]:
         """JSON-ready."""
+        masses = {"alpharank_model": alpharank.model_dict(REPS, self.seed),
+                  "alpharank": [t.to_dict() for t in self.alpharank]} if self.alpharank else {}
         return {"cross": [t.to_dict() for t in self.tables],
                 "ratings_model": model_dict(REPS, self.seed),
-                "ratings": [t.to_dict() for t in self.ratings],
+                "ratings": [t.to_dict() for t in self.ratings], **masses,
                 "sides": [r.to_dict() for r in self.sides],
                 "episodes": [e.to_dict() for e in self.episodes]}
+
+    @property
+    def ranking(self) -> list[RatingTable]:
+        """The tables of :attr:`rating`'s model."""
+        return self.alpharank if self.rating is RatingModel.ALPHARANK else self.ratings
 
     def rated(self) -> CrossResult:
         """This result with its ratings and per-side rows computed from its episodes."""
         seats = [Seats(t.mission, tuple(t.row_agents), tuple(t.col_agents))
                  for t in self.tables]
         policies = self.tables[0].policies if self.tables else []
+        masses = (alpharank.alpharank(seats, self.episodes, policies, REPS, self.seed)
+                  if self.rating is RatingModel.ALPHARANK else [])
         return replace(self, ratings=rate(seats, self.episodes, policies, REPS, self.seed),
-                       sides=side_rows(seats, self.episodes, REPS, self.seed))
+                       sides=side_rows(seats, self.episodes, REPS, self.seed),
+                       alpharank=masses)
 
 
 Pair = tuple[int, int, int]
@@ -307,10 +324,12 @@ Pair = tuple[int, int, int]
 
 def cross_play(config: EvalConfig, options: RunOptions | None = None,
                on_result: OnResult | None = None, seed: int = 0,
-               precision: float | None = None, max_episodes: int = 10_000) -> CrossResult:
+               precision: float | None = None, max_episodes: int = 10_000,
+               rating: RatingModel = RatingModel.BRADLEY_TERRY) -> CrossResult:
     """Play every ordered pair of ``config``'s policies on every mission (module docstring).
 
     Args:
+        rating: What ranks the policies (the Bradley–Terry ratings are there whatever it is).
         precision: Then add ``config.episodes`` episodes at a time, both seats on the same
             seeds, to every two neighbours in a ranking whose order is still open (the 95%
             interval of their rating difference holds 0) and whose interval is wider than
@@ -338,9 +357,9 @@ def cross_play(config: EvalConfig, options: RunOptions | None = None,
                 on_result=on_result, keep=kept, seating=seating)
             played[(m, i, j)] = report.episodes
             if interrupted([report]):
-                return replace(_cross_result(config, specs, seats, played, seed),
+                return replace(_cross_result(config, specs, seats, played, seed, rating),
                                interrupted=True)
-        result = _cross_result(config, specs, seats, played, seed)
+        result = _cross_result(config, specs, seats, played, seed, rating)
         todo = {} if precision is None else _uncertain(result, played, precision,
                                                        config.episodes, max_episodes)
         if not todo:
@@ -349,7 +368,8 @@ def cross_play(config: EvalConfig, options: RunOptions | None = None,
 
 def _cross_result(config: EvalConfig, specs: list[PolicySpec],
                   seats: list[tuple[list[int], list[int]]],
-                  played: dict[Pair, list[EpisodeResult]], seed: int) -> CrossResult:
+                  played: dict[Pair, list[EpisodeResult]], seed: int,
+                  rating: RatingModel) -> CrossResult:
     tables, episodes = [], []
     for m, (mission, (row_side, col_side)) in enumerate(zip(config.missions, seats,
                                                              strict=True)):
@@ -360,7 +380,7 @@ def _cross_result(config: EvalConfig, specs: list[PolicySpec],
         episodes += [e for i in range(len(specs)) for j in range(len(specs))
                      for e in played.get((m, i, j), [])]
         tables.append(CrossTable(mission.name, row, col, [s.name for s in specs], cells))
-    return CrossResult(tables, episodes, seed=seed).rated()
+    return CrossResult(tables, episodes, seed=seed, rating=rating).rated()
 
 
 def _uncertain(result: CrossResult, played: dict[Pair, list[EpisodeResult]],
