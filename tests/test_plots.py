@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +180,15 @@ def test_plot_refusals_are_one_line(tmp_path: Path, runs: Path,
                                           .splitlines()[0]) if k != "epoch") + "\n")
     assert plot(capsys, str(runs / "s0"), "--stat", "median")[0] == 2
 
+
+
+def test_a_picture_without_matplotlib_is_one_line(runs: Path, tmp_path: Path) -> None:
+    code = ("import sys; sys.modules['matplotlib'] = None; from parcat.cli.main import main; "
+            f"sys.exit(main(['plot', {str(runs / 's0')!r}, '-o', {str(tmp_path / 'c.png')!r}]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert (proc.returncode, proc.stderr) == (2, (
+        f"parcat: error: writing '{tmp_path / 'c.png'}' needs matplotlib: pip install "
+        "'parcat[plot]' (or pip install matplotlib); without -o the chart is drawn in the "
+        "terminal\n"))
+    assert not (tmp_path / "c.png").exists()

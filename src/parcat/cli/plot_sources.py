@@ -193,8 +193,9 @@ def bench_of(record: dict[str, Any]) -> Any:
                 for f in (figures[f"speedup_jobs_{j}"] for j in jobs)]
     load = record["load"]
     machine = record.get("machine") or {}
+    averages = [(load[k]["loadavg"] or ["?"])[0] for k in ("before", "after")]
     note = (f"load: other processes used {load['other_cpus']} CPUs on average; load average "
-            f"{load['before']['loadavg'][:1]} -> {load['after']['loadavg'][:1]}; "
+            f"{averages[0]} -> {averages[1]}; "
             f"{load['retried_repeats']} repeats measured again; median of "
             f"{record['repeats']} repeats")
     cpus = machine.get("cpus") if isinstance(machine, dict) else None
