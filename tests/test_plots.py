@@ -16,7 +16,7 @@ import pytest
 from parcat.bench.suite import MEASUREMENTS, run_suite
 from parcat.cli.main import main
 from parcat.cli.plot_sources import bench_of, cross_of, results_of, results_points, training_of
-from parcat.core.figures import save_figure, training_figure
+from parcat.core.figures import Curve, save_figure, training_figure
 
 pytest.importorskip("matplotlib")
 from matplotlib.image import imread
@@ -130,8 +130,13 @@ def test_several_runs_are_one_curve_with_a_bootstrap_band(
 
 def test_integer_metrics_get_integer_ticks(runs: Path) -> None:
     curves, marks, title = training_of([runs / "s0"], "episodes", "mean")
+    assert set(curves[0].values) == {0.0, 4.0}  # 4 envs, episodes of 50 steps, epochs of 25
     ax = training_figure(curves, "episodes", title, marks).get_axes()[0]
-    assert all(t == int(t) for t in ax.get_yticks())
+    assert all(t == int(t) for t in [*ax.get_xticks(), *ax.get_yticks()])
+    steady = Curve("episodes", curves[0].steps, np.full(len(curves[0].steps), 4.0))
+    ax = training_figure([steady], "episodes", title).get_axes()[0]
+    ax.figure.canvas.draw()
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["3", "4", "5"]
 
 
 def test_the_cross_play_map_shows_both_sides(tmp_path: Path,

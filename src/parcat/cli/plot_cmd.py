@@ -34,7 +34,7 @@ class Statistic(str, enum.Enum):
 
 
 def plot_command(
-    paths: Annotated[list[Path], typer.Argument(metavar="FILE...", help=(
+    paths: Annotated[list[Path], typer.Argument(metavar="FILE", show_default=False, help=(
         "A run directory or metrics.jsonl (several: seeds of one config, drawn as their "
         "mean or IQM with a 95% band); a results file of `parcat eval -o`, `--each -o` or "
         "`--cross -o`; or a `parcat sim` folder (its trajectories)."))],

@@ -168,15 +168,17 @@ def training_figure(curves: Sequence[Curve], field: str, title: str,
     figure, (ax,) = new_figure(1, 7.0, 4.2)
     for n, curve in enumerate(curves):
         colour = COLOURS[n % len(COLOURS)]
+        known = np.isfinite(curve.values)  # epochs with a value (evaluations, finished
+        steps = curve.steps[known]          # episodes) joined, not left as lone points
         if curve.low is not None and curve.high is not None:
-            ax.fill_between(curve.steps, curve.low, curve.high, color=colour, alpha=0.15,
-                            linewidth=0, label=f"{curve.name} {curve.band}")
+            ax.fill_between(steps, curve.low[known], curve.high[known], color=colour,
+                            alpha=0.15, linewidth=0, label=f"{curve.name} {curve.band}")
         if curve.raw:
-            ax.plot(curve.steps, curve.values, color=colour, alpha=0.35, linewidth=1)
-            ax.plot(curve.steps, smoothed(curve.values), color=colour, linewidth=2,
+            ax.plot(steps, curve.values[known], color=colour, alpha=0.35, linewidth=1)
+            ax.plot(steps, smoothed(curve.values[known]), color=colour, linewidth=2,
                     label=f"{curve.name} (smoothed)")
         else:
-            ax.plot(curve.steps, curve.values, color=colour, linewidth=2, label=curve.name)
+            ax.plot(steps, curve.values[known], color=colour, linewidth=2, label=curve.name)
     for n, curve in enumerate(marks.evaluation):
         ax.plot(curve.steps, curve.values, "s--", color=COLOURS[n % len(COLOURS)],
                 markersize=5, linewidth=1, label=f"{curve.name} evaluation return")
@@ -191,6 +193,8 @@ def training_figure(curves: Sequence[Curve], field: str, title: str,
     finite = values[np.isfinite(values)]
     if finite.size and np.all(finite == np.round(finite)):
         integer_ticks(ax.yaxis)
+        if finite.max() - finite.min() < 2:  # else the locator falls back to fractions
+            ax.set_ylim(finite.min() - 1, finite.max() + 1)
     ax.set_title(wrapped(title, 90))
     ax.legend(loc="best")
     return figure
