@@ -11,7 +11,7 @@ import pytest
 from parcat.cli.main import main
 from parcat.core.errors import ConfigError
 from parcat.sim import SimRecord, run_sim
-from parcat.sim.svg import CREATOR, trajectories_of
+from parcat.sim.svg import CREATOR, MAX_PANELS, trajectories_of
 from tests.sim.helpers import make_config
 
 pytest.importorskip("matplotlib")
@@ -64,3 +64,16 @@ def test_plot_draws_a_sim_folder(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert capsys.readouterr().err == (
         f"parcat: error: '{out}': a simulation's trajectories are drawn to a file; give -o "
         "FILE.png (or .svg, .pdf)\n")
+
+
+def test_a_long_run_draws_its_first_episodes_and_says_so(tmp_path: Path) -> None:
+    config = make_config(tmp_path, AGENTS, iters=80, params={"max_steps": 5})
+    record = run_sim(config, "sequential")
+    episodes = len(np.unique(record.arrays["episode"]))
+    assert episodes > MAX_PANELS
+    figure = trajectories_of(record)
+    assert len(figure.get_axes()) == MAX_PANELS
+    assert (f"the first {MAX_PANELS} of {episodes} episodes (parcat plot DIR --episode N -o "
+            "FILE draws another)") in figure.get_suptitle().replace("\n", " ")
+    (last,) = trajectories_of(record, episode=episodes - 1).get_axes()
+    assert last.get_title().startswith(f"episode {episodes - 1} ")

@@ -21,6 +21,8 @@ from parcat.core.figures import Trajectory, save_figure, trajectories_figure
 from parcat.sim.record import SimRecord
 
 log = logging.getLogger(__name__)
+MAX_PANELS = 12
+"""Episodes drawn at most (a long run's hundreds would make a poster, not a figure)."""
 CREATOR = "parcat sim"
 """The SVG's ``dc:title`` of its creator: how a later run knows the file is its own."""
 
@@ -89,12 +91,15 @@ def trajectories_of(record: SimRecord, episode: int | None = None) -> Any:
     if episode is not None and episode not in known:
         raise ConfigError(f"--episode {episode}: the record has episodes "
                           f"{', '.join(map(str, known))}")
-    paths = [Trajectory(e, points[numbers == e]) for e in known
-             if episode is None or e == episode]
+    chosen = [episode] if episode is not None else known[:MAX_PANELS]
+    paths = [Trajectory(e, points[numbers == e]) for e in chosen]
     unit, bounds = unit_and_bounds(record, points)
     meta = record.meta
     title = (f"{meta['mission']} simulation ({meta['mode']}, {meta['steps']} steps, period "
              f"{meta['period_s'] * 1e3:g} ms): agents' positions per episode")
+    if len(chosen) < len(known) and episode is None:
+        title += (f"; the first {MAX_PANELS} of {len(known)} episodes (parcat plot DIR "
+                  "--episode N -o FILE draws another)")
     return trajectories_figure(paths, record.agent_ids, bounds, unit, title)
 
 
