@@ -339,9 +339,10 @@ def test_code_named_on_the_command_line_that_is_no_environment_is_one_line(
     ("compare", ("[" * 100_000).encode(),
      "compare: cannot read '{f}': not valid JSON (nested too deeply)"),
     ("plot", ("[" * 100_000).encode(), "cannot read '{f}' (RecursionError); give a metrics "
-     "log, a run directory or a `parcat eval --cross -o` file"),
+     "log, a run directory or a `parcat eval -o`, `--each -o` or `--cross -o` file"),
     ("plot", b'{"schema": "parcat.cross/1", "cross": [{"policies": 3}]}',
-     "'{f}' is a damaged `parcat eval --cross` file (KeyError); run the cross-play again"),
+     "'{f}' is a damaged `parcat eval --cross` file (KeyError); run `parcat eval --cross` "
+     "again"),
 ])
 def test_a_binary_deep_or_damaged_results_file_is_one_line(
         tmp_path: Path, command: str, content: bytes, line: str,

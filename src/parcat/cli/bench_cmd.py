@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from parcat.cli import options as opts
-from parcat.cli.charts import CHART_FORMATS, bar_chart, save_chart
+from parcat.cli.charts import CHART_FORMATS, bar_chart
 from parcat.cli.common import EXIT_FAILED, SummaryFormat, print_json, user_errors
 from parcat.cli.lazy import held_imports
 from parcat.core.output_paths import check_output_file, check_output_suffix
@@ -52,6 +52,8 @@ def bench_command(
         if chart is not None:
             check_output_suffix(chart, "--output", CHART_FORMATS)
             check_output_file(chart, "--output")
+            from parcat.core.figures import check_matplotlib
+            check_matplotlib(chart, "chart")
         previous = read_history(history)
     with user_errors(), progress_bar(len(MEASUREMENTS), "bench", enabled=progress) as advance:
         record = run_suite(quick=quick, max_jobs=max_jobs, on_measured=advance)
@@ -66,10 +68,10 @@ def bench_command(
         if comparison is not None:
             _print_comparison(comparison)
     if chart is not None:
-        with user_errors():
-            scaling = _scaling(record)
-            save_chart(chart, {"speedup": ([float(x) for x in scaling], list(scaling.values()))},
-                       "--jobs", "speedup vs 1 job")
+        from parcat.cli.plot_sources import bench_of
+        from parcat.core.figures import save_figure
+        save_figure(bench_of(record), chart)
+        typer.echo(f"wrote {chart}", err=True)
     if comparison is not None and comparison.regressions:
         raise typer.Exit(EXIT_FAILED)
 

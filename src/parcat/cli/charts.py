@@ -1,14 +1,9 @@
-"""Charts: plain-text bars and lines on the terminal, SVG/PNG files with matplotlib."""
+"""Charts on the terminal: plain-text bars, lines and matrices (files: core/figures.py)."""
 
 from __future__ import annotations
 
 import math
-import textwrap
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any
-
-from parcat.core.errors import ConfigError
 
 WIDTH = 40
 CHART_FORMATS = {".svg": "an SVG image", ".png": "a PNG image", ".pdf": "a PDF"}
@@ -55,17 +50,6 @@ def line_chart(series: Mapping[str, Sequence[float]], height: int = 12,
     return "\n".join([*rows, "            " + "-" * width, *legend])
 
 
-def save_chart(path: Path, series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
-               xlabel: str, ylabel: str) -> None:
-    """Write a line chart with matplotlib (the format by suffix)."""
-    plt = _pyplot(path, "chart")
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name, (xs, ys) in series.items():
-        ax.plot(xs, ys, marker="o", label=name)
-    ax.legend()
-    _save(plt, fig, ax, path, xlabel, ylabel)
-
-
 def matrix_text(labels: Sequence[str], values: Sequence[Sequence[float]],
                 shades: str = " .:-=+*#%@") -> str:
     """A matrix as text: each cell's value and a shade from lowest to highest."""
@@ -82,40 +66,3 @@ def matrix_text(labels: Sequence[str], values: Sequence[Sequence[float]],
                          else "-".rjust(width))
         lines.append(label[:width].rjust(width) + " | " + " ".join(cells))
     return "\n".join(lines)
-
-
-def save_matrix(path: Path, labels: Sequence[str], values: Sequence[Sequence[float]],
-                title: str, xlabel: str, ylabel: str) -> None:
-    """Write a heat map of ``values`` with matplotlib (the format by suffix)."""
-    plt = _pyplot(path, "matrix")
-    size = 1.2 + 0.9 * len(labels)
-    fig, ax = plt.subplots(figsize=(size + 1.5, size))
-    image = ax.imshow(values, cmap="viridis")
-    ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
-    ax.set_yticks(range(len(labels)), labels)
-    for i, row in enumerate(values):
-        for j, v in enumerate(row):
-            ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="w", fontsize=9)
-    ax.set_title("\n".join(textwrap.wrap(title, 48)), fontsize=10)
-    fig.colorbar(image, ax=ax)
-    _save(plt, fig, ax, path, xlabel, ylabel)
-
-
-def _pyplot(path: Path, what: str) -> Any:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise ConfigError(f"writing '{path}' needs matplotlib: pip install 'parcat[plot]' (or "
-                          f"pip install matplotlib); without -o the {what} is drawn in the "
-                          "terminal") from exc
-    return plt
-
-
-def _save(plt: Any, fig: Any, ax: Any, path: Path, xlabel: str, ylabel: str) -> None:
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)

@@ -49,8 +49,8 @@ COMMANDS = (
     LazyCommand("bench", "parcat.cli.bench_cmd:bench_command",
                 "Measure the fixed suite and append one record to the history."),
     LazyCommand("plot", "parcat.cli.plot_cmd:plot_command",
-                "Draw a training curve per agent: in the terminal, or to a file with "
-                "matplotlib."),
+                "Draw training curves, results with 95% intervals, a cross-play map or a "
+                "simulation's trajectories: in the terminal, or to a file with matplotlib."),
     LazyCommand("sim", "parcat.cli.sim_cmd:sim_command",
                 "Simulate a mission in real time, each agent at its own cycle_time, and "
                 "evaluate it."),

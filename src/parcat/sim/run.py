@@ -24,7 +24,7 @@ from parcat.sim.parallel import StalledError, run_parallel
 from parcat.sim.progress import SimProgress
 from parcat.sim.record import RECORD_FILE, SimRecord
 from parcat.sim.sequential import run_sequential
-from parcat.sim.svg import write_svg
+from parcat.sim.svg import is_ours, write_svg
 
 SUMMARY_FILE = "summary.json"
 SVG_FILE = "trajectories.svg"
@@ -131,9 +131,7 @@ def _is_record(path: Path) -> bool:
 
 
 def _is_svg(path: Path) -> bool:
-    head = _head(path, 512)
-    return head.startswith(b'<svg xmlns="http://www.w3.org/2000/svg" width="') and (
-        b'font-family="sans-serif" font-size="12">' in head.split(b"\n", 1)[0])
+    return is_ours(_head(path, 1024))
 
 
 def write_outputs(record: SimRecord, config: SimConfig) -> SimRecord:

@@ -1,28 +1,30 @@
-"""An SVG picture of a simulation's trajectories, written by hand (no plotting library).
+"""A picture of a simulation's trajectories: one panel per episode, with matplotlib.
 
 Only environments whose recorded state holds every agent's position have a picture:
-``evade`` and ``goal_tasks`` (positions first in ``state()``) and ``harvest`` (agent rows
-and columns after the resource map). Each agent is one colour; each episode is a separate
-polyline from a hollow circle (its start) to a filled one (its end).
+``evade`` and ``goal_tasks`` (positions first in ``state()``, in arena units) and ``harvest``
+(agent rows and columns after the resource map, in cells). Each agent is one colour, from a
+hollow circle (its start) to a filled one (its end).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from xml.sax.saxutils import escape
 
 import numpy as np
 
-from parcat.core.atomic import write_text_atomically
+from parcat.core.atomic import write_atomically
+from parcat.core.errors import ConfigError
+from parcat.core.figures import Trajectory, save_figure, trajectories_figure
 from parcat.sim.record import SimRecord
 
-SIZE = 560
-MARGIN = 40
-LEGEND_ROW = 18
-COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-           "#7f7f7f", "#bcbd22", "#17becf")
+log = logging.getLogger(__name__)
+MAX_PANELS = 12
+"""Episodes drawn at most (a long run's hundreds would make a poster, not a figure)."""
+CREATOR = "parcat sim"
+"""The SVG's ``dc:title`` of its creator: how a later run knows the file is its own."""
 
 
 def _positions_first(state: np.ndarray, agents: int, params: dict[str, Any]) -> np.ndarray:
@@ -53,58 +55,60 @@ def trajectories(record: SimRecord) -> np.ndarray | None:
     return extract(state, len(record.meta["agents"]), record.meta.get("mission_params", {}))
 
 
+def unit_and_bounds(record: SimRecord, points: np.ndarray) -> tuple[str, tuple[float, float]]:
+    """The positions' unit and a square view of ``points`` (the arena, or harvest's map)."""
+    params = record.meta.get("mission_params", {})
+    if EXTRACTORS.get(str(record.meta.get("env", ""))) is _harvest:
+        return "cells", (0.0, float(params.get("size", 16)))
+    return "arena units", _bounds(points, params)
+
+
 def write_svg(record: SimRecord, path: str | Path) -> bool:
-    """Write the trajectories picture; ``False`` (nothing written) if the env has none."""
-    points = trajectories(record)
-    if points is None:
+    """Write the trajectories picture; ``False`` (nothing written) if the env has none or
+    matplotlib is not installed (said in a warning)."""
+    if trajectories(record) is None:
         return False
-    write_text_atomically(path, render_svg(record, points))
+    try:
+        figure = trajectories_of(record)
+    except ImportError:
+        log.warning("no %s: drawing it needs matplotlib (pip install 'parcat[plot]')", path)
+        return False
+    write_atomically(path, lambda file: save_figure(
+        figure, file, format="svg", metadata={"Creator": CREATOR, "Date": None}))
     return True
 
 
-def render_svg(record: SimRecord, points: np.ndarray) -> str:
-    """The SVG document for ``points`` of shape ``(T, N, 2)``."""
+def trajectories_of(record: SimRecord, episode: int | None = None) -> Any:
+    """The figure of ``record``'s trajectories: one panel per episode (only ``episode``
+    if given); ``ConfigError`` when the mission records no positions or has no such
+    episode."""
+    points = trajectories(record)
+    if points is None:
+        raise ConfigError(f"mission '{record.meta.get('mission')}' records no positions: "
+                          "only evade, goal_tasks and harvest have trajectories")
+    numbers = record.arrays["episode"]
+    known = [int(e) for e in np.unique(numbers)]
+    if episode is not None and episode not in known:
+        raise ConfigError(f"--episode {episode}: the record has episodes "
+                          f"{', '.join(map(str, known))}")
+    chosen = [episode] if episode is not None else known[:MAX_PANELS]
+    paths = [Trajectory(e, points[numbers == e]) for e in chosen]
+    unit, bounds = unit_and_bounds(record, points)
     meta = record.meta
-    agents = meta["agents"]
-    low, high = _bounds(points, meta.get("mission_params", {}))
-    scale = SIZE / max(high - low, 1e-9)
+    title = (f"{meta['mission']} simulation ({meta['mode']}, {meta['steps']} steps, period "
+             f"{meta['period_s'] * 1e3:g} ms): agents' positions per episode")
+    if len(chosen) < len(known) and episode is None:
+        title += (f"; the first {MAX_PANELS} of {len(known)} episodes (parcat plot DIR "
+                  "--episode N -o FILE draws another)")
+    return trajectories_figure(paths, record.agent_ids, bounds, unit, title)
 
-    def xy(p: np.ndarray) -> str:
-        return f"{MARGIN + (p[0] - low) * scale:.1f},{MARGIN + (high - p[1]) * scale:.1f}"
 
-    height = SIZE + 2 * MARGIN + LEGEND_ROW * len(agents)
-    width = SIZE + 2 * MARGIN
-    title = (f"{meta['mission']} · {meta['mode']} · {meta['steps']} steps · "
-             f"period {meta['period_s'] * 1e3:g} ms · {len(meta['episodes'])} episode(s)")
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
-        f'<rect x="0" y="0" width="{width}" height="{height}" fill="white"/>',
-        f'<text x="{MARGIN}" y="{MARGIN - 14}">{escape(title)}</text>',
-        f'<rect x="{MARGIN}" y="{MARGIN}" width="{SIZE}" height="{SIZE}" fill="none" '
-        'stroke="#444"/>',
-    ]
-    episodes = record.arrays["episode"]
-    for i in range(len(agents)):
-        colour = COLOURS[i % len(COLOURS)]
-        for episode in np.unique(episodes):
-            path = points[episodes == episode, i]
-            line = " ".join(xy(p) for p in path)
-            parts.append(f'<polyline points="{line}" fill="none" stroke="{colour}" '
-                         'stroke-width="1.5" stroke-opacity="0.8"/>')
-            sx, sy = xy(path[0]).split(",")
-            ex, ey = xy(path[-1]).split(",")
-            parts.append(f'<circle cx="{sx}" cy="{sy}" r="4" fill="none" stroke="{colour}"/>')
-            parts.append(f'<circle cx="{ex}" cy="{ey}" r="4" fill="{colour}"/>')
-    for i, agent in enumerate(agents):
-        y = SIZE + 2 * MARGIN + LEGEND_ROW * i - 4
-        label = (f"{agent['agent']}: {agent['policy']}, {agent['kind']}, "
-                 f"cycle {agent['cycle_time_s'] * 1e3:g} ms")
-        parts.append(f'<rect x="{MARGIN}" y="{y - 9}" width="10" height="10" '
-                     f'fill="{COLOURS[i % len(COLOURS)]}"/>')
-        parts.append(f'<text x="{MARGIN + 16}" y="{y}">{escape(label)}</text>')
-    parts.append("</svg>")
-    return "\n".join(parts) + "\n"
+def is_ours(head: bytes) -> bool:
+    """Whether an SVG's first kilobyte says :func:`write_svg` wrote it (or an earlier
+    parcat, whose SVG was written by hand)."""
+    return f"<dc:title>{CREATOR}</dc:title>".encode() in head or (
+        head.startswith(b'<svg xmlns="http://www.w3.org/2000/svg" width="')
+        and b'font-family="sans-serif" font-size="12">' in head.split(b"\n", 1)[0])
 
 
 def _bounds(points: np.ndarray, params: dict[str, Any]) -> tuple[float, float]:
