@@ -59,18 +59,22 @@ def test_an_eval_results_file_is_a_panel_per_mission_with_intervals(
     assert main([*EVAL, "-m", "harvest", "-o", str(results)]) == 0
     document = json.loads(results.read_text())
     points = results_points(document, "mean", "results.json")
+    # evade's pursuers and evader apart, as the eval table's rows
     assert {(p.mission, p.policy) for p in points} == {
-        (m, p) for m in ("evade", "harvest") for p in ("greedy", "random")}
+        ("harvest", "greedy"), ("harvest", "random"), *(
+            ("evade", f"{p} [{side}]") for p in ("greedy", "random")
+            for side in ("pursuer", "evader"))}
     for point in points:  # the same interval as the eval table's
-        row = next(s for s in document["summary"]
-                   if (s["mission"], s["policy"]) == (point.mission, point.policy))
+        row = next(s for s in document["summary"] if (s["mission"], s["policy"] + (
+            f" [{s['side']}]" if s.get("side") else "")) == (point.mission, point.policy))
         assert (point.low, point.value, point.high) == pytest.approx(
             (row["ci95_low"], row["mean"], row["ci95_high"]))
-        assert point.agents and point.episodes == 4
+        assert point.agents and point.episodes == row["episodes"]
     figure = results_of(points, "mean", "results.json")
     axes = figure.get_axes()
     assert [ax.get_title() for ax in axes] == ["evade", "harvest"]
-    assert all(len(ax.containers) == 2 for ax in axes)  # an error bar per policy
+    # an error bar per policy (and side: evade's pursuers and evader)
+    assert [len(ax.containers) for ax in axes] == [4, 2]
     assert axes[0].get_ylabel() == "mean return per agent (95% interval)"
     assert plot(capsys, str(results), "-o", str(tmp_path / "r.png"))[0] == 0
     height, width, _ = imread(tmp_path / "r.png").shape

@@ -54,20 +54,26 @@ def _each_point(row: dict[str, Any], statistic: str) -> Point:
 
 
 def _eval_points(episodes: Sequence[dict[str, Any]], statistic: str) -> list[Point]:
-    """Per mission and policy: each finished episode's mean return of the policy's agents."""
+    """Per mission and policy (and side, where the agents have several roles, as the eval
+    table's rows): each finished episode's mean return of the policy's agents."""
     from parcat.episode.results import EpisodeResult
-    from parcat.eval.report import describe
+    from parcat.eval.report import agent_role, describe
     from parcat.eval.stats import aggregate_iqm, stratified_bootstrap
     values: dict[tuple[str, str], list[float]] = {}
     agents: dict[tuple[str, str], dict[str, None]] = {}
     for data in episodes:
         episode = EpisodeResult.from_dict(data)
-        for agent in episode.agents:
-            agents.setdefault((episode.mission, agent.policy), {})[str(agent.agent_id)] = None
-        for policy in dict.fromkeys(a.policy for a in episode.agents):
-            rewards = [a.reward for a in episode.agents if a.policy == policy]
+        roles = [agent_role(str(a.agent_id)) for a in episode.agents]
+        sides = roles if len(set(roles)) > 1 else [""] * len(roles)
+        labels = [a.policy + (f" [{side}]" if side else "")
+                  for a, side in zip(episode.agents, sides, strict=True)]
+        for agent, label in zip(episode.agents, labels, strict=True):
+            agents.setdefault((episode.mission, label), {})[str(agent.agent_id)] = None
+        for label in dict.fromkeys(labels):
+            rewards = [a.reward for a, b in zip(episode.agents, labels, strict=True)
+                       if b == label]
             if episode.ok and all(math.isfinite(r) for r in rewards):
-                values.setdefault((episode.mission, policy), []).append(
+                values.setdefault((episode.mission, label), []).append(
                     math.fsum(rewards) / len(rewards))
     points = []
     for (mission, policy), sample in values.items():
