@@ -15,14 +15,15 @@ from parcat.cli.lazy import held_imports
 def compare_command(
     a: Annotated[Path, typer.Argument(metavar="A", help="Baseline results JSON (A).")],
     b: Annotated[Path, typer.Argument(metavar="B", help="Candidate results JSON (B).")],
-    policies: opts.Policies = None,
+    policies: Annotated[list[str] | None, opts.SHARED["policy"].option(
+        more="One: compare the agents it played in both files (default: all agents).")] = None,
     seed: opts.Seed = 0,
     fmt: opts.Format = OutputFormat.TABLE,
 ) -> None:
     """Difference B − A and P(B > A) per mission and overall, with bootstrap 95% intervals.
 
-    -p SPEC: compare the agents that policy played in both files (one -p; default *: all
-    agents). --seed: the bootstrap's.
+    A and B are `parcat eval -o FILE.json` files; the figures are returns per agent. --seed:
+    the bootstrap's.
     """
     with held_imports():  # here, not at the top: `parcat compare --help` needs none of them
         from parcat.cli.render import list_table, stdout_console

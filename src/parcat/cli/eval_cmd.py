@@ -203,13 +203,7 @@ def show_report(report: EvalReport, fmt: OutputFormat) -> None:
     elif fmt is OutputFormat.CSV:
         sys.stdout.write(summary_csv(summarize(report.episodes)))
     else:
-        plan, count = report.plan, len(report.episodes)
-        where = "" if plan is None else (
-            f" on {plan.episode_workers} {plan.executor.value} worker(s), agents "
-            f"{plan.strategy.value}" + (f" x{plan.policy_workers}" if plan.policy_workers else "")
-            + (f", {plan.episodes_per_worker} episodes in flight each"
-               if plan.episodes_per_worker > 1 else ""))
-        title = f"{count} episode{'' if count == 1 else 's'} in {report.elapsed_s:.2f} s{where}"
+        title = header(report)
         stdout_console().print(summary_table(summarize(report.episodes), title=title))
     err = stderr_console()
     for episode in report.failed:
@@ -223,6 +217,39 @@ def show_report(report: EvalReport, fmt: OutputFormat) -> None:
     if report.status == "interrupted":
         said_interrupted("interrupted: the results so far are shown above (and in --output, "
                          "if given)")
+
+
+def header(report: EvalReport) -> str:
+    """The results table's title: how many episodes of what, how long, where they ran (the
+    workers that came up, not the plan's), and that the figures are returns per agent."""
+    count, missions = len(report.episodes), report.config.missions
+    what = missions[0].name if len(missions) == 1 else f"{len(missions)} missions"
+    found = (f" ({report.resumed} found in --output, {count - report.resumed} run now)"
+             if report.resumed else "")
+    return (f"{count} episode{'' if count == 1 else 's'} of {what}{found} in "
+            f"{report.elapsed_s:.2f} s{_where(report)}; returns per agent")
+
+
+def _where(report: EvalReport) -> str:
+    """Where the episodes ran, in words: ``, one at a time in this process``."""
+    plan = report.plan
+    if plan is None:
+        return ""
+    at_once = "one at a time" if plan.episodes_per_worker == 1 else \
+        f"{plan.episodes_per_worker} at a time"
+    kind, workers = plan.executor.value, report.worker_processes
+    if kind == "ray":
+        where = f" on {plan.episode_workers} Ray worker(s), {at_once} each"
+    elif kind == "thread":
+        where = f" on {plan.episode_workers} threads of this process"
+    elif workers:
+        here = " and in this process" if plan.local_lane else ""
+        where = f" on {workers} worker process{'es' if workers > 1 else ''}{here}, {at_once} each"
+    else:
+        where = f", {at_once} in this process"
+    if plan.policy_workers:
+        where += f"; agents' actions by {plan.policy_workers} {plan.strategy.value} worker(s)"
+    return where
 
 
 def exit_code(report: EvalReport) -> int:

@@ -37,18 +37,26 @@ from parcat.sim.config import FLAG_KEYS, SimConfig
 class SimSettings(Settings):
     """Everything ``parcat sim`` is told (the flags given go on top of its YAML)."""
 
-    config: Annotated[Path, opts.SHARED["config"].option()] = Path("configs/sim.yaml")
+    config: Annotated[Path, opts.SHARED["config"].option(
+        more="The simulation: mission, agents and their cycle_time, rate, iterations.")
+    ] = Path("configs/sim.yaml")
     mode: Annotated[SimMode, typer.Option(
-        "--mode", help="parallel: a process each, real time; sequential: one process, "
-        "simulated time.")] = SimMode.PARALLEL
+        "--mode", rich_help_panel=opts.RUN, help="parallel: every agent in its own process, "
+        "in real time; sequential: one process, simulated time (the reference to compare "
+        "with).")] = SimMode.PARALLEL
     fast: Annotated[bool, typer.Option(
-        "--fast", help="Parallel: step the environment as fast as it goes.")] = False
+        "--fast", rich_help_panel=opts.RUN, help="With --mode parallel: step the environment "
+        "as fast as it goes instead of at the YAML's rate (agents keep their cycle_time).")
+    ] = False
     iters: Annotated[int | None, typer.Option(
-        "--iters", metavar="N", help="Environment steps.")] = None
+        "--iters", metavar="N", rich_help_panel=opts.RUN,
+        help="Environment steps (default: the YAML's).")] = None
     seed: opts.Seed = None
-    output: Annotated[str | None, opts.SHARED["output"].option("DIR")] = None
+    output: Annotated[str | None, opts.SHARED["output"].option("DIR", more=(
+        "A folder: record.npz and summary.json ('': none; default: the YAML's)."))] = None
     render: Annotated[bool | None, typer.Option(
-        "--render/--no-render", help="Live line and trajectories.svg.")] = None
+        "--render/--no-render", rich_help_panel=opts.OUTPUT, help="A live line a second on "
+        "stderr, and trajectories.svg in the output folder (default: the YAML's).")] = None
     format: opts.TableOrJson = SummaryFormat.TABLE
     set: opts.Overrides = None
     progress: opts.Progress = True
@@ -58,9 +66,6 @@ class SimSettings(Settings):
 @settings_command(SimSettings, flag_keys=False)
 def sim_command(s: SimSettings) -> None:
     """Simulate a mission in real time, each agent at its own cycle_time, and evaluate it.
-
-    -c FILE: the sim YAML (default configs/sim.yaml). -o DIR: the folder for record.npz and
-    summary.json ('' writes nothing; default: the YAML's output).
 
     Exit codes: 0 done, 1 an agent or the environment failed, 2 bad input, 130 interrupted.
     """
