@@ -9,7 +9,7 @@ import typer
 
 from parcat.cli import options as opts
 from parcat.cli.charts import CHART_FORMATS, bar_chart, save_chart
-from parcat.cli.common import EXIT_FAILED, SummaryFormat, print_json, user_errors
+from parcat.cli.common import EXIT_FAILED, SummaryFormat, print_json, user_errors, wrote
 from parcat.cli.lazy import held_imports
 from parcat.core.output_paths import check_output_file, check_output_suffix
 
@@ -75,6 +75,7 @@ def bench_command(
             scaling = _scaling(record)
             save_chart(chart, {"speedup": ([float(x) for x in scaling], list(scaling.values()))},
                        "--jobs", "speedup vs 1 job")
+        wrote(chart)
     if comparison is not None and comparison.regressions:
         raise typer.Exit(EXIT_FAILED)
 

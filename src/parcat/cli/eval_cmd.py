@@ -19,6 +19,7 @@ from parcat.cli.common import (
     OutputFormat,
     said_interrupted,
     user_errors,
+    wrote,
 )
 from parcat.cli.flag_config import settings_command
 from parcat.cli.lazy import held_imports
@@ -104,12 +105,18 @@ def _checked(s: opts.EvalSettings) -> tuple[EvalConfig, RunOptions]:
 def _finish(report: EvalReport, s: opts.EvalSettings) -> int:
     from parcat.core.trace import write_trace
     write_failures = [] if report.write_error is None else [report.write_error]
+    written = [(s.output, "")] if s.output is not None and not write_failures else []
+    if s.replay_dir is not None:
+        written.append((s.replay_dir, f"{len(report.episodes)} replays and index.json"))
     if s.trace is not None:
         try:
             write_trace(s.trace, report.trace_events)
+            written.append((s.trace, ""))
         except OSError as exc:
             write_failures.append(f"could not write --trace '{s.trace}' ({exc.strerror})")
     show_report(report, s.format)
+    for path, what in written:
+        wrote(path, what)
     for failure in write_failures:
         # the results are on stdout above: only the file is missing
         print(f"parcat: error: {failure}", file=sys.stderr)

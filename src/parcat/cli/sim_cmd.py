@@ -18,6 +18,7 @@ from parcat.cli.common import (
     print_json,
     said_interrupted,
     user_errors,
+    wrote,
 )
 from parcat.cli.flag_config import Settings, settings_command
 from parcat.cli.render import (
@@ -137,7 +138,7 @@ def show_summary(summary: dict[str, Any], wall_s: float) -> None:
           _slash(a, "age_ms_mean", "age_ms_p95"), _slash(a, "compute_ms_mean", "compute_ms_max")]
          for a in summary["agents"]]))
     for path in summary["files"]:
-        typer.echo(f"wrote {path}")
+        wrote(path)
 
 
 def _slash(values: dict[str, Any], *keys: str) -> str:

@@ -12,11 +12,17 @@ from typing import Annotated, Any
 import typer
 
 from parcat.cli import options as opts
-from parcat.cli.common import EXIT_INTERRUPTED, SummaryFormat, print_json, user_errors
+from parcat.cli.common import (
+    EXIT_INTERRUPTED,
+    SummaryFormat,
+    print_json,
+    said_interrupted,
+    user_errors,
+)
 from parcat.cli.flag_config import Settings, set_mapping, settings_command
 from parcat.cli.render import stderr_console
 from parcat.cli.stdout import user_prints_on_stderr
-from parcat.cli.train_progress import epoch_progress
+from parcat.cli.train_progress import epoch_progress, interrupted_line
 from parcat.core.errors import ConfigError, brief
 from parcat.core.settings import LEARNER_PREFIX, parse_overrides, split_learner_settings
 from parcat.train.config import LoggerKind, TrainConfig
@@ -152,6 +158,9 @@ def train_command(s: Any) -> None:
         report, trainer = _train(choice, s.resume, s.progress, s.format, err)
     _show(report, trainer, s.format)
     if report.interrupted:
+        run = trainer.config
+        said_interrupted(interrupted_line(trainer.start_epoch + len(report.epochs), run.epochs,
+                                          report.checkpoint, str(run.run_path)))
         raise typer.Exit(EXIT_INTERRUPTED)
 
 
