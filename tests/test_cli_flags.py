@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -106,6 +107,13 @@ def test_every_help_ends_with_two_to_four_examples(
     tail = out[out.rindex("Examples:"):].split("\n")[1:]
     examples = [line.strip() for line in tail if line.strip()]
     assert 2 <= len(examples) <= 4 and all(e.startswith("parcat ") for e in examples), out
+
+
+@pytest.mark.parametrize("line", [line for entry in COMMANDS for line in entry.examples])
+def test_every_example_is_a_valid_command_line(line: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # parsing refuses an unknown flag or command before --help answers
+    assert main([*shlex.split(line.partition("#")[0])[1:], "--help"]) == 0, capsys.readouterr()
 
 
 def test_eval_help_groups_its_options_and_talks_of_eval_only(

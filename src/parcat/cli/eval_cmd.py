@@ -62,9 +62,12 @@ def eval_command(s: opts.EvalSettings) -> None:
             candidate = None if s.candidate is None else _candidate(s.candidate, s, config)
         total = tournament_episodes(tournament, config, against)
         with user_errors(), lock, progress_bar(total, "episodes", enabled=s.progress) as step:
-            raise typer.Exit(run_tournament(tournament, config, options, s.format, s.output,
-                                            lambda _: step(), against or candidate,
-                                            (s.precision, s.max_episodes)))
+            code = run_tournament(tournament, config, options, s.format, s.output,
+                                  lambda _: step(), against or candidate,
+                                  (s.precision, s.max_episodes))
+        if s.output is not None:
+            wrote(s.output)
+        raise typer.Exit(code)
     total = len(config.missions) * config.episodes
     with user_errors(), lock, progress_bar(total, "episodes", enabled=s.progress) as step, \
             user_prints_on_stderr():

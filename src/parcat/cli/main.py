@@ -52,7 +52,7 @@ COMMANDS = (
                 "`parcat eval -p RUN`.",
                 ("parcat train -c configs/cartpole-dqn.yaml",
                  "parcat train -m harvest --learner ppo --epochs 50 -o runs/harvest",
-                 "parcat train -o runs/harvest --epochs 80 --resume   # continue a run",
+                 "parcat train -m harvest --learner ppo -o runs/harvest --epochs 80 --resume",
                  "parcat eval -m harvest -p runs/harvest/best")),
     LazyCommand("compare", "parcat.cli.compare_cmd:compare_command",
                 "Difference B − A and P(B > A) per mission and overall, with bootstrap 95% "
@@ -79,7 +79,7 @@ COMMANDS = (
                 "evaluate it.",
                 ("parcat sim                          # configs/sim.yaml",
                  "parcat sim --mode sequential --iters 500",
-                 "parcat sim --set agents=8 -o sim-out")),
+                 "parcat sim --set pursuers=4 -o sim-out")),
     LazyCommand("serve", "parcat.cli.serve_cmd:serve_command",
                 "Serve a policy over HTTP, for `parcat eval -p http://HOST:PORT`.",
                 ("parcat serve -p mlp,width=256 -m harvest --port 8000",
