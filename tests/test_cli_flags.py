@@ -121,7 +121,7 @@ def test_eval_help_groups_its_options_and_talks_of_eval_only(
     monkeypatch.setenv("COLUMNS", "120")
     assert main(["eval", "--help"]) == 0
     out = capsys.readouterr().out
-    for panel in ("What to run", "Parallelism", "Failures and time limits", "Output",
+    for panel in ("Options", "Parallelism", "Failures and time limits", "Output",
                   "Comparing policies"):
         assert f"─ {panel} ─" in out
     assert "learner." not in out and "train takes" not in out

@@ -25,15 +25,13 @@ def bench_command(
     compare: Annotated[bool, typer.Option(
         "--compare", rich_help_panel=opts.RUN, help="Compare with the repeats of the latest "
         "(up to 5) comparable records; exit 1 when a figure is worse past --threshold and "
-        "beyond the range of both sides' repeats (judged from 3 earlier records on).")
-    ] = False,
+        "beyond the range of both sides' repeats (judged from 3 earlier records on).")] = False,
     threshold: Annotated[float, typer.Option(
         "--threshold", metavar="FRACTION", rich_help_panel=opts.RUN,
         help="How much worse a figure must get to count as a regression: 0.2 is 1.2 times "
         "worse (a time 1.2 times longer, a throughput 1.2 times lower).")] = 0.2,
-    quick: Annotated[bool, typer.Option(
-        "--quick", rich_help_panel=opts.RUN, help="Fewer, shorter repeats (smoke runs).")
-    ] = False,
+    quick: Annotated[bool, typer.Option("--quick", rich_help_panel=opts.RUN,
+                                        help="Fewer, shorter repeats (smoke runs).")] = False,
     max_jobs: Annotated[int | None, typer.Option(
         "--max-jobs", metavar="N", rich_help_panel=opts.RUN, help="Measure how eval speeds "
         "up with --jobs 1, 2, ... N (default: every CPU this process may use).")] = None,

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from parcat.eval.eval_args import EvalArgs
 
 
-RUN = "What to run"
+RUN = "Options"
 PARALLEL = "Parallelism"
 LIMITS = "Failures and time limits"
 OUTPUT = "Output"
