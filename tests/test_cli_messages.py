@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
+import signal
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,6 +25,13 @@ from parcat.parallel.planner import ExecutorKind
 from parcat.parallel.run_options import RunOptions
 from parcat.policies.specs import parse_policy_spec
 from parcat.sim import SimMode, load_sim_config, run_sim, summarize
+from tests.reliability.helpers import (
+    episodes_journaled,
+    kill_group,
+    start_cli,
+    wait_until,
+    write_slow_mission,
+)
 
 
 def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -121,3 +130,19 @@ def test_sim_tables_fit_a_120_column_terminal(monkeypatch: pytest.MonkeyPatch) -
     lines = shown(120)
     assert max(len(line) for line in lines) <= 120
     assert len(lines) == len(shown(1000))  # no cell wrapped onto a second line
+
+
+def test_an_interrupted_eval_says_one_line_not_which_files_it_wrote(tmp_path: Path) -> None:
+    mission, out = write_slow_mission(tmp_path), tmp_path / "r.json"
+    proc = start_cli(["eval", "-m", str(mission), "-p", "random", "-n", "40", "-o", str(out),
+                      "--executor", "inline"], tmp_path)
+    try:
+        assert wait_until(lambda: episodes_journaled(out) > 0, 60), "no episode journaled"
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group
+        _, err = proc.communicate(timeout=60)
+    finally:
+        kill_group(proc)
+    assert proc.returncode == 130, err
+    assert err.splitlines()[-1:] == ["interrupted: the results so far are shown above (and in "
+                                     "--output, if given)"], err
+    assert "parcat: wrote" not in err

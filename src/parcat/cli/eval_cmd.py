@@ -65,7 +65,7 @@ def eval_command(s: opts.EvalSettings) -> None:
             code = run_tournament(tournament, config, options, s.format, s.output,
                                   lambda _: step(), against or candidate,
                                   (s.precision, s.max_episodes))
-        if s.output is not None:
+        if s.output is not None and code != EXIT_INTERRUPTED:
             wrote(s.output)
         raise typer.Exit(code)
     total = len(config.missions) * config.episodes
@@ -118,7 +118,7 @@ def _finish(report: EvalReport, s: opts.EvalSettings) -> int:
         except OSError as exc:
             write_failures.append(f"could not write --trace '{s.trace}' ({exc.strerror})")
     show_report(report, s.format)
-    for path, what in written:
+    for path, what in written if report.status != "interrupted" else ():  # its line says
         wrote(path, what)
     for failure in write_failures:
         # the results are on stdout above: only the file is missing

@@ -141,7 +141,7 @@ def show_summary(summary: dict[str, Any], wall_s: float) -> None:
         [[a["agent"], _slash(a, "age_steps_mean", "age_steps_p95", "age_steps_max"),
           _slash(a, "age_ms_mean", "age_ms_p95"), _slash(a, "compute_ms_mean", "compute_ms_max")]
          for a in agents]))
-    for path in summary["files"]:
+    for path in summary["files"] if not summary["interrupted"] else ():  # one line says it
         wrote(path)
 
 
