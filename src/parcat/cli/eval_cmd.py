@@ -42,9 +42,6 @@ OUTPUT_FORMATS = {".json": "the full results", ".csv": "the summary"}
 def eval_command(s: opts.EvalSettings) -> None:
     """Evaluate policies on missions and print per-mission, per-policy statistics.
 
-    -o FILE: .json (the full results) or .csv (the summary). -c FILE: a YAML file with
-    the flags' names as keys (missions, policies, episodes, seed, jobs, set, output, ...).
-
     Exit codes: 0 all episodes finished, 1 some episode failed or had a non-finite
     return, 2 bad input, 130 interrupted.
     """
