@@ -115,10 +115,11 @@ class ParcatGroup(LazyGroup):
 
 app = typer.Typer(name="parcat", cls=ParcatGroup, no_args_is_help=True, add_completion=True,
                   help="Parallel evaluation, training and simulation for multi-agent RL.",
-                  epilog=examples_epilog(("parcat eval -m harvest -n 20",
-                                          "parcat train -c configs/cartpole-dqn.yaml",
-                                          "parcat eval -p runs/cartpole-0   # a trained run",
-                                          "parcat COMMAND --help")),
+                  epilog=examples_epilog((
+                      "parcat eval -m harvest -n 20",
+                      "parcat train -c configs/cartpole-dqn.yaml -o runs/cartpole",
+                      "parcat eval -p runs/cartpole     # the trained run, on its mission",
+                      "parcat COMMAND --help")),
                   pretty_exceptions_show_locals=False)
 
 
