@@ -1,12 +1,15 @@
-"""One flag vocabulary: a shared flag is spelled, shown and explained the same in every
-command (:data:`parcat.cli.options.SHARED`), ``-o`` takes its format from the extension,
-``-f`` offers only what the command writes, ``-c`` works for eval too, completion exists."""
+"""One flag vocabulary: a shared flag is spelled, shown, grouped and explained the same in
+every command, which may add its own words (:data:`parcat.cli.options.SHARED`); ``-o`` takes
+its format from the extension, ``-f`` offers only what the command writes, ``-c`` works for
+eval too, completion completes; every help ends with examples."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -80,7 +83,9 @@ def test_every_shared_flag_reads_the_same_in_every_command(words: str, command: 
         short_forms = {d for d in decls if not d.startswith("--")}
         assert set(param.opts) | set(param.secondary_opts) == (
             long_forms | short_forms | ALIASES.get((words, name), set())), (words, name)
-        assert param.help == flag.help, (words, name)
+        # the same words first; a command may add its own (eval: "Repeat for several.")
+        assert param.help.startswith(flag.help), (words, name)
+        assert param.rich_help_panel == flag.panel, (words, name)
         assert param.metavar in (flag.metavars or (None, "")), (words, name, param.metavar)
 
 
@@ -91,6 +96,42 @@ def test_no_option_shows_a_python_type_for_its_value(words: str, command: Any) -
     for param in [*options, command.get_help_option(ctx)]:
         shown = param.display_type_rich(ctx) or ""
         assert not PYTHON_TYPE.fullmatch(shown), (words, param.opts, shown)
+
+
+@pytest.mark.parametrize("words", ["", *commands()])
+def test_every_help_ends_with_two_to_four_examples(
+        words: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "120")
+    assert main([*words.split(), "--help"]) == 0
+    out = capsys.readouterr().out
+    tail = out[out.rindex("Examples:"):].split("\n")[1:]
+    examples = [line.strip() for line in tail if line.strip()]
+    assert 2 <= len(examples) <= 4 and all(e.startswith("parcat ") for e in examples), out
+
+
+@pytest.mark.parametrize("line", [line for entry in COMMANDS for line in entry.examples])
+def test_every_example_is_a_valid_command_line(line: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # parsing refuses an unknown flag or command before --help answers
+    assert main([*shlex.split(line.partition("#")[0])[1:], "--help"]) == 0, capsys.readouterr()
+
+
+def test_eval_help_groups_its_options_and_talks_of_eval_only(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "120")
+    assert main(["eval", "--help"]) == 0
+    out = capsys.readouterr().out
+    for panel in ("Options", "Parallelism", "Failures and time limits", "Output",
+                  "Comparing policies"):
+        assert f"─ {panel} ─" in out
+    assert "learner." not in out and "train takes" not in out
+    assert main(["compare", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert "eval and plan" not in out and "compare the agents it played" in out
+    assert main(["train", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert "learner.KEY=VALUE sets a learner option" in out
+    assert "E.g. configs/cartpole-dqn.yaml" in out and "[default: 20]" in out
 
 
 def test_root_help_offers_shell_completion(capsys: pytest.CaptureFixture[str],
@@ -129,6 +170,45 @@ def test_bash_completion_completes_commands_and_flags(line: str, expected: str) 
     assert done.returncode == 0, done.stderr
     assert expected in done.stdout.split(), done.stdout
     assert "Usage" not in done.stdout
+
+
+COMPLETE_ENV = {**os.environ, "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1",
+                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+"""A real shell's environment, ``parcat`` on its PATH (the venv's)."""
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+@pytest.mark.parametrize(("words", "expected"), [
+    (["parcat", "ev"], ["eval"]),
+    (["parcat", "eval", "--jo"], ["--jobs"]),
+    (["parcat", "eval", "-m", ""], ["evade", "goal_tasks", "harvest"]),
+    (["parcat", "eval", "-m", "ha"], ["harvest"]),
+    (["parcat", "missions", "show", "go"], ["goal_tasks"]),
+])
+def test_bash_completes_as_installed(words: list[str], expected: list[str]) -> None:
+    # real bash runs the script --install-completion installs, as <TAB> would
+    script = ("source <(parcat --show-completion bash); COMP_WORDS=(\"$@\"); "
+              "COMP_CWORD=$(($# - 1)); _parcat_completion parcat; "
+              "printf '%s\\n' \"${COMPREPLY[@]}\"")
+    done = subprocess.run(["bash", "-c", script, "bash", *words], capture_output=True,
+                          text=True, timeout=120, env=COMPLETE_ENV)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == expected, done.stdout
+
+
+@pytest.mark.parametrize(("shell", "extra"), [
+    ("zsh", {}), ("fish", {"_TYPER_COMPLETE_FISH_ACTION": "get-args"})])
+def test_zsh_and_fish_complete_flags_and_missions(shell: str, extra: dict[str, str]) -> None:
+    # what their installed scripts run on <TAB> (the shells are not installed here)
+    def complete(line: str) -> str:
+        env = {**COMPLETE_ENV, **extra, "_PARCAT_COMPLETE": f"complete_{shell}",
+               "_TYPER_COMPLETE_ARGS": line}
+        done = subprocess.run([sys.executable, "-m", "parcat"], capture_output=True,
+                              text=True, timeout=60, env=env)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+    assert "--jobs" in complete("parcat eval --jo")
+    assert "harvest" in complete("parcat eval -m ha") and "Usage" not in complete("parcat ev")
 
 
 def test_policy_help_shows_the_whole_spec_syntax(capsys: pytest.CaptureFixture[str],
@@ -200,7 +280,7 @@ def test_the_table_says_star_for_all_agents_as_json_and_csv_do(
     code, out, _ = one_line(["eval", "-m", "goal_tasks", "-n", "1", "--no-progress"], capsys)
     assert code == 0
     rows = [[cell.strip() for cell in line.strip("| ").split("|")]
-            for line in out.splitlines() if "goal_tasks" in line]
+            for line in out.splitlines() if line.startswith("| goal_tasks")]
     assert [row[:2] for row in rows] == [["goal_tasks", "*"], ["goal_tasks", "greedy"]]
 
 

@@ -84,7 +84,7 @@ def test_eval_of_a_run_takes_its_mission_and_parameters(
     assert eval_run(capsys, "-m", "goal_tasks", "-p", str(trained))[1] == out
     score = checkpoint.read_manifest(trained)["eval_return"]["total"]
     assert err == (f"-p {trained}: the last checkpoint (epoch 2, evaluation return "
-                   f"{score:.3f}); the best is -p {trained / 'best'}\n")
+                   f"{score:.3f} summed over its agents); the best is -p {trained / 'best'}\n")
 
 
 def test_eval_of_one_agents_folder_takes_the_runs_mission_and_parameters_too(
@@ -98,7 +98,7 @@ def test_eval_of_one_agents_folder_takes_the_runs_mission_and_parameters_too(
     assert (code, out) == (typed[0], typed[1]) and code == 0
     score = checkpoint.read_manifest(trained)["eval_return"]["total"]
     assert err == (f"-p {agent}: one agent's policy of run {trained} (epoch 2, evaluation "
-                   f"return {score:.3f}), on the run's mission parameters\n")
+                   f"return {score:.3f} summed over its agents), on the run's mission parameters\n")
 
 
 def test_eval_of_best_says_so(trained: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -106,7 +106,7 @@ def test_eval_of_best_says_so(trained: Path, capsys: pytest.CaptureFixture[str])
     code, _, err = eval_run(capsys, "-p", str(trained / "best"))
     assert (code, err) == (0, f"-p {trained / 'best'}: the best checkpoint (epoch "
                            f"{best['epoch']}, evaluation return "
-                           f"{best['eval_return']['total']:.3f})\n")
+                           f"{best['eval_return']['total']:.3f} summed over its agents)\n")
 
 
 def test_set_wins_over_the_run_and_a_space_change_is_one_error(

@@ -9,7 +9,7 @@ import typer
 
 from parcat.cli import options as opts
 from parcat.cli.charts import CHART_FORMATS, bar_chart
-from parcat.cli.common import EXIT_FAILED, SummaryFormat, print_json, user_errors
+from parcat.cli.common import EXIT_FAILED, SummaryFormat, print_json, user_errors, wrote
 from parcat.cli.lazy import held_imports
 from parcat.core.output_paths import check_output_file, check_output_suffix
 
@@ -19,28 +19,31 @@ if TYPE_CHECKING:
 
 def bench_command(
     history: Annotated[Path, typer.Option(
-        "--history", metavar="FILE", help="History file (JSON lines).")
+        "--history", metavar="FILE", rich_help_panel=opts.OUTPUT,
+        help="History file (JSON lines) the record is appended to.")
     ] = Path("bench/history.jsonl"),
     compare: Annotated[bool, typer.Option(
-        "--compare", help="Compare with the repeats of the latest (up to 5) comparable "
-        "records; exit 1 when a figure is worse past --threshold and beyond the range of both "
-        "sides' repeats (judged from 3 earlier records on).")] = False,
+        "--compare", rich_help_panel=opts.RUN, help="Compare with the repeats of the latest "
+        "(up to 5) comparable records; exit 1 when a figure is worse past --threshold and "
+        "beyond the range of both sides' repeats (judged from 3 earlier records on).")] = False,
     threshold: Annotated[float, typer.Option(
-        "--threshold", metavar="FRACTION",
-        help="How much worse counts as a regression (0.2: 1.2 times the time or cost).")] = 0.2,
-    quick: Annotated[bool, typer.Option(
-        "--quick", help="Fewer, shorter repeats (smoke runs).")] = False,
+        "--threshold", metavar="FRACTION", rich_help_panel=opts.RUN,
+        help="How much worse a figure must get to count as a regression: 0.2 is 1.2 times "
+        "worse (a time 1.2 times longer, a throughput 1.2 times lower).")] = 0.2,
+    quick: Annotated[bool, typer.Option("--quick", rich_help_panel=opts.RUN,
+                                        help="Fewer, shorter repeats (smoke runs).")] = False,
     max_jobs: Annotated[int | None, typer.Option(
-        "--max-jobs", metavar="N", help="Scale episodes over --jobs 1..N.")] = None,
-    chart: Annotated[Path | None,
-                     opts.SHARED["output"].option("FILE", aliases=("--chart",))] = None,
+        "--max-jobs", metavar="N", rich_help_panel=opts.RUN, help="Measure how eval speeds "
+        "up with --jobs 1, 2, ... N (default: every CPU this process may use).")] = None,
+    chart: Annotated[Path | None, opts.SHARED["output"].option(
+        "FILE", aliases=("--chart",),
+        more="A chart of the scaling: .svg, .png or .pdf (needs matplotlib).")] = None,
     fmt: opts.TableOrJson = SummaryFormat.TABLE,
     progress: opts.Progress = True,
 ) -> None:
     """Measure the fixed suite and append one record to the history.
 
-    -o FILE (also --chart): the scaling chart, .svg, .png or .pdf (needs matplotlib); the
-    record itself is appended to --history.
+    Exit codes: 0 measured, 1 --compare found a regression, 2 bad input.
     """
     with held_imports():  # here, not at the top: `parcat bench --help` needs none of them
         from parcat.bench.suite import MEASUREMENTS, append_record, read_history, run_suite
@@ -71,7 +74,7 @@ def bench_command(
         from parcat.cli.plot_sources import bench_of
         from parcat.core.figures import save_figure
         save_figure(bench_of(record), chart)
-        typer.echo(f"wrote {chart}", err=True)
+        wrote(chart)
     if comparison is not None and comparison.regressions:
         raise typer.Exit(EXIT_FAILED)
 

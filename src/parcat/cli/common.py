@@ -36,6 +36,13 @@ def said_interrupted(line: str) -> None:
         print(line, file=sys.stderr)
 
 
+def wrote(path: object, what: str = "") -> None:
+    """Name a file the command wrote, on stderr, in the one style every command uses:
+    ``parcat: wrote PATH`` (stdout holds results only)."""
+    with contextlib.suppress(OSError):
+        print(f"parcat: wrote {path}{f' ({what})' if what else ''}", file=sys.stderr)
+
+
 class OutputFormat(str, enum.Enum):
     """How results are printed on stdout."""
 

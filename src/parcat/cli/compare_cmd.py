@@ -15,12 +15,14 @@ from parcat.cli.lazy import held_imports
 def compare_command(
     a: Annotated[Path, typer.Argument(metavar="A", help="Baseline results JSON (A).")],
     b: Annotated[Path, typer.Argument(metavar="B", help="Candidate results JSON (B).")],
-    policies: opts.Policies = None,
+    policies: Annotated[list[str] | None, opts.SHARED["policy"].option(
+        more="One: compare the agents it played in both files (default: all agents).")] = None,
     seed: opts.Seed = 0,
     fmt: opts.Format = OutputFormat.TABLE,
 ) -> None:
     """Difference B − A and P(B > A) per mission and overall, with bootstrap 95% intervals.
 
+    A and B are `parcat eval -o FILE.json` files; the figures are returns per agent.
     Then per mission and side, each metric both files have: win/draw/loss rates and
     illegal moves where the game has a winner (a side per player: player_0, player_1), the
     side's mean return where sides have different roles (pursuer, evader), and every

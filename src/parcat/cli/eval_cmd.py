@@ -19,6 +19,7 @@ from parcat.cli.common import (
     OutputFormat,
     said_interrupted,
     user_errors,
+    wrote,
 )
 from parcat.cli.flag_config import settings_command
 from parcat.cli.lazy import held_imports
@@ -42,9 +43,6 @@ OUTPUT_FORMATS = {".json": "the full results", ".csv": "the summary"}
 def eval_command(s: opts.EvalSettings) -> None:
     """Evaluate policies on missions and print per-mission, per-policy statistics.
 
-    -o FILE: .json (the full results) or .csv (the summary). -c FILE: a YAML file with
-    the flags' names as keys (missions, policies, episodes, seed, jobs, set, output, ...).
-
     Exit codes: 0 all episodes finished, 1 some episode failed or had a non-finite
     return, 2 bad input, 130 interrupted.
     """
@@ -62,9 +60,12 @@ def eval_command(s: opts.EvalSettings) -> None:
             candidate = None if s.candidate is None else _candidate(s.candidate, s, config)
         total = tournament_episodes(tournament, config, against)
         with user_errors(), lock, progress_bar(total, "episodes", enabled=s.progress) as step:
-            raise typer.Exit(run_tournament(tournament, config, options, s.format, s.output,
-                                            lambda _: step(), against or candidate,
-                                            (s.precision, s.max_episodes), s.rating))
+            code = run_tournament(tournament, config, options, s.format, s.output,
+                                  lambda _: step(), against or candidate,
+                                  (s.precision, s.max_episodes), s.rating)
+        if s.output is not None and code != EXIT_INTERRUPTED:
+            wrote(s.output)
+        raise typer.Exit(code)
     total = len(config.missions) * config.episodes
     with user_errors(), lock, progress_bar(total, "episodes", enabled=s.progress) as step, \
             user_prints_on_stderr():
@@ -105,12 +106,18 @@ def _checked(s: opts.EvalSettings) -> tuple[EvalConfig, RunOptions]:
 def _finish(report: EvalReport, s: opts.EvalSettings) -> int:
     from parcat.core.trace import write_trace
     write_failures = [] if report.write_error is None else [report.write_error]
+    written = [(s.output, "")] if s.output is not None and not write_failures else []
+    if s.replay_dir is not None:
+        written.append((s.replay_dir, f"{len(report.episodes)} replays and index.json"))
     if s.trace is not None:
         try:
             write_trace(s.trace, report.trace_events)
+            written.append((s.trace, ""))
         except OSError as exc:
             write_failures.append(f"could not write --trace '{s.trace}' ({exc.strerror})")
     show_report(report, s.format)
+    for path, what in written if report.status != "interrupted" else ():  # its line says
+        wrote(path, what)
     for failure in write_failures:
         # the results are on stdout above: only the file is missing
         print(f"parcat: error: {failure}", file=sys.stderr)
@@ -207,13 +214,7 @@ def show_report(report: EvalReport, fmt: OutputFormat) -> None:
     elif fmt is OutputFormat.CSV:
         sys.stdout.write(summary_csv(summarize(report.episodes)))
     else:
-        plan, count = report.plan, len(report.episodes)
-        where = "" if plan is None else (
-            f" on {plan.episode_workers} {plan.executor.value} worker(s), agents "
-            f"{plan.strategy.value}" + (f" x{plan.policy_workers}" if plan.policy_workers else "")
-            + (f", {plan.episodes_per_worker} episodes in flight each"
-               if plan.episodes_per_worker > 1 else ""))
-        title = f"{count} episode{'' if count == 1 else 's'} in {report.elapsed_s:.2f} s{where}"
+        title = header(report)
         stdout_console().print(summary_table(summarize(report.episodes), title=title))
     err = stderr_console()
     for episode in report.failed:
@@ -227,6 +228,39 @@ def show_report(report: EvalReport, fmt: OutputFormat) -> None:
     if report.status == "interrupted":
         said_interrupted("interrupted: the results so far are shown above (and in --output, "
                          "if given)")
+
+
+def header(report: EvalReport) -> str:
+    """The results table's title: how many episodes of what, how long, where they ran (the
+    workers that came up, not the plan's), and that the figures are returns per agent."""
+    count, missions = len(report.episodes), report.config.missions
+    what = missions[0].name if len(missions) == 1 else f"{len(missions)} missions"
+    found = (f" ({report.resumed} found in --output, {count - report.resumed} run now)"
+             if report.resumed else "")
+    return (f"{count} episode{'' if count == 1 else 's'} of {what}{found} in "
+            f"{report.elapsed_s:.2f} s{_where(report)}; returns per agent")
+
+
+def _where(report: EvalReport) -> str:
+    """Where the episodes ran, in words: ``, one at a time in this process``."""
+    plan = report.plan
+    if plan is None:
+        return ""
+    at_once = "one at a time" if plan.episodes_per_worker == 1 else \
+        f"{plan.episodes_per_worker} at a time"
+    kind, workers = plan.executor.value, report.worker_processes
+    if kind == "ray":
+        where = f" on {plan.episode_workers} Ray worker(s), {at_once} each"
+    elif kind == "thread":
+        where = f" on {plan.episode_workers} threads of this process"
+    elif workers:
+        here = " and in this process" if plan.local_lane else ""
+        where = f" on {workers} worker process{'es' if workers > 1 else ''}{here}, {at_once} each"
+    else:
+        where = f", {at_once} in this process"
+    if plan.policy_workers:
+        where += f"; agents' actions by {plan.policy_workers} {plan.strategy.value} worker(s)"
+    return where
 
 
 def exit_code(report: EvalReport) -> int:

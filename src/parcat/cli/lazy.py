@@ -37,6 +37,8 @@ class LazyCommand:
     """``module:attribute``: a command function, a ``SettingsCommand`` or a ``typer.Typer``."""
     summary: str
     """The first paragraph of the command's help (a test checks that the two agree)."""
+    examples: tuple[str, ...] = ()
+    """Command lines shown at the end of its help (and its sub-commands')."""
 
     def load(self) -> Any:
         """Import the command's module and build the command (building imports too)."""
@@ -45,12 +47,24 @@ class LazyCommand:
             target = getattr(importlib.import_module(module), attribute)
             holder = typer.Typer(add_completion=False)
             if hasattr(target, "settings"):  # a flag_config.SettingsCommand
-                return plain_flags(target.command(self.name))
-            if isinstance(target, typer.Typer):
-                holder.add_typer(target, name=self.name)
+                command = target.command(self.name)
             else:
-                holder.command(self.name)(target)
-            return plain_flags(typer.main.get_group(holder).commands[self.name])
+                if isinstance(target, typer.Typer):
+                    holder.add_typer(target, name=self.name)
+                else:
+                    holder.command(self.name)(target)
+                command = typer.main.get_group(holder).commands[self.name]
+        for each in [command, *getattr(command, "commands", {}).values()]:
+            each.epilog = examples_epilog(self.examples)
+        return plain_flags(command)
+
+
+def examples_epilog(lines: Sequence[str]) -> str | None:
+    """The end of a command's help: its example command lines, one a line (``# why``)."""
+    if not lines:
+        return None
+    # "\\[": rich would read "[...]" in a line as markup
+    return "Examples:\n" + "\n".join(line.replace("[", "\\[") for line in lines)
 
 
 def plain_flags(command: Any, sub_commands: bool = True) -> Any:

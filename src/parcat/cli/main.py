@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import threading
@@ -25,39 +26,69 @@ from parcat.cli.common import (
     EXIT_USAGE,
 )
 from parcat.cli.entry import postponed, say, stop_now
-from parcat.cli.lazy import LazyCommand, LazyGroup
+from parcat.cli.lazy import LazyCommand, LazyGroup, examples_epilog
 from parcat.cli.stdout import StdoutError, guarded_stdout
 from parcat.core.errors import one_line_warning
 
 COMMANDS = (
     LazyCommand("eval", "parcat.cli.eval_cmd:eval_command",
-                "Evaluate policies on missions and print per-mission, per-policy statistics."),
+                "Evaluate policies on missions and print per-mission, per-policy statistics.",
+                ("parcat eval -m harvest -n 20                  # the mission's heuristic",
+                 "parcat eval -m harvest -p greedy -p random    # two policies share the agents",
+                 "parcat eval -m harvest -p mlp -p random --each -o results.json",
+                 "parcat eval -p runs/harvest --precision 0.5  # a trained run, its mission")),
     LazyCommand("replay", "parcat.cli.replay_cmd:replay_command",
                 "Play back an episode recorded with `parcat eval --replay-dir`: in the "
-                "terminal, or as a GIF or PNG."),
+                "terminal, or as a GIF or PNG.",
+                ("parcat eval -m harvest -n 2 --replay-dir replays",
+                 "parcat replay replays/harvest-000000.npz",
+                 "parcat replay replays/harvest-000000.npz -o episode.gif")),
     LazyCommand("plan", "parcat.cli.plan_cmd:plan_command",
-                "Show how `parcat eval` with the same flags would use the machine, and why."),
+                "Show how `parcat eval` with the same flags would use the machine, and why.",
+                ("parcat plan -m harvest -n 100",
+                 "parcat plan -m harvest -p mlp -j 4 -f json")),
     LazyCommand("train", "parcat.cli.train_cmd:train_command",
                 "Train one independent learner per agent; checkpoints load with "
-                "`parcat eval -p RUN`."),
+                "`parcat eval -p RUN`.",
+                ("parcat train -c configs/cartpole-dqn.yaml",
+                 "parcat train -m harvest --learner ppo --epochs 50 -o runs/harvest",
+                 "parcat train -m harvest --learner ppo -o runs/harvest --epochs 80 --resume",
+                 "parcat eval -m harvest -p runs/harvest/best")),
     LazyCommand("compare", "parcat.cli.compare_cmd:compare_command",
                 "Difference B − A and P(B > A) per mission and overall, with bootstrap 95% "
-                "intervals."),
+                "intervals.",
+                ("parcat eval -m harvest -p random -o a.json",
+                 "parcat eval -m harvest -p greedy -o b.json",
+                 "parcat compare a.json b.json")),
     LazyCommand("rank", "parcat.cli.rank_cmd:rank_command",
                 "Rank the policies of a `parcat eval --cross` file: Bradley–Terry ratings "
-                "with 95% intervals, P(best), and outcomes per side."),
+                "with 95% intervals, P(best), and outcomes per side.",
+                ("parcat eval -m evade -p greedy -p random -p noop --cross -o cross.json",
+                 "parcat rank cross.json")),
     LazyCommand("bench", "parcat.cli.bench_cmd:bench_command",
-                "Measure the fixed suite and append one record to the history."),
+                "Measure the fixed suite and append one record to the history.",
+                ("parcat bench --quick",
+                 "parcat bench --compare -o scaling.png")),
     LazyCommand("plot", "parcat.cli.plot_cmd:plot_command",
                 "Draw training curves, results with 95% intervals, a cross-play map or a "
-                "simulation's trajectories: in the terminal, or to a file with matplotlib."),
+                "simulation's trajectories: in the terminal, or to a file with matplotlib.",
+                ("parcat plot runs/harvest",
+                 "parcat plot runs/harvest --field loss -o loss.png",
+                 "parcat plot results.json -o results.png")),
     LazyCommand("sim", "parcat.cli.sim_cmd:sim_command",
                 "Simulate a mission in real time, each agent at its own cycle_time, and "
-                "evaluate it."),
+                "evaluate it.",
+                ("parcat sim                          # configs/sim.yaml",
+                 "parcat sim --mode sequential --iters 500",
+                 "parcat sim --set pursuers=4 -o sim-out")),
     LazyCommand("serve", "parcat.cli.serve_cmd:serve_command",
-                "Serve a policy over HTTP, for `parcat eval -p http://HOST:PORT`."),
-    LazyCommand("missions", "parcat.cli.missions_cmd:app", "List and inspect missions."),
-    LazyCommand("policies", "parcat.cli.policies_cmd:app", "List the built-in policies."),
+                "Serve a policy over HTTP, for `parcat eval -p http://HOST:PORT`.",
+                ("parcat serve -p mlp,width=256 -m harvest --port 8000",
+                 "parcat eval -m harvest -p http://127.0.0.1:8000")),
+    LazyCommand("missions", "parcat.cli.missions_cmd:app", "List and inspect missions.",
+                ("parcat missions list", "parcat missions show harvest")),
+    LazyCommand("policies", "parcat.cli.policies_cmd:app", "List the built-in policies.",
+                ("parcat policies list", "parcat eval -m harvest -p mlp,width=64")),
 )
 """Every sub-command, in the order ``parcat --help`` lists them, with its summary."""
 
@@ -85,6 +116,11 @@ class ParcatGroup(LazyGroup):
 
 app = typer.Typer(name="parcat", cls=ParcatGroup, no_args_is_help=True, add_completion=True,
                   help="Parallel evaluation, training and simulation for multi-agent RL.",
+                  epilog=examples_epilog((
+                      "parcat eval -m harvest -n 20",
+                      "parcat train -c configs/cartpole-dqn.yaml -o runs/cartpole",
+                      "parcat eval -p runs/cartpole     # the trained run, on its mission",
+                      "parcat COMMAND --help")),
                   pretty_exceptions_show_locals=False)
 
 
@@ -204,10 +240,25 @@ def _exit_code(exc: BaseException) -> int:
         ctx = getattr(exc, "ctx", None)
         where = f"{ctx.command_path}: " if ctx is not None else ""
         message = plain_validation(exc.format_message())  # type: ignore[attr-defined]
-        say(f"parcat: error: {where}{message}")
+        say(f"parcat: error: {where}{message}{positional_hint(ctx, message)}")
         return EXIT_USAGE
     say(f"parcat: error: {exc.format_message()}")  # type: ignore[attr-defined]
     return int(getattr(exc, "exit_code", EXIT_FAILED))  # another of click's errors
+
+
+def positional_hint(ctx: Any, message: str) -> str:
+    """For words a command takes no place for (``parcat eval harvest``): the flag they may
+    have meant (``-m``, else ``-p``), else nothing."""
+    extra = re.fullmatch(r"Got unexpected extra argument(?:\(s\)|s)? \((.+)\)", message)
+    if ctx is None or extra is None or any(p.param_type_name == "argument"
+                                           for p in ctx.command.params):
+        return ""  # a command with arguments (compare A B) was given too many
+    flags = {opt for param in ctx.command.params for opt in getattr(param, "opts", ())}
+    for flag, what in (("-m", "missions"), ("-p", "policies")):
+        if flag in flags:
+            line = " ".join(f"{flag} {word}" for word in extra[1].split())
+            return f"; {what} are given with {flag}: {ctx.command_path} {line}"
+    return ""
 
 
 _VALIDATION_WORDING = (

@@ -57,7 +57,8 @@ def list_command(fmt: opts.Format = OutputFormat.TABLE) -> None:
 
 @app.command("show")
 def show_command(
-    mission: Annotated[str, typer.Argument(metavar="MISSION", help="Mission name or YAML path.")],
+    mission: Annotated[str, typer.Argument(metavar="MISSION", help="Mission name or YAML path.",
+                                           autocompletion=opts.complete_missions)],
     fmt: opts.TableOrJson = SummaryFormat.TABLE,
 ) -> None:
     """Show a mission: its environment, parameters, agents and spaces."""

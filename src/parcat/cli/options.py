@@ -27,49 +27,67 @@ if TYPE_CHECKING:
     from parcat.eval.eval_args import EvalArgs
 
 
+RUN = "Options"
+PARALLEL = "Parallelism"
+LIMITS = "Failures and time limits"
+OUTPUT = "Output"
+COMPARE = "Comparing policies"
+"""The panels ``--help`` groups options in, in the order a command first names them."""
+
+
 @dataclass(frozen=True)
 class Flag:
-    """A flag several commands take, spelled and explained the same in each."""
+    """A flag several commands take, spelled the same in each; its help text starts the same
+    and ends with what the command adds."""
 
     decls: tuple[str, ...]
     """The long form (with ``/--no-...`` for an on/off flag), then the short form if any."""
     help: str
     metavars: tuple[str, ...] = ()
     """What ``--help`` may show for the value (none: a choice or on/off flag)."""
+    panel: str = RUN
 
-    def option(self, metavar: str | None = None, aliases: tuple[str, ...] = ()) -> Any:
+    def option(self, metavar: str | None = None, aliases: tuple[str, ...] = (),
+               more: str = "") -> Any:
         """This flag as a ``typer.Option`` showing ``metavar`` (default: the first), also
-        accepting the older long forms ``aliases`` (train's ``--run-dir``)."""
+        accepting the older long forms ``aliases`` (train's ``--run-dir``), its help followed
+        by the command's own words ``more``."""
         metavar = metavar or next(iter(self.metavars), None)
         if metavar is not None and metavar not in self.metavars:
             raise ValueError(f"metavar {metavar!r} of {self.decls[0]} not in {self.metavars}")
-        return typer.Option(*self.decls, *aliases, metavar=metavar, help=self.help)
+        complete = complete_missions if self.decls[0] == "--mission" else None
+        return typer.Option(*self.decls, *aliases, metavar=metavar,
+                            help=f"{self.help} {more}".strip(), rich_help_panel=self.panel,
+                            autocompletion=complete)
+
+
+def complete_missions(incomplete: str) -> list[str]:
+    """The missions reachable by name that start with ``incomplete`` (shell completion)."""
+    from parcat.envs.missions import mission_files
+    return sorted(name for name in mission_files() if name.startswith(incomplete))
 
 
 SHARED: dict[str, Flag] = {
     "mission": Flag(
         ("--mission", "-m"),
-        "Mission: a name (./missions/ first, then the built-in ones), a YAML path, "
-        "gymnasium:ENV_ID, module:callable or a module path. eval and plan take several "
-        "(repeat -m); train takes one.",
+        "Mission: a name (parcat missions list), a YAML path, gymnasium:ENV_ID, "
+        "module:callable or a module path.",
         ("MISSION",)),
     "policy": Flag(
         ("--policy", "-p"),
         # "\\[": rich would read "[@WEIGHT]" as markup and drop it
         "Policy NAME[,KEY=VALUE...]\\[@WEIGHT]: a built-in (parcat policies list), "
         "module:Class or a run directory of parcat train, with its settings and its share "
-        "of the agents. eval and plan take several (repeat -p).",
+        "of the agents.",
         ("SPEC",)),
     "config": Flag(
         ("--config", "-c"),
-        "YAML file of the command's settings (its help says which keys); flags given on the "
-        "command line win over it, and it wins over the defaults.",
+        "YAML file of settings; flags given on the command line win over it.",
         ("FILE",)),
     "set": Flag(
         ("--set",),
-        "Override a mission parameter, KEY=VALUE (e.g. max_steps=200); train: "
-        "learner.KEY=VALUE sets a learner setting; repeat for several. Flags win over a "
-        "YAML file.",
+        "Set a mission parameter, KEY=VALUE (e.g. max_steps=200; parcat missions show "
+        "MISSION lists them); repeat for several.",
         ("KEY=VALUE",)),
     "seed": Flag(
         ("--seed",),
@@ -77,18 +95,16 @@ SHARED: dict[str, Flag] = {
         ("N",)),
     "jobs": Flag(
         ("--jobs", "-j"),
-        "Worker budget the planner splits (eval and plan default to the CPUs this process "
-        "may use; train plans only when given).",
-        ("N",)),
+        "How many CPUs (worker processes) parcat may use at most.",
+        ("N",), PARALLEL),
     "output": Flag(
         ("--output", "-o"),
-        "Where the command's results go: a file whose extension sets its format (the "
-        "command's help lists them; another is refused), or a folder.",
-        ("FILE", "DIR")),
-    "format": Flag(("--format", "-f"), "How the results print on stdout."),
+        "Where the results go.",
+        ("FILE", "DIR"), OUTPUT),
+    "format": Flag(("--format", "-f"), "How the results print on stdout.", (), OUTPUT),
     "progress": Flag(
         ("--progress/--no-progress",),
-        "Show progress on stderr while the command works (only on a terminal)."),
+        "Show progress on stderr while the command works (only on a terminal).", (), OUTPUT),
     "trust_code": Flag(
         ("--trust-code",),
         "Run code from outside parcat that a file names (a replay's environment, a run's "
@@ -97,12 +113,13 @@ SHARED: dict[str, Flag] = {
     "trace": Flag(
         ("--trace",),
         "Write the run's timeline to FILE (Chrome trace-event JSON: ui.perfetto.dev).",
-        ("FILE",)),
+        ("FILE",), OUTPUT),
 }
 """Every shared flag by name."""
 
-Missions = Annotated[list[str] | None, SHARED["mission"].option()]
-Policies = Annotated[list[str] | None, SHARED["policy"].option()]
+Missions = Annotated[list[str] | None, SHARED["mission"].option(more="Repeat for several.")]
+Policies = Annotated[list[str] | None, SHARED["policy"].option(
+    more="Repeat for several: they share the agents (default: the mission's heuristic).")]
 Config = Annotated[Path | None, SHARED["config"].option()]
 Overrides = Annotated[list[str] | None, SHARED["set"].option()]
 Seed = Annotated[int | None, SHARED["seed"].option()]
@@ -117,10 +134,10 @@ Progress = Annotated[bool, SHARED["progress"].option()]
 Trace = Annotated[Path | None, SHARED["trace"].option()]
 TrustCode = Annotated[bool, SHARED["trust_code"].option()]
 Backend = Annotated[BackendKind | None, typer.Option(
-    "--backend", help="local: worker processes on this machine; ray: on a Ray cluster "
-    "(episodes as tasks, environment workers as actors).")]
+    "--backend", rich_help_panel=PARALLEL, help="local: worker processes on this machine; "
+    "ray: on a Ray cluster (episodes as tasks, environment workers as actors).")]
 Address = Annotated[str | None, typer.Option(
-    "--address", metavar="HOST:PORT",
+    "--address", metavar="HOST:PORT", rich_help_panel=PARALLEL,
     help="Ray cluster address with --backend ray (default: start a local cluster).")]
 
 
@@ -142,41 +159,52 @@ class EvalFlags(Settings):
 
     missions: Missions = None
     policies: Policies = None
-    config: Config = None
+    config: Annotated[Path | None, SHARED["config"].option(
+        more="Its keys are the flags' long names (missions, policies, episodes, set, ...).")
+    ] = None
     episodes: Annotated[int, typer.Option(
-        "--episodes", "-n", metavar="N", help="Episodes per mission.")] = 10
+        "--episodes", "-n", metavar="N", rich_help_panel=RUN,
+        help="Episodes per mission.")] = 10
     seed: Seed = 0
     set: Overrides = None
-    jobs: Jobs = None
+    jobs: Annotated[int | None, SHARED["jobs"].option(
+        more="Default: every CPU this process may use.")] = None
     executor: Annotated[ExecutorKind, typer.Option(
-        help="Where episodes run (auto: the planner picks).")] = ExecutorKind.AUTO
+        rich_help_panel=PARALLEL, help="Where episodes run: inline (one at a time in this "
+        "process), thread, process (worker processes), ray; auto: the planner picks.")
+    ] = ExecutorKind.AUTO
     parallel_policy: Annotated[bool, typer.Option(
-        "--parallel-policy", help="Also parallelise agents within episodes.")] = False
+        "--parallel-policy", rich_help_panel=PARALLEL,
+        help="Also compute the agents' actions of one step in parallel.")] = False
     policy_strategy: Annotated[PolicyStrategy, typer.Option(
-        help="Agent-level strategy with --parallel-policy.")] = PolicyStrategy.AUTO
+        rich_help_panel=PARALLEL, help="How, with --parallel-policy.")] = PolicyStrategy.AUTO
     concurrency: Annotated[int | None, typer.Option(
-        metavar="N", help="Agent calls in flight at most when the policy's step waits (a "
-        "server, an API) rather than computes (default: every agent of every episode, up "
-        "to 256).")] = None
+        metavar="N", rich_help_panel=PARALLEL, help="Agent calls in flight at most when the "
+        "policy's step waits (a server, an API) rather than computes (default: every agent "
+        "of every episode, up to 256).")] = None
     lockstep: Annotated[int | None, typer.Option(
-        metavar="K", help="Episodes each worker plays side by side, one policy call per step "
-        "for all of them (default: the planner's choice; 1: one at a time).")] = None
+        metavar="K", rich_help_panel=PARALLEL, help="Episodes each worker plays side by side, "
+        "one policy call per step for all of them (default: the planner's choice; 1: one at "
+        "a time).")] = None
     action_timeout_ms: Annotated[float | None, typer.Option(
-        metavar="MS", help="Late actions get the mission's default action (for an async "
-        "policy: each call, its retries included).")] = None
+        metavar="MS", rich_help_panel=LIMITS, help="Late actions get the mission's default "
+        "action (for an async policy: each call, its retries included).")] = None
     gpus: Annotated[int | None, typer.Option(
-        metavar="N", help="GPUs to use (default: detected).")] = None
-    start_method: Annotated[StartMethodKind | None, typer.Option(
-        help="How worker processes start (default: forkserver where the platform has it).")
+        metavar="N", rich_help_panel=PARALLEL, help="GPUs to use (default: detected).")
     ] = None
+    start_method: Annotated[StartMethodKind | None, typer.Option(
+        rich_help_panel=PARALLEL, help="How worker processes start (default: forkserver "
+        "where the platform has it).")] = None
     retries: Annotated[int, typer.Option(
-        metavar="N", help="Re-runs of an episode whose worker died, and retries of an "
-        "async policy's call after a transient error (a dropped connection, HTTP 429 or "
-        "5xx, parcat.TransientError).")] = 1
+        metavar="N", rich_help_panel=LIMITS, help="Re-runs of an episode whose worker died, "
+        "and retries of an async policy's call after a transient error (a dropped "
+        "connection, HTTP 429 or 5xx, parcat.TransientError).")] = 1
     episode_timeout: Annotated[float | None, typer.Option(
-        metavar="SECONDS", help="Stop an episode after this many seconds.")] = None
+        metavar="SECONDS", rich_help_panel=LIMITS,
+        help="Stop an episode after this many seconds.")] = None
     fail_fast: Annotated[bool, typer.Option(
-        "--fail-fast", help="Stop at the first failed episode.")] = False
+        "--fail-fast", rich_help_panel=LIMITS, help="Stop at the first failed episode.")
+    ] = False
     backend: Backend = BackendKind.LOCAL
     address: Address = None
     trust_code: TrustCode = False
@@ -209,35 +237,40 @@ class EvalSettings(EvalFlags):
     """Everything ``parcat eval`` is told: the flags it shares with ``plan``, and its own."""
 
     format: Format = OutputFormat.TABLE
-    output: OutputFile = None
+    output: Annotated[Path | None, SHARED["output"].option(
+        "FILE", more="A file: .json (every episode) or .csv (the summary table).")] = None
     trace: Trace = None
     progress: Progress = True
     precision: Annotated[float | None, typer.Option(
-        "--precision", metavar="HALF_WIDTH",
-        help="Add episodes until each mission's 95% CI half-width is below this; with "
-        "--cross, play more of the neighbours in a ranking whose order is open until their "
-        "difference's is (Elo points).")] = None
+        "--precision", metavar="HALF_WIDTH", rich_help_panel=RUN,
+        help="Play more episodes until each mission's mean return per agent is known to "
+        "within ± HALF_WIDTH (its 95% interval, in the mission's return units, e.g. 0.5); "
+        "with --cross: until neighbours in the ranking are told apart to within "
+        "HALF_WIDTH Elo points.")] = None
     max_episodes: Annotated[int, typer.Option(
-        "--max-episodes", metavar="N", help="Cap for --precision (with --cross: per pair)."
-    )] = 10_000
+        "--max-episodes", metavar="N", rich_help_panel=RUN,
+        help="Cap for --precision (with --cross: per pair).")] = 10_000
     resume: Annotated[bool, typer.Option(
-        "--resume", help="Keep the finished episodes in --output; run the rest.")] = False
+        "--resume", rich_help_panel=OUTPUT,
+        help="Keep the finished episodes in --output; run the rest.")] = False
     each: Annotated[bool, typer.Option(
-        "--each", help="Evaluate every -p on its own (all agents play it) on the same "
-        "episodes; one row per policy, compared with the first.")] = False
+        "--each", rich_help_panel=COMPARE, help="Evaluate every -p on its own (all agents "
+        "play it) on the same episodes; one row per policy, compared with the first.")] = False
     against: Annotated[str | None, typer.Option(
-        "--against", metavar="SPEC", help="With --each: the opponent every -p plays, in both "
-        "seats on the same seeds, on every mission (default: 'random', on turn-based games "
-        "only; other missions: all agents play the policy).")] = None
+        "--against", metavar="SPEC", rich_help_panel=COMPARE, help="With --each: the "
+        "opponent every -p plays, in both seats on the same seeds, on every mission "
+        "(default: 'random', on turn-based games only; other missions: all agents play the "
+        "policy).")] = None
     candidate: Annotated[str | None, typer.Option(
-        "--candidate", metavar="SPEC", help="Value over replacement: play the -p policies "
-        "as a pool, then SPEC in each one's place on the same seeds; print what it adds to "
-        "the pool's mean score.")] = None
+        "--candidate", metavar="SPEC", rich_help_panel=COMPARE, help="Value over "
+        "replacement: play the -p policies as a pool, then SPEC in each one's place on the "
+        "same seeds; print what it adds to the pool's mean score.")] = None
     cross: Annotated[bool, typer.Option(
-        "--cross", help="Play every pair of -p policies against each other across the "
-        "mission's two sides (both orders, the same seeds); print the matrix and the "
-        "Bradley–Terry ratings with 95% intervals.")] = False
+        "--cross", rich_help_panel=COMPARE, help="Play every pair of -p policies against "
+        "each other across the mission's two sides (both orders, the same seeds); print the "
+        "matrix and the Bradley–Terry ratings with 95% intervals.")] = False
     rating: Rating = RatingModel.BRADLEY_TERRY
     replay_dir: Annotated[Path | None, typer.Option(
-        "--replay-dir", metavar="DIR", help="Record every episode into DIR (one .npz each, "
-        "and index.json); play one back with `parcat replay DIR/FILE`.")] = None
+        "--replay-dir", metavar="DIR", rich_help_panel=OUTPUT, help="Record every episode "
+        "into DIR (one .npz each, and index.json); play one back with `parcat replay "
+        "DIR/FILE`.")] = None

@@ -24,8 +24,8 @@ class PlanSettings(opts.EvalFlags):
 def plan_command(settings: PlanSettings) -> None:
     """Show how `parcat eval` with the same flags would use the machine, and why.
 
-    -c FILE: the YAML file eval reads (the flags' names as keys); keys only eval has
-    (output, precision, ...) are skipped.
+    It runs nothing. -c FILE: the YAML file eval reads; keys only eval has (output,
+    precision, ...) are skipped.
     """
     with held_imports():  # here, not at the top: `parcat plan --help` needs none of them
         from parcat.cli.render import key_value_table, stdout_console

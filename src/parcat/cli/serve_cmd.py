@@ -23,8 +23,11 @@ if TYPE_CHECKING:
 
 
 def serve_command(
-    policy: Annotated[str | None, opts.SHARED["policy"].option()] = None,
-    mission: Annotated[str | None, opts.SHARED["mission"].option()] = None,
+    policy: Annotated[str | None, opts.SHARED["policy"].option(
+        more="The one to serve (a run directory brings its mission: -m may be left out).")
+    ] = None,
+    mission: Annotated[str | None, opts.SHARED["mission"].option(
+        more="The one whose agents the policy plays.")] = None,
     set: opts.Overrides = None,
     host: Annotated[str, typer.Option("--host", metavar="HOST",
                                       help="Address to listen on.")] = "127.0.0.1",
@@ -44,8 +47,7 @@ def serve_command(
 ) -> None:
     """Serve a policy over HTTP, for `parcat eval -p http://HOST:PORT`.
 
-    -p SPEC: the policy to serve (one; a run directory brings its mission, so -m may be
-    left out). Prints the URL on stdout (one line, so scripts can read it with --port 0) and logs on
+    Prints the URL on stdout (one line, so scripts can read it with --port 0) and logs on
     stderr. Requests that arrive together become one step_batch call. GET /stats: requests,
     batch sizes and latency, also printed when the server stops (Ctrl-C or SIGTERM).
 

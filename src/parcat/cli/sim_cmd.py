@@ -18,6 +18,7 @@ from parcat.cli.common import (
     print_json,
     said_interrupted,
     user_errors,
+    wrote,
 )
 from parcat.cli.flag_config import Settings, settings_command
 from parcat.cli.render import (
@@ -37,18 +38,26 @@ from parcat.sim.config import FLAG_KEYS, SimConfig
 class SimSettings(Settings):
     """Everything ``parcat sim`` is told (the flags given go on top of its YAML)."""
 
-    config: Annotated[Path, opts.SHARED["config"].option()] = Path("configs/sim.yaml")
+    config: Annotated[Path, opts.SHARED["config"].option(
+        more="The simulation: mission, agents and their cycle_time, rate, iterations.")
+    ] = Path("configs/sim.yaml")
     mode: Annotated[SimMode, typer.Option(
-        "--mode", help="parallel: a process each, real time; sequential: one process, "
-        "simulated time.")] = SimMode.PARALLEL
+        "--mode", rich_help_panel=opts.RUN, help="parallel: every agent in its own process, "
+        "in real time; sequential: one process, simulated time (the reference to compare "
+        "with).")] = SimMode.PARALLEL
     fast: Annotated[bool, typer.Option(
-        "--fast", help="Parallel: step the environment as fast as it goes.")] = False
+        "--fast", rich_help_panel=opts.RUN, help="With --mode parallel: step the environment "
+        "as fast as it goes instead of at the YAML's rate (agents keep their cycle_time).")
+    ] = False
     iters: Annotated[int | None, typer.Option(
-        "--iters", metavar="N", help="Environment steps.")] = None
+        "--iters", metavar="N", rich_help_panel=opts.RUN,
+        help="Environment steps (default: the YAML's).")] = None
     seed: opts.Seed = None
-    output: Annotated[str | None, opts.SHARED["output"].option("DIR")] = None
+    output: Annotated[str | None, opts.SHARED["output"].option("DIR", more=(
+        "A folder: record.npz and summary.json ('': none; default: the YAML's)."))] = None
     render: Annotated[bool | None, typer.Option(
-        "--render/--no-render", help="Live line and trajectories.svg.")] = None
+        "--render/--no-render", rich_help_panel=opts.OUTPUT, help="A live line a second on "
+        "stderr, and trajectories.svg in the output folder (default: the YAML's).")] = None
     format: opts.TableOrJson = SummaryFormat.TABLE
     set: opts.Overrides = None
     progress: opts.Progress = True
@@ -58,9 +67,6 @@ class SimSettings(Settings):
 @settings_command(SimSettings, flag_keys=False)
 def sim_command(s: SimSettings) -> None:
     """Simulate a mission in real time, each agent at its own cycle_time, and evaluate it.
-
-    -c FILE: the sim YAML (default configs/sim.yaml). -o DIR: the folder for record.npz and
-    summary.json ('' writes nothing; default: the YAML's output).
 
     Exit codes: 0 done, 1 an agent or the environment failed, 2 bad input, 130 interrupted.
     """
@@ -121,18 +127,22 @@ def show_summary(summary: dict[str, Any], wall_s: float) -> None:
         ("lateness ms (p95 / max)", _slash(env, "lateness_p95_ms", "lateness_max_ms")),
         ("step cost ms (mean)", _fmt(env["step_cost_mean_ms"])),
     ], title="environment"))
+    agents = summary["agents"]
+    # two tables of ~100 columns, not one of 170 that a 120-column terminal wraps cell by cell
     console.print(list_table(
         ["agent", "policy", "kind", "cycle ms (req / got)", "cycles", "missed",
-         "default steps", "age steps (mean / p95 / max)", "age ms (mean / p95)",
-         "compute ms (mean / max)"],
+         "default steps"],
         [[a["agent"], a["policy"], a["kind"],
           f"{_fmt(a['requested_cycle_s'], 1e3)} / {_fmt(a['achieved_cycle_s'], 1e3)}",
-          a["cycles"], a["missed_cycles"], a["default_steps"],
-          _slash(a, "age_steps_mean", "age_steps_p95", "age_steps_max"),
+          a["cycles"], a["missed_cycles"], a["default_steps"]] for a in agents]))
+    console.print(list_table(
+        ["agent", "action age steps (mean / p95 / max)", "age ms (mean / p95)",
+         "compute ms (mean / max)"],
+        [[a["agent"], _slash(a, "age_steps_mean", "age_steps_p95", "age_steps_max"),
           _slash(a, "age_ms_mean", "age_ms_p95"), _slash(a, "compute_ms_mean", "compute_ms_max")]
-         for a in summary["agents"]]))
-    for path in summary["files"]:
-        typer.echo(f"wrote {path}")
+         for a in agents]))
+    for path in summary["files"] if not summary["interrupted"] else ():  # one line says it
+        wrote(path)
 
 
 def _slash(values: dict[str, Any], *keys: str) -> str:

@@ -12,11 +12,17 @@ from typing import Annotated, Any
 import typer
 
 from parcat.cli import options as opts
-from parcat.cli.common import EXIT_INTERRUPTED, SummaryFormat, print_json, user_errors
+from parcat.cli.common import (
+    EXIT_INTERRUPTED,
+    SummaryFormat,
+    print_json,
+    said_interrupted,
+    user_errors,
+)
 from parcat.cli.flag_config import Settings, set_mapping, settings_command
 from parcat.cli.render import stderr_console
 from parcat.cli.stdout import user_prints_on_stderr
-from parcat.cli.train_progress import epoch_progress
+from parcat.cli.train_progress import epoch_progress, interrupted_line
 from parcat.core.errors import ConfigError, brief
 from parcat.core.settings import LEARNER_PREFIX, parse_overrides, split_learner_settings
 from parcat.train.config import LoggerKind, TrainConfig
@@ -60,16 +66,21 @@ def _mapping(label: str, key: str, value: Any) -> dict[str, Any]:
 
 
 CLI_FIELDS: dict[str, Any] = {
-    "mission": opts.Missions,
+    "mission": Annotated[list[str] | None, opts.SHARED["mission"].option(
+        more="One mission (default: goal_tasks).")],
     "seed": opts.Seed,
-    "jobs": opts.Jobs,
-    "learner": Annotated[str | None, typer.Option(metavar="NAME", help=(
-        "Learner: dqn, ppo, or module:Class (the YAML's learner.class)."))],
-    "run_dir": Annotated[str, opts.SHARED["output"].option("DIR", aliases=("--run-dir",))],
+    "jobs": Annotated[int | None, opts.SHARED["jobs"].option(
+        more="When given, the planner lays out --env-workers and --train-threads within it.")],
+    "learner": Annotated[str | None, typer.Option(
+        metavar="NAME", rich_help_panel=opts.RUN, help="Learner: dqn (the default), ppo, or "
+        "module:Class (the YAML's learner.class).")],
+    "run_dir": Annotated[str, opts.SHARED["output"].option(
+        "DIR", aliases=("--run-dir",),
+        more="A run directory (default: runs/MISSION): checkpoints, metrics, RUN/best.")],
     "loggers": Annotated[list[LoggerKind] | None, typer.Option(
-        "--logger", metavar="KIND", help="Where epoch metrics go (repeatable): jsonl, csv, "
-        "tensorboard (RUN/tensorboard; pip install 'parcat\\[tensorboard]'), wandb. A metrics "
-        "file is always written.")],
+        "--logger", metavar="KIND", rich_help_panel=opts.OUTPUT, help="Where epoch metrics "
+        "go (repeatable): jsonl, csv, tensorboard (RUN/tensorboard; pip install "
+        "'parcat\\[tensorboard]'), wandb. A metrics file is always written.")],
     "backend": opts.Backend,
     "address": opts.Address,
 }
@@ -78,6 +89,21 @@ CLI_FIELDS: dict[str, Any] = {
 NO_DEFAULT = ("mission", "learner", "loggers")
 """Flags whose value is another type than their key's: ``None`` until given (or in a file)."""
 DECLS = {"shared_learner": ("--shared-learner/--independent",)}
+PANELS = {**dict.fromkeys(("env_workers", "envs_per_worker", "mode", "train_interval",
+                           "parallel_training", "train_threads"), opts.PARALLEL),
+          **dict.fromkeys(("checkpoint_every", "metrics_format", "render"), opts.OUTPUT)}
+"""The help panel of each flag made from a key of TrainConfig (default: what to run)."""
+HELP = {
+    "mode": "sync: collect experience, then train on it, in turn (the reference: a seed "
+    "gives the same checkpoints whatever the layout); async: a learner process trains "
+    "while collection goes on (pays only when training takes as long as collecting and a "
+    "CPU is free for it).",
+    "train_interval": "With --mode async: epochs of experience collected between two "
+    "rounds of training (1: a round after every epoch).",
+    "parallel_training": "Train the agents' learners at the same time, a thread each, "
+    "instead of one after the other (pays with several agents and free CPUs).",
+}
+"""Help in a newcomer's words where TrainConfig's own is terse."""
 
 
 def _derived() -> list[tuple[str, Any, Any]]:
@@ -87,7 +113,9 @@ def _derived() -> list[tuple[str, Any, Any]]:
         kind = CLI_FIELDS.get(f.name)
         if kind is None and "help" in f.metadata:
             kind = Annotated[hints[f.name], typer.Option(
-                *DECLS.get(f.name, ()), metavar=f.metadata["metavar"], help=f.metadata["help"])]
+                *DECLS.get(f.name, ()), metavar=f.metadata["metavar"],
+                help=HELP.get(f.name, f.metadata["help"]),
+                rich_help_panel=PANELS.get(f.name, opts.RUN))]
         if kind is not None:
             default = None if f.name in NO_DEFAULT else f.default
             derived.append((f.name, kind, field(default=default)))
@@ -95,13 +123,17 @@ def _derived() -> list[tuple[str, Any, Any]]:
 
 
 MORE_FIELDS = [
-    ("config", opts.Config, None),
-    ("set", opts.Overrides, None),
+    ("config", Annotated[Path | None, opts.SHARED["config"].option(more=(
+        "E.g. configs/cartpole-dqn.yaml: the flags' long names as keys, and overrides "
+        "(the mission's parameters) and learner (class and options)."))], None),
+    ("set", Annotated[list[str] | None, opts.SHARED["set"].option(
+        more="learner.KEY=VALUE sets a learner option (e.g. learner.lr=0.001).")], None),
     ("resume", Annotated[bool, typer.Option(
-        "--resume", help="Continue from the run directory's checkpoint.")], False),
+        "--resume", rich_help_panel=opts.RUN,
+        help="Continue from the run directory's checkpoint.")], False),
     ("force", Annotated[bool, typer.Option(
-        "--force", help="Replace the run already in -o DIR (what parcat wrote there is "
-        "deleted first; other files stay).")], False),
+        "--force", rich_help_panel=opts.OUTPUT, help="Replace the run already in -o DIR "
+        "(what parcat wrote there is deleted first; other files stay).")], False),
     ("format", opts.TableOrJson, SummaryFormat.TABLE),
     ("progress", opts.Progress, True),
 ]
@@ -116,9 +148,8 @@ TrainSettings.__doc__ = "Everything ``parcat train`` is told: TrainConfig's keys
 def train_command(s: Any) -> None:
     """Train one independent learner per agent; checkpoints load with `parcat eval -p RUN`.
 
-    -o DIR (also --run-dir): the run directory, default runs/<mission>. -c FILE: a train
-    YAML (configs/train.yaml) with the flags' names as keys, and overrides (the mission's
-    parameters) and learner (class and options). -m: one mission.
+    Exit codes: 0 trained, 1 the run failed, 2 bad input, 130 interrupted (the run resumes
+    with --resume).
     """
     err = stderr_console()
     with user_errors():
@@ -127,6 +158,9 @@ def train_command(s: Any) -> None:
         report, trainer = _train(choice, s.resume, s.progress, s.format, err)
     _show(report, trainer, s.format)
     if report.interrupted:
+        run = trainer.config
+        said_interrupted(interrupted_line(trainer.start_epoch + len(report.epochs), run.epochs,
+                                          report.checkpoint, str(run.run_path)))
         raise typer.Exit(EXIT_INTERRUPTED)
 
 

@@ -20,6 +20,18 @@ from parcat.train.epoch_stats import EpochStats
 ShowEpoch = Callable[[EpochStats], None]
 
 
+def interrupted_line(done: int, epochs: int, checkpoint: str, run: str) -> str:
+    """What an interrupted run says on stderr: where it stopped and how to go on."""
+    from parcat.policies.checkpoint import read_manifest
+    try:
+        kept = f"its checkpoint (epoch {int(read_manifest(checkpoint)['epoch'])}) is in {run}"
+    except Exception:
+        return (f"parcat: interrupted after epoch {done} of {epochs}; no checkpoint was "
+                f"written yet: run the command again to start over")
+    return (f"parcat: interrupted after epoch {done} of {epochs}; {kept}; to continue, run "
+            f"the same command with -o {run} --resume")
+
+
 def _per_agent(stats: EpochStats) -> list[tuple[str, str]]:
     """(agent, ``mean [min, max]``) for every agent."""
     return [(agent, f"{number(mean)} [{number(stats.reward_min.get(agent))}, "

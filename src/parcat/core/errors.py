@@ -8,6 +8,7 @@ subclasses with exit code 1.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 BRIEF_LENGTH = 60  # most characters of a value or name that a message shows (see :func:`brief`)
@@ -115,3 +116,10 @@ def clip(text: str, limit: int = BRIEF_LENGTH) -> str:
     if "\n" in text or "\r" in text:
         text = " ".join(text.split())
     return text if len(text) <= limit else f"{text[: limit - 1]}…"
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'X'?)`` for the choice closest to a mistyped ``word``, else ``""``."""
+    import difflib
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""

@@ -4,7 +4,6 @@ by name in ``./missions/`` and then among the built-in ones, or given as a path.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import functools
 import pickle
 import re
@@ -17,7 +16,7 @@ from typing import Any
 
 import gymnasium
 
-from parcat.core.errors import MissionError, NoteWarning, brief, clip
+from parcat.core.errors import MissionError, NoteWarning, brief, clip, did_you_mean
 from parcat.core.imports import import_module, import_reference
 from parcat.core.limits import MAX_EPISODE_STEPS, MAX_NAME_LENGTH, MAX_PATH_LENGTH
 from parcat.core.yamlfile import read_yaml_mapping
@@ -92,9 +91,9 @@ class Mission:
         """Return this mission with some parameters replaced (validated)."""
         unknown = sorted(set(overrides) - set(self.params) - {"max_steps"})
         if unknown:
-            known = ", ".join(sorted(set(self.params) | {"max_steps"}))
-            raise MissionError(f"mission '{self.name}' has no parameter '{clip(unknown[0])}'; "
-                               f"known: {known}")
+            known = sorted(set(self.params) | {"max_steps"})
+            raise MissionError(f"mission '{self.name}' has no parameter '{clip(unknown[0])}'"
+                               f"{did_you_mean(unknown[0], known)}; known: {', '.join(known)}")
         params = {**self.params, **overrides}
         max_steps = params.get("max_steps", self.max_steps)
         _check_step_limit(f"mission '{self.name}'", "max_steps", max_steps)
@@ -410,8 +409,7 @@ def _mission_name(value: Any, path: Path) -> str:
 def unknown_mission_message(name: str, files: Iterable[str]) -> str:
     """The one line shown for an unknown mission name."""
     known = sorted(files)
-    close = difflib.get_close_matches(name, known, n=1)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    hint = did_you_mean(name, known)
     where = ", ".join(str(d) for d in mission_dirs())
     return (f"mission '{clip(name)}' not found in {where}{hint}; known: {', '.join(known)}; "
             "or give a YAML path, gymnasium:ENV_ID, module:callable or a module path")

@@ -103,6 +103,10 @@ class EvalReport:
     """Finished episodes by their position among the run's tasks (while it runs)."""
     write_error: str | None = None
     """Why the results file could not be written at the end (the results are complete)."""
+    worker_processes: int = 0
+    """Worker processes that came up (the plan's may not: a short run ends before them)."""
+    resumed: int = 0
+    """Finished episodes ``resume`` found in the results file (not run again)."""
     _clock: float = field(default=0.0, repr=False)
     _document: tuple[Any, dict[str, Any]] | None = field(default=None, repr=False)
 
@@ -288,6 +292,7 @@ def evaluate(config: EvalConfig, options: RunOptions | None = None,
             replace(m, fresh_env=True) if m.name in leaky and m.fresh_env is None else m
             for m in tasks.missions])
         done = load_finished(output, config.to_dict(), tasks) if output and resume else {}
+        report.resumed = len(done)
         todo = _still_to_run(report, tasks, {**done, **(keep or {})})
         return _run(report, options, tasks, todo, on_result, on_plan, output, resume,
                     on_warning, replay_dir)
@@ -376,6 +381,8 @@ def _execute(
         SHUTTING_DOWN.set()
         status = "interrupted"
     finally:
+        started = len(getattr(executor, "worker_pids", list)())
+        report.worker_processes = max(report.worker_processes, started)
         executor.close(force=status != "complete")
         report.trace_events = executor.trace_events()
     return status

@@ -37,7 +37,8 @@ class RunCheckpoint:
 
     def describe(self) -> str:
         """One line: which checkpoint of the run this is."""
-        score = "" if self.eval_total is None else f", evaluation return {self.eval_total:.3f}"
+        score = ("" if self.eval_total is None
+                 else f", evaluation return {self.eval_total:.3f} summed over its agents")
         if self.agent_dir:
             return (f"-p {self.path}: one agent's policy of run {self.path.parent} "
                     f"(epoch {self.epoch}{score}), on the run's mission parameters")

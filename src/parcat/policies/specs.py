@@ -8,7 +8,6 @@ Examples: ``greedy``, ``mlp,width=256,depth=3@2``, ``my_pkg.agents:Chaser,speed=
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import math
 import pickle
@@ -17,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from parcat.core.errors import CheckpointError, PolicyError, clip
+from parcat.core.errors import CheckpointError, PolicyError, clip, did_you_mean
 from parcat.core.imports import import_reference, is_reference, require_trusted
 from parcat.core.settings import parse_settings
 from parcat.envs.missions import Mission
@@ -179,10 +178,9 @@ def make_policy(spec: PolicySpec, mission: Mission, agent: AgentSpec) -> Policy:
         return _from_checkpoint(Path(target), spec, agent)
     if is_reference(target):
         return _construct(target, spec, agent, dict(spec.kwargs))
-    close = difflib.get_close_matches(target, BUILTINS, n=1)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
     raise PolicyError(f"policy '{target}' is not a built-in, a module:Class or a checkpoint "
-                      f"directory{hint}; built-ins: {', '.join(BUILTINS)}")
+                      f"directory{did_you_mean(target, BUILTINS)}; built-ins: "
+                      f"{', '.join(BUILTINS)}")
 
 
 def _construct(reference: str, spec: PolicySpec, agent: AgentSpec, kwargs: dict[str, Any]) -> Any:
@@ -193,8 +191,10 @@ def _construct(reference: str, spec: PolicySpec, agent: AgentSpec, kwargs: dict[
                           f"{clip(str(exc), 200)}") from exc
     if not callable(factory):
         raise PolicyError(f"policy '{spec.target}': '{reference}' is not callable")
+    takes_spec = _takes_spec(factory)
+    _check_keywords(spec, factory, takes_spec, kwargs)
     try:
-        policy = factory(agent, **kwargs) if _takes_spec(factory) else factory(**kwargs)
+        policy = factory(agent, **kwargs) if takes_spec else factory(**kwargs)
     except PolicyError:
         raise
     except Exception as exc:
@@ -207,6 +207,23 @@ def _construct(reference: str, spec: PolicySpec, agent: AgentSpec, kwargs: dict[
                 "a policy needs reset(seed) and step(obs)"
             )
     return policy
+
+
+def _check_keywords(spec: PolicySpec, factory: Any, takes_spec: bool,
+                    kwargs: Mapping[str, Any]) -> None:
+    """Refuse a keyword the policy's constructor does not take, naming the ones it does."""
+    try:
+        params = list(inspect.signature(factory).parameters.values())[int(takes_spec):]
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    valid = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    for key in kwargs:
+        if key not in valid:
+            takes = f"'s keywords: {', '.join(valid)}" if valid else " takes no keywords"
+            raise PolicyError(f"policy '{clip(spec.name, 200)}': no keyword '{clip(key)}'"
+                              f"{did_you_mean(key, valid)}; {clip(spec.target)}{takes}")
 
 
 def _takes_spec(factory: Any) -> bool:
