@@ -80,7 +80,7 @@ def test_an_eval_results_file_is_a_panel_per_mission_with_intervals(
     height, width, _ = imread(tmp_path / "r.png").shape
     assert width > 1000 and height > 400
     assert plot(capsys, str(results), "--stat", "iqm", "-o", str(tmp_path / "r.svg")) == (
-        0, f"wrote {tmp_path / 'r.svg'}\n")
+        0, f"parcat: wrote {tmp_path / 'r.svg'}\n")
     assert "results.json: iqm return per agent, 95% interval (bootstrap)" in svg_text(
         tmp_path / "r.svg")
 

@@ -114,13 +114,13 @@ def test_eval_replay_dir_then_parcat_replay_shows_the_episode(tmp_path: Path) ->
     assert "################" in shown.stdout and not shown.stderr
     assert shown.stdout.count("legend: # wall, B base, * resource, 0-9 agent (index mod 10)") == 7
     drawn = parcat("replay", "replays/harvest-000000.npz", "-o", "ep.gif", cwd=tmp_path)
-    assert (drawn.returncode, drawn.stderr) == (0, "wrote ep.gif (7 frames)\n")
+    assert (drawn.returncode, drawn.stderr) == (0, "parcat: wrote ep.gif (7 frames)\n")
     gif = iio.imread(tmp_path / "ep.gif")
     assert gif.shape[0] == 7 and gif.shape[1] > 300 and gif.shape[2] > 250
     assert not np.array_equal(gif[0], gif[-1])  # the agents moved
     one = parcat("replay", "replays/harvest-000000.npz", "-o", "ep.png", "--frame", "0",
                  cwd=tmp_path)
-    assert (one.returncode, one.stderr) == (0, "wrote ep.png (1 frame)\n")
+    assert (one.returncode, one.stderr) == (0, "parcat: wrote ep.png (1 frame)\n")
     png = iio.imread(tmp_path / "ep.png")
     # the first frame of the GIF, as a static viewer shows it; the walls in their colour
     assert png.shape == gif[0].shape and png.shape[2] == 3

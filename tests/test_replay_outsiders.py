@@ -53,7 +53,7 @@ def test_an_outsiders_replay_plays_back_and_writes_a_gif_and_a_png(
     code, err = cli(capsys, "replay", str(recorded), "-o", str(gif))
     assert code == 2 and "pass --trust-code if you trust the file" in err
     assert cli(capsys, "replay", str(recorded), "--trust-code", "-o", str(gif)) == (
-        0, f"wrote {gif} ({steps + 1} frames)\n")  # as recorded: no note
+        0, f"parcat: wrote {gif} ({steps + 1} frames)\n")  # as recorded: no note
     frames = iio.imread(gif)
     assert frames.shape[0] == steps + 1 and frames.shape[3] == 3
     assert 200 < frames.shape[1] <= 600 and 200 < frames.shape[2] <= 600

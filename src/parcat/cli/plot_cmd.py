@@ -12,7 +12,7 @@ import typer
 
 from parcat.cli import options as opts
 from parcat.cli.charts import CHART_FORMATS, line_chart, matrix_text
-from parcat.cli.common import user_errors
+from parcat.cli.common import user_errors, wrote
 from parcat.cli.lazy import held_imports
 from parcat.core.errors import ConfigError
 from parcat.core.output_paths import check_output_file, check_output_suffix
@@ -84,7 +84,7 @@ def plot_command(
 def _save(figure: Any, path: Path) -> None:
     from parcat.core.figures import save_figure
     save_figure(figure, path)
-    typer.echo(f"wrote {path}", err=True)
+    wrote(path)
 
 
 def _is_sim(path: Path) -> bool:

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from parcat.cli import options as opts
-from parcat.cli.common import user_errors
+from parcat.cli.common import user_errors, wrote
 from parcat.core.errors import ConfigError
 from parcat.core.output_paths import check_output_file, check_output_suffix
 
@@ -62,8 +62,7 @@ def replay_command(
             else:
                 name = f"{meta['mission']} episode {meta['episode_index']} (seed {meta['seed']})"
                 count = _write(output, name, drawn, meta["steps"], fps, frame, problems)
-                typer.echo(f"wrote {output} ({count} frame{'s' if count != 1 else ''})",
-                           err=True)
+                wrote(output, f"{count} frame{'s' if count != 1 else ''}")
     if problems:
         typer.echo(f"parcat: note: the environment did not replay as recorded "
                    f"({len(problems)} step(s); first: {problems[0]}): it is not deterministic, "
