@@ -88,21 +88,55 @@ class Mission:
                           action_space=env.action_space(agent_id), params=dict(self.params))
                 for index, agent_id in enumerate(env.possible_agents)]
 
+    def remembered(self, facts: Facts) -> Mission:
+        """This mission, its environment's facts already known (not built again)."""
+        _remember(self, facts)
+        return self
+
     def with_overrides(self, overrides: Mapping[str, Any]) -> Mission:
-        """Return this mission with some parameters replaced (validated)."""
+        """Return this mission with some parameters replaced (validated); ``mission.KEY``
+        sets parcat's own ``max_steps`` or ``fresh_env`` rather than a parameter."""
+        overrides, own = split_own_settings(overrides)
         unknown = sorted(set(overrides) - set(self.params) - {"max_steps"})
         if unknown:
             known = ", ".join(sorted(set(self.params) | {"max_steps"}))
             raise MissionError(f"mission '{self.name}' has no parameter '{clip(unknown[0])}'; "
                                f"known: {known}")
         params = {**self.params, **overrides}
-        max_steps = params.get("max_steps", self.max_steps)
+        max_steps = own.get("max_steps", params.get("max_steps", self.max_steps))
         _check_step_limit(f"mission '{self.name}'", "max_steps", max_steps)
         if "max_steps" not in self.params:
             params.pop("max_steps", None)
-        mission = replace(self, params=params, max_steps=max_steps)
+        mission = replace(self, params=params, max_steps=max_steps,
+                          fresh_env=own.get("fresh_env", self.fresh_env))
         validate_env(mission)
         return mission
+
+
+OWN_PREFIX = "mission."
+OWN_KEYS = ("max_steps", "fresh_env")
+"""What ``--set mission.KEY=VALUE`` sets: parcat's step limit and whether every episode gets
+a fresh environment, as a mission file's top-level keys do (never the env's parameters)."""
+
+
+def split_own_settings(overrides: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``--set`` overrides split into (the environment's parameters, parcat's own keys)."""
+    params: dict[str, Any] = {}
+    own: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if not key.startswith(OWN_PREFIX):
+            params[key] = value
+        elif key.removeprefix(OWN_PREFIX) in OWN_KEYS:
+            own[key.removeprefix(OWN_PREFIX)] = value
+        else:
+            raise MissionError(f"--set {clip(key)}: parcat's own mission keys are "
+                               f"{', '.join(OWN_PREFIX + k for k in OWN_KEYS)}")
+    if "max_steps" in own:
+        _check_step_limit("--set mission.max_steps", "the step limit", own["max_steps"])
+    if not isinstance(own.get("fresh_env", False), bool):
+        raise MissionError("--set mission.fresh_env must be true or false, got "
+                           f"{brief(own['fresh_env'])}")
+    return params, own
 
 
 @functools.cache
@@ -140,8 +174,11 @@ def make_env(reference: str, params: Mapping[str, Any], mission_name: str = "?")
     except MissionError:
         raise
     except TypeError as exc:
+        own = set(params) & set(OWN_KEYS)
+        hint = (f" (parcat's own {', '.join(sorted(own))} is --set "
+                f"{OWN_PREFIX}{min(own)}=VALUE)" if own else "")
         raise MissionError(f"mission '{mission_name}': env '{clip(reference)}' rejected: "
-                           f"{clip(str(exc), 200)}") from exc
+                           f"{clip(str(exc), 200)}{hint}") from exc
     except Exception as exc:  # whatever the factory raises is the mission's problem
         raise MissionError(f"mission '{mission_name}': env '{clip(reference)}' raised "
                            f"{type(exc).__name__}: {clip(str(exc), 200)} while being built"
@@ -176,7 +213,8 @@ def close_env(env: Any) -> None:
         close()
 
 
-Facts = tuple[tuple[AgentSpec, ...], bool]  # a mission's agents, and whether turn-based
+Facts = tuple[tuple[AgentSpec, ...], bool, int | None]
+"""A mission's agents, whether turn-based, and the episode length the env keeps itself to."""
 _FACTS: dict[Mission, Facts] = {}
 _MAX_FACTS = 64
 
@@ -197,10 +235,19 @@ def _read_facts(mission: Mission) -> Facts:
         env.reset(seed=0)
         if not env.possible_agents:
             raise MissionError(f"mission '{mission.name}': the environment has no agents")
-        facts = tuple(mission.agent_specs(env)), is_turn_based(env)
+        facts = tuple(mission.agent_specs(env)), is_turn_based(env), _own_limit(env)
         mark_acting(_CLOSING)  # close() runs as the block ends: a failure names it
     mark_acting(None)
     return facts
+
+
+def _own_limit(env: Any) -> int | None:
+    """The step limit a parallel env keeps itself to (PettingZoo's ``max_cycles``), if any:
+    a turn-based game's counts rounds of every agent, not moves."""
+    limit = getattr(getattr(env, "unwrapped", env), "max_cycles", None)
+    if is_turn_based(env) or not isinstance(limit, int) or isinstance(limit, bool):
+        return None
+    return min(max(limit, 1), MAX_EPISODE_STEPS)
 
 
 _CLOSING = 0  # what _read_facts marks acting (in a worker) while the env is closed
@@ -326,7 +373,9 @@ MODULE_FACTORIES = ("parallel_env", "env")
 
 def factory_mission(name: str, overrides: Mapping[str, Any]) -> Mission:
     """``module:callable`` or a module path (its ``parallel_env``, else ``env``) as a mission
-    without heuristic; every ``--set`` key but ``max_steps`` goes to the factory."""
+    without heuristic; every ``--set`` key but ``mission.KEY`` goes to the factory. The step
+    limit is ``mission.max_steps``, else the env's own (PettingZoo's ``max_cycles``), else
+    :data:`DEFAULT_MAX_STEPS`."""
     reference = name
     if ":" not in name:
         try:
@@ -339,10 +388,13 @@ def factory_mission(name: str, overrides: Mapping[str, Any]) -> Mission:
             raise MissionError(f"module '{clip(name)}' has neither parallel_env() nor env(); "
                                "name the factory as 'module:callable'")
         reference = f"{name}:{found[0]}"
-    params = dict(overrides)
-    max_steps = params.pop("max_steps", DEFAULT_MAX_STEPS)
-    return _direct_mission(name, reference, params, max_steps, f"environment {reference}",
-                           reference)
+    params, own = split_own_settings(overrides)
+    mission = _direct_mission(name, reference, params, own, f"environment {reference}",
+                              reference)
+    facts = _facts_of(mission)
+    if "max_steps" in own or facts[2] is None:
+        return mission
+    return replace(mission, max_steps=facts[2]).remembered(facts)
 
 
 def gymnasium_mission(name: str, overrides: Mapping[str, Any]) -> Mission:
@@ -356,19 +408,22 @@ def gymnasium_mission(name: str, overrides: Mapping[str, Any]) -> Mission:
         raise MissionError(f"mission '{clip(name)}': gymnasium has no environment "
                            f"'{clip(env_id)}'; list the registered ids with: python -c "
                            "\"import gymnasium; print(*gymnasium.registry)\"") from None
-    params = dict(overrides)
+    params, own = split_own_settings(overrides)
     registered = params.get("max_episode_steps", spec.max_episode_steps)
-    max_steps = params.pop("max_steps", registered or DEFAULT_MAX_STEPS)
-    return _direct_mission(name, name, params, max_steps, f"gymnasium environment {env_id}",
+    own.setdefault("max_steps", params.pop("max_steps", registered or DEFAULT_MAX_STEPS))
+    return _direct_mission(name, name, params, own, f"gymnasium environment {env_id}",
                            "gymnasium")
 
 
-def _direct_mission(name: str, env: str, params: dict[str, Any], max_steps: Any,
+def _direct_mission(name: str, env: str, params: dict[str, Any], own: Mapping[str, Any],
                     description: str, source: str) -> Mission:
-    """A mission named on the command line rather than in a file, validated."""
+    """A mission named on the command line rather than in a file, validated; ``own`` holds
+    parcat's own keys (``max_steps``, ``fresh_env``)."""
+    max_steps = own.get("max_steps", DEFAULT_MAX_STEPS)
     _check_step_limit(f"mission '{clip(name)}'", "max_steps", max_steps)
     mission = Mission(name=name, env=env, params=params, max_steps=max_steps,
-                      description=description, source=source)
+                      description=description, source=source,
+                      fresh_env=own.get("fresh_env"))
     validate_env(mission)
     return mission
 
