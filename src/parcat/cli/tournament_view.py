@@ -77,7 +77,7 @@ def run_tournament(kind: str, config: EvalConfig, options: RunOptions, fmt: Outp
         from parcat.cli.render import stderr_console
         for line in result.warnings:
             stderr_console().print(f"[yellow]warning[/yellow]: {line}", markup=True,
-                                   highlight=False)
+                                   highlight=False, soft_wrap=True)
     if result.interrupted:
         said_interrupted("interrupted: the results so far are shown above (and in --output, "
                          "if given)")

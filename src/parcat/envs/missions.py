@@ -174,9 +174,8 @@ def make_env(reference: str, params: Mapping[str, Any], mission_name: str = "?")
     except MissionError:
         raise
     except TypeError as exc:
-        own = set(params) & set(OWN_KEYS)
-        hint = (f" (parcat's own {', '.join(sorted(own))} is --set "
-                f"{OWN_PREFIX}{min(own)}=VALUE)" if own else "")
+        own = [key for key in OWN_KEYS if key in params and repr(key) in str(exc)]
+        hint = f" (parcat's own {own[0]} is --set {OWN_PREFIX}{own[0]}=VALUE)" if own else ""
         raise MissionError(f"mission '{mission_name}': env '{clip(reference)}' rejected: "
                            f"{clip(str(exc), 200)}{hint}") from exc
     except Exception as exc:  # whatever the factory raises is the mission's problem
@@ -232,7 +231,12 @@ def _remember(mission: Mission, facts: Facts) -> Facts:
 
 def _read_facts(mission: Mission) -> Facts:
     with mission.open_env() as env:
-        env.reset(seed=0)
+        try:
+            env.reset(seed=0)
+        except Exception as exc:  # whatever the env raises is the mission's problem
+            raise MissionError(f"mission '{clip(mission.name)}': env '{clip(mission.env)}' "
+                               f"raised {type(exc).__name__}: {clip(str(exc), 200)} while "
+                               "being reset") from exc
         if not env.possible_agents:
             raise MissionError(f"mission '{mission.name}': the environment has no agents")
         facts = tuple(mission.agent_specs(env)), is_turn_based(env), _own_limit(env)

@@ -73,7 +73,7 @@ def dict_observation_hint(space: Any) -> str:
     if not isinstance(space, gymnasium.spaces.Dict):
         return ""
     keys = ", ".join(map(str, space.spaces))
-    mask = (", and play an action where obs['action_mask'] is 1"
+    mask = (" and plays an action where obs['action_mask'] is 1"
             if "action_mask" in space.spaces else "")
     return (f" (this agent observes a dict of {keys}, not an array: a module:Class policy "
             f"reads obs['observation']{mask}; README: Turn-based games)")
