@@ -20,6 +20,7 @@ import gymnasium
 from parcat.core.errors import MissionError, NoteWarning, brief, clip
 from parcat.core.imports import import_module, import_reference
 from parcat.core.limits import MAX_EPISODE_STEPS, MAX_NAME_LENGTH, MAX_PATH_LENGTH
+from parcat.core.settings import OWN_KEYS, OWN_PREFIX, split_own_settings
 from parcat.core.yamlfile import read_yaml_mapping
 from parcat.envs.adapters import make_gymnasium_env
 from parcat.envs.base import AgentSpec, ParallelEnv
@@ -88,11 +89,6 @@ class Mission:
                           action_space=env.action_space(agent_id), params=dict(self.params))
                 for index, agent_id in enumerate(env.possible_agents)]
 
-    def remembered(self, facts: Facts) -> Mission:
-        """This mission, its environment's facts already known (not built again)."""
-        _remember(self, facts)
-        return self
-
     def with_overrides(self, overrides: Mapping[str, Any]) -> Mission:
         """Return this mission with some parameters replaced (validated); ``mission.KEY``
         sets parcat's own ``max_steps`` or ``fresh_env`` rather than a parameter."""
@@ -111,32 +107,6 @@ class Mission:
                           fresh_env=own.get("fresh_env", self.fresh_env))
         validate_env(mission)
         return mission
-
-
-OWN_PREFIX = "mission."
-OWN_KEYS = ("max_steps", "fresh_env")
-"""What ``--set mission.KEY=VALUE`` sets: parcat's step limit and whether every episode gets
-a fresh environment, as a mission file's top-level keys do (never the env's parameters)."""
-
-
-def split_own_settings(overrides: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``--set`` overrides split into (the environment's parameters, parcat's own keys)."""
-    params: dict[str, Any] = {}
-    own: dict[str, Any] = {}
-    for key, value in overrides.items():
-        if not key.startswith(OWN_PREFIX):
-            params[key] = value
-        elif key.removeprefix(OWN_PREFIX) in OWN_KEYS:
-            own[key.removeprefix(OWN_PREFIX)] = value
-        else:
-            raise MissionError(f"--set {clip(key)}: parcat's own mission keys are "
-                               f"{', '.join(OWN_PREFIX + k for k in OWN_KEYS)}")
-    if "max_steps" in own:
-        _check_step_limit("--set mission.max_steps", "the step limit", own["max_steps"])
-    if not isinstance(own.get("fresh_env", False), bool):
-        raise MissionError("--set mission.fresh_env must be true or false, got "
-                           f"{brief(own['fresh_env'])}")
-    return params, own
 
 
 @functools.cache
@@ -398,7 +368,9 @@ def factory_mission(name: str, overrides: Mapping[str, Any]) -> Mission:
     facts = _facts_of(mission)
     if "max_steps" in own or facts[2] is None:
         return mission
-    return replace(mission, max_steps=facts[2]).remembered(facts)
+    limited = replace(mission, max_steps=facts[2])
+    _remember(limited, facts)  # the same env: not built again
+    return limited
 
 
 def gymnasium_mission(name: str, overrides: Mapping[str, Any]) -> Mission:
