@@ -259,7 +259,8 @@ def test_shell_lines_drop_comments_but_not_quoted_hashes() -> None:
         "parcat train -c configs/train.yaml --epochs 3 --resume --eval-episodes 1"
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.slow  # ~75 commands: ~10 min at load 17-20 on 2 shared cores
+@pytest.mark.timeout(1200)
 def test_every_readme_code_line_runs(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")  # parcat plot -o cross.png
     pytest.importorskip("tensorboard")  # --logger tensorboard
