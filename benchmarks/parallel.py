@@ -447,6 +447,17 @@ def harvest_task(max_steps: int) -> EpisodeTask:
     return EpisodeTask(load_mission("harvest", {"max_steps": max_steps}), (RANDOM,), 0, 0)
 
 
+def first_worker_memory(pids: Sequence[int], what: str) -> tuple[float, float]:
+    """The first worker's (RSS, USS), or NaN when none is left: after a fallback to this
+    process (a policy that cannot reach a worker), or a worker lost, there is none to
+    measure, and the section says so rather than the script dying."""
+    if not pids:
+        print(f"note: {what} has no worker left to measure (it fell back to this process)",
+              file=sys.stderr)
+        return float("nan"), float("nan")
+    return harness.memory_of(pids[0])
+
+
 def episode_worker_probe(method: str, task: EpisodeTask) -> tuple[float, tuple[float, float]]:
     """Seconds to the first result of a fresh 1-worker process executor; its memory after."""
     options = RunOptions(jobs=1, executor=ExecutorKind.PROCESS, start_method=method)
@@ -457,7 +468,8 @@ def episode_worker_probe(method: str, task: EpisodeTask) -> tuple[float, tuple[f
         results = executor.run([task])
         elapsed = time.perf_counter() - start
         outcome(results)
-        memory = harness.memory_of(executor.worker_pids()[0])  # type: ignore[attr-defined]
+        memory = first_worker_memory(executor.worker_pids(),  # type: ignore[attr-defined]
+                                     f"the {method} process executor")
     finally:
         executor.close()
     return elapsed, memory
@@ -470,7 +482,7 @@ def policy_worker_probe(method: str, task: EpisodeTask) -> tuple[float, tuple[fl
     try:
         elapsed, result = timed(lambda: runner.run(task))
         outcome([result])
-        memory = harness.memory_of(stepper.worker_pids()[0])
+        memory = first_worker_memory(stepper.worker_pids(), f"the {method} policy stepper")
     finally:
         runner.close()
     return elapsed, memory

@@ -85,7 +85,8 @@ def test_local_missions_dir_comes_first(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_a_module_callable_is_a_mission_without_yaml() -> None:
-    mission = load_mission("tests.envs.nim:NimEnv", {"low": 3, "high": 4, "max_steps": 9})
+    mission = load_mission("tests.envs.nim:NimEnv", {"low": 3, "high": 4,
+                                                     "mission.max_steps": 9})
     assert (mission.name, mission.env, dict(mission.params), mission.max_steps) == \
         ("tests.envs.nim:NimEnv", "tests.envs.nim:NimEnv", {"low": 3, "high": 4}, 9)
     assert mission.make_env().possible_agents == ["player_0", "player_1"]
@@ -96,7 +97,7 @@ def test_a_pettingzoo_module_path_is_a_mission_without_yaml() -> None:
     # turn-based only: its env(); with a parallel version too: parallel_env() is preferred
     assert load_mission("pettingzoo.classic.connect_four_v3").env == \
         "pettingzoo.classic.connect_four_v3:env"
-    mission = load_mission("pettingzoo.classic.rps_v2", {"max_steps": 5})
+    mission = load_mission("pettingzoo.classic.rps_v2", {"mission.max_steps": 5})
     assert mission.env == "pettingzoo.classic.rps_v2:parallel_env" and mission.max_steps == 5
 
 

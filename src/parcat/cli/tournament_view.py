@@ -75,6 +75,11 @@ def run_tournament(kind: str, config: EvalConfig, options: RunOptions, fmt: Outp
         _replacement_out(result, fmt)
     else:
         _cross_out(result, fmt)
+    if not isinstance(result, ReplacementResult):  # as eval prints its report's
+        from parcat.cli.render import stderr_console
+        for line in result.warnings:
+            stderr_console().print(f"[yellow]warning[/yellow]: {line}", markup=True,
+                                   highlight=False, soft_wrap=True)
     if result.interrupted:
         said_interrupted("interrupted: the results so far are shown above (and in --output, "
                          "if given)")

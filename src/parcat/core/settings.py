@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from parcat.core.errors import ConfigError, MissionError, ParcatError
+from parcat.core.errors import ConfigError, MissionError, ParcatError, brief, clip
 from parcat.core.yamlfile import load_yaml
 
 
@@ -58,6 +58,31 @@ def merge_settings(base: Mapping[str, Any], top: Mapping[str, Any],
         else:
             merged[key] = value
     return merged
+
+
+OWN_PREFIX = "mission."
+OWN_KEYS = ("max_steps", "fresh_env")
+"""What ``--set mission.KEY=VALUE`` sets: parcat's step limit and whether every episode gets
+a fresh environment, as a mission file's top-level keys do (never the env's parameters)."""
+
+
+def split_own_settings(overrides: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``--set`` mission overrides split into (the environment's parameters, parcat's own
+    keys without their ``mission.``); the step limit is checked where it is used."""
+    params: dict[str, Any] = {}
+    own: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if not key.startswith(OWN_PREFIX):
+            params[key] = value
+        elif key.removeprefix(OWN_PREFIX) in OWN_KEYS:
+            own[key.removeprefix(OWN_PREFIX)] = value
+        else:
+            raise MissionError(f"--set {clip(key)}: parcat's own mission keys are "
+                               f"{', '.join(OWN_PREFIX + k for k in OWN_KEYS)}")
+    if not isinstance(own.get("fresh_env", False), bool):
+        raise MissionError("--set mission.fresh_env must be true or false, got "
+                           f"{brief(own['fresh_env'])}")
+    return params, own
 
 
 LEARNER_PREFIX = "learner."

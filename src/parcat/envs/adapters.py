@@ -48,6 +48,12 @@ class GymnasiumParallelEnv:
         return ({a: obs}, {a: float(reward)}, {a: bool(terminated)}, {a: bool(truncated)},
                 {a: dict(info)})
 
+    @property
+    def unwrapped(self) -> GymnasiumParallelEnv:
+        """The adapter itself, the innermost parallel env (PettingZoo's API and
+        ``parallel_api_test`` ask for it; the Gymnasium env is :attr:`env`)."""
+        return self
+
     def observation_space(self, agent: Any) -> gymnasium.spaces.Space[Any]:
         """The wrapped environment's observation space."""
         return self.env.observation_space

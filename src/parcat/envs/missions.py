@@ -19,6 +19,7 @@ import gymnasium
 from parcat.core.errors import MissionError, NoteWarning, brief, clip, did_you_mean
 from parcat.core.imports import import_module, import_reference
 from parcat.core.limits import MAX_EPISODE_STEPS, MAX_NAME_LENGTH, MAX_PATH_LENGTH
+from parcat.core.settings import OWN_KEYS, OWN_PREFIX, split_own_settings
 from parcat.core.yamlfile import read_yaml_mapping
 from parcat.envs.adapters import make_gymnasium_env
 from parcat.envs.base import AgentSpec, ParallelEnv
@@ -88,18 +89,21 @@ class Mission:
                 for index, agent_id in enumerate(env.possible_agents)]
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Mission:
-        """Return this mission with some parameters replaced (validated)."""
+        """Return this mission with some parameters replaced (validated); ``mission.KEY``
+        sets parcat's own ``max_steps`` or ``fresh_env`` rather than a parameter."""
+        overrides, own = split_own_settings(overrides)
         unknown = sorted(set(overrides) - set(self.params) - {"max_steps"})
         if unknown:
             known = sorted(set(self.params) | {"max_steps"})
             raise MissionError(f"mission '{self.name}' has no parameter '{clip(unknown[0])}'"
                                f"{did_you_mean(unknown[0], known)}; known: {', '.join(known)}")
         params = {**self.params, **overrides}
-        max_steps = params.get("max_steps", self.max_steps)
+        max_steps = own.get("max_steps", params.get("max_steps", self.max_steps))
         _check_step_limit(f"mission '{self.name}'", "max_steps", max_steps)
         if "max_steps" not in self.params:
             params.pop("max_steps", None)
-        mission = replace(self, params=params, max_steps=max_steps)
+        mission = replace(self, params=params, max_steps=max_steps,
+                          fresh_env=own.get("fresh_env", self.fresh_env))
         validate_env(mission)
         return mission
 
@@ -139,8 +143,10 @@ def make_env(reference: str, params: Mapping[str, Any], mission_name: str = "?")
     except MissionError:
         raise
     except TypeError as exc:
+        own = [key for key in OWN_KEYS if key in params and repr(key) in str(exc)]
+        hint = f" (parcat's own {own[0]} is --set {OWN_PREFIX}{own[0]}=VALUE)" if own else ""
         raise MissionError(f"mission '{mission_name}': env '{clip(reference)}' rejected: "
-                           f"{clip(str(exc), 200)}") from exc
+                           f"{clip(str(exc), 200)}{hint}") from exc
     except Exception as exc:  # whatever the factory raises is the mission's problem
         raise MissionError(f"mission '{mission_name}': env '{clip(reference)}' raised "
                            f"{type(exc).__name__}: {clip(str(exc), 200)} while being built"
@@ -175,7 +181,8 @@ def close_env(env: Any) -> None:
         close()
 
 
-Facts = tuple[tuple[AgentSpec, ...], bool]  # a mission's agents, and whether turn-based
+Facts = tuple[tuple[AgentSpec, ...], bool, int | None]
+"""A mission's agents, whether turn-based, and the episode length the env keeps itself to."""
 _FACTS: dict[Mission, Facts] = {}
 _MAX_FACTS = 64
 
@@ -193,13 +200,27 @@ def _remember(mission: Mission, facts: Facts) -> Facts:
 
 def _read_facts(mission: Mission) -> Facts:
     with mission.open_env() as env:
-        env.reset(seed=0)
+        try:
+            env.reset(seed=0)
+        except Exception as exc:  # whatever the env raises is the mission's problem
+            raise MissionError(f"mission '{clip(mission.name)}': env '{clip(mission.env)}' "
+                               f"raised {type(exc).__name__}: {clip(str(exc), 200)} while "
+                               "being reset") from exc
         if not env.possible_agents:
             raise MissionError(f"mission '{mission.name}': the environment has no agents")
-        facts = tuple(mission.agent_specs(env)), is_turn_based(env)
+        facts = tuple(mission.agent_specs(env)), is_turn_based(env), _own_limit(env)
         mark_acting(_CLOSING)  # close() runs as the block ends: a failure names it
     mark_acting(None)
     return facts
+
+
+def _own_limit(env: Any) -> int | None:
+    """The step limit a parallel env keeps itself to (PettingZoo's ``max_cycles``), if any:
+    a turn-based game's counts rounds of every agent, not moves."""
+    limit = getattr(getattr(env, "unwrapped", env), "max_cycles", None)
+    if is_turn_based(env) or not isinstance(limit, int) or isinstance(limit, bool):
+        return None
+    return min(max(limit, 1), MAX_EPISODE_STEPS)
 
 
 _CLOSING = 0  # what _read_facts marks acting (in a worker) while the env is closed
@@ -325,7 +346,9 @@ MODULE_FACTORIES = ("parallel_env", "env")
 
 def factory_mission(name: str, overrides: Mapping[str, Any]) -> Mission:
     """``module:callable`` or a module path (its ``parallel_env``, else ``env``) as a mission
-    without heuristic; every ``--set`` key but ``max_steps`` goes to the factory."""
+    without heuristic; every ``--set`` key but ``mission.KEY`` goes to the factory. The step
+    limit is ``mission.max_steps``, else the env's own (PettingZoo's ``max_cycles``), else
+    :data:`DEFAULT_MAX_STEPS`."""
     reference = name
     if ":" not in name:
         try:
@@ -338,10 +361,15 @@ def factory_mission(name: str, overrides: Mapping[str, Any]) -> Mission:
             raise MissionError(f"module '{clip(name)}' has neither parallel_env() nor env(); "
                                "name the factory as 'module:callable'")
         reference = f"{name}:{found[0]}"
-    params = dict(overrides)
-    max_steps = params.pop("max_steps", DEFAULT_MAX_STEPS)
-    return _direct_mission(name, reference, params, max_steps, f"environment {reference}",
-                           reference)
+    params, own = split_own_settings(overrides)
+    mission = _direct_mission(name, reference, params, own, f"environment {reference}",
+                              reference)
+    facts = _facts_of(mission)
+    if "max_steps" in own or facts[2] is None:
+        return mission
+    limited = replace(mission, max_steps=facts[2])
+    _remember(limited, facts)  # the same env: not built again
+    return limited
 
 
 def gymnasium_mission(name: str, overrides: Mapping[str, Any]) -> Mission:
@@ -355,19 +383,22 @@ def gymnasium_mission(name: str, overrides: Mapping[str, Any]) -> Mission:
         raise MissionError(f"mission '{clip(name)}': gymnasium has no environment "
                            f"'{clip(env_id)}'; list the registered ids with: python -c "
                            "\"import gymnasium; print(*gymnasium.registry)\"") from None
-    params = dict(overrides)
+    params, own = split_own_settings(overrides)
     registered = params.get("max_episode_steps", spec.max_episode_steps)
-    max_steps = params.pop("max_steps", registered or DEFAULT_MAX_STEPS)
-    return _direct_mission(name, name, params, max_steps, f"gymnasium environment {env_id}",
+    own.setdefault("max_steps", params.pop("max_steps", registered or DEFAULT_MAX_STEPS))
+    return _direct_mission(name, name, params, own, f"gymnasium environment {env_id}",
                            "gymnasium")
 
 
-def _direct_mission(name: str, env: str, params: dict[str, Any], max_steps: Any,
+def _direct_mission(name: str, env: str, params: dict[str, Any], own: Mapping[str, Any],
                     description: str, source: str) -> Mission:
-    """A mission named on the command line rather than in a file, validated."""
+    """A mission named on the command line rather than in a file, validated; ``own`` holds
+    parcat's own keys (``max_steps``, ``fresh_env``)."""
+    max_steps = own.get("max_steps", DEFAULT_MAX_STEPS)
     _check_step_limit(f"mission '{clip(name)}'", "max_steps", max_steps)
     mission = Mission(name=name, env=env, params=params, max_steps=max_steps,
-                      description=description, source=source)
+                      description=description, source=source,
+                      fresh_env=own.get("fresh_env"))
     validate_env(mission)
     return mission
 

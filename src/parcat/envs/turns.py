@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any
 
+import gymnasium
 import numpy as np
 
 
@@ -60,6 +61,22 @@ def _credit_unseen(env: Any, totals: dict[Any, float], skip: Any) -> None:
     for agent, reward in pending.items():
         if agent != skip:
             totals[agent] = totals.get(agent, 0.0) + float(reward)
+
+
+MISREADS = ("TypeError", "AttributeError", "KeyError", "IndexError", "ValueError")
+"""What a policy raises when it treats a dict observation as an array."""
+
+
+def dict_observation_hint(space: Any) -> str:
+    """Appended to a policy's failure when the agent observes a dict (a turn-based game's
+    ``{observation, action_mask}``): how to read one; ``""`` for any other space."""
+    if not isinstance(space, gymnasium.spaces.Dict):
+        return ""
+    keys = ", ".join(map(str, space.spaces))
+    mask = (" and plays an action where obs['action_mask'] is 1"
+            if "action_mask" in space.spaces else "")
+    return (f" (this agent observes a dict of {keys}, not an array: a module:Class policy "
+            f"reads obs['observation']{mask}; README: Turn-based games)")
 
 
 def sample_legal(space: Any, obs: Any, seed: int) -> Any:

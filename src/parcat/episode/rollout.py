@@ -24,7 +24,7 @@ from parcat.core.errors import USER_CODE_ERRORS
 from parcat.core.trace import Tracer, now_us
 from parcat.envs.base import ParallelEnv
 from parcat.envs.missions import Mission, close_env
-from parcat.envs.turns import is_turn_based, play_turns
+from parcat.envs.turns import MISREADS, dict_observation_hint, is_turn_based, play_turns
 from parcat.episode.replay import ReplayRecorder
 from parcat.episode.replay import file_name as replay_file
 from parcat.episode.results import AgentResult, EpisodeResult, EpisodeStatus, ErrorInfo
@@ -220,7 +220,7 @@ class EpisodeRunner:
                 else self._play(env, task, reset, progress)
             yield from play if progress.recorder is None else _recorded(play, progress.recorder)
         except PolicyStepError as failure:
-            error = _policy_error_info(failure)
+            error = _policy_error_info(failure, self._envs.get(mission))
         except USER_CODE_ERRORS as exc:
             error = _error_info(exc, None, progress.phase)
         except Terminated as stop:
@@ -414,11 +414,18 @@ def _lost_a_worker(result: EpisodeResult) -> bool:
     return result.error is not None and result.error.phase == "worker"
 
 
-def _policy_error_info(failure: PolicyStepError) -> ErrorInfo:
+def _policy_error_info(failure: PolicyStepError, env: ParallelEnv | None) -> ErrorInfo:
     if (report := failure.remote) is not None:
         agent = None if failure.agent is None else str(failure.agent)
-        return ErrorInfo(report.kind, report.message, report.traceback, agent, failure.phase)
-    return _error_info(failure.__cause__ or failure, failure.agent, failure.phase)
+        error = ErrorInfo(report.kind, report.message, report.traceback, agent, failure.phase)
+    else:
+        error = _error_info(failure.__cause__ or failure, failure.agent, failure.phase)
+    if env is None or error.phase != "policy" or error.type not in MISREADS:
+        return error
+    with contextlib.suppress(Exception):  # a space that cannot tell adds nothing
+        error = replace(error, message=error.message
+                        + dict_observation_hint(env.observation_space(failure.agent)))
+    return error
 
 
 def _error_info(exc: BaseException, agent: Any, phase: str) -> ErrorInfo:

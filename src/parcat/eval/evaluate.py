@@ -8,7 +8,7 @@ import pickle
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -124,8 +124,7 @@ class EvalReport:
     @property
     def warnings(self) -> list[str]:
         """One line per mission whose results are not reproducible."""
-        lines = [f"mission '{name}': {check.note}; its results are not reproducible"
-                 for name, check in self.checks.items() if check.reproducible is False]
+        lines = unreproducible(self.checks)
         odd = Counter(e.mission for e in self.episodes if e.warnings)
         lines += [f"mission '{name}': {count} episode(s) with non-finite returns or odd "
                   "observations (see \"warnings\" in the results); non-finite returns are "
@@ -158,6 +157,12 @@ class EvalReport:
                 {name: check.to_dict() for name, check in self.checks.items()},
             ))
         return dict(self._document[1])
+
+
+def unreproducible(checks: Mapping[str, EnvCheck]) -> list[str]:
+    """One warning line per mission whose environment ignores its seed."""
+    return [f"mission '{name}': {check.note}; its results are not reproducible"
+            for name, check in checks.items() if check.reproducible is False]
 
 
 def make_config(missions: Sequence[str], policies: Sequence[str], episodes: int = 10,

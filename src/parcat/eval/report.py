@@ -156,14 +156,19 @@ def summarize(episodes: Iterable[EpisodeResult]) -> list[Summary]:
     ]
 
 
+def reproducible(environments: Mapping[str, Mapping[str, Any]]) -> bool | None:
+    """The results' verdict: false if some environment ignores its seed, null if some
+    could not be checked, else true."""
+    verdicts = [check.get("reproducible") for check in environments.values()]
+    return False if False in verdicts else (None if None in verdicts else True)
+
+
 def make_document(config: Mapping[str, Any], episodes: Sequence[EpisodeResult], status: str,
                   timing: Mapping[str, Any], execution: Mapping[str, Any] | None = None,
                   environments: Mapping[str, Mapping[str, Any]] | None = None,
                   ) -> dict[str, Any]:
     """The JSON results document (see the module docstring for the schema)."""
     checks = dict(environments or {})
-    verdicts = [c.get("reproducible") for c in checks.values()]
-    reproducible = False if False in verdicts else (None if None in verdicts else True)
     return {
         "schema": SCHEMA,
         "version": SCHEMA_VERSION,
@@ -172,7 +177,7 @@ def make_document(config: Mapping[str, Any], episodes: Sequence[EpisodeResult], 
         "config": dict(config),
         "summary": [jsontext.finite(asdict(s)) for s in summarize(episodes)],
         "episodes": [e.to_dict() for e in episodes],
-        "reproducible": reproducible,
+        "reproducible": reproducible(checks),
         "environments": {name: dict(check) for name, check in checks.items()},
         "execution": dict(execution or {}),
         "timing": dict(timing),

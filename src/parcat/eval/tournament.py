@@ -28,13 +28,14 @@ import numpy as np
 
 from parcat.core.errors import ConfigError
 from parcat.envs.missions import Mission
+from parcat.episode.probe import EnvCheck
 from parcat.episode.results import EpisodeResult
 from parcat.eval import alpharank
 from parcat.eval.compare import OVERALL, compare
-from parcat.eval.evaluate import EvalConfig, EvalReport, check_policies, evaluate
+from parcat.eval.evaluate import EvalConfig, EvalReport, check_policies, evaluate, unreproducible
 from parcat.eval.rating_model import RatingModel
 from parcat.eval.ratings import RatingTable, Seats, SideRow, model_dict, rate, side_rows
-from parcat.eval.report import agent_role
+from parcat.eval.report import agent_role, reproducible
 from parcat.eval.stats import (
     Interval,
     aggregate_iqm,
@@ -105,6 +106,12 @@ class EachResult:
     def interrupted(self) -> bool:
         """Whether Ctrl-C stopped it (the rows are of what ran)."""
         return any(interrupted(runs) for runs in self.reports.values())
+
+    @property
+    def warnings(self) -> list[str]:
+        """Every run's warnings (an env that ignores its seed, ...), each once."""
+        return list(dict.fromkeys(line for runs in self.reports.values() for run in runs
+                                  for line in run.warnings))
 
     def to_document(self) -> dict[str, Any]:
         """JSON-ready: the rows and each policy's full results documents."""
@@ -290,12 +297,21 @@ class CrossResult:
     schedules by them)."""
     alpharank: list[RatingTable] = field(default_factory=list)
     """With :attr:`RatingModel.ALPHARANK`: each policy's mass, as a rating table."""
+    checks: dict[str, EnvCheck] = field(default_factory=dict)
+    """What the start-of-run check found about each mission's environment."""
+
+    @property
+    def warnings(self) -> list[str]:
+        """One line per mission whose environment ignores its seed."""
+        return unreproducible(self.checks)
 
     def to_document(self) -> dict[str, Any]:
         """JSON-ready."""
         masses = {"alpharank_model": alpharank.model_dict(REPS, self.seed),
                   "alpharank": [t.to_dict() for t in self.alpharank]} if self.alpharank else {}
+        environments = {name: check.to_dict() for name, check in self.checks.items()}
         return {"cross": [t.to_dict() for t in self.tables],
+                "reproducible": reproducible(environments), "environments": environments,
                 "ratings_model": model_dict(REPS, self.seed),
                 "ratings": [t.to_dict() for t in self.ratings], **masses,
                 "sides": [r.to_dict() for r in self.sides],
@@ -345,6 +361,7 @@ def cross_play(config: EvalConfig, options: RunOptions | None = None,
     todo = {(m, i, j): config.episodes for m in range(len(seats)) for i in range(n)
             for j in range(n)}
     played: dict[Pair, list[EpisodeResult]] = {}
+    checks: dict[str, EnvCheck] = {}
     while True:
         for (m, i, j), count in todo.items():
             mission = config.missions[m]
@@ -356,10 +373,11 @@ def cross_play(config: EvalConfig, options: RunOptions | None = None,
                 replace(config, missions=(mission,), policies=pair, episodes=count), options,
                 on_result=on_result, keep=kept, seating=seating)
             played[(m, i, j)] = report.episodes
+            checks.update(report.checks)
             if interrupted([report]):
                 return replace(_cross_result(config, specs, seats, played, seed, rating),
-                               interrupted=True)
-        result = _cross_result(config, specs, seats, played, seed, rating)
+                               interrupted=True, checks=checks)
+        result = replace(_cross_result(config, specs, seats, played, seed, rating), checks=checks)
         todo = {} if precision is None else _uncertain(result, played, precision,
                                                        config.episodes, max_episodes)
         if not todo:

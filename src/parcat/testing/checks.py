@@ -29,7 +29,8 @@ def _require(condition: bool, message: str) -> None:
 
 def check_env(env: Any, seed: int = 0, num_steps: int = 50) -> None:
     """Check the PettingZoo Parallel API and determinism of ``env``; a ``ConformanceError``
-    names the first broken rule."""
+    names the first broken rule: one that ignores its seed is "not deterministic", one whose
+    ``reset(seed)`` keeps state from the episode before (PettingZoo's KAZ) "leaks state"."""
     _require(
         not (callable(getattr(env, "agent_iter", None)) and callable(getattr(env, "last", None))),
         f"{type(env).__name__} is a PettingZoo AEC (turn-based) environment, not a parallel "
@@ -43,9 +44,27 @@ def check_env(env: Any, seed: int = 0, num_steps: int = 50) -> None:
             space = _call(f"{name}({agent!r})", getattr(env, name, None), agent)
             _require(isinstance(space, gymnasium.spaces.Space), f"env.{name}({agent!r}) must "
                      f"return a gymnasium space, got {type(space).__name__}")
-    _require(_same(_rollout(env, seed, num_steps), _rollout(env, seed, num_steps)),
-             f"env is not deterministic: two runs with reset(seed={seed}) and the same actions "
-             "differ")
+    fresh = _copy_of(env)
+    first = _rollout(env, seed, num_steps)
+    if _same(first, _rollout(env, seed, num_steps)):
+        return
+    runs = f"two runs with reset(seed={seed}) and the same actions differ"
+    _require(fresh is not None, f"env is not deterministic or leaks state across resets: "
+             f"{runs} (it cannot be copied, so the check cannot tell which)")
+    _require(not _same(first, _rollout(fresh, seed, num_steps)),
+             f"env leaks state across resets: {runs}, and a copy made before the first "
+             "plays the first again, so reset() keeps state from the episode before (parcat "
+             "gives such an env a fresh instance every episode)")
+    raise ConformanceError(f"env is not deterministic: {runs}, and so does a copy made "
+                           "before the first: it ignores its seed")
+
+
+def _copy_of(env: Any) -> Any:
+    """A copy of ``env`` as given, or ``None`` when it cannot be copied."""
+    try:
+        return copy.deepcopy(env)
+    except Exception:  # any env's state may refuse (sockets, windows, C handles)
+        return None
 
 
 def _call(what: str, method: Any, *args: Any, **kwargs: Any) -> Any:

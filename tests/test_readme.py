@@ -1,0 +1,287 @@
+"""Every code line of README.md, run: its shell and Python blocks are extracted and run in
+order in one folder, as a reader would paste them (YAML blocks that name a file are written
+there first). A line that would take minutes runs with a smaller budget (fewer episodes,
+epochs or steps); the few that need what CI lacks (a Ray cluster, packages to install, the
+user's shell start-up file) or are timing suites are skipped, each with its reason printed.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+
+SKIPS: list[tuple[str, str]] = [
+    (r"^python3 -m venv|pip install", "installs packages (network, minutes): CI's own set-up, "
+     ".ci/run, runs it"),
+    (r"^source ", "shell state: these lines run this venv's parcat already"),
+    (r"--install-completion", "writes the user's shell start-up file"),
+    (r"^export RAY|^ray |HEAD_IP", "needs a Ray cluster of several machines "
+     "(tests/parallel/test_ray_cluster.py starts one here)"),
+    (r"--backend ray", "starts a local Ray cluster (~20 s, ~1 GB): tests/parallel/test_ray.py "
+     "runs --backend ray"),
+    (r"^parcat bench|cron-bench|benchmarks/parallel\.py", "a timing suite of minutes whose "
+     "figures need a quiet machine (BENCHMARKS.md)"),
+]
+"""(pattern, why it is not run here)."""
+
+
+def _budget(flag: str, value: int) -> Callable[[str], str]:
+    """``flag N`` capped at ``value``, added when missing."""
+    def cap(line: str) -> str:
+        found = re.search(rf"{flag} (\d+)", line)
+        if found is None:
+            return _add(line, f"{flag} {value}")
+        return line.replace(found.group(0), f"{flag} {min(int(found.group(1)), value)}")
+    return cap
+
+
+def _add(line: str, extra: str) -> str:
+    """``extra`` added to the command, before a pipe."""
+    command, pipe, rest = line.partition(" | ")
+    return f"{command} {extra}{pipe}{rest}"
+
+
+CHEAPER: list[tuple[str, Callable[[str], str]]] = [
+    (r"^parcat train .*--resume", lambda line: re.sub(r"--epochs \d+", "--epochs 3", line)),
+    (r"^parcat train (?!.*--resume)", _budget("--epochs", 2)),
+    (r"^parcat train ", lambda line: _add(line, "--eval-episodes 1")),
+    (r"runs/old", lambda line: line.replace("runs/old", "runs/goal_tasks")),
+    (r"^(python -m )?parcat eval (?!.*(-n|--episodes|--precision) )", _budget("-n", 4)),
+    (r"^(python -m )?parcat eval .*(-n|--episodes) ", lambda line: re.sub(
+        r"(-n|--episodes) (\d+)", lambda m: f"{m[1]} {min(int(m[2]), 5)}", line)),
+    (r" --cross", lambda line: re.sub(r"-n \d+", "-n 2", line)),
+    (r"--precision (?!.*--max-episodes)", lambda line: _add(
+        line, f"--max-episodes {4 if '--cross' in line else 12}")),
+    (r"^(python -m )?parcat eval -m (harvest|evade)(?!.*max_steps)(?!.*-p runs/)",
+     lambda line: _add(line, "--set max_steps=50")),
+    (r"knights_archers_zombies", lambda line: _add(line, "--set max_cycles=100")),
+    (r"^parcat sim ", lambda line: _add(line, "--iters 40")),
+    (r"^scripts/ci-eval\.sh", lambda line: f"EPISODES=4 {line}"),
+]
+"""(pattern, the same command with a smaller budget)."""
+
+
+def code_blocks() -> list[tuple[str, str]]:
+    """README's fenced blocks as (language, code), in order."""
+    return re.findall(r"^```(\w*)\n(.*?)^```", README.read_text(), flags=re.M | re.S)
+
+
+def shell_lines(code: str) -> list[str]:
+    """The commands of a shell block: comments and blank lines dropped."""
+    lines = []
+    for raw in code.splitlines():
+        quote, cut = "", len(raw)
+        for i, char in enumerate(raw):
+            if char in "'\"" and quote in ("", char):
+                quote = "" if quote else char
+            elif char == "#" and not quote and (i == 0 or raw[i - 1].isspace()):
+                cut = i
+                break
+        if raw[:cut].strip():
+            lines.append(raw[:cut].strip())
+    return lines
+
+
+def skip_reason(line: str) -> str | None:
+    return next((why for pattern, why in SKIPS if re.search(pattern, line)), None)
+
+
+def cheaper(line: str) -> str:
+    for pattern, change in CHEAPER:
+        if re.search(pattern, line):
+            line = change(line)
+    return line
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def action_server() -> Iterator[int]:
+    """The model server examples/http_policy.py calls: every POST gets action 0."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = json.dumps({"action": 0}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class Reader:
+    """Runs README's lines in one folder, remembering what failed and what was skipped."""
+
+    def __init__(self, folder: Path, ports: dict[str, str]) -> None:
+        self.folder, self.ports = folder, ports
+        self.env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
+                    f"{os.environ.get('PATH', '')}", "COLUMNS": "120"}
+        self.failures: list[str] = []
+        self.skipped: list[str] = []
+        self.servers: list[subprocess.Popen[str]] = []
+        self.timings: list[tuple[float, str]] = []
+
+    def shell(self, line: str) -> None:
+        why = skip_reason(line)
+        if why is not None:
+            self.skipped.append(f"{line}  <- skipped: {why}")
+            return
+        command = cheaper(line)
+        for old, new in self.ports.items():
+            command = command.replace(old, new)
+        if command.startswith("parcat serve "):
+            self.serve(command)
+            return
+        start = time.perf_counter()
+        done = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=self.folder,
+                              env=self.env, capture_output=True, text=True, timeout=300)
+        self.timings.append((time.perf_counter() - start, command))
+        if done.returncode != 0:
+            self.failures.append(f"{command}: exit {done.returncode}\n{done.stderr[-2000:]}")
+
+    def serve(self, command: str) -> None:
+        """``parcat serve`` runs until stopped: started here, stopped when its block ends."""
+        server = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=self.folder,
+                                  env=self.env, stdout=subprocess.PIPE, text=True,
+                                  stderr=subprocess.DEVNULL)
+        self.servers.append(server)
+        assert server.stdout is not None
+        url = server.stdout.readline()  # its one stdout line, once it listens
+        if not url.startswith("http://"):
+            self.failures.append(f"{command}: printed {url!r}, not its URL")
+
+    def stop_servers(self) -> None:
+        for server in self.servers:
+            server.send_signal(signal.SIGTERM)
+            try:
+                code = server.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+                code = None
+            if code != 128 + signal.SIGTERM:
+                self.failures.append(f"{server.args}: ended {code} on SIGTERM, not 143")
+        self.servers.clear()
+
+    def python(self, code: str, index: int) -> None:
+        """A whole script is run as a file (so its ``__main__`` guard is what guards it); a
+        fragment (a class) is executed where its names are defined."""
+        if "__main__" in code:
+            script = self.folder / f"readme_{index}.py"
+            script.write_text(code)
+            done = subprocess.run([sys.executable, script.name], cwd=self.folder,
+                                  env=self.env, capture_output=True, text=True, timeout=300)
+            if done.returncode != 0:
+                self.failures.append(f"README Python block {index}: exit {done.returncode}\n"
+                                     f"{done.stderr[-2000:]}")
+            return
+        import examples.http_policy as names  # the fragment of it README quotes
+        try:
+            exec(compile(code, f"README Python block {index}", "exec"), dict(vars(names)))
+        except Exception as exc:
+            self.failures.append(f"README Python block {index}: {type(exc).__name__}: {exc}")
+
+    def yaml(self, code: str) -> None:
+        """A block naming its file is written there (and its command, if it names one,
+        run); a train config's fragment is trained for an epoch."""
+        first = code.splitlines()[0]
+        named = re.match(r"# (\S+\.yaml)(?::\s*(parcat [^(]*))?", first)
+        if named is None:
+            (self.folder / "fragment.yaml").write_text(code)
+            self.shell("parcat train -m goal_tasks -c fragment.yaml --epochs 1")
+            return
+        path = self.folder / named[1]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(code)
+        if named[2]:
+            self.shell(named[2].strip())
+
+
+def reader_folder(tmp_path: Path) -> Path:
+    """A folder with what README's lines name: the shipped configs, examples and scripts,
+    and the reader's own mission file and policy package it uses as placeholders."""
+    for name in ("configs", "examples", "scripts"):
+        shutil.copytree(ROOT / name, tmp_path / name)
+    shutil.copy(ROOT / "src/parcat/missions/harvest.yaml", tmp_path / "my_mission.yaml")
+    (tmp_path / "my_pkg").mkdir()
+    (tmp_path / "my_pkg/__init__.py").write_text("")
+    (tmp_path / "my_pkg/agents.py").write_text(
+        "class Chaser:\n"
+        "    def __init__(self, agent_spec, speed=1.0):\n"
+        "        self.space = agent_spec.action_space\n"
+        "    def reset(self, seed):\n"
+        "        self.space.seed(seed)\n"
+        "    def step(self, obs):\n"
+        "        return self.space.sample()\n")
+    return tmp_path
+
+
+def test_shell_lines_drop_comments_but_not_quoted_hashes() -> None:
+    assert shell_lines("parcat eval -m harvest   # a comment\n\n# only a comment\n"
+                       "echo '# kept' | jq '.x'  # gone\n") == [
+        "parcat eval -m harvest", "echo '# kept' | jq '.x'"]
+    assert cheaper("parcat eval -m harvest --format json | jq '.summary'") == \
+        "parcat eval -m harvest --format json -n 4 --set max_steps=50 | jq '.summary'"
+    assert cheaper("parcat train -c configs/train.yaml --epochs 150 --resume") == \
+        "parcat train -c configs/train.yaml --epochs 3 --resume --eval-episodes 1"
+
+
+@pytest.mark.slow  # ~75 commands: ~10 min at load 17-20 on 2 shared cores
+@pytest.mark.timeout(1200)
+def test_every_readme_code_line_runs(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")  # parcat plot -o cross.png
+    pytest.importorskip("tensorboard")  # --logger tensorboard
+    if shutil.which("jq") is None or shutil.which("curl") is None:
+        pytest.skip("README pipes into jq and calls curl")
+    folder = reader_folder(tmp_path)
+    with action_server() as act_port:
+        reader = Reader(folder, {"127.0.0.1:8000": f"127.0.0.1:{act_port}",
+                                 "8700": str(free_port())})
+        try:
+            for index, (language, code) in enumerate(code_blocks()):
+                if language == "bash":
+                    for line in shell_lines(code):
+                        reader.shell(line)
+                    reader.stop_servers()
+                elif language == "python":
+                    reader.python(code, index)
+                elif language == "yaml":
+                    reader.yaml(code)
+        finally:
+            reader.stop_servers()
+    print("\n".join(["README lines not run here:", *reader.skipped, "the slowest run:",
+                     *(f"{s:6.1f} s  {c}" for s, c in sorted(reader.timings)[-8:])]))
+    assert not reader.failures, "\n\n".join(reader.failures)
