@@ -43,7 +43,7 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
 def test_an_outsiders_replay_plays_back_and_writes_a_gif_and_a_png(
         tmp_path: Path, mission: str, capsys: pytest.CaptureFixture[str]) -> None:
     config = make_config([mission], ["random"], episodes=1, seed=3,
-                         overrides={"max_steps": OUTSIDERS[mission]})
+                         overrides={"mission.max_steps": OUTSIDERS[mission]})
     report = evaluate(config, RunOptions(jobs=1), replay_dir=tmp_path)
     steps = report.episodes[0].steps
     assert steps > 2 and report.episodes[0].error is None
