@@ -341,24 +341,36 @@ def _lockstep(tasks: list[EpisodeTask], slots: int,
     return [replace(result, duration_s=0.0).to_dict() for _, result in played]
 
 
+EIGHT = ["-m", "harvest", "--set", "agents=4", "--set", "max_steps=20", "-n", "8"]
+
+
+def eval_eight(folder: Path, *flags: str, hold: int = 0) -> tuple[dict[str, Any], int]:
+    """``eval`` of 8 episodes with an async policy on its own server, which holds its first
+    requests until ``hold`` are in flight: the results and the most calls in flight."""
+    policy = "examples.http_policy:AsyncHttpPolicy,url={}"
+    with ModelServer(hold_until=hold) as server:
+        out = folder / f"{hold}.json"
+        done = parcat("eval", *EIGHT, "-p", policy.format(server.url), "-o", str(out), *flags)
+    assert done.returncode == 0, done.stderr
+    return json.loads(out.read_text()), server.max_in_flight
+
+
+@pytest.fixture(scope="module")
+def eight_with_jobs_1(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The sequential results, run once for every executor's lockstep run."""
+    return eval_eight(tmp_path_factory.mktemp("jobs-1"), "--jobs", "1")[0]
+
+
 @pytest.mark.parametrize("executor", ["inline", "process"])
 def test_an_async_policy_in_lockstep_8_has_every_call_in_flight_and_the_results_of_jobs_1(
-        executor: str, tmp_path: Path) -> None:
-    policy = "examples.http_policy:AsyncHttpPolicy,url={}"
-    eight = ["-m", "harvest", "--set", "agents=4", "--set", "max_steps=20", "-n", "8"]
-    runs = []
-    # the second server holds its first requests until 8 episodes x 4 agents are in flight
-    for flags, hold in ((["--jobs", "1"], 0),
-                        (["--executor", executor, "--jobs", "1", "--lockstep", "8"], 8 * 4)):
-        with ModelServer(hold_until=hold) as server:
-            out = tmp_path / f"{hold}.json"
-            done = parcat("eval", *eight, "-p", policy.format(server.url), "-o", str(out),
-                          *flags)
-        assert done.returncode == 0, done.stderr
-        runs.append(json.loads(out.read_text()))
-    assert runs[1]["execution"]["plan"]["lockstep"] == 8
-    assert server.max_in_flight == 8 * 4  # not 4: every slot's calls went out together
-    assert numbers(runs[1]) == numbers(runs[0])  # the policy's name holds its server's port
+        executor: str, tmp_path: Path, eight_with_jobs_1: dict[str, Any]) -> None:
+    # the server holds its first requests until 8 episodes x 4 agents are in flight
+    lockstep, in_flight = eval_eight(tmp_path, "--executor", executor, "--jobs", "1",
+                                     "--lockstep", "8", hold=8 * 4)
+    assert lockstep["execution"]["plan"]["lockstep"] == 8
+    assert in_flight == 8 * 4  # not 4: every slot's calls went out together
+    # the policy's name holds its server's port
+    assert numbers(lockstep) == numbers(eight_with_jobs_1)
 
 
 class AsyncFlakyPolicy:

@@ -10,6 +10,7 @@ computes.
 from __future__ import annotations
 
 import math
+import resource
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -85,11 +86,9 @@ def measure_steps(mission: Mission, policies: tuple[PolicySpec, ...],
     stepper = _TimedStepper()
 
     def enough(task: EpisodeTask, played: int) -> bool:
-        now, now_cpu = time.perf_counter(), time.thread_time()
-        env_cpu = now_cpu - stepper.acted_cpu
-        stepper.env_cpu_timings.append(env_cpu)
-        stepper.env_timings.append(
-            max(env_cpu, now - stepper.acted - (queued_s() - stepper.queued)))
+        now = _Instant.now()
+        stepper.env_cpu_timings.append(now.cpu - stepper.acted.cpu)
+        stepper.env_timings.append(computing_wall(stepper.acted, now))
         timings = stepper.timings
         if len(timings) >= steps or \
                 sum(timings) + sum(stepper.env_timings) > CALIBRATION_BUDGET_S:
@@ -171,7 +170,7 @@ def _median(values: list[float]) -> float:
 class _TimedStepper(InlineStepper):
     """Steps inline and keeps each step's wall and CPU time per agent, and when it acted
     (the environment steps from then until the runner's ``on_step``). Wall times leave
-    out the time spent waiting for a CPU (:func:`queued_s`)."""
+    out the time spent waiting for a CPU (:func:`computing_wall`)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -179,28 +178,61 @@ class _TimedStepper(InlineStepper):
         self.cpu_timings: list[float] = []
         self.env_timings: list[float] = []
         self.env_cpu_timings: list[float] = []
-        self.acted = self.acted_cpu = self.queued = 0.0
+        self.acted = _Instant.now()
         self.last_obs: dict[Any, Any] = {}
 
     def act(self, obs: dict[Any, Any], live: Sequence[Any]) -> dict[Any, Any]:
         self.last_obs = obs
-        queued = queued_s()
-        begin, begin_cpu = time.perf_counter(), time.thread_time()
+        begin = _Instant.now()
         actions = super().act(obs, live)
         agents = max(1, len(actions))
-        self.acted_cpu = time.thread_time()
-        self.acted = time.perf_counter()
-        self.queued = queued_s()
-        cpu = self.acted_cpu - begin_cpu
-        self.cpu_timings.append(cpu / agents)
-        self.timings.append(max(cpu, self.acted - begin - (self.queued - queued)) / agents)
+        self.acted = _Instant.now()
+        self.cpu_timings.append((self.acted.cpu - begin.cpu) / agents)
+        self.timings.append(computing_wall(begin, self.acted) / agents)
         return actions
+
+
+@dataclass(frozen=True)
+class _Instant:
+    """The stepping thread's clocks at one moment."""
+
+    wall: float
+    cpu: float
+    queued: float
+    """:func:`queued_s`."""
+    blocked: int
+    """:func:`times_blocked`."""
+
+    @classmethod
+    def now(cls) -> _Instant:
+        return cls(time.perf_counter(), time.thread_time(), queued_s(), times_blocked())
+
+
+def computing_wall(begin: _Instant, end: _Instant) -> float:
+    """Wall time from ``begin`` to ``end`` as with a CPU of its own: less the time the
+    thread was runnable but waiting for a CPU (other processes' turns), so a loaded
+    machine never makes a step that computes look like one that waits. A thread that
+    never blocked in between waited for nothing but a CPU: its wall time is its CPU time
+    (this holds without the kernel's schedstat, which is off in some kernels); one that
+    did has its run-queue time taken off, as far as the schedstat says."""
+    cpu = end.cpu - begin.cpu
+    if end.blocked == begin.blocked >= 0:
+        return cpu
+    return max(cpu, end.wall - begin.wall - (end.queued - begin.queued))
+
+
+def times_blocked() -> int:
+    """Times this thread has blocked so far (on I/O, a sleep, a lock: its voluntary
+    context switches; -1 where the system does not say)."""
+    try:
+        return resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
+    except (AttributeError, OSError):  # RUSAGE_THREAD is Linux's
+        return -1
 
 
 def queued_s() -> float:
     """Seconds this thread has waited for a CPU so far, runnable but not running (the
-    kernel's schedstat; 0 where it does not say). Taken off a step's wall time, a loaded
-    machine's turns never make a step that computes look like one that waits."""
+    kernel's schedstat; 0 where it does not say)."""
     try:
         with open("/proc/thread-self/schedstat", "rb") as stat:
             return int(stat.read().split()[1]) / 1e9
