@@ -72,7 +72,8 @@ def test_resume_says_how_many_episodes_it_found(tmp_path: Path,
     code, out, err = run([*args, "--resume"], capsys)
     assert code == 0
     assert out.startswith("4 episodes of harvest (3 found in --output, 1 run now) in "), out
-    assert err == f"parcat: wrote {out_file}\n"
+    assert err == (f"parcat: note: --resume: 3 finished episode(s) found in {out_file}; 1 to "
+                   f"run\nparcat: wrote {out_file}\n")
 
 
 @pytest.mark.parametrize(("args", "line"), [

@@ -104,6 +104,7 @@ def _each_out(result: EachResult, fmt: OutputFormat) -> None:
         return
     from parcat.cli.render import list_table, stdout_console
     stdout_console().print(list_table(headers, rows))
+    print("returns per agent: each episode's mean over the policy's agents", file=sys.stderr)
     if any(r.mission == "overall" for r in result.rows):
         print("overall: scores normalised per mission (0: the lowest episode of any policy "
               "there, 1: the highest)", file=sys.stderr)
@@ -138,7 +139,7 @@ def _cross_out(result: CrossResult, fmt: OutputFormat) -> None:
     for table in result.tables:
         console.print(f"{table.mission}: rows play {', '.join(table.row_agents)}; columns "
                       f"play {', '.join(table.col_agents)}; cell: row side / column side "
-                      "mean return", highlight=False)
+                      "mean return per agent", highlight=False)
         console.print(list_table(
             ["row \\ column", *table.policies],
             [[name, *(f"{c.row.value:.3f} / {c.col.value:.3f}" for c in table.cells[i])]

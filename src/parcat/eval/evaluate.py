@@ -16,7 +16,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from parcat.core.errors import ConfigError, PolicyError, WriteError
+from parcat.core.errors import ConfigError, NoteWarning, PolicyError, WriteError
 from parcat.core.limits import MAX_EPISODE_PARAMETERS
 from parcat.core.output_paths import check_output_file, check_output_folder
 from parcat.envs.missions import Mission, is_foreign, load_mission
@@ -299,6 +299,9 @@ def evaluate(config: EvalConfig, options: RunOptions | None = None,
         done = load_finished(output, config.to_dict(), tasks) if output and resume else {}
         report.resumed = len(done)
         todo = _still_to_run(report, tasks, {**done, **(keep or {})})
+        if output and resume:  # said before the run, so a long one shows what it skips
+            warnings.warn(f"--resume: {len(done)} finished episode(s) found in {output}; "
+                          f"{len(todo)} to run", NoteWarning, stacklevel=2)
         return _run(report, options, tasks, todo, on_result, on_plan, output, resume,
                     on_warning, replay_dir)
 
