@@ -121,7 +121,7 @@ def test_learning_smoke_beats_random(tmp_path: Path, learner: str, margin: float
         "ppo": {"class": "ppo", "width": 32, "depth": 1, "lr": 0.003, "gamma": 0.9},
         "external": {"class": EXTERNAL_CLASS},
     }
-    cfg = config(tmp_path, epochs=15, steps_per_epoch=20, train_steps=1, checkpoint_every=15,
+    cfg = config(tmp_path, epochs=15, steps_per_epoch=20, gradient_steps=1, checkpoint_every=15,
                  learner=learners[learner])
     Trainer(cfg).run()
     trained = evaluate(make_config(["goal_tasks"], [str(tmp_path / "run")], episodes=20,

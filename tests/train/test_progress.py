@@ -20,7 +20,7 @@ from tests.reliability.helpers import ROOT, kill_group
 
 TRAIN = ["train", "-m", "goal_tasks", "--set", "agents=2", "--set", "max_steps=30",
          "--steps-per-epoch", "20", "--env-workers", "0", "--envs-per-worker", "2",
-         "--train-steps", "2"]
+         "--gradient-steps", "2"]
 LINE = re.compile(r"epoch (\d+)/(\d+) episodes (\d+) reward agent_0=\S+ \[\S+, \S+\] "
                   r"agent_1=\S+ \[\S+, \S+\] length \S+ steps (\d+) epsilon \S+ loss "
                   r"agent_0=\S+ agent_1=\S+ \d+ steps/s time \d+\.\ds")

@@ -24,6 +24,8 @@ from parcat.train.run_dir import RunDirChoice, claim_run_dir
 from parcat.train.runs import BEST
 from parcat.train.trainer import Trainer, TrainReport
 
+RENAMED = "learner updates per learner per epoch"
+"""What ``train_steps``, the old name of ``gradient_steps``, counted."""
 LAYOUT = frozenset({"jobs", "env_workers"})
 """Two ways to lay out a run: a flag given for either replaces the file's both keys."""
 
@@ -38,6 +40,9 @@ class _TrainFile(Settings):
                   given: frozenset[str]) -> dict[str, Any]:
         """``overrides`` and ``learner``'s options go into ``set`` (``learner.KEY``), its
         class into ``learner``; ``--learner`` naming another class drops its options."""
+        if "train_steps" in data:
+            raise ConfigError(f"{label}: key 'train_steps' is now 'gradient_steps' ({RENAMED}); "
+                              "rename it")
         if given & LAYOUT:
             data = {k: v for k, v in data.items() if k not in LAYOUT}
         overrides, learner = (_mapping(label, key, data.pop(key, None))
@@ -102,6 +107,8 @@ MORE_FIELDS = [
     ("force", Annotated[bool, typer.Option(
         "--force", help="Replace the run already in -o DIR (what parcat wrote there is "
         "deleted first; other files stay).")], False),
+    ("train_steps", Annotated[int | None, typer.Option(
+        "--train-steps", hidden=True, help="Renamed --gradient-steps.")], None),
     ("format", opts.TableOrJson, SummaryFormat.TABLE),
     ("progress", opts.Progress, True),
 ]
@@ -133,6 +140,8 @@ def train_command(s: Any) -> None:
 def train_config(s: Any) -> TrainConfig:
     """The run that :data:`TrainSettings` ``s`` describe (``--set``: mission parameters and
     ``learner.KEY`` learner options)."""
+    if s.train_steps is not None:
+        raise ConfigError(f"--train-steps is now --gradient-steps ({RENAMED})")
     overrides, learner = split_learner_settings(parse_overrides(s.set or []))
     if s.learner is not None:
         learner["class"] = s.learner
@@ -165,8 +174,10 @@ def _train(choice: RunDirChoice, resume: bool, progress: bool, fmt: SummaryForma
     if cfg.render:
         err.print("--render: one environment shown; everything runs in this process")
     if resume and trainer_done(cfg):
-        raise ConfigError(f"--resume: '{cfg.run_path}' already reached --epochs {cfg.epochs}; "
-                          "raise --epochs to train on")
+        budget = ("--epochs", cfg.epochs) if cfg.total_steps is None else ("--total-steps",
+                                                                          cfg.total_steps)
+        raise ConfigError(f"--resume: '{cfg.run_path}' already reached {budget[0]} "
+                          f"{budget[1]}; raise {budget[0]} to train on")
     with user_prints_on_stderr():
         trainer = Trainer(cfg, resume=resume,
                           on_frame=_frame_printer(err) if cfg.render else None)
@@ -178,7 +189,7 @@ def _train(choice: RunDirChoice, resume: bool, progress: bool, fmt: SummaryForma
     if cfg.jobs is not None:
         for reason in trainer.plan.reasons:
             err.print(f"plan: {reason}", soft_wrap=True)
-    with epoch_progress(cfg.epochs, trainer.start_epoch,
+    with epoch_progress(trainer.config.epochs, trainer.start_epoch,
                         to_stderr=fmt is SummaryFormat.JSON, live=progress) as show:
         trainer.on_epoch = show
         with user_prints_on_stderr():
@@ -201,9 +212,13 @@ def _frame_printer(console: Any) -> Any:
 
 
 def trainer_done(cfg: Any) -> bool:
-    """Whether the run directory's checkpoint already has ``cfg.epochs`` epochs."""
+    """Whether the run directory's checkpoint already has ``cfg.epochs`` epochs (or
+    ``cfg.total_steps`` environment steps)."""
     from parcat.policies import checkpoint
     try:
-        return int(checkpoint.read_manifest(cfg.run_path).get("epoch", 0)) >= cfg.epochs
+        manifest = checkpoint.read_manifest(cfg.run_path)
+        if cfg.total_steps is not None:
+            return int(manifest.get("env_steps", 0)) >= cfg.total_steps
+        return int(manifest.get("epoch", 0)) >= cfg.epochs
     except Exception:
         return False  # no checkpoint: Trainer says so

@@ -36,7 +36,7 @@ log = logging.getLogger("parcat.train")
 METRICS_FILES = ("metrics.jsonl", "metrics.csv")
 BEST = checkpoint.BEST
 SAME_ON_RESUME = ("mission", "overrides", "seed", "learner", "shared_learner",
-                  "steps_per_epoch", "train_steps", "mode", "train_interval")
+                  "steps_per_epoch", "gradient_steps", "mode", "train_interval")
 """Settings a resumed run must share with the run it continues (the rest may change)."""
 EVAL_STREAM = 103
 EVAL_TASK_STREAM = 104
@@ -142,6 +142,8 @@ class Checkpointer:
             )
         run_meta = {"mission": mission.name, "mission_params": dict(mission.params),
                     "epoch": epoch, "seed": config.seed, "shared_learner": config.shared_learner,
+                    "env_steps": epoch * config.steps_per_epoch * (self.vec.num_envs
+                                                                    if self.vec else 1),
                     "config": config.to_dict(), **meta}
         arrays = {} if self.vec is None else {FILE: _copied(self.vec.in_flight().to_arrays())}
         return RunSnapshot(agents, run_meta, arrays)
