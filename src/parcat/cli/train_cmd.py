@@ -5,7 +5,7 @@
 import time
 import typing
 from collections.abc import Mapping
-from dataclasses import field, fields, make_dataclass
+from dataclasses import field, fields, make_dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,11 +17,12 @@ from parcat.cli.flag_config import Settings, set_mapping, settings_command
 from parcat.cli.render import stderr_console
 from parcat.cli.stdout import user_prints_on_stderr
 from parcat.cli.train_progress import epoch_progress
-from parcat.core.errors import ConfigError, brief
+from parcat.core.errors import ConfigError, RunError, brief
 from parcat.core.settings import LEARNER_PREFIX, parse_overrides, split_learner_settings
 from parcat.train.config import LoggerKind, TrainConfig
-from parcat.train.run_dir import RunDirChoice, claim_run_dir
+from parcat.train.run_dir import RunDirChoice, claim_run_dir, free_path
 from parcat.train.runs import BEST
+from parcat.train.seeds import SeedRun, parse_seeds, run_seeds, seed_configs, split_jobs
 from parcat.train.trainer import Trainer, TrainReport
 
 RENAMED = "learner updates per learner per epoch"
@@ -107,6 +108,11 @@ MORE_FIELDS = [
     ("force", Annotated[bool, typer.Option(
         "--force", help="Replace the run already in -o DIR (what parcat wrote there is "
         "deleted first; other files stay).")], False),
+    ("seeds", Annotated[str | None, typer.Option(
+        "--seeds", metavar="SEEDS", help="Train several seeds (0-4, 1,3,7) in parallel under "
+        "one --jobs budget, one run each in RUN/seed-N (RUN: -o DIR, default runs/<mission>): "
+        "as many seeds at a time as --jobs allows, its rest shared as their env workers.")],
+     None),
     ("train_steps", Annotated[int | None, typer.Option(
         "--train-steps", hidden=True, help="Renamed --gradient-steps.")], None),
     ("format", opts.TableOrJson, SummaryFormat.TABLE),
@@ -130,6 +136,11 @@ def train_command(s: Any) -> None:
     err = stderr_console()
     with user_errors():
         cfg = train_config(s)
+        seeds = None if s.seeds is None else parse_seeds(s.seeds)
+    if seeds is not None:
+        with user_errors():
+            _train_seeds(cfg, seeds, s, err)
+        return
     with user_errors(), claim_run_dir(cfg, resume=s.resume, force=s.force) as choice:
         report, trainer = _train(choice, s.resume, s.progress, s.format, err)
     _show(report, trainer, s.format)
@@ -150,6 +161,45 @@ def train_config(s: Any) -> TrainConfig:
                           "loggers": tuple(s.loggers or ()),
                           "mission": opts.one_value(s.mission, "-m/--mission", "train")
                           or TrainConfig.mission})
+
+
+def _train_seeds(cfg: TrainConfig, seeds: list[int], s: Any, err: Any) -> None:
+    """``--seeds``: every seed a run of its own in ``RUN/seed-N``, several at a time."""
+    if cfg.render:
+        raise ConfigError("--render shows one run: give --seed N instead of --seeds")
+    if s.resume and s.force:
+        raise ConfigError("--resume and --force contradict each other: --resume continues "
+                          "the runs, --force replaces them; give one")
+    path = cfg.run_path if cfg.run_dir or s.resume or s.force else free_path(cfg.run_path)
+    at_once, jobs_each = split_jobs(cfg.jobs, len(seeds))
+    configs = seed_configs(replace(cfg, run_dir=str(path)), seeds, jobs_each)
+    err.print(f"seeds {', '.join(map(str, seeds))}: one run each in {path}/seed-N, {at_once} "
+              f"at a time" + ("" if cfg.env_workers is not None else
+                               f" with --jobs {jobs_each} each"), soft_wrap=True)
+    flags = ["--resume"] * s.resume + ["--force"] * s.force
+    runs = run_seeds(configs, at_once, flags,
+                     on_start=lambda run: err.print(f"seed {run.seed}: training into {run.path}",
+                                                    soft_wrap=True),
+                     on_end=lambda run: _seed_done(run, s.format))
+    if s.format is SummaryFormat.JSON:
+        print_json({"runs": [{"seed": r.seed, "run_dir": str(r.path), "exit_code": r.code,
+                              "seconds": round(r.seconds, 3), "error": r.last_error or None}
+                             for r in runs]})
+    failed = [r for r in runs if r.code != 0]
+    if failed:
+        first = failed[0]
+        why = first.last_error.removeprefix("parcat: error: ") or f"exit code {first.code}"
+        kind = ConfigError if all(r.code == 2 for r in failed) else RunError
+        raise kind(f"{len(failed)} of {len(runs)} seeds failed; seed {first.seed} "
+                   f"({first.path}): {why}")
+
+
+def _seed_done(run: SeedRun, fmt: SummaryFormat) -> None:
+    if run.code != 0 or fmt is SummaryFormat.JSON:
+        return
+    best = run.path / BEST
+    typer.echo(f"seed {run.seed}: {run.path} ({run.seconds:.0f} s)"
+               + (f"; the best: {best}" if best.is_dir() else ""))
 
 
 def _show(report: TrainReport, trainer: Trainer, fmt: SummaryFormat) -> None:
