@@ -57,3 +57,24 @@ def test_total_steps_must_be_positive() -> None:
     code, _, err = run(*TRAIN, "--total-steps", "0")
     assert code == 2
     assert "total_steps must be an integer between 1 and 1,000,000,000, got 0" in err
+
+
+def test_epochs_on_the_command_line_win_over_a_files_total_steps(tmp_path: Path) -> None:
+    path = tmp_path / "t.yaml"
+    path.write_text("mission: goal_tasks\ntotal_steps: 1000\n")
+    code, out, _ = run("train", "-c", str(path), *TRAIN[3:], "--epochs", "2", "-f", "json",
+                       "-o", str(tmp_path / "run"))
+    assert code == 0 and len(json.loads(out)["epochs"]) == 2
+
+
+def test_the_log_keeps_the_best_total_so_far(tmp_path: Path) -> None:
+    code, out, _ = run(*TRAIN, "--epochs", "6", "--checkpoint-every", "2", "-f", "json",
+                       "-o", str(tmp_path / "run"))
+    assert code == 0
+    best, seen = [], float("-inf")
+    for epoch in json.loads(out)["epochs"]:
+        total = (epoch["eval_return"] or {}).get("total")
+        seen = max(seen, total) if total is not None else seen
+        best.append(epoch["best_eval_return"])
+        assert epoch["best_eval_return"] == (None if seen == float("-inf") else seen)
+    assert best[0] is None and best[-1] is not None

@@ -21,9 +21,10 @@ from parcat.core.errors import ConfigError, RunError, brief
 from parcat.core.settings import LEARNER_PREFIX, parse_overrides, split_learner_settings
 from parcat.train.config import LoggerKind, TrainConfig
 from parcat.train.run_dir import RunDirChoice, claim_run_dir, free_path
-from parcat.train.runs import BEST
+from parcat.train.runs import BEST, TOTAL
 from parcat.train.seeds import SeedRun, parse_seeds, run_seeds, seed_configs, split_jobs
 from parcat.train.trainer import Trainer, TrainReport
+from parcat.train.tuned import tuned_config
 
 RENAMED = "learner updates per learner per epoch"
 """What ``train_steps``, the old name of ``gradient_steps``, counted."""
@@ -46,6 +47,8 @@ class _TrainFile(Settings):
                               "rename it")
         if given & LAYOUT:
             data = {k: v for k, v in data.items() if k not in LAYOUT}
+        if "epochs" in given:  # the budget the command line gives wins over the file's
+            data.pop("total_steps", None)
         overrides, learner = (_mapping(label, key, data.pop(key, None))
                               for key in ("overrides", "learner"))
         name = learner.pop("class", None)
@@ -57,6 +60,13 @@ class _TrainFile(Settings):
         if sets:
             data["set"] = {**sets, **set_mapping(label, data.get("set") or {})}
         return data
+
+
+    @classmethod
+    def default_config(cls, values: Mapping[str, Any]) -> Path | None:
+        """``-m MISSION`` alone: the shipped config tuned for it, if there is one."""
+        missions = values.get("mission") or []
+        return tuned_config(missions[0], values.get("learner")) if len(missions) == 1 else None
 
 
 def _mapping(label: str, key: str, value: Any) -> dict[str, Any]:
@@ -137,6 +147,10 @@ def train_command(s: Any) -> None:
     with user_errors():
         cfg = train_config(s)
         seeds = None if s.seeds is None else parse_seeds(s.seeds)
+    if s.config is not None and "config" not in s.given:
+        err.print(f"note: -m {cfg.mission}: using its tuned config {s.config} (its figures "
+                  "are at its top; flags override its keys; -c FILE for another)",
+                  soft_wrap=True)
     if seeds is not None:
         with user_errors():
             _train_seeds(cfg, seeds, s, err)
@@ -199,7 +213,7 @@ def _seed_done(run: SeedRun, fmt: SummaryFormat) -> None:
         return
     best = run.path / BEST
     typer.echo(f"seed {run.seed}: {run.path} ({run.seconds:.0f} s)"
-               + (f"; the best: {best}" if best.is_dir() else ""))
+               + (f"; the best{_best_score(best)}: {best}" if best.is_dir() else ""))
 
 
 def _show(report: TrainReport, trainer: Trainer, fmt: SummaryFormat) -> None:
@@ -214,7 +228,20 @@ def _show(report: TrainReport, trainer: Trainer, fmt: SummaryFormat) -> None:
     best = Path(report.checkpoint) / BEST
     typer.echo(f"checkpoint: {report.checkpoint}\nevaluate it: parcat eval -p "
                f"{report.checkpoint} (its mission and parameters come from the run)"
-               + (f"; the best: parcat eval -p {best}" if best.is_dir() else ""))
+               + (f"; the best{_best_score(best)}: parcat eval -p {best}" if best.is_dir()
+                  else ""))
+
+
+def _best_score(best: Path) -> str:
+    """`` (epoch N, greedy eval total X summed over agents)`` from ``best``'s manifest."""
+    from parcat.policies import checkpoint
+    try:
+        manifest = checkpoint.read_manifest(best)
+        total = float(manifest["eval_return"][TOTAL])
+        return (f" (epoch {manifest['epoch']}, greedy eval total {total:.4g} summed over "
+                f"agents on {manifest.get('eval_episodes', '?')} episodes)")
+    except Exception:
+        return ""  # an older or damaged best: eval -p says what is wrong
 
 
 def _train(choice: RunDirChoice, resume: bool, progress: bool, fmt: SummaryFormat,

@@ -92,8 +92,9 @@ class TrainConfig:
     """Where epoch metrics go besides the metrics file (``--logger``)."""
     init_from: str = _flag("", "Start from this checkpoint's weights (a run directory).",
                            "DIR")
-    eval_episodes: int = _flag(10, "Greedy evaluation episodes at every checkpoint; the best "
-                               "checkpoint goes to RUN/best (0: none).")
+    eval_episodes: int = _flag(20, "Greedy evaluation episodes at every checkpoint (the same "
+                               "set each time); the checkpoint with the highest mean return "
+                               "summed over agents goes to RUN/best (0: none).")
     render: bool = _flag(False, "Show one environment; runs in one process.", None)
     backend: Backend = Backend.LOCAL
     address: str = ""

@@ -98,6 +98,12 @@ class Checkpointer:
             meta = {"eval_return": eval_return, "eval_episodes": self.config.eval_episodes}
         self.pending = self._capture(epoch, meta)
 
+    def best_after(self, eval_return: Mapping[str, float]) -> float:
+        """The best total evaluation return once ``eval_return`` counts (NaN: none yet)."""
+        score = eval_return.get(TOTAL, math.nan)
+        best = self.best_return if math.isnan(score) else max(self.best_return, score)
+        return best if math.isfinite(best) else math.nan
+
     def save(self) -> Path:
         """Write the captured checkpoint; it is also ``best/`` when its total evaluation
         return beats every earlier one."""

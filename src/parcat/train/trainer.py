@@ -169,6 +169,7 @@ class Trainer:
             learning.sync_states()
         stats.eval_return = (checkpoints.evaluate() if due else
                              nan_returns(self.config.eval_episodes, self.vec.agents))
+        stats.best_eval_return = checkpoints.best_after(stats.eval_return)
         report.epochs.append(stats)
         with checkpoint.signals_deferred():  # the log and the capture agree
             self.metrics.write(stats.to_dict())
