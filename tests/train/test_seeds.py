@@ -40,8 +40,10 @@ def test_bad_seeds_are_one_line_naming_the_form(text: str) -> None:
         parse_seeds(text)
 
 
-@pytest.mark.parametrize(("jobs", "seeds", "split"), [(2, 5, (2, 1)), (4, 2, (2, 2)),
-                                                      (1, 3, (1, 1)), (5, 2, (2, 2))])
+@pytest.mark.parametrize(("jobs", "seeds", "split"), [
+    (2, 5, (5, 1)),  # all at once: 2.5 seeds' time, not 3 rounds of 2
+    (2, 4, (2, 1)), (2, 3, (3, 1)), (4, 2, (2, 2)), (5, 2, (2, 2)), (1, 3, (1, 1)),
+    (2, 100, (2, 1)), (3, 10, (5, 1)), (1, 1, (1, 1))])
 def test_jobs_go_to_seeds_first_then_to_their_workers(jobs: int, seeds: int,
                                                       split: tuple[int, int]) -> None:
     assert split_jobs(jobs, seeds) == split
@@ -54,7 +56,7 @@ def test_each_seed_is_the_run_its_own_command_would_make(tmp_path: Path) -> None
     assert result.exit_code == 0, result.stderr
     runs = json.loads(result.stdout)["runs"]
     assert [(r["seed"], r["exit_code"]) for r in runs] == [(0, 0), (1, 0), (2, 0)]
-    assert "one run each in" in result.stderr and "2 at a time" in result.stderr
+    assert "one run each in" in result.stderr and "3 at a time" in result.stderr
     one = runner.invoke(app, [*TRAIN, "--epochs", "4", "--seed", "1", "-o",
                               str(tmp_path / "one")])
     assert one.exit_code == 0
@@ -87,7 +89,7 @@ def test_a_signal_stops_every_seed_with_a_checkpoint_and_no_process_left(
         tmp_path: Path, signum: int) -> None:
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "parcat", *TRAIN, "--epochs", "100000", "--seeds", "0-2",
+        [sys.executable, "-m", "parcat", *TRAIN, "--epochs", "100000", "--seeds", "0-3",
          "--jobs", "2", "-o", str(tmp_path / "runs")], env=env, text=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     seen: list[psutil.Process] = []
@@ -108,7 +110,7 @@ def test_a_signal_stops_every_seed_with_a_checkpoint_and_no_process_left(
             # the checkpoint holds the last epoch the metrics log has
             logged = len(read_metrics(run / "metrics.jsonl"))
             assert checkpoint.read_manifest(run)["epoch"] == logged
-        assert not (tmp_path / "runs" / "seed-2").exists()  # never started
+        assert not (tmp_path / "runs" / "seed-2").exists()  # 2 at a time: never started
     finally:
         kill_group(proc)
         for child in seen:

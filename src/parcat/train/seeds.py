@@ -33,6 +33,8 @@ from parcat.ipc.process import SHUTTING_DOWN
 from parcat.train.config import TrainConfig
 
 MAX_SEEDS = 1000
+SHARED_PER_JOB = 4
+"""Most seeds that share one job when that ends sooner (:func:`split_jobs`)."""
 STOP_S = 120.0
 """How long an interrupted seed may take to write its checkpoint before it is killed."""
 _PR_SET_PDEATHSIG = 1
@@ -61,10 +63,20 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def split_jobs(jobs: int | None, seeds: int) -> tuple[int, int]:
-    """(seeds at a time, ``--jobs`` of each): one job per seed first, the rest shared."""
+    """(seeds at a time, ``--jobs`` of each): one job per seed first, the rest shared.
+
+    More seeds than jobs run together (time-shared, up to :data:`SHARED_PER_JOB` a job)
+    only where that ends sooner than rounds of ``jobs``: 5 seeds on 2 jobs all at once take
+    about 2.5 seeds' time, rounds of 2 take 3 (a seed counted as one job's work)."""
     budget = jobs or available_cpus()
-    at_once = max(1, min(seeds, budget))
-    return at_once, max(1, budget // at_once)
+    if seeds <= budget:
+        return max(1, seeds), budget // max(1, seeds)
+
+    def wall(at_once: int) -> float:  # in one seed's time on one job
+        return -(-seeds // at_once) * at_once / budget
+
+    at_once = min(range(budget, min(seeds, SHARED_PER_JOB * budget) + 1), key=wall)
+    return at_once, 1
 
 
 @dataclass
