@@ -274,7 +274,7 @@ def test_plan_reads_the_eval_config_file_and_skips_what_only_eval_does(
      "unknown key 'epoch'; valid: address, backend, checkpoint_every, env_workers, "
      "envs_per_worker, epochs, eval_episodes, force, format, gradient_steps, init_from, jobs, "
      "learner, loggers, metrics_format, mission, mode, overrides, parallel_training, progress, "
-     "render, resume, run_dir, seed, set, shared_learner, steps_per_epoch, total_steps, "
+     "render, resume, run_dir, seed, seeds, set, shared_learner, steps_per_epoch, total_steps, "
      "train_interval, train_steps, train_threads"),
     ("train", "mode: fast\n", "key 'mode' must be one of sync, async, got 'fast'"),
     ("train", "learner: ppo\n", "key 'learner' must be a mapping, got 'ppo'"),

@@ -124,7 +124,7 @@ MORE_FIELDS = [
         "as many seeds at a time as --jobs allows, its rest shared as their env workers.")],
      None),
     ("train_steps", Annotated[int | None, typer.Option(
-        "--train-steps", hidden=True, help="Renamed --gradient-steps.")], None),
+        "--train-steps", metavar="N", hidden=True, help="Renamed --gradient-steps.")], None),
     ("format", opts.TableOrJson, SummaryFormat.TABLE),
     ("progress", opts.Progress, True),
 ]
