@@ -5,10 +5,12 @@ with its wall time; the trained policies are then scored with ``parcat eval`` on
 episodes (seeds of their own, not the ones training evaluated on) against the mission's
 scripted heuristic (``-p greedy``):
 
-* ``cartpole``: ``configs/cartpole-dqn.yaml`` (rl-zoo's tuned DQN, 49,920 env steps),
-  seeds 0, 1, 2: the greedy evaluation return of the best checkpoint (``RUN/best``, as
-  training measured it on its 10 evaluation episodes, and on 100 fresh ones) and of the
-  last. Target: >= 475 on 3 of 3 seeds.
+* ``cartpole``, ``acrobot``, ``pendulum``, ``mountaincar``: the tuned configs
+  (``configs/cartpole-dqn.yaml`` ..., rl-zoo's settings), seeds 0, 1, 2: the greedy
+  evaluation return of the best checkpoint (``RUN/best``, as training measured it, and on
+  100 fresh episodes) and of the last. Targets (:data:`SEEDED`): CartPole >= 475 on 3 of 3
+  seeds, Acrobot >= -100 on 3 of 3, Pendulum >= -250 on 3 of 3, MountainCar >= -130 on 2
+  of 3.
 * ``harvest``: ``configs/harvest-ppo.yaml`` vs ``-p greedy``. Target: >= 0.75x greedy's
   mean return within 10 minutes.
 * ``evade``: ``configs/evade-ppo.yaml`` (IPPO: pursuers and evader learn against each
@@ -29,6 +31,7 @@ apply). Runs go to ``--out`` (default ``runs/learning``), replaced on every run.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -42,7 +45,7 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-TASKS = ("cartpole", "harvest", "evade", "goal_tasks")
+TASKS = ("cartpole", "acrobot", "pendulum", "mountaincar", "harvest", "evade", "goal_tasks")
 EVAL_EPISODES = 100
 GOAL_TASKS_SET = ("agents=2", "task_kind=direction", "max_steps=50")
 """configs/train.yaml's mission overrides, for the heuristic's evaluation."""
@@ -106,23 +109,35 @@ def row(*cells: Any) -> None:
 # -- the tasks -------------------------------------------------------------------------------
 
 
-def cartpole(out: Path, quick: bool) -> bool:
+SEEDED = {  # task: (config, mission, target, seeds of 3 that must reach it)
+    "cartpole": ("cartpole-dqn.yaml", "gymnasium:CartPole-v1", 475.0, 3),
+    "acrobot": ("acrobot-dqn.yaml", "gymnasium:Acrobot-v1", -100.0, 3),
+    "pendulum": ("pendulum-ppo.yaml", "gymnasium:Pendulum-v1", -250.0, 3),
+    "mountaincar": ("mountaincar-dqn.yaml", "gymnasium:MountainCar-v0", -130.0, 2),
+}
+"""The Gymnasium tasks with a tuned config, each trained on seeds 0, 1 and 2."""
+
+
+def seeded(task: str, out: Path, quick: bool) -> bool:
+    """Train ``task``'s tuned config on seeds 0-2, one after another; the best checkpoint's
+    return as training measured it and on 100 fresh episodes, and the last one's."""
+    config, mission, target, needed = SEEDED[task]
     seeds = (0,) if quick else (0, 1, 2)
-    row("cartpole seed", "best (10 ep, at steps)", "best on 100 ep", "last (10 ep)",
-        "wall s", "curve")
+    row(f"{task} seed", "best (train's eval, at steps)", "best on 100 ep",
+        "last (train's eval)", "wall s", "curve")
     reached = 0
     for seed in seeds:
-        run = out / f"cartpole-{seed}"
-        wall = train("cartpole-dqn.yaml", run, "--seed", str(seed))
+        run = out / f"{task}-{seed}"
+        wall = train(config, run, "--seed", str(seed))
         evals = evaluations(run)
         steps, best = max(evals, key=lambda e: e[1])  # the first of equal bests, as RUN/best
-        fresh = eval_mean("-p", str(run / "best"))
-        reached += fresh >= 475
+        fresh = eval_mean("-p", str(run / "best"), "-m", mission)
+        reached += fresh >= target
         row(seed, f"{best:.1f} ({steps:,})", f"{fresh:.1f}", f"{evals[-1][1]:.1f}",
             f"{wall:.0f}", plot(run, out))
-    print(f"cartpole: best checkpoint >= 475 on 100 episodes for {reached} of {len(seeds)} "
-          f"seeds (target: 3 of 3)", flush=True)
-    return reached == len(seeds)
+    print(f"{task}: best checkpoint >= {target:g} on 100 episodes for {reached} of "
+          f"{len(seeds)} seeds (target: {needed} of 3)", flush=True)
+    return reached >= min(needed, len(seeds))
 
 
 def versus_greedy(name: str, config: str, out: Path, target: float, flags: Sequence[str],
@@ -209,7 +224,8 @@ def _episode(env: Any, policies: dict[str, Any], seed: int, max_steps: int) -> t
 
 
 RUNNERS: dict[str, Callable[[Path, bool], bool]] = {
-    "cartpole": cartpole, "harvest": harvest, "evade": evade, "goal_tasks": goal_tasks,
+    **{task: functools.partial(seeded, task) for task in SEEDED},
+    "harvest": harvest, "evade": evade, "goal_tasks": goal_tasks,
 }
 
 

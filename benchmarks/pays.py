@@ -24,7 +24,7 @@ variant) ratios. It runs quiet and then beside one foreign busy process (``pytho
    ``--jobs 2``, ``--jobs 2 --executor process``, ``--jobs 1``.
 4. Async learning: ``parcat train -c configs/train.yaml`` sync vs ``--mode async``, and a
    0.5 ms-step environment (``BusyStep-v0``, 8 environments, 10 epochs of 50 steps) with
-   enough ``--train-steps`` that a training round costs about as much as collection.
+   enough ``--gradient-steps`` that a training round costs about as much as collection.
 5. The in-flight episode record for checkpoints (``train/vecenv.py`` ``EpisodeHistory``;
    patch ``nohistory``): ``parcat train -c configs/train.yaml``, base vs not recording.
    With 4 and 5 together the train.yaml commands run once, with every variant.
@@ -229,7 +229,7 @@ def comparisons(sections: str, policies: dict[str, int], busy: Path
             train["sync nohistory"] = Variant("nohistory", config, train=True)
         found.append(("[4/5] parcat train -c configs/train.yaml", train))
     if "4" in sections:
-        args = ["train", "-m", str(busy), *BUSY_ARGS, "--train-steps", str(BUSY_TRAIN_STEPS)]
+        args = ["train", "-m", str(busy), *BUSY_ARGS, "--gradient-steps", str(BUSY_TRAIN_STEPS)]
         found.append((f"[4] parcat train -m busy500.yaml {' '.join(args[3:])}", {
             "sync (base)": Variant("base", args, train=True),
             "--mode async": Variant("base", [*args, "--mode", "async"], train=True),

@@ -23,7 +23,7 @@ variants that ran back to back, so slow drift cancels.
    CartPole, in its favour).
 2. ``Trainer`` epoch time, ``mode=async`` vs ``sync``, each laid out as the trainer lays it
    out (``make_vecenv``: sync steps a share in the trainer's process; async leaves that
-   process to the learning thread), with ``train_steps`` calibrated so that training takes as
+   process to the learning thread), with ``gradient_steps`` calibrated so that training takes as
    long as collection in sync mode. Per-epoch time is ``collect_s + train_s`` (sync) and
    ``collect_s + idle_s`` (async) from ``report.epochs``, the first epochs skipped. Run on
    goal_tasks as in configs/train.yaml, and on an env-bound mission (``BusyStep-v0`` at
@@ -372,13 +372,13 @@ def busy(table: Table, tmp: Path, repeats: int, quick: bool, settle_s: float) ->
 
 
 LEARNER = {"width": 64, "depth": 2, "lr": 0.001, "gamma": 0.95, "batch_size": 64,
-           "buffer_size": 50000, "learning_starts": 64, "target_update_every": 200,
+           "buffer_size": 50000, "learning_starts": 64, "target_update_interval": 200,
            "eps_decay_steps": 20000}
 """configs/train.yaml's learner, but learning from the first epoch on."""
 WARM_EPOCHS = 2
 
 
-def train_once(case: dict[str, Any], mode: str, train_steps: int,
+def train_once(case: dict[str, Any], mode: str, gradient_steps: int,
                epochs: int) -> dict[str, Any]:
     """Medians over the epochs after the warm ones (seconds), and the trainer's layout."""
     from parcat.train.config import TrainConfig
@@ -388,7 +388,7 @@ def train_once(case: dict[str, Any], mode: str, train_steps: int,
         config = TrainConfig(
             mission=case["mission"], overrides=case["overrides"], epochs=epochs,
             steps_per_epoch=50, env_workers=case["workers"], envs_per_worker=case["per_worker"],
-            mode=mode, train_steps=train_steps, learner=LEARNER, seed=0,
+            mode=mode, gradient_steps=gradient_steps, learner=LEARNER, seed=0,
             checkpoint_every=epochs, run_dir=run_dir,
         )
         trainer = Trainer(config)
@@ -454,7 +454,7 @@ def learning(table: Table, tmp: Path, repeats: int, quick: bool, settle_s: float
         "2. Trainer epoch time, async vs sync (Trainer + TrainConfig as is; x = async / sync, "
         "paired)",
         "DQN of configs/train.yaml but learning_starts 64; 50 vector steps per epoch; "
-        "train_steps calibrated so that train_s ~ collect_s in sync mode",
+        "gradient_steps calibrated so that train_s ~ collect_s in sync mode",
         "epoch = collect_s + train_s (sync), collect_s + idle_s (async), medians over epochs "
         f"after the first {WARM_EPOCHS}; in brackets: median collect_s, train round, idle_s (ms)",
     )
@@ -472,7 +472,7 @@ def learning(table: Table, tmp: Path, repeats: int, quick: bool, settle_s: float
                           repeats, retries=repeats // 2, flip_on_retry=True)
         layouts = {mode: figures[mode][-1]["layout"] for mode in figures}
         table.section(
-            f"  {case['name']}: train_steps {steps}",
+            f"  {case['name']}: gradient_steps {steps}",
             *(f"  {mode} layout: {layouts[mode]['label']}" for mode in ("sync", "async")),
         )
         ms: dict[str, dict[str, float]] = {}

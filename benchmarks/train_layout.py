@@ -51,7 +51,7 @@ GOAL = {"agents": 2, "task_kind": "direction", "max_steps": 50}
 BUSY_MISSION = ("name: busy500\nenv: gymnasium:train:BusyStep-v0\nmax_steps: 200\n"
                 "params:\n  busy_us: 500\n")
 BUSY_ARGS = ["--epochs", "10", "--steps-per-epoch", "50", "--envs-per-worker", "8",
-             "--train-steps", "50"]
+             "--gradient-steps", "50"]
 
 
 def child_env() -> dict[str, str]:

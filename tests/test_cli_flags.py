@@ -353,10 +353,10 @@ def test_plan_reads_the_eval_config_file_and_skips_what_only_eval_does(
     ("eval", "- harvest\n", "expected a mapping of keys, got list"),
     ("train", "epoch: 3\n",
      "unknown key 'epoch'; valid: address, backend, checkpoint_every, env_workers, "
-     "envs_per_worker, epochs, eval_episodes, force, format, init_from, jobs, learner, loggers, "
-     "metrics_format, mission, mode, overrides, parallel_training, progress, render, resume, "
-     "run_dir, seed, set, shared_learner, steps_per_epoch, train_interval, train_steps, "
-     "train_threads"),
+     "envs_per_worker, epochs, eval_episodes, force, format, gradient_steps, init_from, jobs, "
+     "learner, loggers, metrics_format, mission, mode, overrides, parallel_training, progress, "
+     "render, resume, run_dir, seed, seeds, set, shared_learner, steps_per_epoch, total_steps, "
+     "train_interval, train_steps, train_threads"),
     ("train", "mode: fast\n", "key 'mode' must be one of sync, async, got 'fast'"),
     ("train", "learner: ppo\n", "key 'learner' must be a mapping, got 'ppo'"),
 ])
@@ -374,7 +374,7 @@ def test_train_output_is_the_run_directory_and_no_progress_keeps_stderr_quiet(
     result = runner.invoke(app, [
         "train", "-m", "goal_tasks", "--set", "agents=2", "--set", "max_steps=30",
         "--steps-per-epoch", "20", "--env-workers", "0", "--envs-per-worker", "2",
-        "--train-steps", "2", "--epochs", "2", "-o", str(run), "-f", "json", "--no-progress"])
+        "--gradient-steps", "2", "--epochs", "2", "-o", str(run), "-f", "json", "--no-progress"])
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     assert document["checkpoint"] == str(run) and len(document["epochs"]) == 2

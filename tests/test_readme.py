@@ -60,7 +60,10 @@ def _add(line: str, extra: str) -> str:
 
 CHEAPER: list[tuple[str, Callable[[str], str]]] = [
     (r"^parcat train .*--resume", lambda line: re.sub(r"--epochs \d+", "--epochs 3", line)),
-    (r"^parcat train (?!.*--resume)", _budget("--epochs", 2)),
+    (r"--total-steps \d+", lambda line: re.sub(r"--total-steps \d+", "--total-steps 1000",
+                                                line)),
+    (r"^parcat train (?!.*(--resume|--total-steps))", _budget("--epochs", 2)),
+    (r"--seeds \d+-\d+", lambda line: re.sub(r"--seeds \d+-\d+", "--seeds 0-1", line)),
     (r"^parcat train ", lambda line: _add(line, "--eval-episodes 1")),
     (r"runs/old", lambda line: line.replace("runs/old", "runs/goal_tasks")),
     (r"^(python -m )?parcat eval (?!.*(-n|--episodes|--precision) )", _budget("-n", 4)),

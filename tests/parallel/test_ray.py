@@ -80,7 +80,7 @@ def test_train_env_workers_as_ray_actors_equal_local(tmp_path: Path) -> None:
     def cfg(run: Path, **changes: object) -> TrainConfig:
         base = TrainConfig(mission="goal_tasks", overrides={"agents": 2, "max_steps": 10},
                            epochs=2, steps_per_epoch=10, env_workers=0, envs_per_worker=4,
-                           train_steps=5, learner={"width": 8, "depth": 1,
+                           gradient_steps=5, learner={"width": 8, "depth": 1,
                                                    "learning_starts": 16, "batch_size": 8},
                            seed=3, checkpoint_every=2, run_dir=str(run))
         return TrainConfig(**{**base.__dict__, **changes})  # type: ignore[arg-type]

@@ -117,7 +117,7 @@ def test_eval_on_two_nodes_equals_local(cluster: Cluster, tmp_path: Path) -> Non
 def test_train_with_actors_on_two_nodes_equals_local(cluster: Cluster, tmp_path: Path) -> None:
     config = tmp_path / "train.yaml"
     config.write_text("mission: goal_tasks\noverrides: {agents: 2, max_steps: 10}\nepochs: 2\n"
-                      "steps_per_epoch: 10\ntrain_steps: 5\nseed: 3\ncheckpoint_every: 2\n"
+                      "steps_per_epoch: 10\ngradient_steps: 5\nseed: 3\ncheckpoint_every: 2\n"
                       "learner: {width: 8, depth: 1, learning_starts: 16, batch_size: 8}\n")
     # two actors of one CPU each on two one-CPU nodes: one actor on each node
     remote = cluster.parcat("train", "-c", str(config), "--env-workers", "2",

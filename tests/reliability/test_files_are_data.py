@@ -40,7 +40,7 @@ TRUST = "a file cannot make parcat run it: "
 FIX = "restore the checkpoint from a copy or train it again"
 MISSION = ["-m", "goal_tasks", "--set", "agents=2", "--set", "max_steps=10"]
 TRAIN = ["train", *MISSION, "--epochs", "1", "--steps-per-epoch", "8", "--env-workers", "0",
-         "--envs-per-worker", "2", "--train-steps", "1", "--eval-episodes", "1",
+         "--envs-per-worker", "2", "--gradient-steps", "1", "--eval-episodes", "1",
          "--format", "json"]
 
 

@@ -97,7 +97,7 @@ def test_missions_list_skips_a_fifo_and_an_alias_bomb_naming_each(tmp_path: Path
 
 def test_train_resume_with_a_fifo_metrics_log_is_one_line(tmp_path: Path) -> None:
     train = ["train", "-m", "goal_tasks", "--set", "agents=2", "--set", "max_steps=10",
-             "--steps-per-epoch", "8", "--env-workers", "0", "--train-steps", "1",
+             "--steps-per-epoch", "8", "--env-workers", "0", "--gradient-steps", "1",
              "--eval-episodes", "1", "-o", "run"]
     assert parcat(*train, "--epochs", "1", cwd=tmp_path).returncode == 0
     log = tmp_path / "run" / "metrics.jsonl"

@@ -21,7 +21,7 @@ from tests.reliability.helpers import ROOT, start_cli, wait_until, write_slow_mi
 
 TIMEOUT_S = 300
 TRAIN = ["train", "-m", "goal_tasks", "--set", "max_steps=10", "--steps-per-epoch", "20",
-         "--env-workers", "0", "--envs-per-worker", "2", "--train-steps", "2",
+         "--env-workers", "0", "--envs-per-worker", "2", "--gradient-steps", "2",
          "--eval-episodes", "1", "--format", "json", "--no-progress"]
 LONG = ["--epochs", "100000", "--checkpoint-every", "1"]
 

@@ -227,7 +227,7 @@ def test_a_segfault_in_the_greedy_evaluation_leaves_nan_returns(
 def trained(tmp_path: Path, shared: bool) -> Trainer:
     """A short run on an environment from outside parcat (its envs step in a worker)."""
     config = TrainConfig(mission="tests.fakes:ScriptedEnv", epochs=1, steps_per_epoch=10,
-                         envs_per_worker=2, train_steps=2, learner=SMALL, seed=7,
+                         envs_per_worker=2, gradient_steps=2, learner=SMALL, seed=7,
                          eval_episodes=0, shared_learner=shared, run_dir=str(tmp_path / "run"))
     trainer = Trainer(config)
     assert trainer.vec.layout == [("worker", 2)]

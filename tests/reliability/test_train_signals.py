@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="POSIX signals a
 
 ARGS = ["train", "-m", "goal_tasks", "--set", "agents=2", "--set", "max_steps=20",
         "--epochs", "400", "--steps-per-epoch", "20", "--env-workers", "1",
-        "--envs-per-worker", "4", "--train-steps", "20", "--checkpoint-every", "2"]
+        "--envs-per-worker", "4", "--gradient-steps", "20", "--checkpoint-every", "2"]
 
 
 @pytest.mark.parametrize(("sig", "code", "group"), [(signal.SIGINT, 130, True),

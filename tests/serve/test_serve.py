@@ -367,7 +367,7 @@ def test_a_run_directory_is_served_with_its_mission_and_each_agents_weights(
     run = tmp_path / "run"
     trained = subprocess.run(
         parcat("train", "-m", "goal_tasks", *GOALS, "--epochs", "1", "--steps-per-epoch", "8",
-               "--env-workers", "0", "--train-steps", "2", "--eval-episodes", "1",
+               "--env-workers", "0", "--gradient-steps", "2", "--eval-episodes", "1",
                "--run-dir", str(run), "--no-progress"),
         cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     assert trained.returncode == 0, trained.stderr

@@ -18,13 +18,13 @@ from parcat.train.trainer import Trainer
 SETS = {"agents": 2, "max_steps": 10, "goal_radius": 0.5}
 TRAIN = ["train", "-m", "goal_tasks", "--set", "agents=2", "--set", "max_steps=10", "--set",
          "goal_radius=0.5", "--steps-per-epoch", "8", "--env-workers", "0",
-         "--envs-per-worker", "2", "--train-steps", "2", "--format", "json"]
+         "--envs-per-worker", "2", "--gradient-steps", "2", "--format", "json"]
 
 
 def config(run: Path, **changes: object) -> TrainConfig:
     return TrainConfig(**{**TrainConfig(mission="goal_tasks", overrides=SETS, epochs=4,
                                         steps_per_epoch=8, env_workers=0, envs_per_worker=2,
-                                        train_steps=5, learner={"learning_starts": 0},
+                                        gradient_steps=5, learner={"learning_starts": 0},
                                         checkpoint_every=1, eval_episodes=3,
                                         run_dir=str(run)).__dict__, **changes})
 
@@ -115,7 +115,7 @@ def test_set_wins_over_the_run_and_a_space_change_is_one_error(
     run = tmp_path / "harvest"
     assert main(["train", "-m", "harvest", "--set", "agents=1", "--set", "size=6", "--set",
                  "view=1", "--set", "max_steps=10", "--epochs", "1", "--steps-per-epoch", "4",
-                 "--env-workers", "0", "--train-steps", "1", "--eval-episodes", "1",
+                 "--env-workers", "0", "--gradient-steps", "1", "--eval-episodes", "1",
                  "--run-dir", str(run), "--format", "json"]) == 0
     capsys.readouterr()
     assert eval_run(capsys, "-p", str(run), "--set", "max_steps=5")[0] == 0
@@ -140,7 +140,7 @@ def test_gymnasium_ids_are_missions(tmp_path: Path, capsys: pytest.CaptureFixtur
         "print(*gymnasium.registry)\"\n")
     run = tmp_path / "cp"
     assert main(["train", "-m", "gymnasium:CartPole-v1", "--epochs", "1", "--steps-per-epoch",
-                 "4", "--env-workers", "0", "--train-steps", "1", "--eval-episodes", "1",
+                 "4", "--env-workers", "0", "--gradient-steps", "1", "--eval-episodes", "1",
                  "--run-dir", str(run), "--format", "json"]) == 0
     capsys.readouterr()
     # the run's manifest names gymnasium's code: the user names it too, or trusts the run

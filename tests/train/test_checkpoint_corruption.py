@@ -31,7 +31,7 @@ from parcat.train.runs import METRICS_FILES
 AGENTS = ("agent_0", "agent_1")
 MISSION = ["-m", "goal_tasks", "--set", "agents=2", "--set", "max_steps=10"]
 TRAIN = ["train", *MISSION, "--steps-per-epoch", "8", "--env-workers", "0",
-         "--envs-per-worker", "2", "--train-steps", "2", "--format", "json"]
+         "--envs-per-worker", "2", "--gradient-steps", "2", "--format", "json"]
 FIX = "restore the checkpoint from a copy or train it again"
 SUFFIX = " (mission 'goal_tasks')"  # what eval adds to a policy's error
 

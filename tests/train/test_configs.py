@@ -12,8 +12,8 @@ from parcat.train.recipes import make_recipes
 from tests.train.flags import load
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-DQN_CONFIGS = ["train.yaml", "cartpole-dqn.yaml"]
-TRAIN_CONFIGS = [*DQN_CONFIGS, "harvest-ppo.yaml", "evade-ppo.yaml"]
+DQN_CONFIGS = ["train.yaml", "cartpole-dqn.yaml", "acrobot-dqn.yaml", "mountaincar-dqn.yaml"]
+TRAIN_CONFIGS = [*DQN_CONFIGS, "harvest-ppo.yaml", "evade-ppo.yaml", "pendulum-ppo.yaml"]
 
 
 @pytest.mark.parametrize("name", TRAIN_CONFIGS)
@@ -33,7 +33,7 @@ def test_a_shipped_dqn_config_finishes_exploring_within_its_run(name: str) -> No
     assert config.learner.get("class", "dqn") == "dqn"
     mission = load_mission(config.mission, dict(config.overrides))
     num_envs = plan_training(config, mission, cpus=2).num_envs
-    per_learner = config.epochs * config.steps_per_epoch * num_envs
+    per_learner = config.with_epochs_for(num_envs).epochs * config.steps_per_epoch * num_envs
     if config.shared_learner:
         per_learner *= len(mission.agents())
     assert config.learner["eps_decay_steps"] <= per_learner * 0.8

@@ -87,7 +87,7 @@ def _chain_step(state: np.ndarray, actions: np.ndarray) -> tuple[np.ndarray, ...
 
 
 def test_learns_a_five_state_chain_by_bootstrapping() -> None:
-    config = replace(FAST, gamma=0.9, eps_decay_steps=2_000, target_update_every=50)
+    config = replace(FAST, gamma=0.9, eps_decay_steps=2_000, target_update_interval=400)
     learner = DQNLearner(5, 2, config)
     eye = np.eye(5, dtype=np.float32)
     state, age = np.zeros(8, dtype=np.int64), np.zeros(8, dtype=np.int64)
@@ -114,15 +114,14 @@ def test_terminated_stops_bootstrapping(terminated: bool, expected: float) -> No
         batch_size=8,
         learning_starts=8,
         buffer_size=8,
-        target_update_every=10,
-        train_steps=50,
+        target_update_interval=8,
         seed=2,
     )
     learner = DQNLearner(2, 2, config)
     obs = np.tile(np.array([[1.0, 0.0]], dtype=np.float32), (8, 1))
-    learner.observe(Transitions(obs, np.zeros(8), np.ones(8), obs, np.full(8, terminated)))
-    for _ in range(20):
-        learner.train_step()
+    for _ in range(100):  # each round's 8 transitions pass an interval: the target is copied
+        learner.observe(Transitions(obs, np.zeros(8), np.ones(8), obs, np.full(8, terminated)))
+        learner.train_many(10)
     assert _q_values(learner, obs[:1])[0, 0] == pytest.approx(expected, abs=0.05)
 
 
@@ -210,7 +209,7 @@ def test_same_seed_and_data_are_bit_identical(options: dict[str, Any]) -> None:
 
 
 def test_state_dict_round_trip_resumes_bit_identically(tmp_path: Path) -> None:
-    config = replace(FAST, buffer_size=300, target_update_every=7, train_steps=2)
+    config = replace(FAST, buffer_size=300, target_update_interval=7)
     a = DQNLearner(5, 3, config)
     _stream(a, 100, seed=0, obs_dim=5)  # the ring has wrapped, the target has been copied
     arrays: dict[str, Any] = a.state_dict()
@@ -219,7 +218,7 @@ def test_state_dict_round_trip_resumes_bit_identically(tmp_path: Path) -> None:
     b = DQNLearner(
         5,
         3,
-        replace(FAST, buffer_size=300, target_update_every=7, train_steps=2, seed=77),
+        replace(FAST, buffer_size=300, target_update_interval=7, seed=77),
     )
     with np.load(tmp_path / "state.npz") as data:
         b.load_state_dict({key: data[key] for key in data.files})
@@ -254,8 +253,8 @@ def test_loading_a_mismatched_state_fails_and_changes_nothing() -> None:
         ({"learning_starts": -1},
          "dqn: 'learning_starts' must be an integer between 0 "
          "and 1,000,000,000, got -1"),
-        ({"train_steps": True},
-         "dqn: 'train_steps' must be an integer between 1 and "
+        ({"target_update_interval": True},
+         "dqn: 'target_update_interval' must be an integer between 1 and "
          "1,000,000,000, got True"),
         ({"lr": 0.0}, "dqn: 'lr' must be a number > 0, got 0.0"),
         ({"lr": float("nan")}, "dqn: 'lr' must be a number > 0, got nan"),
@@ -298,3 +297,14 @@ def test_learner_rejects_bad_sizes_and_observations() -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         DQNLearner(4, 2).observe(
             Transitions(obs, np.array([0, -1]), np.zeros(2), obs, np.zeros(2, bool)))
+
+
+@pytest.mark.parametrize(("old", "message"), [
+    ("train_steps", "dqn: option 'train_steps' is now the run's gradient_steps "
+                    "(--gradient-steps): updates per epoch; rename it"),
+    ("target_update_every", "dqn: option 'target_update_every' is now target_update_interval, "
+                            "in environment steps (rl-zoo's unit); rename it"),
+])
+def test_an_old_option_name_is_one_line_naming_the_new_one(old: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        DQNConfig.from_mapping({old: 4})

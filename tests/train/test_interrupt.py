@@ -18,7 +18,7 @@ from tests.reliability.helpers import kill_group, loaded_numpy, session_processe
 
 TIMEOUT_S = 300
 TRAIN = ["-m", "parcat", "train", "-m", "goal_tasks", "--set", "max_steps=10",
-         "--steps-per-epoch", "20", "--envs-per-worker", "2", "--train-steps", "2",
+         "--steps-per-epoch", "20", "--envs-per-worker", "2", "--gradient-steps", "2",
          "--eval-episodes", "1", "--checkpoint-every", "1000", "--epochs", "100000",
          "--format", "json"]
 

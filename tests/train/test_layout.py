@@ -29,7 +29,7 @@ GOALS = {"agents": 2, "task_kind": "direction", "max_steps": 20}
 def test_goal_tasks_plans_in_process_and_trains_as_a_worker_does(tmp_path: Path) -> None:
     def config(run: str, **layout: int) -> TrainConfig:
         return TrainConfig(mission="goal_tasks", overrides=GOALS, epochs=3, steps_per_epoch=20,
-                           envs_per_worker=8, train_steps=10, learner=SMALL, seed=5,
+                           envs_per_worker=8, gradient_steps=10, learner=SMALL, seed=5,
                            run_dir=str(tmp_path / run), **layout)  # type: ignore[arg-type]
 
     # --jobs 2 leaves one job for a worker; goal_tasks' step is too cheap to hand over
@@ -47,7 +47,7 @@ def slow_config(folder: Path) -> Path:
     path = folder / "train.yaml"
     learner = ", ".join(f"{k}: {v}" for k, v in SMALL.items())
     path.write_text(f"mission: {write_slow_mission(folder)}\nepochs: 2\nsteps_per_epoch: 120\n"
-                    f"envs_per_worker: 8\ntrain_steps: 5\nseed: 3\nlearner: {{{learner}}}\n")
+                    f"envs_per_worker: 8\ngradient_steps: 5\nseed: 3\nlearner: {{{learner}}}\n")
     return path
 
 

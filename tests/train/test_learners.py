@@ -121,7 +121,7 @@ def test_learning_smoke_beats_random(tmp_path: Path, learner: str, margin: float
         "ppo": {"class": "ppo", "width": 32, "depth": 1, "lr": 0.003, "gamma": 0.9},
         "external": {"class": EXTERNAL_CLASS},
     }
-    cfg = config(tmp_path, epochs=15, steps_per_epoch=20, train_steps=1, checkpoint_every=15,
+    cfg = config(tmp_path, epochs=15, steps_per_epoch=20, gradient_steps=1, checkpoint_every=15,
                  learner=learners[learner])
     Trainer(cfg).run()
     trained = evaluate(make_config(["goal_tasks"], [str(tmp_path / "run")], episodes=20,
@@ -154,9 +154,10 @@ TRAIN = ["train", "--epochs", "1", "--steps-per-epoch", "5", "--env-workers", "0
 
 
 @pytest.mark.parametrize(("args", "line"), [
-    (["-m", "evade"], "parcat: error: mission 'evade': agent 'pursuer_0' has action space "
-     "Box(-1.0, 1.0, (2,), float32); the dqn learner learns Discrete actions; use --learner "
-     "ppo\n"),
+    # --learner dqn: -m evade alone would pick configs/evade-ppo.yaml, a tuned PPO
+    (["-m", "evade", "--learner", "dqn"], "parcat: error: mission 'evade': agent 'pursuer_0' "
+     "has action space Box(-1.0, 1.0, (2,), float32); the dqn learner learns Discrete "
+     "actions; use --learner ppo\n"),
     (["--learner", "sac"], "parcat: error: learner 'sac' is not a built-in (dqn, ppo) nor a "
      "'module:Class' reference; give one with --learner or learner.class\n"),
     (["--learner", "nowhere.mod:Learner"], "parcat: error: learner 'nowhere.mod:Learner' "

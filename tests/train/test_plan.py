@@ -167,7 +167,7 @@ def test_configs_train_yaml_leaves_the_layout_to_the_planner() -> None:
 def test_cli_prints_the_plan(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, [
         "train", "-m", "goal_tasks", "--set", "agents=2", "--set", "max_steps=10", "--jobs", "2",
-        "--epochs", "1", "--steps-per-epoch", "5", "--train-steps", "2",
+        "--epochs", "1", "--steps-per-epoch", "5", "--gradient-steps", "2",
         "--run-dir", str(tmp_path / "r"), "--format", "json",
     ])
     assert result.exit_code == 0, result.output

@@ -20,10 +20,12 @@ from tests.reliability.helpers import ROOT, kill_group
 
 TRAIN = ["train", "-m", "goal_tasks", "--set", "agents=2", "--set", "max_steps=30",
          "--steps-per-epoch", "20", "--env-workers", "0", "--envs-per-worker", "2",
-         "--train-steps", "2"]
+         "--gradient-steps", "2"]
 LINE = re.compile(r"epoch (\d+)/(\d+) episodes (\d+) reward agent_0=\S+ \[\S+, \S+\] "
                   r"agent_1=\S+ \[\S+, \S+\] length \S+ steps (\d+) epsilon \S+ loss "
-                  r"agent_0=\S+ agent_1=\S+ \d+ steps/s time \d+\.\ds")
+                  r"agent_0=\S+ agent_1=\S+ \d+ steps/s time \d+\.\ds"
+                  r"(; eval agent_0 \(mean\) \S+; eval agent_1 \(mean\) \S+; eval total "
+                  r"\(sum over agents\) \S+; best eval total \S+)?")
 
 
 def test_piped_train_prints_each_epoch_as_it_finishes(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from parcat.train.metrics import MetricsLog, read_metrics
 
 MISSION = ["-m", "goal_tasks", "--set", "agents=2", "--set", "max_steps=10"]
 TRAIN = ["train", *MISSION, "--steps-per-epoch", "8", "--env-workers", "0",
-         "--envs-per-worker", "2", "--train-steps", "2", "--format", "json"]
+         "--envs-per-worker", "2", "--gradient-steps", "2", "--format", "json"]
 
 
 def train(run: Path, epochs: int, capsys: pytest.CaptureFixture[str],

@@ -20,7 +20,7 @@ from tests.train.flags import load
 
 MISSION = ["-m", "goal_tasks", "--set", "max_steps=10", "--set", "agents=2"]
 TRAIN = ["train", "--steps-per-epoch", "8", "--env-workers", "0", "--envs-per-worker", "2",
-         "--train-steps", "2", "--eval-episodes", "2", "--format", "json"]
+         "--gradient-steps", "2", "--eval-episodes", "2", "--format", "json"]
 
 
 def train(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
@@ -247,8 +247,8 @@ def test_an_unknown_learner_key_is_one_line_naming_the_valid_ones(
     code, err = train(capsys, *MISSION, "--set", "learner.lrx=0.1", "--run-dir",
                       str(tmp_path / "r"))
     assert (code, err) == (2, "parcat: error: dqn: unknown option 'lrx'; known: width, depth, "
-                           "lr, gamma, batch_size, buffer_size, learning_starts, train_steps, "
-                           "target_update_every, eps_start, eps_end, eps_decay_steps, double, "
+                           "lr, gamma, batch_size, buffer_size, learning_starts, "
+                           "target_update_interval, eps_start, eps_end, eps_decay_steps, double, "
                            "huber, grad_clip, init, seed\n")
 
 

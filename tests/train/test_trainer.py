@@ -27,7 +27,7 @@ SMALL = {"width": 16, "depth": 1, "learning_starts": 64, "batch_size": 32,
 
 def config(tmp: Path, **changes: object) -> TrainConfig:
     base = TrainConfig(mission="goal_tasks", overrides=GOALS, epochs=3, steps_per_epoch=20,
-                       env_workers=0, envs_per_worker=4, train_steps=10, learner=SMALL,
+                       env_workers=0, envs_per_worker=4, gradient_steps=10, learner=SMALL,
                        seed=5, checkpoint_every=1, run_dir=str(tmp / "run"))
     return TrainConfig(**{**base.__dict__, **changes})  # type: ignore[arg-type]
 
@@ -73,7 +73,7 @@ def test_async_learning_overlaps_collection(tmp_path: Path) -> None:
     starts and when it ends: a larger count at the end shows collection went on while the
     learner trained (event order, not timing)."""
     events: list[tuple[str, int]] = []
-    cfg = config(tmp_path, mode="async", epochs=6, train_steps=400, checkpoint_every=10)
+    cfg = config(tmp_path, mode="async", epochs=6, gradient_steps=400, checkpoint_every=10)
     report = Trainer(cfg, on_event=lambda event, epoch: events.append((event, epoch))).run()
     overlaps = [n for stats in report.epochs for n in stats.overlap_steps]
     assert overlaps and any(n > 0 for n in overlaps), overlaps
@@ -128,7 +128,7 @@ def test_crashed_env_worker_is_restarted_and_training_goes_on(tmp_path: Path) ->
 
 
 def test_learning_smoke_beats_random(tmp_path: Path) -> None:
-    cfg = config(tmp_path, epochs=15, steps_per_epoch=20, train_steps=40,
+    cfg = config(tmp_path, epochs=15, steps_per_epoch=20, gradient_steps=40,
                  learner={**SMALL, "width": 32, "eps_decay_steps": 3000, "gamma": 0.9})
     Trainer(cfg).run()
     trained = evaluate(make_config(["goal_tasks"], [str(tmp_path / "run")], episodes=20,
@@ -162,7 +162,7 @@ def test_train_plan_splits_jobs() -> None:
 def test_cli_train_smoke(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, [
         "train", "-m", "goal_tasks", "--set", "agents=2", "--set", "max_steps=10",
-        "--epochs", "2", "--steps-per-epoch", "10", "--env-workers", "1", "--train-steps", "5",
+        "--epochs", "2", "--steps-per-epoch", "10", "--env-workers", "1", "--gradient-steps", "5",
         "--run-dir", str(tmp_path / "r"), "--format", "json",
     ])
     assert result.exit_code == 0, result.output

@@ -56,6 +56,11 @@ class Settings:
         """The ``-c`` file's keys as fields (``values``: the command line's, ``given`` by it)."""
         return data
 
+    @classmethod
+    def default_config(cls, values: Mapping[str, Any]) -> Path | None:
+        """The ``-c`` file to read when none is given (``values``: the command line's)."""
+        return None
+
 
 @dataclass(frozen=True)
 class SettingsCommand:
@@ -105,6 +110,8 @@ class _SettingsClick(TyperCommand):
         """Defaults < the ``-c`` file < the flags given, checked by the settings once."""
         given = frozenset(name for name in ctx.params if _given(ctx, name))
         path = ctx.params.get("config")
+        if path is None:
+            path = self.spec.settings.default_config(ctx.params)
         if self.spec.flag_keys and path is not None:
             ctx.params = {**apply_config(path, ctx, self.spec, given), "config": path}
         settings: Settings = super().invoke(ctx)

@@ -5,7 +5,7 @@
 import time
 import typing
 from collections.abc import Mapping
-from dataclasses import field, fields, make_dataclass
+from dataclasses import field, fields, make_dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,13 +23,17 @@ from parcat.cli.flag_config import Settings, set_mapping, settings_command
 from parcat.cli.render import stderr_console
 from parcat.cli.stdout import user_prints_on_stderr
 from parcat.cli.train_progress import epoch_progress, interrupted_line
-from parcat.core.errors import ConfigError, brief
+from parcat.core.errors import ConfigError, RunError, brief
 from parcat.core.settings import LEARNER_PREFIX, parse_overrides, split_learner_settings
 from parcat.train.config import LoggerKind, TrainConfig
-from parcat.train.run_dir import RunDirChoice, claim_run_dir
-from parcat.train.runs import BEST
+from parcat.train.run_dir import RunDirChoice, claim_run_dir, free_path
+from parcat.train.runs import BEST, TOTAL
+from parcat.train.seeds import SeedRun, parse_seeds, run_seeds, seed_configs, split_jobs
 from parcat.train.trainer import Trainer, TrainReport
+from parcat.train.tuned import tuned_config
 
+RENAMED = "learner updates per learner per epoch"
+"""What ``train_steps``, the old name of ``gradient_steps``, counted."""
 LAYOUT = frozenset({"jobs", "env_workers"})
 """Two ways to lay out a run: a flag given for either replaces the file's both keys."""
 
@@ -44,8 +48,13 @@ class _TrainFile(Settings):
                   given: frozenset[str]) -> dict[str, Any]:
         """``overrides`` and ``learner``'s options go into ``set`` (``learner.KEY``), its
         class into ``learner``; ``--learner`` naming another class drops its options."""
+        if "train_steps" in data:
+            raise ConfigError(f"{label}: key 'train_steps' is now 'gradient_steps' ({RENAMED}); "
+                              "rename it")
         if given & LAYOUT:
             data = {k: v for k, v in data.items() if k not in LAYOUT}
+        if "epochs" in given:  # the budget the command line gives wins over the file's
+            data.pop("total_steps", None)
         overrides, learner = (_mapping(label, key, data.pop(key, None))
                               for key in ("overrides", "learner"))
         name = learner.pop("class", None)
@@ -57,6 +66,13 @@ class _TrainFile(Settings):
         if sets:
             data["set"] = {**sets, **set_mapping(label, data.get("set") or {})}
         return data
+
+
+    @classmethod
+    def default_config(cls, values: Mapping[str, Any]) -> Path | None:
+        """``-m MISSION`` alone: the shipped config tuned for it, if there is one."""
+        missions = values.get("mission") or []
+        return tuned_config(missions[0], values.get("learner")) if len(missions) == 1 else None
 
 
 def _mapping(label: str, key: str, value: Any) -> dict[str, Any]:
@@ -134,6 +150,14 @@ MORE_FIELDS = [
     ("force", Annotated[bool, typer.Option(
         "--force", rich_help_panel=opts.OUTPUT, help="Replace the run already in -o DIR "
         "(what parcat wrote there is deleted first; other files stay).")], False),
+    ("seeds", Annotated[str | None, typer.Option(
+        "--seeds", metavar="SEEDS", rich_help_panel=opts.PARALLEL, help="Train several seeds "
+        "(0-4, 1,3,7) in parallel under one --jobs budget, one run each in RUN/seed-N (RUN: "
+        "-o DIR, default runs/<mission>): as many seeds at a time as --jobs allows, its rest "
+        "shared as their env workers.")],
+     None),
+    ("train_steps", Annotated[int | None, typer.Option(
+        "--train-steps", metavar="N", hidden=True, help="Renamed --gradient-steps.")], None),
     ("format", opts.TableOrJson, SummaryFormat.TABLE),
     ("progress", opts.Progress, True),
 ]
@@ -154,6 +178,15 @@ def train_command(s: Any) -> None:
     err = stderr_console()
     with user_errors():
         cfg = train_config(s)
+        seeds = None if s.seeds is None else parse_seeds(s.seeds)
+    if s.config is not None and "config" not in s.given:
+        err.print(f"note: -m {cfg.mission}: using its tuned config {s.config} (its figures "
+                  "are at its top; flags override its keys; -c FILE for another)",
+                  soft_wrap=True)
+    if seeds is not None:
+        with user_errors():
+            _train_seeds(cfg, seeds, s, err)
+        return
     with user_errors(), claim_run_dir(cfg, resume=s.resume, force=s.force) as choice:
         report, trainer = _train(choice, s.resume, s.progress, s.format, err)
     _show(report, trainer, s.format)
@@ -167,6 +200,8 @@ def train_command(s: Any) -> None:
 def train_config(s: Any) -> TrainConfig:
     """The run that :data:`TrainSettings` ``s`` describe (``--set``: mission parameters and
     ``learner.KEY`` learner options)."""
+    if s.train_steps is not None:
+        raise ConfigError(f"--train-steps is now --gradient-steps ({RENAMED})")
     overrides, learner = split_learner_settings(parse_overrides(s.set or []))
     if s.learner is not None:
         learner["class"] = s.learner
@@ -175,6 +210,45 @@ def train_config(s: Any) -> TrainConfig:
                           "loggers": tuple(s.loggers or ()),
                           "mission": opts.one_value(s.mission, "-m/--mission", "train")
                           or TrainConfig.mission})
+
+
+def _train_seeds(cfg: TrainConfig, seeds: list[int], s: Any, err: Any) -> None:
+    """``--seeds``: every seed a run of its own in ``RUN/seed-N``, several at a time."""
+    if cfg.render:
+        raise ConfigError("--render shows one run: give --seed N instead of --seeds")
+    if s.resume and s.force:
+        raise ConfigError("--resume and --force contradict each other: --resume continues "
+                          "the runs, --force replaces them; give one")
+    path = cfg.run_path if cfg.run_dir or s.resume or s.force else free_path(cfg.run_path)
+    at_once, jobs_each = split_jobs(cfg.jobs, len(seeds))
+    configs = seed_configs(replace(cfg, run_dir=str(path)), seeds, jobs_each)
+    err.print(f"seeds {', '.join(map(str, seeds))}: one run each in {path}/seed-N, {at_once} "
+              f"at a time" + ("" if cfg.env_workers is not None else
+                               f" with --jobs {jobs_each} each"), soft_wrap=True)
+    flags = ["--resume"] * s.resume + ["--force"] * s.force
+    runs = run_seeds(configs, at_once, flags,
+                     on_start=lambda run: err.print(f"seed {run.seed}: training into {run.path}",
+                                                    soft_wrap=True),
+                     on_end=lambda run: _seed_done(run, s.format))
+    if s.format is SummaryFormat.JSON:
+        print_json({"runs": [{"seed": r.seed, "run_dir": str(r.path), "exit_code": r.code,
+                              "seconds": round(r.seconds, 3), "error": r.last_error or None}
+                             for r in runs]})
+    failed = [r for r in runs if r.code != 0]
+    if failed:
+        first = failed[0]
+        why = first.last_error.removeprefix("parcat: error: ") or f"exit code {first.code}"
+        kind = ConfigError if all(r.code == 2 for r in failed) else RunError
+        raise kind(f"{len(failed)} of {len(runs)} seeds failed; seed {first.seed} "
+                   f"({first.path}): {why}")
+
+
+def _seed_done(run: SeedRun, fmt: SummaryFormat) -> None:
+    if run.code != 0 or fmt is SummaryFormat.JSON:
+        return
+    best = run.path / BEST
+    typer.echo(f"seed {run.seed}: {run.path} ({run.seconds:.0f} s)"
+               + (f"; the best{_best_score(best)}: {best}" if best.is_dir() else ""))
 
 
 def _show(report: TrainReport, trainer: Trainer, fmt: SummaryFormat) -> None:
@@ -189,7 +263,20 @@ def _show(report: TrainReport, trainer: Trainer, fmt: SummaryFormat) -> None:
     best = Path(report.checkpoint) / BEST
     typer.echo(f"checkpoint: {report.checkpoint}\nevaluate it: parcat eval -p "
                f"{report.checkpoint} (its mission and parameters come from the run)"
-               + (f"; the best: parcat eval -p {best}" if best.is_dir() else ""))
+               + (f"; the best{_best_score(best)}: parcat eval -p {best}" if best.is_dir()
+                  else ""))
+
+
+def _best_score(best: Path) -> str:
+    """`` (epoch N, greedy eval total X summed over agents)`` from ``best``'s manifest."""
+    from parcat.policies import checkpoint
+    try:
+        manifest = checkpoint.read_manifest(best)
+        total = float(manifest["eval_return"][TOTAL])
+        return (f" (epoch {manifest['epoch']}, greedy eval total {total:.4g} summed over "
+                f"agents on {manifest.get('eval_episodes', '?')} episodes)")
+    except Exception:
+        return ""  # an older or damaged best: eval -p says what is wrong
 
 
 def _train(choice: RunDirChoice, resume: bool, progress: bool, fmt: SummaryFormat,
@@ -199,8 +286,10 @@ def _train(choice: RunDirChoice, resume: bool, progress: bool, fmt: SummaryForma
     if cfg.render:
         err.print("--render: one environment shown; everything runs in this process")
     if resume and trainer_done(cfg):
-        raise ConfigError(f"--resume: '{cfg.run_path}' already reached --epochs {cfg.epochs}; "
-                          "raise --epochs to train on")
+        budget = ("--epochs", cfg.epochs) if cfg.total_steps is None else ("--total-steps",
+                                                                          cfg.total_steps)
+        raise ConfigError(f"--resume: '{cfg.run_path}' already reached {budget[0]} "
+                          f"{budget[1]}; raise {budget[0]} to train on")
     with user_prints_on_stderr():
         trainer = Trainer(cfg, resume=resume,
                           on_frame=_frame_printer(err) if cfg.render else None)
@@ -212,7 +301,7 @@ def _train(choice: RunDirChoice, resume: bool, progress: bool, fmt: SummaryForma
     if cfg.jobs is not None:
         for reason in trainer.plan.reasons:
             err.print(f"plan: {reason}", soft_wrap=True)
-    with epoch_progress(cfg.epochs, trainer.start_epoch,
+    with epoch_progress(trainer.config.epochs, trainer.start_epoch,
                         to_stderr=fmt is SummaryFormat.JSON, live=progress) as show:
         trainer.on_epoch = show
         with user_prints_on_stderr():
@@ -235,9 +324,13 @@ def _frame_printer(console: Any) -> Any:
 
 
 def trainer_done(cfg: Any) -> bool:
-    """Whether the run directory's checkpoint already has ``cfg.epochs`` epochs."""
+    """Whether the run directory's checkpoint already has ``cfg.epochs`` epochs (or
+    ``cfg.total_steps`` environment steps)."""
     from parcat.policies import checkpoint
     try:
-        return int(checkpoint.read_manifest(cfg.run_path).get("epoch", 0)) >= cfg.epochs
+        manifest = checkpoint.read_manifest(cfg.run_path)
+        if cfg.total_steps is not None:
+            return int(manifest.get("env_steps", 0)) >= cfg.total_steps
+        return int(manifest.get("epoch", 0)) >= cfg.epochs
     except Exception:
         return False  # no checkpoint: Trainer says so

@@ -3,6 +3,7 @@ place (one :class:`rich.live.Live`); elsewhere (a log) one plain line per epoch,
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,6 +17,7 @@ from rich.text import Text
 
 from parcat.cli.render import bar_columns, number
 from parcat.train.epoch_stats import EpochStats
+from parcat.train.runs import TOTAL
 
 ShowEpoch = Callable[[EpochStats], None]
 
@@ -39,14 +41,27 @@ def _per_agent(stats: EpochStats) -> list[tuple[str, str]]:
             for agent, mean in stats.reward.items()]
 
 
+def _evaluation(stats: EpochStats) -> list[tuple[str, str]]:
+    """(label, value) of the greedy evaluation, when the epoch had one: per agent (a mean
+    over the episodes), their sum over agents, and the best sum so far (``RUN/best``)."""
+    total = stats.eval_return.get(TOTAL, math.nan)
+    if math.isnan(total):
+        return []
+    agents = [(f"eval {agent} (mean)", number(value))
+              for agent, value in stats.eval_return.items() if agent != TOTAL]
+    return [*agents, ("eval total (sum over agents)", number(total)),
+            ("best eval total", number(stats.best_eval_return))]
+
+
 def epoch_line(stats: EpochStats, epochs: int) -> str:
     """One epoch as one line of plain text."""
     rewards = " ".join(f"{agent}={text}" for agent, text in _per_agent(stats))
     losses = " ".join(f"{name}={number(loss, 4)}" for name, loss in stats.loss.items()) or "-"
+    evaluation = "".join(f"; {label} {value}" for label, value in _evaluation(stats))
     return (f"epoch {stats.epoch}/{epochs} episodes {stats.episodes} reward {rewards} "
             f"length {number(stats.episode_length, 1)} steps {stats.total_env_steps} "
             f"epsilon {number(stats.epsilon)} loss {losses} "
-            f"{stats.env_steps_per_s:.0f} steps/s time {stats.time_s:.1f}s")
+            f"{stats.env_steps_per_s:.0f} steps/s time {stats.time_s:.1f}s{evaluation}")
 
 
 def epoch_table(stats: EpochStats, epochs: int) -> Table:
@@ -63,6 +78,8 @@ def epoch_table(stats: EpochStats, epochs: int) -> Table:
     table.add_row("epsilon", number(stats.epsilon))
     for name, loss in stats.loss.items():
         table.add_row(f"loss {name}", number(loss, 4))
+    for label, value in _evaluation(stats):
+        table.add_row(label, value)
     return table
 
 

@@ -55,7 +55,7 @@ class AsyncLearning:
     train_end, epoch)``; ``parallel`` trains on ``threads`` at once (0: one per learner)."""
 
     def __init__(self, learners: dict[str, Learner], recipes: dict[str, LearnerRecipe],
-                 train_steps: int, on_event: Callable[[str, int], None], parallel: bool = False,
+                 gradient_steps: int, on_event: Callable[[str, int], None], parallel: bool = False,
                  threads: int = 0, start_method: str | None = None) -> None:
         self.learners, self.on_event = learners, on_event
         ctx = get_context(start_method)
@@ -64,7 +64,7 @@ class AsyncLearning:
         classes = sorted({class_reference(recipes[name].cls) for name in learners})
         self.label = f"the learner process (training {', '.join(classes)})"
         self.worker = start_worker(
-            make_learner_worker, (payload, train_steps, self.counter,
+            make_learner_worker, (payload, gradient_steps, self.counter,
                                   (threads or len(payload)) if parallel else 0),
             "parcat-learner", ctx=ctx)
         self.busy = False
@@ -163,7 +163,7 @@ def _concat(parts: list[Transitions]) -> Transitions:
     return Transitions(*columns)
 
 
-def make_learner_worker(payload: dict[str, Any], train_steps: int, counter: Any,
+def make_learner_worker(payload: dict[str, Any], gradient_steps: int, counter: Any,
                         threads: int = 0) -> Handlers:
     """Rebuild the learners; serve ``train(epoch, batches)`` and ``state`` commands.
 
@@ -184,7 +184,7 @@ def make_learner_worker(payload: dict[str, Any], train_steps: int, counter: Any,
             if batch is not None and len(batch[0]):
                 learner.observe(batch)
 
-        metrics = train_each(learners, train_steps, pool, add_new)
+        metrics = train_each(learners, gradient_steps, pool, add_new)
         return Round(epoch, {n: lr.policy_arrays() for n, lr in learners.items()}, metrics,
                      time.perf_counter() - start, before, int(counter.value))
 

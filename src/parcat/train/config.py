@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,11 @@ class TrainConfig:
     """Mission name or YAML path."""
     overrides: Mapping[str, Any] = field(default_factory=dict, hash=False)
     """Mission parameter overrides (``--set KEY=VALUE``)."""
-    epochs: int = _flag(20, "Collect-then-learn rounds.")
+    epochs: int = _flag(20, "Collect-then-learn rounds (derived from --total-steps when it "
+                        "is given).")
+    total_steps: int | None = _flag(None, "Environment steps across all environments: the "
+                                    "run's budget; epochs = total-steps / (steps-per-epoch x "
+                                    "environments), rounded up (default: --epochs).")
     steps_per_epoch: int = _flag(100, "Vector steps per epoch (every environment steps this "
                                  "many times).")
     jobs: int | None = None
@@ -67,7 +71,9 @@ class TrainConfig:
         LearningMode.SYNC, "sync: collect, then train (the reference); async: a learner "
         "process trains while collection continues.", None)
     train_interval: int = _flag(1, "Async: train every N epochs.")
-    train_steps: int = _flag(50, "Gradient updates per agent per round.")
+    gradient_steps: int = _flag(50, "Learner updates per learner per epoch (async: per "
+                                "round): DQN one gradient update on a replay batch each, PPO "
+                                "one training on the round's rollout (so 1).")
     parallel_training: bool = _flag(False, "Train the agents concurrently (threads).", None)
     train_threads: int = _flag(0, "Threads for --parallel-training (0: one per learner; "
                                "--jobs plans it).")
@@ -86,8 +92,9 @@ class TrainConfig:
     """Where epoch metrics go besides the metrics file (``--logger``)."""
     init_from: str = _flag("", "Start from this checkpoint's weights (a run directory).",
                            "DIR")
-    eval_episodes: int = _flag(10, "Greedy evaluation episodes at every checkpoint; the best "
-                               "checkpoint goes to RUN/best (0: none).")
+    eval_episodes: int = _flag(20, "Greedy evaluation episodes at every checkpoint (the same "
+                               "set each time); the checkpoint with the highest mean return "
+                               "summed over agents goes to RUN/best (0: none).")
     render: bool = _flag(False, "Show one environment; runs in one process.", None)
     backend: Backend = Backend.LOCAL
     address: str = ""
@@ -122,11 +129,12 @@ class TrainConfig:
                                 ("train_interval", 1, MAX_COUNT),
                                 ("checkpoint_every", 1, MAX_COUNT),
                                 ("envs_per_worker", 1, MAX_TRAIN_ENVS),
-                                ("train_steps", 0, MAX_COUNT), ("eval_episodes", 0, MAX_COUNT),
+                                ("gradient_steps", 0, MAX_COUNT),
+                                ("eval_episodes", 0, MAX_COUNT), ("total_steps", 1, MAX_COUNT),
                                 ("seed", 0, None), ("train_threads", 0, MAX_WORKERS),
                                 ("env_workers", 0, MAX_WORKERS), ("jobs", 1, MAX_WORKERS)):
             value = getattr(self, name)
-            if value is None and name in ("env_workers", "jobs"):
+            if value is None and name in ("env_workers", "jobs", "total_steps"):
                 continue
             ok = isinstance(value, int) and not isinstance(value, bool)
             if not ok or value < low or (high is not None and value > high):
@@ -138,6 +146,14 @@ class TrainConfig:
                 f"env_workers ({self.env_workers}) times envs_per_worker ({self.envs_per_worker}) "
                 f"is {envs:,} environments, more than the limit of {MAX_TRAIN_ENVS:,}; lower either"
             )
+
+    def with_epochs_for(self, num_envs: int) -> TrainConfig:
+        """This config with ``epochs`` derived from ``total_steps`` for ``num_envs``
+        environments (unchanged without ``total_steps``)."""
+        if self.total_steps is None:
+            return self
+        per_epoch = self.steps_per_epoch * num_envs
+        return replace(self, epochs=max(1, -(-self.total_steps // per_epoch)))
 
     @property
     def run_path(self) -> Path:

@@ -53,10 +53,10 @@ class DQNConfig(MLPOptions):
     """Replay buffer capacity, in transitions."""
     learning_starts: int = 500
     """Transitions in the buffer before the first update."""
-    train_steps: int = 1
-    """Gradient updates per ``train_step`` call."""
-    target_update_every: int = 250
-    """Gradient updates between copies of the online network into the target network."""
+    target_update_interval: int = 250
+    """Environment steps (this learner's observed transitions) between copies of the online
+    network into the target network, as rl-zoo's ``target_update_interval``; checked before
+    each update, and a round's updates all follow its collection, so at most once a round."""
     eps_start: float = 1.0
     """Exploration rate (probability of a uniformly random action) at the start."""
     eps_end: float = 0.05
@@ -77,11 +77,15 @@ class DQNConfig(MLPOptions):
     learner: ClassVar[str] = "dqn"
     int_ranges: ClassVar[dict[str, tuple[int, int | None]]] = {
         "batch_size": (1, MAX_BATCH_SIZE), "buffer_size": (1, MAX_COUNT),
-        "train_steps": (1, MAX_COUNT), "target_update_every": (1, MAX_COUNT),
+        "target_update_interval": (1, MAX_COUNT),
         "learning_starts": (0, MAX_COUNT), "eps_decay_steps": (0, MAX_COUNT), "seed": (0, None),
     }
     unit_fields: ClassVar[tuple[str, ...]] = ("eps_start", "eps_end")
     flags: ClassVar[tuple[str, ...]] = ("double", "huber")
+    renamed: ClassVar[Mapping[str, str]] = {
+        "train_steps": "the run's gradient_steps (--gradient-steps): updates per epoch",
+        "target_update_every": "target_update_interval, in environment steps (rl-zoo's unit)",
+    }
 
     def check(self) -> None:
         """``init``, ``grad_clip``, and a buffer that can start training."""
@@ -127,6 +131,7 @@ class DQNLearner(MLPLearner):
         self._sizes = check_sizes(config, obs_dim, num_actions)
         self._init_training(init_params(self._sizes, config.seed, config.init))
         self._target = self._params.copy()
+        self._target_mark = 0  # environment steps // target_update_interval at the last copy
         self._actor = views(self._params, self._sizes)
         self._target_layers = views(self._target, self._sizes)
         self._grad_layers = views(self._grad, self._sizes)
@@ -187,18 +192,23 @@ class DQNLearner(MLPLearner):
         self.num_observed += len(actions)
 
     def train_step(self) -> dict[str, float]:
-        """Run ``train_steps`` updates on batches sampled from the buffer: ``{}`` until it
-        holds ``max(learning_starts, batch_size)`` transitions, then the means of ``loss``,
-        ``q_mean`` and ``grad_norm`` (before clipping), ``epsilon`` and ``num_updates``."""
+        """One gradient update on a batch sampled from the buffer (:meth:`train_many`)."""
+        return self.train_many(1)
+
+    def train_many(self, updates: int) -> dict[str, float]:
+        """``updates`` gradient updates: ``{}`` until the buffer holds ``max(learning_starts,
+        batch_size)`` transitions, then the means of ``loss``, ``q_mean`` and ``grad_norm``
+        (before clipping), ``epsilon`` and ``num_updates``; one BLAS setting and one
+        publish of the acting network for all of them."""
         config = self.settings
-        if len(self.buffer) < max(config.learning_starts, config.batch_size):
+        if len(self.buffer) < max(config.learning_starts, config.batch_size) or updates < 1:
             return {}
         totals = np.zeros(3)
         with single_threaded_blas():
-            for _ in range(config.train_steps):
+            for _ in range(updates):
                 totals += self._update(self.buffer.sample(config.batch_size))
         self._publish()
-        loss, q_mean, grad_norm = (float(total) / config.train_steps for total in totals)
+        loss, q_mean, grad_norm = (float(total) / updates for total in totals)
         return {"loss": loss, "q_mean": q_mean, "grad_norm": grad_norm, "epsilon": self.epsilon,
                 "num_updates": float(self.num_updates)}
 
@@ -230,10 +240,16 @@ class DQNLearner(MLPLearner):
         assign_layers(self._actor, online)
         assign_layers(self._target_layers, target)
         self._load_training_state(training)
+        # the mark is not saved: every round copies, if due, before its updates
+        self._target_mark = self.num_observed // self.settings.target_update_interval
         self._publish()
 
     def _update(self, batch: dict[str, np.ndarray]) -> tuple[float, float, float]:
         config = self.settings
+        mark = self.num_observed // config.target_update_interval
+        if mark > self._target_mark:
+            np.copyto(self._target, self._params)
+            self._target_mark = mark
         size = config.batch_size
         rows = np.arange(size)
         # one online pass over obs and next_obs together: double DQN needs both
@@ -261,6 +277,4 @@ class DQNLearner(MLPLearner):
         norm = clip_grad(self._grad, config.grad_clip)
         self._adam()
         self.num_updates += 1
-        if self.num_updates % config.target_update_every == 0:
-            np.copyto(self._target, self._params)
         return float(loss), float(q_taken.mean()), norm

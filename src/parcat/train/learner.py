@@ -12,7 +12,8 @@ agent's one-hot id appended to each observation and ``agent_ids`` to its policy'
 
 Every step the trainer calls :meth:`Learner.act` with one row per environment, then
 :meth:`Learner.observe` with the agents that acted, each environment's rows in step order;
-after each epoch (sync) or round (async) :meth:`Learner.train_step` ``train_steps`` times.
+after each epoch (sync) or round (async) :meth:`Learner.train_step` ``gradient_steps`` times
+(or an optional ``train_many(gradient_steps)`` once: parcat's DQN sets up BLAS once for all).
 Async mode rebuilds a copy in a learner process (the class pickled by reference) loaded
 with :meth:`Learner.state_dict`; the acting copy takes its weights through
 :meth:`Learner.load_policy_arrays` and, before a checkpoint, its full state. A checkpoint
@@ -126,10 +127,11 @@ def decode_rng(array: np.ndarray, key: str = "rng") -> np.random.Generator:
 
 
 def train_each(
-    learners: Mapping[str, Learner], train_steps: int, pool: ThreadPoolExecutor | None = None,
+    learners: Mapping[str, Learner], gradient_steps: int,
+    pool: ThreadPoolExecutor | None = None,
     prepare: Callable[[str, Learner], None] | None = None,
 ) -> dict[str, dict[str, float]]:
-    """Train every learner ``train_steps`` times (on ``pool``'s threads at once, if given),
+    """Train every learner ``gradient_steps`` times (on ``pool``'s threads at once, if given),
     after ``prepare(name, learner)``; return each one's metrics as last reported (a learner
     with nothing to do returns ``{}``; ``loss`` NaN if none was reported)."""
 
@@ -137,7 +139,10 @@ def train_each(
         if prepare is not None:
             prepare(name, learners[name])
         metrics: dict[str, float] = {"loss": math.nan}
-        for _ in range(train_steps):
+        many = getattr(learners[name], "train_many", None)
+        if callable(many):
+            return metrics | {k: float(v) for k, v in many(gradient_steps).items()}
+        for _ in range(gradient_steps):
             metrics.update({k: float(v) for k, v in learners[name].train_step().items()})
         return metrics
 

@@ -140,6 +140,7 @@ class MLPOptions:
     int_ranges: ClassVar[Mapping[str, tuple[int, int | None]]] = {}  # (lowest, highest or None)
     unit_fields: ClassVar[tuple[str, ...]] = ()  # numbers in [0, 1]
     flags: ClassVar[tuple[str, ...]] = ()  # true or false
+    renamed: ClassVar[Mapping[str, str]] = {}  # an old option: what replaced it
 
     def __post_init__(self) -> None:
         name = self.learner
@@ -178,6 +179,9 @@ class MLPOptions:
         """Build the options from a mapping (a YAML file, CLI options); :class:`ConfigError`
         for an unknown key (naming the known ones) or a value out of range."""
         known = [f.name for f in dataclasses.fields(cls)]
+        for old, new in cls.renamed.items():
+            if old in values:
+                raise ConfigError(f"{cls.learner}: option '{old}' is now {new}; rename it")
         unknown = sorted(str(key) for key in values if key not in known)
         if unknown:
             raise ConfigError(f"{cls.learner}: unknown option '{clip(unknown[0])}'; known: "

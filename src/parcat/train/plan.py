@@ -40,11 +40,20 @@ def plan_training(config: TrainConfig, mission: Mission | None = None,
         asynchronous=config.mode is LearningMode.ASYNC,
         parallel_training=config.parallel_training,
         learners=1 if config.shared_learner else agents, train_threads=config.train_threads,
-        step_s=step_s, steps=config.epochs * config.steps_per_epoch,
+        step_s=step_s, steps=_vector_steps(config),
         foreign_code=mission.env if foreign else None, env_workers=config.env_workers,
     )
     plan = make_train_plan(work, free_cpus(cpus), config.jobs)
     return replace(plan, reasons=(note, *plan.reasons)) if note else plan
+
+
+def _vector_steps(config: TrainConfig) -> int:
+    """The steps every environment takes in the run (with ``total_steps``, as if the
+    configured environments were all: the layout is not chosen yet)."""
+    if config.total_steps is None:
+        return config.epochs * config.steps_per_epoch
+    envs = max(1, config.env_workers or 0) * config.envs_per_worker
+    return -(-config.total_steps // envs)
 
 
 def _measure(mission: Mission, config: TrainConfig) -> tuple[float | None, str]:

@@ -151,6 +151,16 @@ def _take_default(config: TrainConfig, path: Path,
     raise ConfigError(f"'{path}-2' to '{path}-{MAX_NUMBERED}' are all taken; give {FLAG}")
 
 
+def free_path(path: Path) -> Path:
+    """``path`` or the first ``path-N`` that is missing or empty (``--seeds``' folder of
+    runs, whose seeds each claim their own)."""
+    for number in range(1, MAX_NUMBERED + 1):
+        candidate = path if number == 1 else path.with_name(f"{path.name}-{number}")
+        if not candidate.exists() or (candidate.is_dir() and not any(candidate.iterdir())):
+            return candidate
+    raise ConfigError(f"'{path}-2' to '{path}-{MAX_NUMBERED}' are all taken; give {FLAG}")
+
+
 def _pid_of(message: str) -> str:  # the " (pid N)" part of a RunLockedError's message
     start = message.find(" (pid ")
     return message[start:message.index(")", start) + 1] if start >= 0 else ""

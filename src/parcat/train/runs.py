@@ -36,7 +36,7 @@ log = logging.getLogger("parcat.train")
 METRICS_FILES = ("metrics.jsonl", "metrics.csv")
 BEST = checkpoint.BEST
 SAME_ON_RESUME = ("mission", "overrides", "seed", "learner", "shared_learner",
-                  "steps_per_epoch", "train_steps", "mode", "train_interval")
+                  "steps_per_epoch", "gradient_steps", "mode", "train_interval")
 """Settings a resumed run must share with the run it continues (the rest may change)."""
 EVAL_STREAM = 103
 EVAL_TASK_STREAM = 104
@@ -98,6 +98,12 @@ class Checkpointer:
             meta = {"eval_return": eval_return, "eval_episodes": self.config.eval_episodes}
         self.pending = self._capture(epoch, meta)
 
+    def best_after(self, eval_return: Mapping[str, float]) -> float:
+        """The best total evaluation return once ``eval_return`` counts (NaN: none yet)."""
+        score = eval_return.get(TOTAL, math.nan)
+        best = self.best_return if math.isnan(score) else max(self.best_return, score)
+        return best if math.isfinite(best) else math.nan
+
     def save(self) -> Path:
         """Write the captured checkpoint; it is also ``best/`` when its total evaluation
         return beats every earlier one."""
@@ -142,6 +148,8 @@ class Checkpointer:
             )
         run_meta = {"mission": mission.name, "mission_params": dict(mission.params),
                     "epoch": epoch, "seed": config.seed, "shared_learner": config.shared_learner,
+                    "env_steps": epoch * config.steps_per_epoch * (self.vec.num_envs
+                                                                    if self.vec else 1),
                     "config": config.to_dict(), **meta}
         arrays = {} if self.vec is None else {FILE: _copied(self.vec.in_flight().to_arrays())}
         return RunSnapshot(agents, run_meta, arrays)

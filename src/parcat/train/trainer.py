@@ -93,7 +93,8 @@ class Trainer:
         self._learner_obs = learner_inputs(agents, config.shared_learner)
         """What an agent's learner observes of its observation."""
         self.plan: TrainPlan = plan_training(config, self.mission)
-        self.config = config = replace(config, env_workers=self.plan.env_workers,
+        self.config = config = replace(config.with_epochs_for(self.plan.num_envs),
+                                       env_workers=self.plan.env_workers,
                                        train_threads=self.plan.train_workers)
         self.on_epoch, self.on_frame = on_epoch, on_frame
         self.on_event = on_event or (lambda event, epoch: None)
@@ -126,7 +127,7 @@ class Trainer:
         report = TrainReport(self.config)
         if self.config.mode is LearningMode.ASYNC:
             self._learning = AsyncLearning(
-                dict(self.unique_learners), self.recipes, self.config.train_steps,
+                dict(self.unique_learners), self.recipes, self.config.gradient_steps,
                 self.on_event, parallel=self.config.parallel_training,
                 threads=self.config.train_threads)
         learning = self._learning
@@ -168,6 +169,7 @@ class Trainer:
             learning.sync_states()
         stats.eval_return = (checkpoints.evaluate() if due else
                              nan_returns(self.config.eval_episodes, self.vec.agents))
+        stats.best_eval_return = checkpoints.best_after(stats.eval_return)
         report.epochs.append(stats)
         with checkpoint.signals_deferred():  # the log and the capture agree
             self.metrics.write(stats.to_dict())
@@ -220,7 +222,7 @@ class Trainer:
         if learning is None:
             begin = time.perf_counter()
             self.on_event("train_start", epoch)
-            metrics = train_each(dict(self.unique_learners), self.config.train_steps, self._pool)
+            metrics = train_each(dict(self.unique_learners), self.config.gradient_steps, self._pool)
             self.on_event("train_end", epoch)
             train_s = time.perf_counter() - begin
         else:
