@@ -131,6 +131,7 @@ def test_a_warning_during_a_command_is_one_line(monkeypatch: pytest.MonkeyPatch,
     import warnings
 
     from parcat.cli import main as cli
+    from parcat.core.errors import one_line_warning
 
     def warns(argv: object) -> int:
         warnings.warn("the agents step in the episode's process from now on", RuntimeWarning,
@@ -143,7 +144,7 @@ def test_a_warning_during_a_command_is_one_line(monkeypatch: pytest.MonkeyPatch,
         assert cli.main([]) == 0
     assert capsys.readouterr().err == \
         "parcat: warning: the agents step in the episode's process from now on\n"
-    assert warnings.showwarning is not cli._one_line_warning  # put back afterwards
+    assert warnings.showwarning is not one_line_warning  # put back afterwards
 
 
 @pytest.mark.parametrize(("args", "line"), [

@@ -85,10 +85,10 @@ def test_an_env_that_fails_while_set_up_is_one_line(tmp_path: Path, where: str,
     code, _, err = run_cli(["eval", "-m", mission, "--set", f"how={how}", "-p", "random",
                             "-n", "2", "-o", str(out)], tmp_path)
     assert code == expected_code(how)
-    # a raise from the factory itself is the mission's own MissionError, said where it is built
-    when = "while being built"
-    if (where, how) != ("factory", "raise"):
-        when += " and reset"
+    # a raise is the mission's own MissionError, said where it happened (built, or reset);
+    # a crash or exit is the set-up worker's, which built and reset it
+    when = {("factory", "raise"): "while being built", ("reset", "raise"): "while being reset"
+            }.get((where, how), "while being built and reset")
     assert_one_line(err, f"mission '{mission}'", HAPPENED[how], when)
     assert not out.exists()
 
