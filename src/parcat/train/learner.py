@@ -126,6 +126,15 @@ def decode_rng(array: np.ndarray, key: str = "rng") -> np.random.Generator:
     return np.random.Generator(bit_generator)
 
 
+def _trains_many(cls: type) -> bool:
+    """Whether ``cls``'s ``train_many`` is at least as recent as its ``train_step``: a
+    subclass that overrides ``train_step`` alone (of parcat's DQN, say) must see each of its
+    updates, which the parent's ``train_many`` would make around it."""
+    owner = {name: next(k for k in cls.__mro__ if name in vars(k))
+             for name in ("train_step", "train_many")}
+    return issubclass(owner["train_many"], owner["train_step"])
+
+
 def train_each(
     learners: Mapping[str, Learner], gradient_steps: int,
     pool: ThreadPoolExecutor | None = None,
@@ -140,7 +149,7 @@ def train_each(
             prepare(name, learners[name])
         metrics: dict[str, float] = {"loss": math.nan}
         many = getattr(learners[name], "train_many", None)
-        if callable(many):
+        if callable(many) and _trains_many(type(learners[name])):
             return metrics | {k: float(v) for k, v in many(gradient_steps).items()}
         for _ in range(gradient_steps):
             metrics.update({k: float(v) for k, v in learners[name].train_step().items()})
