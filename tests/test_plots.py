@@ -24,7 +24,7 @@ from matplotlib.image import imread
 EVAL = ["eval", "-m", "evade", "--set", "max_steps=15", "-n", "4", "-p", "greedy", "-p",
         "random", "--no-progress", "-j", "1"]
 TRAIN = ["train", "-m", "goal_tasks", "--epochs", "6", "--steps-per-epoch", "25",
-         "--checkpoint-every", "2", "--eval-episodes", "2", "--train-steps", "5",
+         "--checkpoint-every", "2", "--eval-episodes", "2", "--gradient-steps", "5",
          "--env-workers", "0", "--no-progress"]
 
 
