@@ -65,6 +65,8 @@ class TorchMLP:
                 linear.bias.zero_()
             layers += [linear, torch.nn.ReLU()]
         self.net = torch.nn.Sequential(*layers[:-1]).to(self.device).eval()
+        self.fixed_shape = self.device.type == "cuda"
+        """Every call exactly :data:`ROWS_PER_CALL` rows (a GPU's kernels are chosen by shape)."""
 
     def reset(self, seed: int) -> None:
         """Nothing to reset: the network keeps no state between steps."""
@@ -78,7 +80,7 @@ class TorchMLP:
         """Act on many observations in one forward pass (a few, for a big batch)."""
         x = np.asarray(obs_batch, dtype=np.float32).reshape(len(obs_batch), -1)
         rows = len(x)
-        block = ROWS_PER_CALL if self.device.type == "cuda" else ROW_BLOCK
+        block = ROWS_PER_CALL if self.fixed_shape else ROW_BLOCK
         padded = torch.zeros((rows + -rows % block, x.shape[1]), dtype=torch.float32)
         padded[:rows] = torch.from_numpy(x)
         padded = padded.to(self.device, non_blocking=True)

@@ -50,18 +50,21 @@ def same_rows_in_every_batch(policy: TorchMLP, obs: list[np.ndarray]) -> None:
             assert policy.step_batch(part) == whole[start:start + len(part)], (size, start)
 
 
+# the GPU's path (every call of one shape) runs on the CPU too; on a GPU where torch sees one
+DEVICES = [("cpu", False), ("cpu", True)] + [("cuda", True)] * torch.cuda.is_available()
+
+
+@pytest.mark.parametrize(("device", "fixed_shape"), DEVICES)
 @pytest.mark.parametrize("threads", [1, 2])
-def test_a_row_s_action_is_the_same_in_a_batch_of_any_size(threads: int) -> None:
+def test_a_row_s_action_is_the_same_in_a_batch_of_any_size(threads: int, device: str,
+                                                           fixed_shape: bool) -> None:
     before = torch.get_num_threads()
     try:
-        same_rows_in_every_batch(*observations("cpu", threads))
+        policy, obs = observations(device, threads)
+        policy.fixed_shape = fixed_shape
+        same_rows_in_every_batch(policy, obs)
     finally:
         torch.set_num_threads(before)
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU visible to torch here")
-def test_on_a_gpu_a_row_s_action_is_the_same_in_a_batch_of_any_size() -> None:
-    same_rows_in_every_batch(*observations("cuda", torch.get_num_threads()))
 
 
 def results(*flags: str) -> list[Any]:
