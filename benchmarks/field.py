@@ -24,6 +24,8 @@ Targets (issue 13): parallel ≤ 1.05x the sequential wall time everywhere; 64 e
 from __future__ import annotations
 
 import argparse
+import collections
+import json
 import os
 import statistics
 import subprocess
@@ -104,7 +106,20 @@ def compare(label: str, variants: dict[str, Callable[[], float]], repeats: int,
         print(f"    limit: {limit(times)}", flush=True)
 
 
+def default_plans(count: int) -> str:
+    """What the default plan of ``eval -m harvest`` is right now, ``count`` times over:
+    a loaded run can only lose to ``--jobs 1`` if the plan missed the busy neighbour."""
+    seen: collections.Counter[str] = collections.Counter()
+    for _ in range(count):
+        shown = subprocess.run([*PARCAT, "plan", "-m", "harvest", "-f", "json"], cwd=ROOT,
+                               check=True, capture_output=True, text=True).stdout
+        plan = json.loads(shown)
+        seen[f"{plan['executor']} x{plan['episode_workers']}"] += 1
+    return ", ".join(f"{plan} in {n} of {count}" for plan, n in seen.most_common())
+
+
 def suite(repeats: int) -> None:
+    print(f"  the default plan of eval -m harvest: {default_plans(repeats * 2)}", flush=True)
     compare("0. this machine's ceiling (2 copies of work = 2x the work; ceiling = 2 / ratio)", {
         "one copy": copies(1),
         "two copies at once": copies(2),
