@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -69,16 +69,12 @@ def eval_command(s: opts.EvalSettings) -> None:
     total = len(config.missions) * config.episodes
     with user_errors(), lock, progress_bar(total, "episodes", enabled=s.progress) as step, \
             user_prints_on_stderr():
-        if s.precision is not None:
-            report = evaluate_to_precision(config, s.precision, options,
-                                           max_episodes=s.max_episodes,
-                                           on_result=lambda _: step(), output=s.output,
-                                           on_warning=_warn, replay_dir=s.replay_dir,
-                                           on_plan=_plan_notes())
-        else:
-            report = evaluate(config, options, on_result=lambda _: step(), output=s.output,
-                              resume=s.resume, on_warning=_warn, replay_dir=s.replay_dir,
-                              on_plan=_plan_notes())
+        run: dict[str, Any] = {"on_result": lambda _: step(), "output": s.output,
+                               "on_warning": _warn, "replay_dir": s.replay_dir,
+                               "on_plan": _plan_notes()}
+        report = evaluate(config, options, resume=s.resume, **run) if s.precision is None \
+            else evaluate_to_precision(config, s.precision, options,
+                                       max_episodes=s.max_episodes, **run)
     raise typer.Exit(_finish(report, s))
 
 
