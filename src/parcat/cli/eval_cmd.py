@@ -26,6 +26,7 @@ from parcat.cli.lazy import held_imports
 from parcat.cli.stdout import user_prints_on_stderr
 from parcat.core import runlock
 from parcat.core.errors import ConfigError
+from parcat.core.limits import require_int
 from parcat.core.output_paths import check_output_file, check_output_folder, check_output_suffix
 from parcat.eval.rating_model import RatingModel
 
@@ -80,8 +81,7 @@ def eval_command(s: opts.EvalSettings) -> None:
 
 def _checked(s: opts.EvalSettings) -> tuple[EvalConfig, RunOptions]:
     """What runs, every flag checked before anything runs."""
-    from parcat.eval.eval_args import require_count
-    require_count("--max-episodes", s.max_episodes)
+    require_int("--max-episodes", s.max_episodes)
     if s.output is not None:
         check_output_suffix(s.output, "--output", OUTPUT_FORMATS)
     config, options = s.args(trace=s.trace).build(on_note=_note)
