@@ -270,7 +270,7 @@ def load_finished(path: Path, config: dict[str, Any], tasks: TaskList | None = N
     episodes += _journal_lines(journal_path(path), config)
     finished: dict[tuple[str, int], tuple[EpisodeResult, str]] = {}
     for where, data in episodes:
-        episode = _episode(where, data)
+        episode = read_episode(data, f"--resume: {where}", "; use another --output")
         if tasks is not None:
             _check_task(where, episode, tasks)
         # failures that depend on where and when an episode ran, not on its seeds
@@ -348,12 +348,12 @@ def _same_config(path: Path, saved: Any, config: dict[str, Any]) -> None:
         )
 
 
-def _episode(where: str, data: Any) -> EpisodeResult:
+def read_episode(data: Any, where: str, fix: str) -> EpisodeResult:
+    """An episode of a results file; else a ``ConfigError``: ``where`` is malformed, ``fix``."""
     try:
         return EpisodeResult.from_dict(data)
     except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(f"--resume: {where} is malformed ({exc!r}); "
-                          "use another --output") from None
+        raise ConfigError(f"{where} is malformed ({clip(repr(exc), 200)}){fix}") from None
 
 
 def check_journal(path: Path) -> None:
