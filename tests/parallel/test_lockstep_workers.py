@@ -81,7 +81,7 @@ def test_a_lockstep_the_plan_cannot_keep_is_a_note(capsys: pytest.CaptureFixture
 def test_a_bad_lockstep_is_one_line(value: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["eval", "-m", "harvest", "--lockstep", value]) == 2
     assert capsys.readouterr().err == (
-        f"parcat: error: --lockstep must be an integer between 1 and 1024, got {value}\n")
+        f"parcat: error: --lockstep must be an integer between 1 and 1,024, got {value}\n")
 
 
 @given(jobs=st.integers(1, 64), cpus=st.integers(1, 64), tasks=st.integers(0, 5_000),

@@ -193,7 +193,7 @@ def test_a_worker_lost_with_episodes_in_flight_fails_only_the_culprit(
 def test_a_bad_concurrency_is_one_line(value: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["eval", "-m", "harvest", "--concurrency", value]) == 2
     assert capsys.readouterr().err == (
-        f"parcat: error: --concurrency must be an integer between 1 and 1024, got {value}\n")
+        f"parcat: error: --concurrency must be an integer between 1 and 1,024, got {value}\n")
 
 
 def test_plan_shows_the_concurrency_and_why(capsys: pytest.CaptureFixture[str]) -> None:

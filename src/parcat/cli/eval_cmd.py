@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -26,6 +26,7 @@ from parcat.cli.lazy import held_imports
 from parcat.cli.stdout import user_prints_on_stderr
 from parcat.core import runlock
 from parcat.core.errors import ConfigError
+from parcat.core.limits import require_int
 from parcat.core.output_paths import check_output_file, check_output_folder, check_output_suffix
 from parcat.eval.rating_model import RatingModel
 
@@ -69,23 +70,18 @@ def eval_command(s: opts.EvalSettings) -> None:
     total = len(config.missions) * config.episodes
     with user_errors(), lock, progress_bar(total, "episodes", enabled=s.progress) as step, \
             user_prints_on_stderr():
-        if s.precision is not None:
-            report = evaluate_to_precision(config, s.precision, options,
-                                           max_episodes=s.max_episodes,
-                                           on_result=lambda _: step(), output=s.output,
-                                           on_warning=_warn, replay_dir=s.replay_dir,
-                                           on_plan=_plan_notes())
-        else:
-            report = evaluate(config, options, on_result=lambda _: step(), output=s.output,
-                              resume=s.resume, on_warning=_warn, replay_dir=s.replay_dir,
-                              on_plan=_plan_notes())
+        run: dict[str, Any] = {"on_result": lambda _: step(), "output": s.output,
+                               "on_warning": _warn, "replay_dir": s.replay_dir,
+                               "on_plan": _plan_notes()}
+        report = evaluate(config, options, resume=s.resume, **run) if s.precision is None \
+            else evaluate_to_precision(config, s.precision, options,
+                                       max_episodes=s.max_episodes, **run)
     raise typer.Exit(_finish(report, s))
 
 
 def _checked(s: opts.EvalSettings) -> tuple[EvalConfig, RunOptions]:
     """What runs, every flag checked before anything runs."""
-    from parcat.eval.eval_args import require_count
-    require_count("--max-episodes", s.max_episodes)
+    require_int("--max-episodes", s.max_episodes)
     if s.output is not None:
         check_output_suffix(s.output, "--output", OUTPUT_FORMATS)
     config, options = s.args(trace=s.trace).build(on_note=_note)

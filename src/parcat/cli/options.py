@@ -120,10 +120,8 @@ SHARED: dict[str, Flag] = {
 Missions = Annotated[list[str] | None, SHARED["mission"].option(more="Repeat for several.")]
 Policies = Annotated[list[str] | None, SHARED["policy"].option(
     more="Repeat for several: they share the agents (default: the mission's heuristic).")]
-Config = Annotated[Path | None, SHARED["config"].option()]
 Overrides = Annotated[list[str] | None, SHARED["set"].option()]
 Seed = Annotated[int | None, SHARED["seed"].option()]
-Jobs = Annotated[int | None, SHARED["jobs"].option()]
 OutputFile = Annotated[Path | None, SHARED["output"].option("FILE")]
 Format = Annotated[OutputFormat, SHARED["format"].option()]
 Rating = Annotated[RatingModel, typer.Option(

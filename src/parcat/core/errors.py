@@ -118,8 +118,9 @@ def clip(text: str, limit: int = BRIEF_LENGTH) -> str:
     return text if len(text) <= limit else f"{text[: limit - 1]}…"
 
 
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """`` (did you mean 'X'?)`` for the choice closest to a mistyped ``word``, else ``""``."""
+def did_you_mean(word: Any, choices: Iterable[str], prefix: str = "") -> str:
+    """`` (did you mean 'PREFIX.X'?)`` for the choice closest to a mistyped ``word``, else
+    ``""`` (also for a word that is no text: a YAML key may be a number)."""
     import difflib
-    close = difflib.get_close_matches(word, list(choices), n=1)
-    return f" (did you mean '{close[0]}'?)" if close else ""
+    close = difflib.get_close_matches(word, list(choices), n=1) if isinstance(word, str) else []
+    return f" (did you mean '{prefix}{close[0]}'?)" if close else ""

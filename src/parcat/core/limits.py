@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from typing import Any
 
-from parcat.core.errors import UsageError
+from parcat.core.errors import ConfigError, UsageError, brief
 
 # --- user files -------------------------------------------------------------------------------
 
@@ -86,6 +87,16 @@ and its policies."""
 MAX_TRAIN_ENVS = 4096
 """Most environments one training run steps together (``env_workers`` times
 ``envs_per_worker``)."""
+
+
+def require_int(label: str, value: Any, low: int = 1, high: int | None = MAX_COUNT) -> int:
+    """``value`` if it is an integer (not a bool) from ``low`` to ``high`` (``None``: no
+    upper bound), else a :class:`ConfigError` naming ``label`` (a flag) and the range."""
+    ok = isinstance(value, int) and not isinstance(value, bool)
+    if not ok or value < low or (high is not None and value > high):
+        bounds = f">= {low}" if high is None else f"between {low} and {high:,}"
+        raise ConfigError(f"{label} must be an integer {bounds}, got {brief(value)}")
+    return value
 
 
 def network_parameters(sizes: Sequence[int]) -> int:

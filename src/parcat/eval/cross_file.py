@@ -6,10 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from parcat.core.errors import ConfigError, clip
-from parcat.episode.results import EpisodeResult
+from parcat.core.errors import ConfigError
 from parcat.eval.rating_model import RatingModel
-from parcat.eval.results_file import read_results
+from parcat.eval.results_file import read_episode, read_results
 from parcat.eval.tournament import CrossResult, CrossTable
 
 REDO = "; run `parcat eval --cross -o FILE.json` again"
@@ -27,13 +26,8 @@ def load_cross(path: Path, seed: int | None = None,
     if not found or any(t.policies != found[0].policies for t in found):
         raise ConfigError(f"{where}: \"cross\" holds no tables or tables of different "
                           f"policies{REDO}")
-    episodes = []
-    for index, data in enumerate(_list(document, "episodes", where)):
-        try:
-            episodes.append(EpisodeResult.from_dict(data))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigError(f"{where}: episode {index} is malformed "
-                              f"({clip(repr(exc), 200)}){REDO}") from exc
+    episodes = [read_episode(data, f"{where}: episode {index}", REDO)
+                for index, data in enumerate(_list(document, "episodes", where))]
     if seed is None:
         model = document.get("ratings_model")
         saved = model.get("bootstrap", {}).get("seed") if isinstance(model, dict) else None

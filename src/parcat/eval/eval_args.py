@@ -7,10 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
-from parcat.core.errors import ConfigError, brief
-from parcat.core.limits import MAX_COUNT
+from parcat.core.limits import require_int
 from parcat.core.settings import parse_overrides
 from parcat.envs.missions import Mission
 from parcat.eval.evaluate import EvalConfig, check_policies
@@ -53,7 +51,7 @@ class EvalArgs:
             ConfigError: a bad value, or a Ray executor without Ray installed.
             MissionError, PolicyError: an unknown or malformed mission or policy.
         """
-        require_count("--episodes", self.episodes)
+        require_int("--episodes", self.episodes)
         options = self.options
         if options.executor is ExecutorKind.RAY:
             from parcat.parallel.ray_executor import import_ray
@@ -85,11 +83,3 @@ def default_policies(missions: Sequence[Mission],
         on_note(f"mission '{without[0]}' has no heuristic: evaluating policy 'random' "
                 "(give -p to choose)")
     return ("random",)
-
-
-def require_count(flag: str, value: Any) -> int:
-    """``value`` if it is an integer from 1 to ``MAX_COUNT`` (else ``ConfigError``)."""
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_COUNT:
-        raise ConfigError(f"{flag} must be an integer between 1 and {MAX_COUNT:,}, "
-                          f"got {brief(value)}")
-    return value

@@ -17,7 +17,7 @@ from typing import Any, cast
 import numpy as np
 
 from parcat.core.errors import ConfigError, NoteWarning, PolicyError, WriteError
-from parcat.core.limits import MAX_EPISODE_PARAMETERS
+from parcat.core.limits import MAX_EPISODE_PARAMETERS, require_int
 from parcat.core.output_paths import check_output_file, check_output_folder
 from parcat.envs.missions import Mission, is_foreign, load_mission
 from parcat.episode.probe import EnvCheck, check_in_a_worker
@@ -60,10 +60,8 @@ class EvalConfig:
             raise ConfigError("at least one policy is needed (-p NAME)")
         _require_unique("policy", [p.name for p in self.policies])
         check_weights(self.policies)
-        if not isinstance(self.episodes, int) or self.episodes < 1:
-            raise ConfigError(f"--episodes must be an integer >= 1, got {self.episodes!r}")
-        if not isinstance(self.seed, int) or self.seed < 0:
-            raise ConfigError(f"--seed must be an integer >= 0, got {self.seed!r}")
+        require_int("--episodes", self.episodes, high=None)
+        require_int("--seed", self.seed, 0, None)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready ``config`` section of the results document."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from itertools import pairwise
 from typing import Any
 
@@ -317,11 +317,7 @@ class SideRow:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
-        return {"mission": self.mission, "policy": self.policy, "side": self.side,
-                "episodes": self.episodes,
-                "outcomes": {k: vars(v) for k, v in self.outcomes.items()},
-                "illegal_moves": self.illegal_moves,
-                "metrics": {k: vars(v) for k, v in self.metrics.items()}}
+        return asdict(self)
 
 
 def side_label(agents: Sequence[str], others: Sequence[str]) -> str:

@@ -12,7 +12,7 @@ of :mod:`parcat.eval.stats` over the paired differences.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -45,9 +45,7 @@ class ReplacementRow:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
-        return {"mission": self.mission, "replaced": self.replaced, "episodes": self.episodes,
-                "pool": vars(self.pool), "with_candidate": vars(self.with_candidate),
-                "difference": vars(self.difference)}
+        return asdict(self)
 
 
 @dataclass

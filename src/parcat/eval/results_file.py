@@ -24,7 +24,6 @@ from typing import Any
 from parcat.core import jsontext, runlock, seeding
 from parcat.core.atomic import write_text_atomically
 from parcat.core.errors import ConfigError, OutputError, WriteError, brief, clip
-from parcat.core.output_paths import check_output_file
 from parcat.core.readfile import read_regular
 from parcat.episode.results import EpisodeResult, EpisodeStatus
 from parcat.episode.rollout import TaskList
@@ -81,7 +80,7 @@ class ResultsWriter:
         config: dict[str, Any], every_s: float = 30.0, resume: bool = False,
         on_warning: Callable[[str], None] | None = None, ratio: float = SNAPSHOT_RATIO,
     ) -> None:
-        self.path = check_output_file(path, "--output")
+        self.path = path  # checked with its journal before the run (evaluate)
         # one writer per results file (re-entrant: the CLI already holds it for the run)
         self._lock = runlock.acquire(runlock.lock_beside(path), f"--output '{path}'",
                                      "give another --output")
@@ -92,7 +91,6 @@ class ResultsWriter:
         self._next = time.monotonic() + every_s
         self._warned: set[str] = set()
         self._saved: int | None = None  # episodes in the last document written, if any
-        check_journal(path)
         self.journal = None if path.suffix.lower() == ".csv" else _Journal(
             journal_path(path), config, resume)
         # each episode is encoded once, for the journal, and its text reused by every
@@ -272,7 +270,7 @@ def load_finished(path: Path, config: dict[str, Any], tasks: TaskList | None = N
     episodes += _journal_lines(journal_path(path), config)
     finished: dict[tuple[str, int], tuple[EpisodeResult, str]] = {}
     for where, data in episodes:
-        episode = _episode(where, data)
+        episode = read_episode(data, f"--resume: {where}", "; use another --output")
         if tasks is not None:
             _check_task(where, episode, tasks)
         # failures that depend on where and when an episode ran, not on its seeds
@@ -350,12 +348,12 @@ def _same_config(path: Path, saved: Any, config: dict[str, Any]) -> None:
         )
 
 
-def _episode(where: str, data: Any) -> EpisodeResult:
+def read_episode(data: Any, where: str, fix: str) -> EpisodeResult:
+    """An episode of a results file; else a ``ConfigError``: ``where`` is malformed, ``fix``."""
     try:
         return EpisodeResult.from_dict(data)
     except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(f"--resume: {where} is malformed ({exc!r}); "
-                          "use another --output") from None
+        raise ConfigError(f"{where} is malformed ({clip(repr(exc), 200)}){fix}") from None
 
 
 def check_journal(path: Path) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from itertools import pairwise
 from typing import Any
 
@@ -78,11 +78,10 @@ class EachRow:
     """P(this policy > the baseline) (``None`` for the baseline)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready."""
-        return {"mission": self.mission, "policy": self.policy, "episodes": self.episodes,
-                "failed": self.failed, "mean": vars(self.mean), "iqm": vars(self.iqm),
-                "difference": None if self.difference is None else vars(self.difference),
-                "p_improvement": None if self.improvement is None else vars(self.improvement)}
+        """JSON-ready (``improvement`` is ``p_improvement``)."""
+        data = asdict(self)
+        data["p_improvement"] = data.pop("improvement")
+        return data
 
 
 @dataclass
@@ -258,10 +257,6 @@ class CrossCell:
     col: Interval
     episodes: int
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready."""
-        return {"row": vars(self.row), "col": vars(self.col), "episodes": self.episodes}
-
 
 @dataclass
 class CrossTable:
@@ -275,9 +270,7 @@ class CrossTable:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
-        return {"mission": self.mission, "row_agents": self.row_agents,
-                "col_agents": self.col_agents, "policies": self.policies,
-                "cells": [[c.to_dict() for c in row] for row in self.cells]}
+        return asdict(self)
 
 
 @dataclass

@@ -169,13 +169,19 @@ def default_start_method() -> str:
     return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
 
 
+def check_start_method(method: str | None) -> str | None:
+    """``method`` if it is one of :data:`START_METHODS` (or empty: the default), else
+    ``ValueError``."""
+    if method and method not in START_METHODS:
+        raise ValueError(f"start method must be one of {', '.join(START_METHODS)}, got {method!r}")
+    return method
+
+
 def get_context(method: str | None = None) -> BaseContext:
     """The multiprocessing context for ``method`` (default: :func:`default_start_method`)."""
     if getattr(mp.process.current_process(), "_inheriting", False):
         refuse_unguarded_main()
-    method = method or default_start_method()
-    if method not in START_METHODS:
-        raise ValueError(f"start method must be one of {', '.join(START_METHODS)}, got {method!r}")
+    method = check_start_method(method) or default_start_method()
     ctx = mp.get_context(method)
     # workers run one BLAS thread unless the plan says otherwise; set before the fork
     # server starts, OpenBLAS never spins up (and busy-waits on) a thread pool per worker

@@ -38,6 +38,9 @@ class Executor(ABC):
     name = "executor"
     timeout_s: float | None = None
     """``--episode-timeout``: an episode running longer is stopped and recorded as a timeout."""
+    tracer: Tracer | None = None
+    """Traces the episodes this process plays (``--trace``)."""
+    _events: list[dict[str, Any]] = []  # what workers sent back (each executor its own list)
 
     @abstractmethod
     def run(self, tasks: Sequence[EpisodeTask],
@@ -55,8 +58,10 @@ class Executor(ABC):
         return timed_out_result(task, self.timeout_s, how, partial, agent, phase)
 
     def trace_events(self) -> list[dict[str, Any]]:
-        """Trace events gathered during :meth:`run` (empty unless tracing)."""
-        return []
+        """Trace events gathered during :meth:`run` (empty unless tracing): this
+        process's, then the workers'."""
+        events, self._events = self._events, []
+        return (self.tracer.take() if self.tracer else []) + events
 
     def close(self, force: bool = False) -> None:  # noqa: B027 - inline executors hold nothing
         """Release workers; ``force`` stops them without waiting for their episodes."""
@@ -129,9 +134,6 @@ class InlineExecutor(Executor):
         finally:
             signal.signal(signal.SIGALRM, previous)
 
-    def trace_events(self) -> list[dict[str, Any]]:
-        return self.tracer.take() if self.tracer else []
-
     def close(self, force: bool = False) -> None:
         self.runner.close()
 
@@ -162,9 +164,6 @@ class ThreadExecutor(Executor):
                 self._runners.append(runner)
         return runner
 
-    def _run_one(self, task: EpisodeTask) -> EpisodeResult:
-        return self._runner().run(task)
-
     def run(self, tasks: Sequence[EpisodeTask],
 
             on_result: ResultCallback | None = None) -> list[EpisodeResult]:
@@ -174,7 +173,7 @@ class ThreadExecutor(Executor):
         upcoming = iter(range(len(tasks)))
         while True:
             for index in itertools.islice(upcoming, 2 * self.workers - len(inflight)):
-                inflight[self._pool.submit(self._run_one, tasks[index])] = index
+                inflight[self._pool.submit(lambda t: self._runner().run(t), tasks[index])] = index
             if not inflight:
                 break
             done, _ = wait(inflight, return_when=FIRST_COMPLETED)
@@ -184,9 +183,6 @@ class ThreadExecutor(Executor):
                 if on_result is not None:
                     on_result(index, results[index])
         return [results[i] for i in sorted(results)]
-
-    def trace_events(self) -> list[dict[str, Any]]:
-        return self.tracer.take() if self.tracer else []
 
     def close(self, force: bool = False) -> None:
         self._pool.shutdown(wait=not force, cancel=force)

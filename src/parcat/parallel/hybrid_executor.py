@@ -158,10 +158,6 @@ class HybridExecutor(ProcessExecutor):
                 raise arrival
             self._workers.append(arrival)
 
-    def trace_events(self) -> list[dict[str, Any]]:
-        """Events of this process's episodes and the workers'."""
-        return (self.tracer.take() if self.tracer else []) + super().trace_events()
-
     def close(self, force: bool = False) -> None:
         """Stop the workers (a worker still starting stops itself) and this lane's runner."""
         with self._lock:

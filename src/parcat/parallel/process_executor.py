@@ -27,10 +27,10 @@ from parcat.core.errors import ConfigError
 from parcat.episode.results import EpisodeResult, failed_result
 from parcat.episode.rollout import EpisodeTask, TaskList
 from parcat.ipc.process import (
-    START_METHODS,
     ErrorReport,
     Worker,
     WorkerLostError,
+    check_start_method,
     get_context,
     raise_if_unguarded_main,
     start_worker,
@@ -79,11 +79,8 @@ class ProcessExecutor(Executor):
         self.trace = trace
         self.retries = retries
         self.timeout_s = episode_timeout_s
-        self._start_method = start_method
+        self._start_method = check_start_method(start_method)
         self._ctx: BaseContext | None = None  # made with the first worker: see _start
-        if start_method is not None and start_method not in START_METHODS:
-            raise ValueError(f"start method must be one of {', '.join(START_METHODS)}, "
-                             f"got {start_method!r}")
         self._workers: list[_Lane] = []
         self._events: list[dict[str, Any]] = []
         # an executor that is never closed must not keep the interpreter from exiting
@@ -231,10 +228,6 @@ class ProcessExecutor(Executor):
 
     def worker_pids(self) -> list[int]:
         return [lane.worker.pid for lane in self._workers if lane.worker.pid]
-
-    def trace_events(self) -> list[dict[str, Any]]:
-        events, self._events = self._events, []
-        return events
 
     def close(self, force: bool = False) -> None:
         _stop_all(self._workers, force)

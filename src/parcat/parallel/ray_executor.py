@@ -148,11 +148,6 @@ class RayExecutor(Executor):
                 del inflight[ref]
                 run.finish(index, self.timed_out(run.tasks[index], "cancelled"))
 
-    def trace_events(self) -> list[dict[str, Any]]:
-        """Events shipped back with the results."""
-        events, self._events = self._events, []
-        return events
-
     def close(self, force: bool = False) -> None:
         """Shut down the local cluster this executor started."""
         if self._clock is not None and self.ray.is_initialized():

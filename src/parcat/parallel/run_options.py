@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from parcat.core.errors import ConfigError
-from parcat.core.limits import MAX_LOCKSTEP, MAX_WORKERS
+from parcat.core.limits import MAX_LOCKSTEP, MAX_WORKERS, require_int
 from parcat.core.raycluster import Backend
 from parcat.core.resources import available_cpus, free_cpus, pids_headroom, visible_gpus
 from parcat.envs.missions import Mission, is_foreign
@@ -94,18 +94,11 @@ class RunOptions:
             raise ConfigError(f"--retries must be >= 0, got {self.retries}")
         if self.episode_timeout_s is not None and not self.episode_timeout_s > 0:
             raise ConfigError(f"--episode-timeout must be > 0, got {self.episode_timeout_s}")
-        if self.jobs is not None and (not isinstance(self.jobs, int) or self.jobs < 1):
-            raise ConfigError(f"--jobs must be an integer >= 1, got {self.jobs!r}")
-        if self.concurrency is not None and (
-                not isinstance(self.concurrency, int) or isinstance(self.concurrency, bool)
-                or not 1 <= self.concurrency <= MAX_WORKERS):
-            raise ConfigError(f"--concurrency must be an integer between 1 and "
-                              f"{MAX_WORKERS}, got {self.concurrency!r}")
-        if self.lockstep is not None and (
-                not isinstance(self.lockstep, int) or isinstance(self.lockstep, bool)
-                or not 1 <= self.lockstep <= MAX_LOCKSTEP):
-            raise ConfigError(f"--lockstep must be an integer between 1 and {MAX_LOCKSTEP}, "
-                              f"got {self.lockstep!r}")
+        for flag, value, most in (("--jobs", self.jobs, None),
+                                  ("--concurrency", self.concurrency, MAX_WORKERS),
+                                  ("--lockstep", self.lockstep, MAX_LOCKSTEP)):
+            if value is not None:
+                require_int(flag, value, 1, most)
         if self.gpus is not None and self.gpus < 0:
             raise ConfigError(f"--gpus must be >= 0, got {self.gpus}")
         if self.action_timeout_ms is not None and not self.action_timeout_ms > 0:

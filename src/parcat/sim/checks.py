@@ -8,7 +8,6 @@ are :func:`redact`-ed. Values typed on the command line are shown as they are.
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 import re
@@ -16,7 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from parcat.core.errors import ConfigError
+from parcat.core.errors import ConfigError, did_you_mean
 from parcat.core.yamlfile import read_yaml_mapping
 
 
@@ -46,8 +45,9 @@ def check_keys(data: Mapping[Any, Any], valid: tuple[str, ...], source: str,
     for position, key in enumerate(data, 1):
         if key not in valid:
             scope = f" of '{prefix[:-1]}'" if prefix else ""
-            raise ConfigError(f"{source}: unknown key #{position}{scope}"
-                              f"{_hint(key, valid, prefix)}; valid: {', '.join(sorted(valid))}")
+            hint = did_you_mean(key, valid, prefix)
+            raise ConfigError(f"{source}: unknown key #{position}{scope}{hint}; "
+                              f"valid: {', '.join(sorted(valid))}")
 
 
 def check_parameters(layer: Mapping[Any, Any], known: tuple[str, ...], where: str,
@@ -56,12 +56,7 @@ def check_parameters(layer: Mapping[Any, Any], known: tuple[str, ...], where: st
     for position, key in enumerate(layer, 1):
         if key not in known:
             raise ConfigError(f"{where}: key #{position} is no parameter of mission '{mission}'"
-                              f"{_hint(key, known)}; known: {', '.join(sorted(set(known)))}")
-
-
-def _hint(key: Any, valid: tuple[str, ...], prefix: str = "") -> str:
-    close = difflib.get_close_matches(key, valid, n=1) if isinstance(key, str) else []
-    return f" (did you mean '{prefix}{close[0]}'?)" if close else ""
+                              f"{did_you_mean(key, known)}; known: {', '.join(sorted(set(known)))}")
 
 
 def check_seconds(value: Any, source: str, key: str, least: float, most: float) -> float:

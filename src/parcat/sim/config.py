@@ -26,13 +26,12 @@ error is one line naming the file and the key, never echoing what a file holds.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from parcat.core.errors import ConfigError, MissionError, PolicyError, WorkerError
+from parcat.core.errors import ConfigError, MissionError, PolicyError, WorkerError, did_you_mean
 from parcat.envs.missions import Mission, load_mission
 from parcat.policies.base import AgentSpec
 from parcat.policies.specs import PolicySpec, check_builds, parse_policy_spec
@@ -287,10 +286,9 @@ def _assign_ids(merged: list[tuple[dict[str, Any], str]], ids: list[Any], missio
             continue
         wanted = str(entry["agent"])
         if wanted not in names:
-            close = difflib.get_close_matches(wanted, names, n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise ConfigError(f"{where}: 'agents[{position}].agent' is no agent of mission "
-                              f"'{mission.name}'{hint}; its agents: {', '.join(names)}")
+                              f"'{mission.name}'{did_you_mean(wanted, names)}; its agents: "
+                              f"{', '.join(names)}")
         if names.index(wanted) in indices:
             raise ConfigError(f"{where}: agent '{wanted}' is listed twice")
         indices.append(names.index(wanted))
