@@ -77,10 +77,9 @@ def compare_files(a: str | Path, b: str | Path, policy: str = ALL_POLICIES, seed
     mine, theirs = side_metrics(first, policy), side_metrics(second, policy)
     shared = [key for key in mine if key in theirs]
     sided = {mission for mission, _, metric in shared if metric == "return"}
-    all_a, all_b = ({m: v for m, v in scores(episodes, policy, path).items()
-                         if m not in sided} for episodes, path in ((first, a), (second, b)))
-    rows = compare(all_a, all_b, seed=seed) if set(all_a) & set(all_b) or not sided \
-        else []
+    all_a, all_b = ({m: v for m, v in scores(episodes, policy, path).items() if m not in sided}
+                    for episodes, path in ((first, a), (second, b)))
+    rows = compare(all_a, all_b, seed=seed) if set(all_a) & set(all_b) or not sided else []
     for mission, side, metric in shared:
         row = _row(mission, {mission: np.asarray(mine[mission, side, metric])},
                    {mission: np.asarray(theirs[mission, side, metric])}, seed, 2000)
