@@ -30,8 +30,9 @@ def bench_command(
         "--threshold", metavar="FRACTION", rich_help_panel=opts.RUN,
         help="How much worse a figure must get to count as a regression: 0.2 is 1.2 times "
         "worse (a time 1.2 times longer, a throughput 1.2 times lower).")] = 0.2,
-    quick: Annotated[bool, typer.Option("--quick", rich_help_panel=opts.RUN,
-                                        help="Fewer, shorter repeats (smoke runs).")] = False,
+    quick: Annotated[bool, typer.Option(
+        "--quick", rich_help_panel=opts.RUN, help="Less work a repeat, shorter waits for a "
+        "quiet machine (with --repeats 1: a smoke run).")] = False,
     repeats: Annotated[int | None, typer.Option(
         "--repeats", min=1, max=100, metavar="N", rich_help_panel=opts.RUN,
         help="Repeats of each measurement (default 5; a measurement past its time budget "
