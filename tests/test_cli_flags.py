@@ -243,8 +243,8 @@ def one_line(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
      "--output '{tmp}/chart.gif': unknown extension '.gif'; expected .svg (an SVG image), "
      ".png (a PNG image), .pdf (a PDF)"),
     (["replay", "{tmp}/x.npz", "-o", "{tmp}/x.svg"],
-     "--output '{tmp}/x.svg': unknown extension '.svg'; expected .gif (an animated GIF), .png "
-     "(one frame, --frame N)"),
+     "--output '{tmp}/x.svg': unknown extension '.svg'; expected .gif (an animated GIF), .mp4 "
+     "(an H.264 video), .png (one frame, --frame N)"),
 ])
 def test_an_output_extension_the_command_does_not_write_is_one_line_exit_2(
         args: list[str], expected: str, tmp_path: Path,

@@ -257,7 +257,9 @@ def test_compare_shows_evades_capture_rate_per_side_in_table_json_and_csv(
     assert main(["compare", *map(str, files), "--format", "json"]) == 0
     rows = {(r["side"], r["metric"]): r for r in json.loads(capsys.readouterr().out)}
     assert {("pursuer", "captured"), ("evader", "captured"), ("pursuer", "capture_step"),
-            ("pursuer", "return"), ("evader", "return"), ("*", "return")} <= set(rows)
+            ("pursuer", "return"), ("evader", "return")} <= set(rows)
+    assert ("*", "return") not in rows  # a mean of pursuers' and evaders' returns means nothing
+    assert rows[("pursuer", "return")]["episodes_a"] == 4  # one score per episode and side
     caught = rows[("pursuer", "captured")]
     assert caught["mean_a"] == 0.0 < caught["mean_b"]  # greedy pursuers catch, noop ones do not
     assert rows[("pursuer", "capture_step")]["difference"]["value"] < 0  # and sooner
@@ -266,7 +268,10 @@ def test_compare_shows_evades_capture_rate_per_side_in_table_json_and_csv(
     assert {(r["side"], r["metric"]) for r in csv_rows} == set(rows)
     assert main(["compare", *map(str, files)]) == 0
     table = capsys.readouterr().out
-    assert "per side" in table and "| evader " in table and "captured" in table
+    returns, _, per_side = table.partition("per side")
+    assert [line.split("|")[1].strip() for line in returns.splitlines()
+            if line.startswith("| evade")] == ["evade (pursuer)", "evade (evader)"]
+    assert "| evader " in per_side and "captured" in per_side and "return" not in per_side
 
 
 def test_compare_counts_win_draw_loss_and_illegal_moves_per_side(

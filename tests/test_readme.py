@@ -1,8 +1,11 @@
 """Every code line of README.md, run: its shell and Python blocks are extracted and run in
 order in one folder, as a reader would paste them (YAML blocks that name a file are written
-there first). A line that would take minutes runs with a smaller budget (fewer episodes,
-epochs or steps); the few that need what CI lacks (a Ray cluster, packages to install, the
-user's shell start-up file) or are timing suites are skipped, each with its reason printed.
+there first). A line that would take minutes runs with a smaller budget (CHEAPER: fewer
+episodes, epochs or steps); a line that needs what a test may not do to the machine runs in
+a reduced form that still proves it works (REDUCED, each printed with how it ran): installs
+are checked to be what .ci/run itself installs and runs, completion is installed into a
+temporary HOME and then completes through what it wrote, the Ray lines start real nodes of
+their own (one cluster for the block) and stop only those, timing suites run as smoke runs.
 """
 
 from __future__ import annotations
@@ -16,30 +19,51 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
-SKIPS: list[tuple[str, str]] = [
-    (r"^python3 -m venv|pip install", "installs packages (network, minutes): CI's own set-up, "
-     ".ci/run, runs it"),
-    (r"^source ", "shell state: these lines run this venv's parcat already"),
-    (r"--install-completion", "writes the user's shell start-up file"),
-    (r"^export RAY|^ray |HEAD_IP", "needs a Ray cluster of several machines "
-     "(tests/parallel/test_ray_cluster.py starts one here)"),
-    (r"--backend ray", "starts a local Ray cluster (~20 s, ~1 GB): tests/parallel/test_ray.py "
-     "runs --backend ray"),
-    (r"^parcat bench|cron-bench|benchmarks/parallel\.py", "a timing suite of minutes whose "
-     "figures need a quiet machine (BENCHMARKS.md)"),
+VENV = Path(sys.prefix)
+"""The venv this test runs in: README's ``.venv`` (CI's is the checkout's ``.venv``)."""
+CI_RUN = ROOT / ".ci" / "run"
+HEAD = "HEAD_IP:6379"
+"""README's Ray head address; the head started here takes a free port."""
+BASH_COMPLETES = ('source ~/.bashrc && COMP_WORDS=(parcat ev) && COMP_CWORD=1 && '
+                  '_parcat_completion parcat && test "${COMPREPLY[*]}" = eval')
+"""After ``--install-completion``: a new bash's start-up file completes ``parcat ev<TAB>``."""
+
+INSTALL = r"^python3 -m venv|pip install"
+"""A line that sets up a venv or installs: .ci/run's to do (:func:`installs`)."""
+
+REDUCED: list[tuple[str, str]] = [
+    (INSTALL, "install parts checked to be what .ci/run installs and "
+     "runs (same extras, same test command); the rest runs here with this venv"),
+    (r"^source ", "this venv's activate script, then its parcat is the one on PATH"),
+    (r"--install-completion", "into a temporary HOME, then bash completes `parcat ev` "
+     "through the start-up file it wrote"),
+    (r"^export ", "set for the lines after it"),
+    (r"^ray start", "a real `ray start` of one CPU with its own temp dir and ports "
+     "(tests/parallel/raynodes.py); HEAD_IP:6379 is the head's 127.0.0.1:PORT"),
+    (r"^ray stop", "stops the nodes started here, at the block's end (the real one stops "
+     "every Ray process on the machine)"),
+    (r"--backend ray", "on the nodes started above, --jobs 2 --env-workers 2; without "
+     "--address through RAY_ADDRESS (one cluster for the block)"),
+    (r"^parcat bench|cron-bench", "a smoke run: --quick --repeats 1 --max-jobs 2"),
+    (r"benchmarks/parallel\.py", "a smoke run: --quick --repeats 1 --settle 0 --sections 45 "
+     "(auto vs inline through evaluate(), and every kind of worker started and measured; "
+     "sections 1-3 and 6 are timing loops of minutes on a loaded machine)"),
 ]
-"""(pattern, why it is not run here)."""
+"""(pattern, how the line runs here instead of as written)."""
 
 
 def _budget(flag: str, value: int) -> Callable[[str], str]:
@@ -77,6 +101,16 @@ CHEAPER: list[tuple[str, Callable[[str], str]]] = [
     (r"knights_archers_zombies", lambda line: _add(line, "--set max_cycles=100")),
     (r"^parcat sim ", lambda line: _add(line, "--iters 40")),
     (r"^scripts/ci-eval\.sh", lambda line: f"EPISODES=4 {line}"),
+    (r"^source \.venv/bin/activate$", lambda line: f"source {VENV}/bin/activate && "
+     f'test "$(command -v parcat)" = {VENV}/bin/parcat'),
+    (r"--install-completion", lambda line: f"{line} && {BASH_COMPLETES}"),
+    (r"--backend ray", lambda line: re.sub(r"--(jobs|env-workers) \d+", r"--\1 2", line)),
+    (r"--backend ray(?!.*--address)", lambda line: f"RAY_ADDRESS={HEAD} {line}"),
+    (r"^parcat bench", lambda line: _add(line, "--repeats 1 --max-jobs 2")),
+    (r"cron-bench", lambda line: f"QUICK=1 REPEATS=1 MAX_JOBS=2 {line}"),
+    (r"benchmarks/parallel\.py", lambda line: _add(  # beside tests/, which it imports
+        line.replace("benchmarks/", f"{ROOT}/benchmarks/"),
+        "--quick --repeats 1 --settle 0 --sections 45")),
 ]
 """(pattern, the same command with a smaller budget)."""
 
@@ -102,8 +136,42 @@ def shell_lines(code: str) -> list[str]:
     return lines
 
 
-def skip_reason(line: str) -> str | None:
-    return next((why for pattern, why in SKIPS if re.search(pattern, line)), None)
+def reduced(line: str) -> str | None:
+    """How ``line`` runs here, where that is not as written."""
+    return next((how for pattern, how in REDUCED if re.search(pattern, line)), None)
+
+
+def ci_lines() -> list[str]:
+    """The commands .ci/run runs, ``--quiet`` left out."""
+    return [line.replace(" --quiet", "") for line in shell_lines(CI_RUN.read_text())]
+
+
+def ci_extras() -> set[str]:
+    """The extras .ci/run installs parcat with."""
+    found = re.search(r"pip install -e '\.\[([\w,]+)\]'", "\n".join(ci_lines()))
+    assert found is not None, f"{CI_RUN} installs no .[extras]"
+    return set(found[1].split(","))
+
+
+def installs(line: str) -> tuple[list[str], str]:
+    """An install line's parts that .ci/run does not do as README says (problems), and the
+    rest of the line, to run here with this venv."""
+    problems, rest = [], []
+    for part in line.split(" && "):
+        pip = re.fullmatch(r"(?:\.venv/bin/)?pip install (?:-e )?'?(?:\.|parcat)"
+                           r"(?:\[([\w,]+)\])?'?", part)
+        if part in ("python3 -m venv .venv", ".venv/bin/python -m pytest -q"):
+            if part not in ci_lines():
+                problems.append(f"{part!r} is not a line of {CI_RUN}")
+        elif pip is not None:
+            missing = set(filter(None, (pip[1] or "").split(","))) - ci_extras()
+            if missing:
+                problems.append(f"{part!r}: {CI_RUN} does not install {sorted(missing)}")
+        elif "pip install" in part:  # never run here: the network, and this venv changed
+            problems.append(f"{part!r} installs what {CI_RUN} does not")
+        else:
+            rest.append(part.replace(".venv/bin/", ""))
+    return problems, " && ".join(rest)
 
 
 def cheaper(line: str) -> str:
@@ -150,17 +218,33 @@ class Reader:
 
     def __init__(self, folder: Path, ports: dict[str, str]) -> None:
         self.folder, self.ports = folder, ports
+        (folder / "home").mkdir()
+        # HOME is the folder's: completion and Ray's token are written there, not the user's
         self.env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
-                    f"{os.environ.get('PATH', '')}", "COLUMNS": "120"}
+                    f"{os.environ.get('PATH', '')}", "COLUMNS": "120",
+                    "HOME": str(folder / "home"), "RAY_USAGE_STATS_ENABLED": "0"}
         self.failures: list[str] = []
-        self.skipped: list[str] = []
+        self.reduced: list[str] = []
         self.servers: list[subprocess.Popen[str]] = []
+        self.ray_nodes: list[Any] = []
+        self.ray_base: Path | None = None
         self.timings: list[tuple[float, str]] = []
 
     def shell(self, line: str) -> None:
-        why = skip_reason(line)
-        if why is not None:
-            self.skipped.append(f"{line}  <- skipped: {why}")
+        how = reduced(line)
+        if how is not None:
+            self.reduced.append(f"{line}  <- {how}")
+        if re.search(INSTALL, line):
+            problems, line = installs(line)
+            self.failures.extend(problems)
+        if line.startswith("export "):
+            name, _, value = line.removeprefix("export ").partition("=")
+            self.env[name] = value
+            return
+        if line.startswith("ray start"):
+            self.ray_start(line)
+            return
+        if not line or line == "ray stop":  # the nodes started here stop at the block's end
             return
         command = cheaper(line)
         for old, new in self.ports.items():
@@ -185,6 +269,37 @@ class Reader:
         url = server.stdout.readline()  # its one stdout line, once it listens
         if not url.startswith("http://"):
             self.failures.append(f"{command}: printed {url!r}, not its URL")
+
+    def ray_start(self, line: str) -> None:
+        """``ray start --head`` or ``--address``: a real node of one CPU, in its own temp
+        dir (short: Ray's socket paths) and on free ports, as tests/parallel/raynodes.py
+        starts them."""
+        from tests.parallel.raynodes import RayNode
+        if self.ray_base is None:
+            self.ray_base = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
+        env = {**self.env, "PYTHONPATH": str(ROOT / "src")}
+        try:
+            if "--head" in line:
+                port = free_port()
+                self.ray_nodes.append(RayNode(self.ray_base / "head", env, "head_node",
+                                              head_port=port))
+                self.ports[HEAD] = f"127.0.0.1:{port}"
+            else:
+                self.ray_nodes.append(RayNode(self.ray_base / f"node{len(self.ray_nodes)}",
+                                              env, "other_node", address=self.ports[HEAD]))
+        except (RuntimeError, TimeoutError, KeyError) as exc:
+            self.failures.append(f"{line}: {exc}")
+
+    def stop_ray(self) -> None:
+        """README's ``ray stop``, for the nodes started here only."""
+        stopped = [proc for node in reversed(self.ray_nodes) for proc in node.stop()]
+        self.ray_nodes.clear()
+        left = [p for p in stopped if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        if left:
+            self.failures.append(f"Ray processes left after ray stop: {left}")
+        if self.ray_base is not None:
+            shutil.rmtree(self.ray_base, ignore_errors=True)
+            self.ray_base = None
 
     def stop_servers(self) -> None:
         for server in self.servers:
@@ -262,7 +377,23 @@ def test_shell_lines_drop_comments_but_not_quoted_hashes() -> None:
         "parcat train -c configs/train.yaml --epochs 3 --resume --eval-episodes 1"
 
 
-@pytest.mark.slow  # ~75 commands: ~10 min at load 17-20 on 2 shared cores
+def test_ci_installs_and_runs_the_tests_as_readme_says() -> None:
+    lines = [line for language, code in code_blocks() if language == "bash"
+             for line in shell_lines(code) if re.search(INSTALL, line)]
+    assert len(lines) >= 3 and [installs(line)[0] for line in lines] == [[]] * len(lines)
+    # "set up and run the tests" is what .ci/run runs, part for part and in that order
+    parts = next(line for line in lines if "pytest" in line).split(" && ")
+    at = [ci_lines().index(part) for part in parts]
+    assert len(parts) == 3 and at == sorted(at)
+    assert installs("python3 -m venv .venv && pip install -e '.[gpu]' && parcat eval")[0] == [
+        f"\"pip install -e '.[gpu]'\": {CI_RUN} does not install ['gpu']"]
+    assert installs(".venv/bin/pip install -e . && .venv/bin/parcat eval -m harvest") == (
+        [], "parcat eval -m harvest")
+    assert installs("pip install torch") == ([f"'pip install torch' installs what {CI_RUN} "
+                                              "does not"], "")
+
+
+@pytest.mark.slow  # ~90 commands: ~9 min at load 10 on 2 shared cores
 @pytest.mark.timeout(1200)
 def test_every_readme_code_line_runs(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")  # parcat plot -o cross.png
@@ -279,12 +410,14 @@ def test_every_readme_code_line_runs(tmp_path: Path) -> None:
                     for line in shell_lines(code):
                         reader.shell(line)
                     reader.stop_servers()
+                    reader.stop_ray()
                 elif language == "python":
                     reader.python(code, index)
                 elif language == "yaml":
                     reader.yaml(code)
         finally:
             reader.stop_servers()
-    print("\n".join(["README lines not run here:", *reader.skipped, "the slowest run:",
+            reader.stop_ray()
+    print("\n".join(["README lines run reduced:", *reader.reduced, "the slowest run:",
                      *(f"{s:6.1f} s  {c}" for s, c in sorted(reader.timings)[-8:])]))
     assert not reader.failures, "\n\n".join(reader.failures)

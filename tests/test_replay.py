@@ -127,11 +127,37 @@ def test_eval_replay_dir_then_parcat_replay_shows_the_episode(tmp_path: Path) ->
     assert (png.reshape(-1, 3) == (120, 120, 120)).all(axis=1).sum() > 60 * 100
 
 
+def test_a_replay_written_as_mp4_reads_back_frame_by_frame(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from parcat.cli.main import main
+    from parcat.episode.pictures import MOVIE_BLOCK
+    evaluate(make_config(["harvest"], ["random"], episodes=1, overrides={"max_steps": 9}),
+             RunOptions(jobs=1), replay_dir=tmp_path)
+    recorded, gif, mp4 = (tmp_path / name for name in ("harvest-000000.npz", "ep.gif",
+                                                         "ep.mp4"))
+    assert main(["replay", str(recorded), "-o", str(gif)]) == 0
+    capsys.readouterr()
+    assert main(["replay", str(recorded), "-o", str(mp4), "--fps", "5"]) == 0
+    assert capsys.readouterr().err == f"parcat: wrote {mp4} (10 frames)\n"
+    assert iio.immeta(mp4)["fps"] == 5
+    video, still = iio.imread(mp4), iio.imread(gif)
+    # each side padded to H.264's 16-pixel blocks around the GIF's picture
+    assert video.shape[0] == 10 and video.shape[3] == 3
+    assert [side % MOVIE_BLOCK for side in video.shape[1:3]] == [0, 0]
+    assert all(0 <= pad < MOVIE_BLOCK for pad in np.subtract(video.shape[1:3], still.shape[1:3]))
+    # lossy, but the same pictures: each frame is near the GIF's and far from the others
+    h, w = still.shape[1:3]
+    error = np.abs(video[:, :h, :w].astype(int) - still.astype(int)).mean(axis=(1, 2, 3))
+    assert error.max() < 8
+    assert np.abs(video[0, :h, :w].astype(int) - still[-1]).mean() > error.max()
+
+
 @pytest.mark.parametrize(("args", "line"), [
     (["replay", "missing.npz"], "parcat: error: replay 'missing.npz' does not exist or is not a "
      "file; replays are the *.npz files in a --replay-dir folder (listed in its index.json)"),
     (["replay", "missing.npz", "-o", "x.svg"], "parcat: error: --output 'x.svg': unknown "
-     "extension '.svg'; expected .gif (an animated GIF), .png (one frame, --frame N)"),
+     "extension '.svg'; expected .gif (an animated GIF), .mp4 (an H.264 video), .png (one "
+     "frame, --frame N)"),
     (["replay", "missing.npz", "--frame", "3"], "parcat: error: --frame 3 picks the frame of "
      "a PNG; give -o FILE.png"),
     (["eval", "-m", "harvest", "--replay-dir", "/dev/null"], "parcat: error: --replay-dir "

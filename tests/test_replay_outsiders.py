@@ -64,22 +64,47 @@ def test_an_outsiders_replay_plays_back_and_writes_a_gif_and_a_png(
     assert iio.imread(png).shape == frames[2].shape
 
 
-def test_connect_four_replays_rewards_add_up_to_the_returns(tmp_path: Path) -> None:
-    """The final +1/-1 is shown after the last move: it was lost in 59 of 62 replays."""
-    connect_four = Mission(name="connect_four", env="pettingzoo.classic.connect_four_v3:env",
-                           max_steps=42)
-    config = EvalConfig((connect_four,), (parse_policy_spec("random"),), 8, 1)
+TURN_BASED = {
+    # game: (episodes, seed), so that some of them are won (random chess is mostly drawn)
+    "connect_four_v3": (8, 1),
+    "chess_v6": (1, 1),
+    "texas_holdem_v4": (4, 0),
+    "leduc_holdem_v4": (4, 0),
+}
+
+
+@pytest.mark.parametrize("game", list(TURN_BASED))
+def test_turn_based_replays_rewards_add_up_to_the_returns_and_play_back(
+        tmp_path: Path, game: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The final +1/-1 is shown after the last move: it was lost in 59 of 62 connect_four,
+    chess and poker replays."""
+    pytest.importorskip({"chess_v6": "chess", "texas_holdem_v4": "rlcard",
+                         "leduc_holdem_v4": "rlcard"}.get(game, "pygame"))
+    episodes, seed = TURN_BASED[game]
+    mission = Mission(name=f"pettingzoo.classic.{game}", env=f"pettingzoo.classic.{game}:env",
+                      max_steps=2000)
+    config = EvalConfig((mission,), (parse_policy_spec("random"),), episodes, seed)
     report = evaluate(config, RunOptions(jobs=2), replay_dir=tmp_path)
-    decided = 0
+    decided = []
     for result in report.episodes:
-        recorded = replay.read(tmp_path / replay.file_name("connect_four", result.episode_index))
+        assert result.error is None
+        recorded = replay.read(tmp_path / replay.file_name(mission.name, result.episode_index))
         for i, agent in enumerate(result.agents):
-            assert recorded.arrays[f"rew_{i}"].sum() == pytest.approx(agent.reward)
-        decided += any(agent.reward for agent in result.agents)
+            # a poker player who folds at once leaves the other one no move, and no row
+            rows = recorded.arrays[f"rew_{i}"]
+            paid = rows.sum() if len(rows) else recorded.meta["returns"][i]
+            assert paid == pytest.approx(agent.reward)
+        if any(agent.reward for agent in result.agents):
+            decided.append(result)
         drawn = list(playback.frames(recorded, trust_code=True))
         assert len(drawn) == result.steps + 1 and not any(s.problems for s in drawn)
         assert all(isinstance(s.picture, np.ndarray) for s in drawn)
     assert decided  # some games were won, so some final rewards were recorded
+    won, gif = decided[-1], tmp_path / f"{game}.gif"
+    assert cli(capsys, "replay", str(tmp_path / replay.file_name(mission.name, won.episode_index)),
+               "--trust-code", "-o", str(gif)) == (
+        0, f"parcat: wrote {gif} ({won.steps + 1} frames)\n")
+    assert iio.imread(gif).shape[0] == won.steps + 1
 
 
 def test_an_env_that_does_not_replay_as_recorded_plays_back_with_one_note(

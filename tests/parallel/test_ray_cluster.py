@@ -129,6 +129,21 @@ def test_train_with_actors_on_two_nodes_equals_local(cluster: Cluster, tmp_path:
     assert_same(saved_arrays(tmp_path / "local"), saved_arrays(tmp_path / "ray"))
 
 
+def test_ray_address_in_the_environment_is_the_cluster_joined(cluster: Cluster,
+                                                              tmp_path: Path) -> None:
+    # --backend ray without --address: ray.init's RAY_ADDRESS (a ValueError traceback before)
+    trace = tmp_path / "trace.json"
+    proc = subprocess.Popen([sys.executable, "-m", "parcat", "eval", "-m", "harvest", "-n", "4",
+                             "--set", "max_steps=20", "--backend", "ray", "--jobs", "2",
+                             "--trace", str(trace)], cwd=ROOT, text=True,
+                            env={**cluster.env, "RAY_ADDRESS": cluster.address},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    finish(proc)
+    # its episodes ran on the cluster's nodes (short ones: maybe all on one), no local one's
+    assert node_lanes(trace) and node_lanes(trace) <= {cluster.head.node_id,
+                                                         cluster.second.node_id}
+
+
 def test_a_killed_node_s_episodes_are_rerun_on_the_head(cluster: Cluster,
                                                         tmp_path: Path) -> None:
     napping = write_napping_mission(tmp_path, max_steps=40, nap_s=0.02)

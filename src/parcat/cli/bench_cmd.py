@@ -30,8 +30,14 @@ def bench_command(
         "--threshold", metavar="FRACTION", rich_help_panel=opts.RUN,
         help="How much worse a figure must get to count as a regression: 0.2 is 1.2 times "
         "worse (a time 1.2 times longer, a throughput 1.2 times lower).")] = 0.2,
-    quick: Annotated[bool, typer.Option("--quick", rich_help_panel=opts.RUN,
-                                        help="Fewer, shorter repeats (smoke runs).")] = False,
+    quick: Annotated[bool, typer.Option(
+        "--quick", rich_help_panel=opts.RUN, help="Less work a repeat, shorter waits for a "
+        "quiet machine (with --repeats 1: a smoke run).")] = False,
+    repeats: Annotated[int | None, typer.Option(
+        "--repeats", min=1, max=100, metavar="N", rich_help_panel=opts.RUN,
+        help="Repeats of each measurement (default 5; a measurement past its time budget "
+        "stops after 3). --repeats 1 --quick is a smoke run: it checks that the suite runs, "
+        "its figures are not worth comparing.")] = None,
     max_jobs: Annotated[int | None, typer.Option(
         "--max-jobs", metavar="N", rich_help_panel=opts.RUN, help="Measure how eval speeds "
         "up with --jobs 1, 2, ... N (default: every CPU this process may use).")] = None,
@@ -59,7 +65,8 @@ def bench_command(
             check_matplotlib(chart, "chart")
         previous = read_history(history)
     with user_errors(), progress_bar(len(MEASUREMENTS), "bench", enabled=progress) as advance:
-        record = run_suite(quick=quick, max_jobs=max_jobs, on_measured=advance)
+        record = run_suite(quick=quick, max_jobs=max_jobs, repeats=repeats,
+                           on_measured=advance)
     append_record(history, record)
     comparison = compare_bench(previous, record, threshold) if compare else None
     if fmt is SummaryFormat.JSON:

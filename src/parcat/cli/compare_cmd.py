@@ -22,14 +22,15 @@ def compare_command(
 ) -> None:
     """Difference B − A and P(B > A) per mission and overall, with bootstrap 95% intervals.
 
-    A and B are `parcat eval -o FILE.json` files; the figures are returns per agent.
-    Then per mission and side, each metric both files have: win/draw/loss rates and
-    illegal moves where the game has a winner (a side per player: player_0, player_1), the
-    side's mean return where sides have different roles (pursuer, evader), and every
-    number the environment reports (evade: captured, the capture rate; capture_step, the
-    time to capture). -p SPEC: compare the agents that policy played in both files, and
-    the sides it played (one -p; default *: all agents). --seed: the bootstrap's. JSON and
-    CSV: a row each, with its side and metric (the return rows: side *, metric return).
+    A and B are `parcat eval -o FILE.json` files; the figures are returns per agent, a
+    row per mission and overall. A mission whose sides differ has a return row per side
+    instead, never one that mixes them, and stays out of overall: roles (evade (pursuer),
+    evade (evader)) or a game's players (player_0, player_1). Then per mission and side,
+    each other metric both files have: win/draw/loss rates and illegal moves where the game
+    has a winner, and every number the environment reports (evade: captured, the capture
+    rate; capture_step, the time to capture). -p SPEC: compare the agents that policy
+    played in both files, and the sides it played (one -p; default *: all agents). --seed:
+    the bootstrap's. JSON and CSV: a row each, with its side (* for all agents) and metric.
     """
     with held_imports():  # here, not at the top: `parcat compare --help` needs none of them
         from parcat.cli.render import list_table, stdout_console
@@ -49,11 +50,13 @@ def compare_command(
                     r.improvement.value, r.improvement.low, r.improvement.high) for r in rows])
         return
     console = stdout_console()
-    returns = [r for r in rows if (r.side, r.metric) == ("*", "return")]
+    # every agent's return, or each side's where sides differ (evade: "evade (pursuer)")
+    returns = [r for r in rows if r.metric == "return"]
     console.print(list_table(
         ["mission", "episodes A/B", "mean A", "mean B", "IQM A", "IQM B", "B − A [95% CI]",
          "P(B > A) [95% CI]"],
-        [[r.mission, f"{r.episodes_a}/{r.episodes_b}", f"{r.mean_a:.3f}", f"{r.mean_b:.3f}",
+        [[r.mission if r.side == "*" else f"{r.mission} ({r.side})",
+          f"{r.episodes_a}/{r.episodes_b}", f"{r.mean_a:.3f}", f"{r.mean_b:.3f}",
           f"{r.iqm_a:.3f}", f"{r.iqm_b:.3f}", _interval(r.difference, "+.3f"),
           _interval(r.improvement, ".2f")] for r in returns]))
     metrics = [r for r in rows if r not in returns]

@@ -17,7 +17,8 @@ from parcat.cli.common import user_errors, wrote
 from parcat.core.errors import ConfigError
 from parcat.core.output_paths import check_output_file, check_output_suffix
 
-OUTPUT_FORMATS = {".gif": "an animated GIF", ".png": "one frame, --frame N"}
+OUTPUT_FORMATS = {".gif": "an animated GIF", ".mp4": "an H.264 video",
+                  ".png": "one frame, --frame N"}
 """What ``-o`` writes, by extension."""
 
 
@@ -25,8 +26,8 @@ def replay_command(
     file: Annotated[Path, typer.Argument(metavar="FILE", help="A replay: DIR/MISSION-NNNNNN.npz "
                                          "from `parcat eval --replay-dir DIR`.")],
     fps: Annotated[float, typer.Option("--fps", min=0.1, max=1000.0, metavar="N",
-                                       help="Frames a second, in the terminal and in a GIF."
-                                       )] = 10.0,
+                                       help="Frames a second, in the terminal and in a GIF or "
+                                       "MP4.")] = 10.0,
     frame: Annotated[int | None, typer.Option(
         "--frame", min=0, metavar="N", help="The step a PNG shows (0: after the reset; "
         "default: the last).")] = None,
@@ -34,10 +35,11 @@ def replay_command(
     trust_code: opts.TrustCode = False,
 ) -> None:
     """Play back an episode recorded with `parcat eval --replay-dir`: in the terminal, or
-    as a GIF or PNG.
+    as a GIF, MP4 or PNG.
 
-    -o FILE: an animated GIF (.gif) of the episode, or one frame (.png, --frame N), instead
-    of playing it here; needs imageio (pip install 'parcat\\[plot]').
+    -o FILE: an animated GIF (.gif) or a video (.mp4) of the episode, or one frame (.png,
+    --frame N), instead of playing it here; needs imageio and imageio-ffmpeg
+    (pip install 'parcat\\[plot]').
     --trust-code: the replay may rebuild an environment from outside parcat (by default
     only parcat's own missions play back).
     """
@@ -78,7 +80,7 @@ def _title(meta: dict[str, Any], agents: list[str]) -> str:
 
 def _write(output: Path, name: str, drawn: Iterable[Any], steps: int, fps: float,
            frame: int | None, problems: list[str]) -> int:
-    """Write ``output``: every ``stride``-th frame as a GIF, or one frame as a PNG."""
+    """Write ``output``: every ``stride``-th frame as a GIF or MP4, or one frame as a PNG."""
     from parcat.episode import pictures
     every = pictures.stride(steps)
     wanted = steps if frame is None else frame
@@ -97,7 +99,7 @@ def _write(output: Path, name: str, drawn: Iterable[Any], steps: int, fps: float
     if not images:
         raise ConfigError(f"the replay ended before frame {wanted}: the environment did not "
                           "replay as recorded")
-    return pictures.write_gif(output, images, fps)
+    return pictures.write_movie(output, images, fps)
 
 
 def _play(title: str, drawn: Iterable[Any], steps: int, fps: float,

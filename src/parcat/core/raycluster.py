@@ -45,11 +45,14 @@ def import_ray() -> Any:
 
 
 def connect(address: str | None, num_cpus: int | None = None) -> bool:
-    """Join the cluster at ``address``, or start a local one of ``num_cpus`` (``None`` or
-    empty address); whether this call connected (then the caller calls :func:`disconnect`)."""
+    """Join the cluster at ``address`` (default: Ray's ``RAY_ADDRESS``), or start a local
+    one of ``num_cpus``; whether this call connected (then the caller calls
+    :func:`disconnect`)."""
     ray = import_ray()
     if ray.is_initialized():
         return False
+    # ray.init reads RAY_ADDRESS itself, and then refuses num_cpus with a ValueError
+    address = address or os.environ.get("RAY_ADDRESS") or None
     _cluster_errors_to_stderr(ray)
     if address:
         check_reachable(address)

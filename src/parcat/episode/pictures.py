@@ -1,8 +1,9 @@
 """Pictures of a replay for people: every frame an RGB image under a title and a step
 counter (a static viewer shows it as it is), a text frame drawn as coloured character cells
-above its legend; written as an animated GIF or one frame's PNG with imageio.
+above its legend; written as an animated GIF, an MP4 or one frame's PNG with imageio.
 
-imageio (and Pillow, which it brings) is in the ``plot`` extra: it is imported only here.
+imageio (and Pillow, which it brings) and imageio-ffmpeg (an ffmpeg binary, for MP4) are in
+the ``plot`` extra: they are imported only here.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ MAX_SIDE = 480
 """An RGB frame larger than this is scaled down to fit: a GIF of hundreds of frames stays a
 few megabytes, and memory a few hundred."""
 MAX_GIF_FRAMES = 300
-"""A longer episode is drawn every k-th step (and its last), so that the GIF stays small."""
+"""A longer episode is drawn every k-th step (and its last), so that a GIF or MP4 stays small
+and its frames fit in memory."""
 MARGIN = 10
 FONT_SIZE = 13
 LINE = 18
@@ -157,20 +159,40 @@ def _legend_items(legend: dict[str, str]) -> list[tuple[tuple[int, int, int], st
     return [(colours.get(key[0], INK), f"{key} {meaning}") for key, meaning in legend.items()]
 
 
-def write_gif(path: Path, pictures: Iterable[np.ndarray], fps: float) -> int:
-    """An animated GIF of ``pictures``, each shown ``1 / fps`` seconds, looping; written
-    atomically. Returns the number of frames."""
+MOVIE_BLOCK = 16
+"""An MP4's sides are padded to a multiple of this: H.264 codes 16×16 blocks (imageio would
+otherwise scale the picture, with a warning)."""
+
+
+def write_movie(path: Path, pictures: Iterable[np.ndarray], fps: float) -> int:
+    """An animated GIF (looping) or an MP4 (H.264, by ``imageio-ffmpeg``'s ffmpeg) of
+    ``pictures``, by ``path``'s suffix, each shown ``1 / fps`` seconds; written atomically.
+    Returns the number of frames."""
     iio, _, _ = _imaging()
     images = list(pictures)
     height = max(p.shape[0] for p in images)
     width = max(p.shape[1] for p in images)
+    if path.suffix.lower() == ".mp4":
+        height, width = (-(-side // MOVIE_BLOCK) * MOVIE_BLOCK for side in (height, width))
+        _check_ffmpeg()
+        how: dict[str, Any] = {"extension": ".mp4", "fps": fps}
+    else:
+        how = {"extension": ".gif", "duration": round(1000 / fps), "loop": 0}
     stack = np.empty((len(images), height, width, 3), np.uint8)
     stack[:] = BACKGROUND
     for k, image in enumerate(images):
         stack[k, : image.shape[0], : image.shape[1]] = image
-    data = iio.imwrite("<bytes>", stack, extension=".gif", duration=round(1000 / fps), loop=0)
+    data = iio.imwrite("<bytes>", stack, **how)
     write_atomically(path, lambda handle: handle.write(data))
     return len(images)
+
+
+def _check_ffmpeg() -> None:
+    try:
+        import imageio_ffmpeg  # noqa: F401  (imageio finds its ffmpeg binary through it)
+    except ImportError:
+        raise ConfigError("writing an MP4 needs imageio-ffmpeg: pip install 'parcat[plot]' "
+                          "(or pip install imageio-ffmpeg), or write a .gif") from None
 
 
 def write_png(path: Path, image: np.ndarray) -> None:

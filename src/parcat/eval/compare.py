@@ -70,15 +70,20 @@ def compare_files(a: str | Path, b: str | Path, policy: str = ALL_POLICIES, seed
                   ) -> list[Comparison]:
     """:func:`compare` of the scores of ``policy`` in two results files, then a row per
     metric and side the two share, per mission (``ConfigError``: not a parcat results
-    file, a malformed episode, or the policy played no finished episode)."""
+    file, a malformed episode, or the policy played no finished episode). A mission with
+    a return per side (evade's pursuers and evaders, a game's players) has those rows
+    instead of one that mixes the sides, and stays out of ``overall``."""
     first, second = load_episodes(a), load_episodes(b)
-    rows = compare(scores(first, policy, a), scores(second, policy, b), seed=seed)
-    theirs = side_metrics(second, policy)
-    for (mission, side, metric), mine in side_metrics(first, policy).items():
-        if (mission, side, metric) in theirs:
-            row = _row(mission, {mission: np.asarray(mine)},
-                       {mission: np.asarray(theirs[mission, side, metric])}, seed, 2000)
-            rows.append(replace(row, side=side, metric=metric))
+    mine, theirs = side_metrics(first, policy), side_metrics(second, policy)
+    shared = [key for key in mine if key in theirs]
+    sided = {mission for mission, _, metric in shared if metric == "return"}
+    all_a, all_b = ({m: v for m, v in scores(episodes, policy, path).items() if m not in sided}
+                    for episodes, path in ((first, a), (second, b)))
+    rows = compare(all_a, all_b, seed=seed) if set(all_a) & set(all_b) or not sided else []
+    for mission, side, metric in shared:
+        row = _row(mission, {mission: np.asarray(mine[mission, side, metric])},
+                   {mission: np.asarray(theirs[mission, side, metric])}, seed, 2000)
+        rows.append(replace(row, side=side, metric=metric))
     return rows
 
 
