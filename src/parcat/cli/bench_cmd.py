@@ -57,26 +57,14 @@ def bench_command(
         from parcat.eval.compare import check_threshold, compare_bench
     with user_errors():
         check_threshold(threshold)
-        check_output_file(history, "--history")
-        if chart is not None:
-            check_output_suffix(chart, "--output", CHART_FORMATS)
-            check_output_file(chart, "--output")
-            from parcat.core.figures import check_matplotlib
-            check_matplotlib(chart, "chart")
+        _check_outputs(history, chart)
         previous = read_history(history)
     with user_errors(), progress_bar(len(MEASUREMENTS), "bench", enabled=progress) as advance:
         record = run_suite(quick=quick, max_jobs=max_jobs, repeats=repeats,
                            on_measured=advance)
     append_record(history, record)
     comparison = compare_bench(previous, record, threshold) if compare else None
-    if fmt is SummaryFormat.JSON:
-        print_json({"record": record,
-                    "comparison": comparison.to_dict() if comparison else None,
-                    "changes": [c.to_dict() for c in comparison.changes] if comparison else []})
-    else:
-        _print_record(record)
-        if comparison is not None:
-            _print_comparison(comparison)
+    _print(record, comparison, fmt)
     if chart is not None:
         from parcat.cli.plot_sources import bench_of
         from parcat.core.figures import save_figure
@@ -84,6 +72,28 @@ def bench_command(
         wrote(chart)
     if comparison is not None and comparison.regressions:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _print(record: dict[str, Any], comparison: BenchComparison | None,
+           fmt: SummaryFormat) -> None:
+    if fmt is SummaryFormat.JSON:
+        print_json({"record": record,
+                    "comparison": comparison.to_dict() if comparison else None,
+                    "changes": [c.to_dict() for c in comparison.changes] if comparison else []})
+        return
+    _print_record(record)
+    if comparison is not None:
+        _print_comparison(comparison)
+
+
+def _check_outputs(history: Path, chart: Path | None) -> None:
+    """Both files may be written, and a chart drawn, before anything is measured."""
+    check_output_file(history, "--history")
+    if chart is not None:
+        check_output_suffix(chart, "--output", CHART_FORMATS)
+        check_output_file(chart, "--output")
+        from parcat.core.figures import check_matplotlib
+        check_matplotlib(chart, "chart")
 
 
 def _scaling(record: dict[str, Any]) -> dict[int, float]:
