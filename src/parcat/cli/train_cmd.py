@@ -29,6 +29,7 @@ from parcat.train.config import LoggerKind, TrainConfig
 from parcat.train.run_dir import RunDirChoice, claim_run_dir, free_path
 from parcat.train.runs import BEST, TOTAL
 from parcat.train.seeds import SeedRun, parse_seeds, run_seeds, seed_configs, split_jobs
+from parcat.train.selfplay import make_trainer
 from parcat.train.trainer import Trainer, TrainReport
 from parcat.train.tuned import tuned_config
 
@@ -291,8 +292,8 @@ def _train(choice: RunDirChoice, resume: bool, progress: bool, fmt: SummaryForma
         raise ConfigError(f"--resume: '{cfg.run_path}' already reached {budget[0]} "
                           f"{budget[1]}; raise {budget[0]} to train on")
     with user_prints_on_stderr():
-        trainer = Trainer(cfg, resume=resume,
-                          on_frame=_frame_printer(err) if cfg.render else None)
+        trainer = make_trainer(cfg, resume=resume,
+                               on_frame=_frame_printer(err) if cfg.render else None)
     if choice.note:  # once the run has started: a refused one names no folder
         typer.echo(choice.note, err=True)
     if resume and not trainer.resumed:

@@ -96,6 +96,12 @@ class TrainConfig:
                                "set each time); the checkpoint with the highest mean return "
                                "summed over agents goes to RUN/best (0: none).")
     render: bool = _flag(False, "Show one environment; runs in one process.", None)
+    pool_size: int = _flag(10, "Self-play (a turn-based game): past selves kept as opponents "
+                           "(0: the learner only ever plays itself).")
+    pool_every: int = _flag(5, "Self-play: epochs between two past selves joining the pool "
+                            "(the oldest leaves a full pool).")
+    pool_share: float = _flag(0.5, "Self-play: the share of games played against a past "
+                              "self from the pool (the rest: the learner in every seat).", "P")
     backend: Backend = Backend.LOCAL
     address: str = ""
     """Ray cluster address with ``backend: ray`` (empty: start a local cluster)."""
@@ -132,7 +138,8 @@ class TrainConfig:
                                 ("gradient_steps", 0, MAX_COUNT),
                                 ("eval_episodes", 0, MAX_COUNT), ("total_steps", 1, MAX_COUNT),
                                 ("seed", 0, None), ("train_threads", 0, MAX_WORKERS),
-                                ("env_workers", 0, MAX_WORKERS), ("jobs", 1, MAX_WORKERS)):
+                                ("env_workers", 0, MAX_WORKERS), ("jobs", 1, MAX_WORKERS),
+                                ("pool_size", 0, MAX_COUNT), ("pool_every", 1, MAX_COUNT)):
             value = getattr(self, name)
             if value is None and name in ("env_workers", "jobs", "total_steps"):
                 continue
@@ -140,6 +147,9 @@ class TrainConfig:
             if not ok or value < low or (high is not None and value > high):
                 bounds = f">= {low}" if high is None else f"between {low} and {high:,}"
                 raise ConfigError(f"{name} must be an integer {bounds}, got {brief(value)}")
+        share = self.pool_share
+        if not isinstance(share, int | float) or isinstance(share, bool) or not 0 <= share <= 1:
+            raise ConfigError(f"pool_share must be a number in [0, 1], got {brief(share)}")
         envs = max(1, self.env_workers or 0) * self.envs_per_worker
         if envs > MAX_TRAIN_ENVS:
             raise ConfigError(

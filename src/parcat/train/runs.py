@@ -61,7 +61,8 @@ class Checkpointer:
     """Writes one run's checkpoints (with ``vec``'s episodes in flight) and keeps its best.
 
     ``recipes``: what the learners are built from, to evaluate them in a worker process (an
-    environment from outside parcat); ``None``: evaluated in this process.
+    environment from outside parcat); ``None``: evaluated in this process. A learner that
+    several agents share keeps its training state once, beside the first agent's policy.
     """
 
     config: TrainConfig
@@ -70,6 +71,12 @@ class Checkpointer:
     learner_obs: LearnerObs | None = None
     vec: VecEnv | None = None
     recipes: Mapping[str, LearnerRecipe] | None = None
+    evaluator: Callable[[], dict[str, float]] | None = None
+    """Evaluates the learners instead of :meth:`evaluate`'s greedy episodes (self-play)."""
+    more_arrays: Callable[[], dict[str, dict[str, np.ndarray]]] = dict
+    """More ``.npz`` files every checkpoint holds (self-play's pool of past selves)."""
+    num_envs: int = 1
+    """Environments stepped together, where no ``vec`` says."""
 
     def __post_init__(self) -> None:
         self.best_return = best_return(self.config.run_path)
@@ -80,6 +87,8 @@ class Checkpointer:
         environment from outside parcat plays them in a worker process, and its crash
         there leaves NaN returns and a warning, not a dead trainer."""
         episodes = self.config.eval_episodes
+        if self.evaluator is not None:
+            return self.evaluator() if episodes > 0 else {}
         if self.recipes is None or not is_foreign(self.mission) or episodes <= 0:
             return evaluate_greedy(self.mission, self.learners, self.config.seed, episodes,
                                    self.learner_obs)
@@ -133,6 +142,7 @@ class Checkpointer:
         config, mission = self.config, self.mission
         specs = {s.agent_id: s for s in mission.agents()}
         agents = {}
+        stated: set[int] = set()  # the learners whose state is kept already
         for agent, learner in self.learners.items():
             kwargs = dict(learner.policy_kwargs)
             if config.shared_learner:
@@ -144,14 +154,17 @@ class Checkpointer:
                       "action_space": str(specs[agent].action_space),
                       "learner": {"class": class_reference(type(learner)),
                                   **dict(learner.config)}},
-                state=_copied(learner.state_dict()),
+                state={} if id(learner) in stated else _copied(learner.state_dict()),
             )
+            stated.add(id(learner))
         run_meta = {"mission": mission.name, "mission_params": dict(mission.params),
                     "epoch": epoch, "seed": config.seed, "shared_learner": config.shared_learner,
                     "env_steps": epoch * config.steps_per_epoch * (self.vec.num_envs
-                                                                    if self.vec else 1),
+                                                                    if self.vec else self.num_envs),
                     "config": config.to_dict(), **meta}
-        arrays = {} if self.vec is None else {FILE: _copied(self.vec.in_flight().to_arrays())}
+        arrays = {name: _copied(more) for name, more in self.more_arrays().items()}
+        if self.vec is not None:
+            arrays[FILE] = _copied(self.vec.in_flight().to_arrays())
         return RunSnapshot(agents, run_meta, arrays)
 
     def _write(self, snapshot: RunSnapshot, best: bool = False) -> Path:
@@ -220,9 +233,13 @@ def restore(path: Path, learners: dict[Any, Learner], config: TrainConfig | None
                 "resume with the same settings or use another --run-dir")
     if "epoch" not in manifest:
         raise CheckpointError(f"--resume: '{path}/{checkpoint.MANIFEST}' records no epoch")
+    loaded: set[int] = set()  # a learner agents share: its state is beside the first's
     for agent, learner in learners.items():
         agent_dir = path / _agent_dir(manifest, path, agent, "--resume")
         checkpoint.load_policy(agent_dir, str(agent))  # its checks: the greedy weights too
+        if id(learner) in loaded:
+            continue
+        loaded.add(id(learner))
         state = checkpoint.load_state(agent_dir)
         if not state:
             raise CheckpointError(f"--resume: '{agent_dir}' has no training state")
