@@ -18,6 +18,7 @@ from parcat.cli.main import app
 from parcat.policies import checkpoint
 from parcat.train.config import TrainConfig
 from parcat.train.selfplay import POOL_FILE, Game, SelfPlayTrainer
+from tests.envs.nim import NimEnv
 
 ROOT = Path(__file__).resolve().parents[2]
 NIM = "tests.envs.nim:NimEnv"
@@ -77,6 +78,21 @@ def test_every_reward_of_a_game_reaches_the_seat_that_earned_it() -> None:
     game.close()
 
 
+def test_monte_carlo_hands_over_each_move_with_the_game_s_outcome() -> None:
+    trainer = SelfPlayTrainer(nim_config(Path("unused")))
+    game = Game(trainer.mission, 0, trainer._flat, monte_carlo=0.5)
+    game.start(seed=3, episode=0)
+    while game.play(0, trainer._flat(game.request[1])) is None:  # one stone a turn
+        assert game.transitions == []  # nothing before the game ends
+    for agent, total in zip(game.agents, game.returns(), strict=True):
+        rewards = [t[3] for t in game.transitions if t[0] == agent]  # last move first
+        assert rewards[-1] == pytest.approx(sum(0.5 ** i * 0.01 for i in range(len(rewards)))
+                                            + 0.5 ** (len(rewards) - 1) * (total - 0.01
+                                                                            * len(rewards)))
+    assert all(t[5] for t in game.transitions)  # nothing is bootstrapped
+    game.close()
+
+
 def test_a_seed_trains_the_same_network_twice(tmp_path: Path) -> None:
     for name in ("a", "b"):
         SelfPlayTrainer(nim_config(tmp_path / name)).run()
@@ -106,6 +122,8 @@ def test_parcat_train_plays_connect_four_against_itself(tmp_path: Path) -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "the best (epoch 2" in proc.stdout
+    assert (f"note: {CONNECT_FOUR} is turn-based: one network learns every seat by self-play"
+            in proc.stderr)
     manifest = checkpoint.read_manifest(tmp_path / "run")
     assert set(manifest["agents"]) == {"player_0", "player_1"}
     # the checkpoint plays in parcat eval as trained: legal moves only, from both seats
@@ -124,3 +142,27 @@ def test_a_learner_without_legal_move_masks_is_one_line() -> None:
     assert result.stderr == (
         f"parcat: error: self-play on '{NIM}': the learner PPOLearner takes no legal-move "
         "masks (act(obs, explore, legal)); use --learner dqn\n")
+
+
+class BrokenNim(NimEnv):
+    """Nim whose every game raises on its 50th step (tests.train.test_selfplay:BrokenNim)."""
+
+    def step(self, action: object) -> None:
+        self.moves = getattr(self, "moves", 0) + 1
+        if self.moves == 50:
+            raise RuntimeError("the board fell over")
+        super().step(action)
+
+
+def test_a_game_that_raises_mid_run_is_one_line_and_keeps_the_checkpoint(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "parcat", "train", "-m", "tests.train.test_selfplay:BrokenNim",
+         "--epochs", "5", "--steps-per-epoch", "20", "--envs-per-worker", "2",
+         "--checkpoint-every", "1", "--eval-episodes", "0", "-o", str(run), "--no-progress"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert (proc.returncode, proc.stderr) == (1, (
+        "parcat: error: training stopped after 1 epoch(s): game 1 of "
+        "'tests.train.test_selfplay:BrokenNim' raised RuntimeError: the board fell over; the "
+        f"last checkpoint is {run}\n"))
+    assert checkpoint.read_manifest(run)["epoch"] == 1

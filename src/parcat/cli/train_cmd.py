@@ -29,7 +29,7 @@ from parcat.train.config import LoggerKind, TrainConfig
 from parcat.train.run_dir import RunDirChoice, claim_run_dir, free_path
 from parcat.train.runs import BEST, TOTAL
 from parcat.train.seeds import SeedRun, parse_seeds, run_seeds, seed_configs, split_jobs
-from parcat.train.selfplay import make_trainer
+from parcat.train.selfplay import SelfPlayTrainer, make_trainer
 from parcat.train.trainer import Trainer, TrainReport
 from parcat.train.tuned import tuned_config
 
@@ -299,6 +299,9 @@ def _train(choice: RunDirChoice, resume: bool, progress: bool, fmt: SummaryForma
     if resume and not trainer.resumed:
         typer.echo(f"--resume: no checkpoint in '{cfg.run_path}' yet; starting from epoch 0",
                    err=True)
+    if isinstance(trainer, SelfPlayTrainer):
+        err.print(f"note: {cfg.mission} is turn-based: one network learns every seat by "
+                  "self-play, against itself and a pool of its past selves", soft_wrap=True)
     if cfg.jobs is not None:
         for reason in trainer.plan.reasons:
             err.print(f"plan: {reason}", soft_wrap=True)

@@ -100,6 +100,8 @@ class TrainConfig:
                            "(0: the learner only ever plays itself).")
     pool_every: int = _flag(5, "Self-play: epochs between two past selves joining the pool "
                             "(the oldest leaves a full pool).")
+    monte_carlo: bool = _flag(False, "Self-play: each move learns from the game's discounted "
+                              "outcome (Monte Carlo), not from the next turn's estimate.", None)
     pool_share: float = _flag(0.5, "Self-play: the share of games played against a past "
                               "self from the pool (the rest: the learner in every seat).", "P")
     backend: Backend = Backend.LOCAL
@@ -118,7 +120,8 @@ class TrainConfig:
         object.__setattr__(self, "loggers", _logger_kinds(self.loggers))
         types: tuple[tuple[tuple[str, ...], type, str], ...] = (
                 (("overrides", "learner"), Mapping, "a mapping of keys to values"),
-                (("parallel_training", "shared_learner", "render"), bool, "true or false"),
+                (("parallel_training", "shared_learner", "render", "monte_carlo"), bool,
+                 "true or false"),
                 (("mission", "run_dir", "init_from", "address"), str, "a string"))
         for names, kind, expected in types:
             for name in names:

@@ -30,7 +30,7 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from parcat.core.errors import ConfigError
+from parcat.core.errors import USER_CODE_ERRORS, ConfigError, WorkerError, clip
 from parcat.core.imports import import_reference
 from parcat.core.seeding import derive_seed
 from parcat.envs.missions import Mission, close_env, load_mission
@@ -50,22 +50,27 @@ POOL_FILE = "pool.npz"
 """The past selves in a run directory (their weights, and the epoch each joined at)."""
 RESET_STREAM, OPPONENT_STREAM, EVAL_STREAM, EVAL_OPPONENT_STREAM = 111, 112, 113, 114
 Row = tuple[np.ndarray, int]  # what a learning seat saw and played on its last turn
+Transition = tuple[Any, np.ndarray, int, float, np.ndarray, bool, bool]
+"""(agent, obs, action, reward, next obs, terminated, truncated)."""
 
 
 class Game:
     """One game in progress: its environment, who sits where, and each learning seat's
     last move, awaiting its outcome (:meth:`start`, then :meth:`play` until it ends)."""
 
-    def __init__(self, mission: Mission, index: int, flat: Callable[[Any], np.ndarray]) -> None:
+    def __init__(self, mission: Mission, index: int, flat: Callable[[Any], np.ndarray],
+                 monte_carlo: float | None = None) -> None:
         self.mission, self.index, self.flat = mission, index, flat
+        self.monte_carlo = monte_carlo
+        """The discount of Monte Carlo returns (``None``: turn-to-turn transitions)."""
         self.env: Any = mission.make_env()
         self.agents = list(self.env.possible_agents)
         self.opponent: Any = None
         """The past self playing :attr:`opponent_seat` (``None``: the learner plays all)."""
         self.opponent_seat: Any = None
         self.episode = 0
-        self.transitions: list[tuple[Any, np.ndarray, int, float, np.ndarray, bool, bool]] = []
-        """(agent, obs, action, reward, next obs, terminated, truncated) since last taken."""
+        self.transitions: list[Transition] = []
+        """The transitions made since they were last taken."""
 
     def start(self, seed: int, episode: int, opponent: Any = None, seat: Any = None) -> None:
         """Reset to ``episode`` (seeded from ``seed``), ``opponent`` in ``seat``."""
@@ -74,6 +79,7 @@ class Game:
         self.totals: dict[Any, float] = {}
         self.credited = dict.fromkeys(self.agents, 0.0)
         self.pending: dict[Any, Row] = {}
+        self.moves: list[Transition] = []  # Monte Carlo: the game's, until it ends
         self.moving: tuple[Any, Row] | None = None
         self.turns: Generator[tuple[dict[Any, Any], list[Any]], dict[Any, Any], int] = (
             play_turns(self.env, self.totals, self.mission.max_steps, on_turn=self._on_turn))
@@ -108,7 +114,8 @@ class Game:
         _, (row, action) = self.moving
         if agent in self.pending:
             before, played = self.pending[agent]
-            self.transitions.append((agent, before, played, reward, row, False, False))
+            (self.transitions if self.monte_carlo is None else self.moves).append(
+                (agent, before, played, reward, row, False, False))
             self.credited[agent] += reward
         self.pending[agent] = (row, action)
 
@@ -122,6 +129,9 @@ class Game:
                                      self.totals.get(agent, 0.0) - self.credited[agent],
                                      final, not cut, cut))
         self.pending = {}
+        if self.monte_carlo is not None:
+            self.transitions = _monte_carlo(self.moves + self.transitions, self.monte_carlo)
+            self.moves = []
 
     def returns(self) -> list[float]:
         """Each agent's return in the game just over."""
@@ -186,7 +196,9 @@ class SelfPlayTrainer(Trainer):
     def _start(self) -> None:
         # a resumed run starts new games, numbered on from every game the run could have had
         first_episode = self.start_epoch * self.config.steps_per_epoch
-        self.games = [Game(self.mission, index, self._flat)
+        discount = (float(self.learner.config.get("gamma", 1.0)) if self.config.monte_carlo
+                    else None)
+        self.games = [Game(self.mission, index, self._flat, discount)
                       for index in range(self.plan.num_envs)]
         for game in self.games:
             self._begin(game, first_episode)
@@ -249,10 +261,14 @@ class SelfPlayTrainer(Trainer):
             actions.update({game.index: int(a) for game, a in zip(group, moves, strict=True)})
         finished = []
         for game in self.games:
-            length = game.play(actions[game.index], rows.get(game.index))
-            if length is not None:
-                finished.append((length, game.returns()))
-                self._begin(game, game.episode + 1)
+            try:
+                length = game.play(actions[game.index], rows.get(game.index))
+                if length is not None:
+                    finished.append((length, game.returns()))
+                    self._begin(game, game.episode + 1)
+            except USER_CODE_ERRORS as exc:  # the game's own code: one line, checkpoint kept
+                raise WorkerError(f"game {game.index} of '{self.mission.name}' raised "
+                                  f"{type(exc).__name__}: {clip(str(exc), 200)}") from exc
         self._hand_over()
         return finished
 
@@ -337,6 +353,18 @@ class SelfPlayTrainer(Trainer):
             game.close()
         self.games = []
         super().close()
+
+
+def _monte_carlo(moves: list[Transition], gamma: float) -> list[Transition]:
+    """Each seat's moves of a game, each with its discounted return to the game's end as
+    its reward and nothing to bootstrap (terminated)."""
+    out = []
+    for agent in dict.fromkeys(move[0] for move in moves):
+        outcome = 0.0
+        for move in reversed([move for move in moves if move[0] == agent]):
+            outcome = move[3] + gamma * outcome
+            out.append((agent, move[1], move[2], outcome, move[1], True, False))
+    return out
 
 
 def _legal(obs: Any, size: int) -> np.ndarray:
