@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from parcat.policies import checkpoint
 from parcat.train.config import TrainConfig
 from parcat.train.selfplay import POOL_FILE, Game, SelfPlayTrainer
 from tests.envs.nim import NimEnv
+from tests.train.flags import load
 
 ROOT = Path(__file__).resolve().parents[2]
 NIM = "tests.envs.nim:NimEnv"
@@ -166,3 +168,11 @@ def test_a_game_that_raises_mid_run_is_one_line_and_keeps_the_checkpoint(tmp_pat
         "'tests.train.test_selfplay:BrokenNim' raised RuntimeError: the board fell over; the "
         f"last checkpoint is {run}\n"))
     assert checkpoint.read_manifest(run)["epoch"] == 1
+
+
+def test_connect_four_gets_its_tuned_self_play_config(tmp_path: Path) -> None:
+    config = load(None, "-m", CONNECT_FOUR)
+    assert (config.monte_carlo, config.total_steps, config.pool_size) == (True, 1_000_000, 10)
+    trainer = SelfPlayTrainer(replace(config, run_dir=str(tmp_path / "run")))
+    assert trainer.config.epochs == 489  # 1,000,000 moves in epochs of 32 games x 64 moves
+    trainer.close()
