@@ -176,3 +176,12 @@ def test_connect_four_gets_its_tuned_self_play_config(tmp_path: Path) -> None:
     trainer = SelfPlayTrainer(replace(config, run_dir=str(tmp_path / "run")))
     assert trainer.config.epochs == 489  # 1,000,000 moves in epochs of 32 games x 64 moves
     trainer.close()
+
+
+@pytest.mark.parametrize("flag", [["--mode", "async"], ["--render"]])
+def test_what_self_play_cannot_do_is_one_line(flag: list[str]) -> None:
+    result = CliRunner().invoke(app, ["train", "-m", NIM, "--epochs", "1", *flag])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"parcat: error: self-play on '{NIM}' plays every game in this process; "
+        f"{' '.join(flag)} is not supported there: leave it out\n")

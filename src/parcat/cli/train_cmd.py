@@ -284,8 +284,6 @@ def _train(choice: RunDirChoice, resume: bool, progress: bool, fmt: SummaryForma
            err: Any) -> tuple[TrainReport, Trainer]:
     """Build the trainer in the claimed run directory and run it."""
     cfg = choice.config
-    if cfg.render:
-        err.print("--render: one environment shown; everything runs in this process")
     if resume and trainer_done(cfg):
         budget = ("--epochs", cfg.epochs) if cfg.total_steps is None else ("--total-steps",
                                                                           cfg.total_steps)
@@ -294,6 +292,8 @@ def _train(choice: RunDirChoice, resume: bool, progress: bool, fmt: SummaryForma
     with user_prints_on_stderr():
         trainer = make_trainer(cfg, resume=resume,
                                on_frame=_frame_printer(err) if cfg.render else None)
+    if cfg.render:  # once built: a refused run is one line
+        err.print("--render: one environment shown; everything runs in this process")
     if choice.note:  # once the run has started: a refused one names no folder
         typer.echo(choice.note, err=True)
     if resume and not trainer.resumed:

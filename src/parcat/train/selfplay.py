@@ -377,6 +377,12 @@ def _legal(obs: Any, size: int) -> np.ndarray:
 def check_self_play(mission: Mission, config: TrainConfig) -> gymnasium.spaces.Space[Any]:
     """The observation space every seat shares; :class:`ConfigError` where one network
     cannot play every seat, or the learner takes no legal-move masks."""
+    unsupported = [flag for flag, given in (("--mode async", config.mode is LearningMode.ASYNC),
+                                            ("--backend ray", config.backend != "local"),
+                                            ("--render", config.render)) if given]
+    if unsupported:
+        raise ConfigError(f"self-play on '{mission.name}' plays every game in this process; "
+                          f"{unsupported[0]} is not supported there: leave it out")
     specs = mission.agents()
     first = specs[0]
     for spec in specs[1:]:
