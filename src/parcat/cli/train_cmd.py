@@ -274,8 +274,12 @@ def _best_score(best: Path) -> str:
     try:
         manifest = checkpoint.read_manifest(best)
         total = float(manifest["eval_return"][TOTAL])
+        confirmed = manifest.get("best_return")
+        more = "" if not isinstance(confirmed, dict) else (
+            f"; on {confirmed['episodes']} more {confirmed['mean']:.4g} [95% CI "
+            f"{confirmed['low']:.4g}, {confirmed['high']:.4g}]")
         return (f" (epoch {manifest['epoch']}, greedy eval total {total:.4g} summed over "
-                f"agents on {manifest.get('eval_episodes', '?')} episodes)")
+                f"agents on {manifest.get('eval_episodes', '?')} episodes{more})")
     except Exception:
         return ""  # an older or damaged best: eval -p says what is wrong
 

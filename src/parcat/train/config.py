@@ -95,6 +95,10 @@ class TrainConfig:
     eval_episodes: int = _flag(20, "Greedy evaluation episodes at every checkpoint (the same "
                                "set each time); the checkpoint with the highest mean return "
                                "summed over agents goes to RUN/best (0: none).")
+    best_episodes: int = _flag(0, "Greedy episodes of their own that confirm a candidate for "
+                               "RUN/best (a checkpoint at least as good on --eval-episodes), "
+                               "the best's mean shown with a bootstrap 95% interval (0: "
+                               "--eval-episodes alone choose).")
     render: bool = _flag(False, "Show one environment; runs in one process.", None)
     pool_size: int = _flag(10, "Self-play (a turn-based game): past selves kept as opponents "
                            "(0: the learner only ever plays itself).")
@@ -140,6 +144,7 @@ class TrainConfig:
                                 ("envs_per_worker", 1, MAX_TRAIN_ENVS),
                                 ("gradient_steps", 0, MAX_COUNT),
                                 ("eval_episodes", 0, MAX_COUNT), ("total_steps", 1, MAX_COUNT),
+                                ("best_episodes", 0, MAX_COUNT),
                                 ("seed", 0, None), ("train_threads", 0, MAX_WORKERS),
                                 ("env_workers", 0, MAX_WORKERS), ("jobs", 1, MAX_WORKERS),
                                 ("pool_size", 0, MAX_COUNT), ("pool_every", 1, MAX_COUNT)):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -41,6 +41,9 @@ SAME_ON_RESUME = ("mission", "overrides", "seed", "learner", "shared_learner",
 EVAL_STREAM = 103
 EVAL_TASK_STREAM = 104
 TOTAL = "total"
+CONFIRM_FIRST = 1_000_000
+"""The number of the first episode a best checkpoint is confirmed on (``best_episodes``):
+episodes of their own, never the fixed evaluation set's."""
 """The key of the mean summed return over all agents in :func:`evaluate_greedy`'s result."""
 LearnerObs = Callable[[Any, np.ndarray], np.ndarray]
 """``(agent, observation) -> what the agent's learner observes``."""
@@ -80,6 +83,7 @@ class Checkpointer:
 
     def __post_init__(self) -> None:
         self.best_return = best_return(self.config.run_path)
+        self.best_confirmed = best_return(self.config.run_path, "best_return", "mean")
         self.pending: RunSnapshot | None = None  # the last finished epoch, not written yet
 
     def evaluate(self) -> dict[str, float]:
@@ -119,11 +123,36 @@ class Checkpointer:
         assert self.pending is not None, "save() follows finished()"
         score = (self.pending.meta.get("eval_return") or {}).get(TOTAL, math.nan)
         best = not math.isnan(score) and score > self.best_return
+        confirmed = math.nan
+        if self.config.best_episodes and not math.isnan(score) and score >= self.best_return:
+            interval = self.confirm()  # a candidate: more episodes decide
+            confirmed = interval["mean"]
+            best = confirmed > self.best_confirmed
+            self.pending = replace(self.pending, meta={**self.pending.meta,
+                                                       "best_return": interval})
         path = self._write(self.pending, best=best)
         if best:
-            self.best_return = score
+            self.best_return, self.best_confirmed = score, confirmed
         self.pending = None
         return path
+
+    def confirm(self) -> dict[str, float]:
+        """The learners' mean greedy return summed over agents on ``best_episodes``
+        episodes of their own, with a bootstrap 95% interval (``low``, ``high``)."""
+        episodes = self.config.best_episodes
+        if self.recipes is not None and is_foreign(self.mission):
+            totals = call_in_worker(_returns_rebuilt, (
+                self.mission, dict(self.recipes), _arrays_by_recipe(self.recipes, self.learners),
+                self.config.seed, episodes, CONFIRM_FIRST), "parcat-greedy-eval",
+                timeout_s=math.inf).sum(axis=1)
+        else:
+            totals = greedy_returns(self.mission, self.learners, self.config.seed, episodes,
+                                    self.learner_obs, CONFIRM_FIRST).sum(axis=1)
+        rng = np.random.default_rng(self.config.seed)
+        means = totals[rng.integers(0, len(totals), (2000, len(totals)))].mean(axis=1)
+        low, high = np.percentile(means, [2.5, 97.5])
+        return {"mean": float(totals.mean()), "low": float(low), "high": float(high),
+                "episodes": episodes}
 
     def save_interrupted(self, finished_epochs: int, saved_epochs: int,
                          live: bool = False) -> Path | None:
@@ -185,13 +214,14 @@ def _copied(arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
     return {key: np.array(value, copy=True) for key, value in arrays.items()}
 
 
-def best_return(run: Path) -> float:
-    """The total evaluation return of ``run/best`` (``-inf`` when there is none)."""
+def best_return(run: Path, key: str = "eval_return", score: str = TOTAL) -> float:
+    """The total evaluation return of ``run/best`` (``key``, ``score``: the mean of its
+    confirmation on ``best_episodes``); ``-inf`` when there is none."""
     try:
-        saved = checkpoint.read_manifest(run / BEST).get("eval_return")
+        saved = checkpoint.read_manifest(run / BEST).get(key)
     except CheckpointError:
         return -math.inf
-    value = saved.get(TOTAL) if isinstance(saved, dict) else None
+    value = saved.get(score) if isinstance(saved, dict) else None
     return float(value) if isinstance(value, (int, float)) else -math.inf
 
 
@@ -297,16 +327,29 @@ def evaluate_greedy(mission: Mission, learners: Mapping[Any, Learner], seed: int
     seeded from ``seed`` (none: empty); ``learner_obs`` makes an agent's learner input."""
     if episodes <= 0:
         return {}
+    return _means(mission, greedy_returns(mission, learners, seed, episodes, learner_obs))
+
+
+def greedy_returns(mission: Mission, learners: Mapping[Any, Learner], seed: int,
+                   episodes: int, learner_obs: LearnerObs | None = None,
+                   first: int = 0) -> np.ndarray:
+    """Each greedy episode's return per agent, ``(episodes, agents)``: episodes ``first``,
+    ``first + 1``, ... seeded from ``seed``."""
     agents = [spec.agent_id for spec in mission.agents()]
-    sums = np.zeros(len(agents))
-    for index in range(episodes):
+    returns = np.zeros((episodes, len(agents)))
+    for row, index in enumerate(range(first, first + episodes)):
         with mission.open_env() as env:
-            returns = _episode(env, mission, learners, seed, index,
-                               learner_obs or (lambda agent, obs: obs))
-        sums += [returns.get(agent, 0.0) for agent in agents]
-    means = {str(agent): float(total / episodes) for agent, total in zip(agents, sums, strict=True)}
-    means[TOTAL] = float(sums.sum() / episodes)
-    return means
+            got = _episode(env, mission, learners, seed, index,
+                           learner_obs or (lambda agent, obs: obs))
+        returns[row] = [got.get(agent, 0.0) for agent in agents]
+    return returns
+
+
+def _means(mission: Mission, returns: np.ndarray) -> dict[str, float]:
+    agents = [spec.agent_id for spec in mission.agents()]
+    means = {str(agent): float(returns[:, i].sum() / len(returns))
+             for i, agent in enumerate(agents)}
+    return means | {TOTAL: float(returns.sum() / len(returns))}
 
 
 def evaluate_greedy_in_a_worker(mission: Mission, recipes: Mapping[str, LearnerRecipe],
@@ -315,24 +358,30 @@ def evaluate_greedy_in_a_worker(mission: Mission, recipes: Mapping[str, LearnerR
     """:func:`evaluate_greedy` in a worker process, for environments from outside parcat
     (their crash must not end training), the learners rebuilt there from their ``recipes``;
     :class:`SetupFailedError` if the environment or a learner raised, died or froze."""
+    returns = call_in_worker(_returns_rebuilt, (mission, dict(recipes),
+                                                _arrays_by_recipe(recipes, learners), seed,
+                                                episodes), "parcat-greedy-eval",
+                             timeout_s=math.inf)
+    return _means(mission, cast(np.ndarray, returns))
+
+
+def _arrays_by_recipe(recipes: Mapping[str, LearnerRecipe],
+                      learners: Mapping[Any, Learner]) -> dict[str, dict[str, np.ndarray]]:
     by_name = {str(agent): learner for agent, learner in learners.items()}
-    arrays = {name: (next(iter(learners.values())) if name == SHARED else by_name[name])
-              .policy_arrays() for name in recipes}
-    result = call_in_worker(_evaluate_rebuilt, (mission, dict(recipes), arrays, seed, episodes),
-                            "parcat-greedy-eval", timeout_s=math.inf)
-    return cast(dict[str, float], result)
+    return {name: (next(iter(learners.values())) if name == SHARED else by_name[name])
+            .policy_arrays() for name in recipes}
 
 
-def _evaluate_rebuilt(mission: Mission, recipes: dict[str, LearnerRecipe],
-                      arrays: dict[str, dict[str, np.ndarray]], seed: int,
-                      episodes: int) -> dict[str, float]:
+def _returns_rebuilt(mission: Mission, recipes: dict[str, LearnerRecipe],
+                     arrays: dict[str, dict[str, np.ndarray]], seed: int,
+                     episodes: int, first: int = 0) -> np.ndarray:
     built = {name: recipe.build() for name, recipe in recipes.items()}
     for name, learner in built.items():
         learner.load_policy_arrays(arrays[name])
     agents = [spec.agent_id for spec in mission.agents()]
     shared = SHARED in built
-    return evaluate_greedy(mission, {a: built[SHARED if shared else str(a)] for a in agents},
-                           seed, episodes, learner_inputs(agents, shared))
+    return greedy_returns(mission, {a: built[SHARED if shared else str(a)] for a in agents},
+                          seed, episodes, learner_inputs(agents, shared), first)
 
 
 def _episode(env: Any, mission: Mission, learners: Mapping[Any, Learner], seed: int,

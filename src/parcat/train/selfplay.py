@@ -379,7 +379,9 @@ def check_self_play(mission: Mission, config: TrainConfig) -> gymnasium.spaces.S
     cannot play every seat, or the learner takes no legal-move masks."""
     unsupported = [flag for flag, given in (("--mode async", config.mode is LearningMode.ASYNC),
                                             ("--backend ray", config.backend != "local"),
-                                            ("--render", config.render)) if given]
+                                            ("--render", config.render),
+                                            ("--best-episodes", config.best_episodes > 0))
+                   if given]
     if unsupported:
         raise ConfigError(f"self-play on '{mission.name}' plays every game in this process; "
                           f"{unsupported[0]} is not supported there: leave it out")
