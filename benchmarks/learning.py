@@ -18,6 +18,12 @@ scripted heuristic (``-p greedy``):
   evader, beside the scripted pursuers' (and both against the trained evader).
 * ``goal_tasks``: ``configs/train.yaml`` vs ``-p greedy`` on the same task parameters.
   Target: >= 0.9x greedy.
+* ``connect_four``: ``configs/connect_four-dqn.yaml`` (self-play against a pool of past
+  selves, PettingZoo's Connect Four), then ``parcat eval --cross`` of the last checkpoint
+  against ``random`` and against a scripted player (tests/train/connect_four_heuristic.py:
+  win if it can, block if it must, else centre-ish), 100 games in each seat. Target: a
+  training wall time <= 600 s, >= 90% won against random and > 50% against the heuristic,
+  in both seats.
 
 Learning curves (per-epoch training reward) are drawn with ``parcat plot RUN -o
 OUT/NAME.svg``. The machine's load (``/proc/loadavg``) is printed before and after.
@@ -45,7 +51,8 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-TASKS = ("cartpole", "acrobot", "pendulum", "mountaincar", "harvest", "evade", "goal_tasks")
+TASKS = ("cartpole", "acrobot", "pendulum", "mountaincar", "harvest", "evade", "goal_tasks",
+         "connect_four")
 EVAL_EPISODES = 100
 GOAL_TASKS_SET = ("agents=2", "task_kind=direction", "max_steps=50")
 """configs/train.yaml's mission overrides, for the heuristic's evaluation."""
@@ -223,9 +230,39 @@ def _episode(env: Any, policies: dict[str, Any], seed: int, max_steps: int) -> t
     return False, max_steps
 
 
+CONNECT_FOUR = "pettingzoo.classic.connect_four_v3"
+HEURISTIC = "tests.train.connect_four_heuristic:WinBlockCentre"
+
+
+def connect_four(out: Path, quick: bool) -> bool:
+    """Self-play on Connect Four, then the last checkpoint's win rates (95% intervals) in
+    each seat against ``random`` and the scripted player, by ``parcat eval --cross``."""
+    run = out / "connect_four"
+    wall = train("connect_four-dqn.yaml", run, *(("--total-steps", "40000") if quick else ()))
+    row("connect_four seat", "opponent", "won [95% CI]", "drawn", "lost", "games")
+    met = wall <= 600
+    for opponent, target in (("random", 0.9), (HEURISTIC, 0.5)):
+        document, _ = parcat("eval", "-m", CONNECT_FOUR, "-p", str(run), "-p", opponent,
+                             "--cross", "-n", str(EVAL_EPISODES), "--seed", "1", "-f", "json",
+                             "--no-progress")
+        for side in json.loads(document)["sides"]:
+            if side["policy"] != str(run):
+                continue
+            won = side["outcomes"]["win"]
+            row(side["side"], opponent.split(":")[-1],
+                f"{won['value']:.0%} [{won['low']:.0%}, {won['high']:.0%}]",
+                f"{side['outcomes']['draw']['value']:.0%}",
+                f"{side['outcomes']['loss']['value']:.0%}", side["episodes"])
+            enough = won["value"] >= target if opponent == "random" else won["value"] > target
+            met = met and enough
+    print(f"connect_four: trained in {wall:.0f} s (target <= 600 s) at load {loadavg()}: "
+          f"{'met' if met else 'missed'}", flush=True)
+    return met
+
+
 RUNNERS: dict[str, Callable[[Path, bool], bool]] = {
     **{task: functools.partial(seeded, task) for task in SEEDED},
-    "harvest": harvest, "evade": evade, "goal_tasks": goal_tasks,
+    "harvest": harvest, "evade": evade, "goal_tasks": goal_tasks, "connect_four": connect_four,
 }
 
 

@@ -352,10 +352,11 @@ def test_plan_reads_the_eval_config_file_and_skips_what_only_eval_does(
     ("eval", "set: 3\n", "key 'set' must be a mapping or a list of KEY=VALUE, got 3"),
     ("eval", "- harvest\n", "expected a mapping of keys, got list"),
     ("train", "epoch: 3\n",
-     "unknown key 'epoch'; valid: address, backend, checkpoint_every, env_workers, "
-     "envs_per_worker, epochs, eval_episodes, force, format, gradient_steps, init_from, jobs, "
-     "learner, loggers, metrics_format, mission, mode, overrides, parallel_training, progress, "
-     "render, resume, run_dir, seed, seeds, set, shared_learner, steps_per_epoch, total_steps, "
+     "unknown key 'epoch'; valid: address, backend, best_episodes, checkpoint_every, "
+     "env_workers, envs_per_worker, epochs, eval_episodes, force, format, gradient_steps, "
+     "init_from, jobs, learner, loggers, metrics_format, mission, mode, monte_carlo, "
+     "overrides, parallel_training, pool_every, pool_share, pool_size, progress, render, "
+     "resume, run_dir, seed, seeds, set, shared_learner, steps_per_epoch, total_steps, "
      "train_interval, train_steps, train_threads"),
     ("train", "mode: fast\n", "key 'mode' must be one of sync, async, got 'fast'"),
     ("train", "learner: ppo\n", "key 'learner' must be a mapping, got 'ppo'"),

@@ -156,3 +156,26 @@ def test_eval_without_a_mission_or_a_run_is_one_line(capsys: pytest.CaptureFixtu
     assert eval_run(capsys)[::2] == (
         2, "parcat: error: give a mission with -m NAME, or a run directory with -p RUN (its "
         "manifest names the mission it was trained on)\n")
+
+
+def test_more_episodes_confirm_the_best_and_give_its_interval(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    Trainer(config(run, best_episodes=12)).run()
+    confirmed = checkpoint.read_manifest(run / "best")["best_return"]
+    assert confirmed["episodes"] == 12
+    assert confirmed["low"] <= confirmed["mean"] <= confirmed["high"]
+    capsys.readouterr()
+    main([*TRAIN[:-2], "--epochs", "2", "--checkpoint-every", "1", "--eval-episodes", "2",
+          "--best-episodes", "6", "-o", str(tmp_path / "cli")])
+    out = capsys.readouterr().out
+    assert "summed over agents on 2 episodes; on 6 more " in out and "[95% CI " in out
+
+
+def test_an_outside_environment_confirms_the_best_in_a_worker(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    Trainer(TrainConfig(mission="gymnasium:CartPole-v1", epochs=1, steps_per_epoch=8,
+                        env_workers=1, envs_per_worker=1, gradient_steps=1, eval_episodes=2,
+                        best_episodes=3, run_dir=str(run))).run()
+    confirmed = checkpoint.read_manifest(run / "best")["best_return"]
+    assert confirmed["episodes"] == 3 and confirmed["mean"] >= 8  # CartPole pays 1 a step

@@ -36,6 +36,8 @@ def saved_arrays(run: Path) -> dict[str, np.ndarray]:
     out = {}
     for agent_dir in sorted(p for p in run.iterdir() if p.is_dir() and p.name != "best"):
         for name in ("arrays.npz", "state.npz"):
+            if not (agent_dir / name).exists():  # a shared learner's state: the first agent's
+                continue
             with np.load(agent_dir / name) as data:
                 out.update({f"{agent_dir.name}/{name}/{k}": data[k] for k in data.files})
     return out

@@ -31,10 +31,17 @@ def compare_command(
     rate; capture_step, the time to capture). -p SPEC: compare the agents that policy
     played in both files, and the sides it played (one -p; default *: all agents). --seed:
     the bootstrap's. JSON and CSV: a row each, with its side (* for all agents) and metric.
+
+    A and B may also be folders of training runs (parcat train --seeds: RUN/seed-N): each
+    run's final score is the mean per agent of its last greedy evaluation, and each
+    group's IQM over its seeds comes with its 95% interval (JSON with -f json or csv).
     """
     with held_imports():  # here, not at the top: `parcat compare --help` needs none of them
         from parcat.cli.render import list_table, stdout_console
         from parcat.eval.compare import compare_files
+    if a.is_dir() and b.is_dir():
+        _compare_seeds(a, b, seed or 0, fmt)
+        return
     with user_errors():
         policy = opts.one_value(policies, "-p/--policy", "compare") or "*"
         rows = compare_files(a, b, policy, seed=seed or 0)
@@ -67,6 +74,24 @@ def compare_command(
             ["mission", "side", "metric", "episodes A/B", "mean A", "mean B", "B − A [95% CI]"],
             [[r.mission, r.side, r.metric, f"{r.episodes_a}/{r.episodes_b}", f"{r.mean_a:.3f}",
               f"{r.mean_b:.3f}", _interval(r.difference, "+.3f")] for r in metrics]))
+
+
+def _compare_seeds(a: Path, b: Path, seed: int, fmt: OutputFormat) -> None:
+    """Two folders of training runs (``--seeds``): their final scores, IQM and B − A."""
+    from parcat.cli.render import list_table, stdout_console
+    from parcat.eval.compare import compare_seeds
+    from parcat.train.seeds import final_scores
+    with user_errors():
+        rows = compare_seeds(final_scores(a), final_scores(b), seed)
+    if fmt is not OutputFormat.TABLE:
+        print_json([r.to_dict() for r in rows])
+        return
+    stdout_console().print(list_table(
+        ["mission", "seeds A/B", "IQM A [95% CI]", "IQM B [95% CI]", "B − A [95% CI]",
+         "P(B > A) [95% CI]"],
+        [[r.mission, f"{r.seeds_a}/{r.seeds_b}", _interval(r.iqm_a, ".3f"),
+          _interval(r.iqm_b, ".3f"), _interval(r.difference, "+.3f"),
+          _interval(r.improvement, ".2f")] for r in rows]))
 
 
 def _interval(interval: Any, spec: str) -> str:

@@ -29,6 +29,7 @@ from parcat.train.config import LoggerKind, TrainConfig
 from parcat.train.run_dir import RunDirChoice, claim_run_dir, free_path
 from parcat.train.runs import BEST, TOTAL
 from parcat.train.seeds import SeedRun, parse_seeds, run_seeds, seed_configs, split_jobs
+from parcat.train.selfplay import SelfPlayTrainer, make_trainer
 from parcat.train.trainer import Trainer, TrainReport
 from parcat.train.tuned import tuned_config
 
@@ -273,8 +274,12 @@ def _best_score(best: Path) -> str:
     try:
         manifest = checkpoint.read_manifest(best)
         total = float(manifest["eval_return"][TOTAL])
+        confirmed = manifest.get("best_return")
+        more = "" if not isinstance(confirmed, dict) else (
+            f"; on {confirmed['episodes']} more {confirmed['mean']:.4g} [95% CI "
+            f"{confirmed['low']:.4g}, {confirmed['high']:.4g}]")
         return (f" (epoch {manifest['epoch']}, greedy eval total {total:.4g} summed over "
-                f"agents on {manifest.get('eval_episodes', '?')} episodes)")
+                f"agents on {manifest.get('eval_episodes', '?')} episodes{more})")
     except Exception:
         return ""  # an older or damaged best: eval -p says what is wrong
 
@@ -283,21 +288,24 @@ def _train(choice: RunDirChoice, resume: bool, progress: bool, fmt: SummaryForma
            err: Any) -> tuple[TrainReport, Trainer]:
     """Build the trainer in the claimed run directory and run it."""
     cfg = choice.config
-    if cfg.render:
-        err.print("--render: one environment shown; everything runs in this process")
     if resume and trainer_done(cfg):
         budget = ("--epochs", cfg.epochs) if cfg.total_steps is None else ("--total-steps",
                                                                           cfg.total_steps)
         raise ConfigError(f"--resume: '{cfg.run_path}' already reached {budget[0]} "
                           f"{budget[1]}; raise {budget[0]} to train on")
     with user_prints_on_stderr():
-        trainer = Trainer(cfg, resume=resume,
-                          on_frame=_frame_printer(err) if cfg.render else None)
+        trainer = make_trainer(cfg, resume=resume,
+                               on_frame=_frame_printer(err) if cfg.render else None)
+    if cfg.render:  # once built: a refused run is one line
+        err.print("--render: one environment shown; everything runs in this process")
     if choice.note:  # once the run has started: a refused one names no folder
         typer.echo(choice.note, err=True)
     if resume and not trainer.resumed:
         typer.echo(f"--resume: no checkpoint in '{cfg.run_path}' yet; starting from epoch 0",
                    err=True)
+    if isinstance(trainer, SelfPlayTrainer):
+        err.print(f"note: {cfg.mission} is turn-based: one network learns every seat by "
+                  "self-play, against itself and a pool of its past selves", soft_wrap=True)
     if cfg.jobs is not None:
         for reason in trainer.plan.reasons:
             err.print(f"plan: {reason}", soft_wrap=True)

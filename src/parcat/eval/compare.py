@@ -135,6 +135,45 @@ def compare(a: dict[str, np.ndarray], b: dict[str, np.ndarray], seed: int = 0,
     return rows
 
 
+@dataclass(frozen=True)
+class SeedComparison:
+    """One mission's final scores of two groups of training runs (seeds)."""
+
+    mission: str
+    seeds_a: int
+    seeds_b: int
+    iqm_a: Interval
+    """Group A's IQM over its seeds, with a bootstrap 95% interval (rliable's)."""
+    iqm_b: Interval
+    difference: Interval
+    """Mean of B minus mean of A, seeds resampled in each group."""
+    improvement: Interval
+    """P(a seed of B scores above a seed of A)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {"mission": self.mission, "seeds_a": self.seeds_a, "seeds_b": self.seeds_b,
+                **{name: vars(getattr(self, name))
+                   for name in ("iqm_a", "iqm_b", "difference", "improvement")}}
+
+
+def compare_seeds(a: dict[str, list[float]], b: dict[str, list[float]], seed: int = 0,
+                  reps: int = 2000) -> list[SeedComparison]:
+    """Final scores of two groups of seeds (:func:`parcat.train.seeds.final_scores`), per
+    mission both have: each group's IQM and B − A with bootstrap 95% intervals."""
+    rows = []
+    for row in compare({k: np.asarray(v) for k, v in a.items()},
+                       {k: np.asarray(v) for k, v in b.items()}, seed, reps):
+        if row.mission == OVERALL:
+            continue
+        iqm_a, iqm_b = (stratified_bootstrap({row.mission: np.asarray(group[row.mission])},
+                                             aggregate_iqm, reps=reps, seed=seed)
+                        for group in (a, b))
+        rows.append(SeedComparison(row.mission, row.episodes_a, row.episodes_b, iqm_a, iqm_b,
+                                   row.difference, row.improvement))
+    return rows
+
+
 def _row(name: str, a: dict[str, np.ndarray], b: dict[str, np.ndarray], seed: int,
          reps: int) -> Comparison:
     return Comparison(

@@ -95,7 +95,19 @@ class TrainConfig:
     eval_episodes: int = _flag(20, "Greedy evaluation episodes at every checkpoint (the same "
                                "set each time); the checkpoint with the highest mean return "
                                "summed over agents goes to RUN/best (0: none).")
+    best_episodes: int = _flag(0, "Greedy episodes of their own that confirm a candidate for "
+                               "RUN/best (a checkpoint at least as good on --eval-episodes), "
+                               "the best's mean shown with a bootstrap 95% interval (0: "
+                               "--eval-episodes alone choose).")
     render: bool = _flag(False, "Show one environment; runs in one process.", None)
+    pool_size: int = _flag(10, "Self-play (a turn-based game): past selves kept as opponents "
+                           "(0: the learner only ever plays itself).")
+    pool_every: int = _flag(5, "Self-play: epochs between two past selves joining the pool "
+                            "(the oldest leaves a full pool).")
+    monte_carlo: bool = _flag(False, "Self-play: each move learns from the game's discounted "
+                              "outcome (Monte Carlo), not from the next turn's estimate.", None)
+    pool_share: float = _flag(0.5, "Self-play: the share of games played against a past "
+                              "self from the pool (the rest: the learner in every seat).", "P")
     backend: Backend = Backend.LOCAL
     address: str = ""
     """Ray cluster address with ``backend: ray`` (empty: start a local cluster)."""
@@ -112,7 +124,8 @@ class TrainConfig:
         object.__setattr__(self, "loggers", _logger_kinds(self.loggers))
         types: tuple[tuple[tuple[str, ...], type, str], ...] = (
                 (("overrides", "learner"), Mapping, "a mapping of keys to values"),
-                (("parallel_training", "shared_learner", "render"), bool, "true or false"),
+                (("parallel_training", "shared_learner", "render", "monte_carlo"), bool,
+                 "true or false"),
                 (("mission", "run_dir", "init_from", "address"), str, "a string"))
         for names, kind, expected in types:
             for name in names:
@@ -131,8 +144,10 @@ class TrainConfig:
                                 ("envs_per_worker", 1, MAX_TRAIN_ENVS),
                                 ("gradient_steps", 0, MAX_COUNT),
                                 ("eval_episodes", 0, MAX_COUNT), ("total_steps", 1, MAX_COUNT),
+                                ("best_episodes", 0, MAX_COUNT),
                                 ("seed", 0, None), ("train_threads", 0, MAX_WORKERS),
-                                ("env_workers", 0, MAX_WORKERS), ("jobs", 1, MAX_WORKERS)):
+                                ("env_workers", 0, MAX_WORKERS), ("jobs", 1, MAX_WORKERS),
+                                ("pool_size", 0, MAX_COUNT), ("pool_every", 1, MAX_COUNT)):
             value = getattr(self, name)
             if value is None and name in ("env_workers", "jobs", "total_steps"):
                 continue
@@ -140,6 +155,9 @@ class TrainConfig:
             if not ok or value < low or (high is not None and value > high):
                 bounds = f">= {low}" if high is None else f"between {low} and {high:,}"
                 raise ConfigError(f"{name} must be an integer {bounds}, got {brief(value)}")
+        share = self.pool_share
+        if not isinstance(share, int | float) or isinstance(share, bool) or not 0 <= share <= 1:
+            raise ConfigError(f"pool_share must be a number in [0, 1], got {brief(share)}")
         envs = max(1, self.env_workers or 0) * self.envs_per_worker
         if envs > MAX_TRAIN_ENVS:
             raise ConfigError(

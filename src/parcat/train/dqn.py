@@ -166,17 +166,28 @@ class DQNLearner(MLPLearner):
         done = min(1.0, self.num_observed / config.eps_decay_steps)
         return float(config.eps_start + done * (config.eps_end - config.eps_start))
 
-    def act(self, obs_batch: np.ndarray, explore: bool = True) -> np.ndarray:
+    def act(self, obs_batch: np.ndarray, explore: bool = True,
+            legal: np.ndarray | None = None) -> np.ndarray:
         """One int64 action per row of ``obs_batch``, as ``MLPPolicy`` computes it; with
         ``explore`` each is uniform with probability :attr:`epsilon` (the generator moves on
-        by the same amount whatever the outcome)."""
+        by the same amount whatever the outcome). ``legal`` (bool, a row per observation: a
+        turn-based game's action mask) keeps both choices to the legal actions, as
+        ``MLPPolicy`` does where the observation carries the mask."""
         x = np.asarray(obs_batch, dtype=np.float32)
         if x.ndim != 2 or x.shape[1] != self.obs_dim:
             raise ValueError(
                 f"dqn: obs_batch must have shape (batch, {self.obs_dim}), got {x.shape}")
-        actions = forward_acting(self._acting, x).argmax(axis=1).astype(np.int64)
+        q = forward_acting(self._acting, x)
+        if legal is not None:
+            q = np.where(legal, q, -np.inf)
+        actions = q.argmax(axis=1).astype(np.int64)
         if explore:
-            uniform = self.rng.integers(self.num_actions, size=len(x), dtype=np.int64)
+            if legal is None:
+                uniform = self.rng.integers(self.num_actions, size=len(x), dtype=np.int64)
+            else:  # the k-th legal action, k uniform below the row's count of them
+                counts = legal.sum(axis=1)
+                k = (self.rng.random(len(x)) * counts).astype(np.int64)
+                uniform = (np.cumsum(legal, axis=1) > k[:, None]).argmax(axis=1)
             explored = self.rng.random(len(x)) < self.epsilon
             actions = np.where(explored, uniform, actions)
         return actions

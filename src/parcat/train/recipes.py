@@ -174,9 +174,8 @@ def check_trainable(mission: Mission, config: TrainConfig) -> None:
     :class:`ConfigError` naming the agent, its space, and the built-in learners that can."""
     if mission.turn_based:
         raise ConfigError(
-            f"mission '{mission.name}' is turn-based (PettingZoo AEC): parcat train steps "
-            "every agent at once; give a parallel environment (PettingZoo's "
-            "aec_to_parallel converts games whose agents can act together)")
+            f"mission '{mission.name}' is turn-based (PettingZoo AEC): it trains by "
+            "self-play (parcat.train.selfplay.SelfPlayTrainer, which parcat train picks)")
     cls = learner_class(config.learner)
     name = learner_name(config.learner)
     specs = mission.agents()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -41,6 +41,9 @@ SAME_ON_RESUME = ("mission", "overrides", "seed", "learner", "shared_learner",
 EVAL_STREAM = 103
 EVAL_TASK_STREAM = 104
 TOTAL = "total"
+CONFIRM_FIRST = 1_000_000
+"""The number of the first episode a best checkpoint is confirmed on (``best_episodes``):
+episodes of their own, never the fixed evaluation set's."""
 """The key of the mean summed return over all agents in :func:`evaluate_greedy`'s result."""
 LearnerObs = Callable[[Any, np.ndarray], np.ndarray]
 """``(agent, observation) -> what the agent's learner observes``."""
@@ -61,7 +64,8 @@ class Checkpointer:
     """Writes one run's checkpoints (with ``vec``'s episodes in flight) and keeps its best.
 
     ``recipes``: what the learners are built from, to evaluate them in a worker process (an
-    environment from outside parcat); ``None``: evaluated in this process.
+    environment from outside parcat); ``None``: evaluated in this process. A learner that
+    several agents share keeps its training state once, beside the first agent's policy.
     """
 
     config: TrainConfig
@@ -70,9 +74,16 @@ class Checkpointer:
     learner_obs: LearnerObs | None = None
     vec: VecEnv | None = None
     recipes: Mapping[str, LearnerRecipe] | None = None
+    evaluator: Callable[[], dict[str, float]] | None = None
+    """Evaluates the learners instead of :meth:`evaluate`'s greedy episodes (self-play)."""
+    more_arrays: Callable[[], dict[str, dict[str, np.ndarray]]] = dict
+    """More ``.npz`` files every checkpoint holds (self-play's pool of past selves)."""
+    num_envs: int = 1
+    """Environments stepped together, where no ``vec`` says."""
 
     def __post_init__(self) -> None:
         self.best_return = best_return(self.config.run_path)
+        self.best_confirmed = best_return(self.config.run_path, "best_return", "mean")
         self.pending: RunSnapshot | None = None  # the last finished epoch, not written yet
 
     def evaluate(self) -> dict[str, float]:
@@ -80,6 +91,8 @@ class Checkpointer:
         environment from outside parcat plays them in a worker process, and its crash
         there leaves NaN returns and a warning, not a dead trainer."""
         episodes = self.config.eval_episodes
+        if self.evaluator is not None:
+            return self.evaluator() if episodes > 0 else {}
         if self.recipes is None or not is_foreign(self.mission) or episodes <= 0:
             return evaluate_greedy(self.mission, self.learners, self.config.seed, episodes,
                                    self.learner_obs)
@@ -110,11 +123,36 @@ class Checkpointer:
         assert self.pending is not None, "save() follows finished()"
         score = (self.pending.meta.get("eval_return") or {}).get(TOTAL, math.nan)
         best = not math.isnan(score) and score > self.best_return
+        confirmed = math.nan
+        if self.config.best_episodes and not math.isnan(score) and score >= self.best_return:
+            interval = self.confirm()  # a candidate: more episodes decide
+            confirmed = interval["mean"]
+            best = confirmed > self.best_confirmed
+            self.pending = replace(self.pending, meta={**self.pending.meta,
+                                                       "best_return": interval})
         path = self._write(self.pending, best=best)
         if best:
-            self.best_return = score
+            self.best_return, self.best_confirmed = score, confirmed
         self.pending = None
         return path
+
+    def confirm(self) -> dict[str, float]:
+        """The learners' mean greedy return summed over agents on ``best_episodes``
+        episodes of their own, with a bootstrap 95% interval (``low``, ``high``)."""
+        episodes = self.config.best_episodes
+        if self.recipes is not None and is_foreign(self.mission):
+            totals = call_in_worker(_returns_rebuilt, (
+                self.mission, dict(self.recipes), _arrays_by_recipe(self.recipes, self.learners),
+                self.config.seed, episodes, CONFIRM_FIRST), "parcat-greedy-eval",
+                timeout_s=math.inf).sum(axis=1)
+        else:
+            totals = greedy_returns(self.mission, self.learners, self.config.seed, episodes,
+                                    self.learner_obs, CONFIRM_FIRST).sum(axis=1)
+        rng = np.random.default_rng(self.config.seed)
+        means = totals[rng.integers(0, len(totals), (2000, len(totals)))].mean(axis=1)
+        low, high = np.percentile(means, [2.5, 97.5])
+        return {"mean": float(totals.mean()), "low": float(low), "high": float(high),
+                "episodes": episodes}
 
     def save_interrupted(self, finished_epochs: int, saved_epochs: int,
                          live: bool = False) -> Path | None:
@@ -133,6 +171,7 @@ class Checkpointer:
         config, mission = self.config, self.mission
         specs = {s.agent_id: s for s in mission.agents()}
         agents = {}
+        stated: set[int] = set()  # the learners whose state is kept already
         for agent, learner in self.learners.items():
             kwargs = dict(learner.policy_kwargs)
             if config.shared_learner:
@@ -144,14 +183,17 @@ class Checkpointer:
                       "action_space": str(specs[agent].action_space),
                       "learner": {"class": class_reference(type(learner)),
                                   **dict(learner.config)}},
-                state=_copied(learner.state_dict()),
+                state={} if id(learner) in stated else _copied(learner.state_dict()),
             )
+            stated.add(id(learner))
         run_meta = {"mission": mission.name, "mission_params": dict(mission.params),
                     "epoch": epoch, "seed": config.seed, "shared_learner": config.shared_learner,
                     "env_steps": epoch * config.steps_per_epoch * (self.vec.num_envs
-                                                                    if self.vec else 1),
+                                                                    if self.vec else self.num_envs),
                     "config": config.to_dict(), **meta}
-        arrays = {} if self.vec is None else {FILE: _copied(self.vec.in_flight().to_arrays())}
+        arrays = {name: _copied(more) for name, more in self.more_arrays().items()}
+        if self.vec is not None:
+            arrays[FILE] = _copied(self.vec.in_flight().to_arrays())
         return RunSnapshot(agents, run_meta, arrays)
 
     def _write(self, snapshot: RunSnapshot, best: bool = False) -> Path:
@@ -172,13 +214,14 @@ def _copied(arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
     return {key: np.array(value, copy=True) for key, value in arrays.items()}
 
 
-def best_return(run: Path) -> float:
-    """The total evaluation return of ``run/best`` (``-inf`` when there is none)."""
+def best_return(run: Path, key: str = "eval_return", score: str = TOTAL) -> float:
+    """The total evaluation return of ``run/best`` (``key``, ``score``: the mean of its
+    confirmation on ``best_episodes``); ``-inf`` when there is none."""
     try:
-        saved = checkpoint.read_manifest(run / BEST).get("eval_return")
+        saved = checkpoint.read_manifest(run / BEST).get(key)
     except CheckpointError:
         return -math.inf
-    value = saved.get(TOTAL) if isinstance(saved, dict) else None
+    value = saved.get(score) if isinstance(saved, dict) else None
     return float(value) if isinstance(value, (int, float)) else -math.inf
 
 
@@ -220,9 +263,13 @@ def restore(path: Path, learners: dict[Any, Learner], config: TrainConfig | None
                 "resume with the same settings or use another --run-dir")
     if "epoch" not in manifest:
         raise CheckpointError(f"--resume: '{path}/{checkpoint.MANIFEST}' records no epoch")
+    loaded: set[int] = set()  # a learner agents share: its state is beside the first's
     for agent, learner in learners.items():
         agent_dir = path / _agent_dir(manifest, path, agent, "--resume")
         checkpoint.load_policy(agent_dir, str(agent))  # its checks: the greedy weights too
+        if id(learner) in loaded:
+            continue
+        loaded.add(id(learner))
         state = checkpoint.load_state(agent_dir)
         if not state:
             raise CheckpointError(f"--resume: '{agent_dir}' has no training state")
@@ -280,16 +327,29 @@ def evaluate_greedy(mission: Mission, learners: Mapping[Any, Learner], seed: int
     seeded from ``seed`` (none: empty); ``learner_obs`` makes an agent's learner input."""
     if episodes <= 0:
         return {}
+    return _means(mission, greedy_returns(mission, learners, seed, episodes, learner_obs))
+
+
+def greedy_returns(mission: Mission, learners: Mapping[Any, Learner], seed: int,
+                   episodes: int, learner_obs: LearnerObs | None = None,
+                   first: int = 0) -> np.ndarray:
+    """Each greedy episode's return per agent, ``(episodes, agents)``: episodes ``first``,
+    ``first + 1``, ... seeded from ``seed``."""
     agents = [spec.agent_id for spec in mission.agents()]
-    sums = np.zeros(len(agents))
-    for index in range(episodes):
+    returns = np.zeros((episodes, len(agents)))
+    for row, index in enumerate(range(first, first + episodes)):
         with mission.open_env() as env:
-            returns = _episode(env, mission, learners, seed, index,
-                               learner_obs or (lambda agent, obs: obs))
-        sums += [returns.get(agent, 0.0) for agent in agents]
-    means = {str(agent): float(total / episodes) for agent, total in zip(agents, sums, strict=True)}
-    means[TOTAL] = float(sums.sum() / episodes)
-    return means
+            got = _episode(env, mission, learners, seed, index,
+                           learner_obs or (lambda agent, obs: obs))
+        returns[row] = [got.get(agent, 0.0) for agent in agents]
+    return returns
+
+
+def _means(mission: Mission, returns: np.ndarray) -> dict[str, float]:
+    agents = [spec.agent_id for spec in mission.agents()]
+    means = {str(agent): float(returns[:, i].sum() / len(returns))
+             for i, agent in enumerate(agents)}
+    return means | {TOTAL: float(returns.sum() / len(returns))}
 
 
 def evaluate_greedy_in_a_worker(mission: Mission, recipes: Mapping[str, LearnerRecipe],
@@ -298,24 +358,30 @@ def evaluate_greedy_in_a_worker(mission: Mission, recipes: Mapping[str, LearnerR
     """:func:`evaluate_greedy` in a worker process, for environments from outside parcat
     (their crash must not end training), the learners rebuilt there from their ``recipes``;
     :class:`SetupFailedError` if the environment or a learner raised, died or froze."""
+    returns = call_in_worker(_returns_rebuilt, (mission, dict(recipes),
+                                                _arrays_by_recipe(recipes, learners), seed,
+                                                episodes), "parcat-greedy-eval",
+                             timeout_s=math.inf)
+    return _means(mission, cast(np.ndarray, returns))
+
+
+def _arrays_by_recipe(recipes: Mapping[str, LearnerRecipe],
+                      learners: Mapping[Any, Learner]) -> dict[str, dict[str, np.ndarray]]:
     by_name = {str(agent): learner for agent, learner in learners.items()}
-    arrays = {name: (next(iter(learners.values())) if name == SHARED else by_name[name])
-              .policy_arrays() for name in recipes}
-    result = call_in_worker(_evaluate_rebuilt, (mission, dict(recipes), arrays, seed, episodes),
-                            "parcat-greedy-eval", timeout_s=math.inf)
-    return cast(dict[str, float], result)
+    return {name: (next(iter(learners.values())) if name == SHARED else by_name[name])
+            .policy_arrays() for name in recipes}
 
 
-def _evaluate_rebuilt(mission: Mission, recipes: dict[str, LearnerRecipe],
-                      arrays: dict[str, dict[str, np.ndarray]], seed: int,
-                      episodes: int) -> dict[str, float]:
+def _returns_rebuilt(mission: Mission, recipes: dict[str, LearnerRecipe],
+                     arrays: dict[str, dict[str, np.ndarray]], seed: int,
+                     episodes: int, first: int = 0) -> np.ndarray:
     built = {name: recipe.build() for name, recipe in recipes.items()}
     for name, learner in built.items():
         learner.load_policy_arrays(arrays[name])
     agents = [spec.agent_id for spec in mission.agents()]
     shared = SHARED in built
-    return evaluate_greedy(mission, {a: built[SHARED if shared else str(a)] for a in agents},
-                           seed, episodes, learner_inputs(agents, shared))
+    return greedy_returns(mission, {a: built[SHARED if shared else str(a)] for a in agents},
+                          seed, episodes, learner_inputs(agents, shared), first)
 
 
 def _episode(env: Any, mission: Mission, learners: Mapping[Any, Learner], seed: int,

@@ -31,6 +31,7 @@ from parcat.core.errors import ConfigError, brief
 from parcat.core.resources import BLAS_VARIABLES, available_cpus
 from parcat.ipc.process import SHUTTING_DOWN
 from parcat.train.config import TrainConfig
+from parcat.train.metrics import read_metrics
 
 MAX_SEEDS = 1000
 SHARED_PER_JOB = 4
@@ -186,3 +187,32 @@ def _stop(runs: Sequence[SeedRun]) -> None:
 def _signal(proc: subprocess.Popen[Any], signum: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signum)
+
+
+def final_scores(folder: Path) -> dict[str, list[float]]:
+    """Per mission, the final score of each run in ``folder`` (``folder`` itself, or each
+    ``folder/*`` holding a run, as ``--seeds`` writes them): the mean per agent of its last
+    greedy evaluation. :class:`ConfigError` when no run there has one."""
+    from parcat.policies import checkpoint  # only for compare: train's start needs none
+
+    runs = [folder] if (folder / checkpoint.MANIFEST).is_file() else sorted(
+        p for p in folder.iterdir() if (p / checkpoint.MANIFEST).is_file())
+    found: dict[str, list[float]] = {}
+    for run in runs:
+        log = next((run / name for name in ("metrics.jsonl", "metrics.csv")
+                    if (run / name).is_file()), None)
+        evaluated = [record["eval_return"] for record in (read_metrics(log) if log else [])
+                     if _evaluated(record.get("eval_return"))]
+        if evaluated:
+            mission = str(checkpoint.read_manifest(run).get("mission", "?"))
+            means = [float(v) for k, v in evaluated[-1].items() if k != "total"]
+            found.setdefault(mission, []).append(sum(means) / len(means))
+    if not found:
+        raise ConfigError(f"compare: '{folder}' holds no training run with a greedy evaluation "
+                          "(a run directory, or a folder of them such as --seeds writes)")
+    return found
+
+
+def _evaluated(eval_return: Any) -> bool:
+    return isinstance(eval_return, dict) and any(
+        isinstance(v, int | float) and v == v for k, v in eval_return.items() if k != "total")

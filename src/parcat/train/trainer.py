@@ -131,14 +131,11 @@ class Trainer:
                 self.on_event, parallel=self.config.parallel_training,
                 threads=self.config.train_threads)
         learning = self._learning
-        checkpoints = Checkpointer(self.config, self.mission, self.learners, self._learner_obs,
-                                   self.vec, self.recipes)
+        checkpoints = self._checkpointer()
         self._finished = self._saved = self.start_epoch
         self._began = time.perf_counter() - self.metrics.time_offset
         try:
-            self._obs = (self.vec.restore(self.in_flight) if self.in_flight is not None
-                         else self.vec.reset())
-            self._reset_states(np.ones(self.vec.num_envs, dtype=bool))
+            self._start()
             for epoch in range(self.start_epoch, self.config.epochs):
                 self._run_epoch(epoch, checkpoints, report)
         except KeyboardInterrupt:
@@ -160,6 +157,16 @@ class Trainer:
             self.close()
         return report
 
+    def _checkpointer(self) -> Checkpointer:
+        return Checkpointer(self.config, self.mission, self.learners, self._learner_obs,
+                            self.vec, self.recipes)
+
+    def _start(self) -> None:
+        """Start the environments' episodes (resumed: continue the saved ones)."""
+        self._obs = (self.vec.restore(self.in_flight) if self.in_flight is not None
+                     else self.vec.reset())
+        self._reset_states(np.ones(self.vec.num_envs, dtype=bool))
+
     def _run_epoch(self, epoch: int, checkpoints: Checkpointer, report: TrainReport) -> None:
         """One epoch: collect and train, log it, evaluate and checkpoint it when due."""
         learning = self._learning
@@ -168,7 +175,7 @@ class Trainer:
         if due and learning is not None:
             learning.sync_states()
         stats.eval_return = (checkpoints.evaluate() if due else
-                             nan_returns(self.config.eval_episodes, self.vec.agents))
+                             nan_returns(self.config.eval_episodes, self._agent_index))
         stats.best_eval_return = checkpoints.best_after(stats.eval_return)
         report.epochs.append(stats)
         with checkpoint.signals_deferred():  # the log and the capture agree
