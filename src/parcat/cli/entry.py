@@ -13,6 +13,7 @@ import _thread
 import atexit
 import contextlib
 import errno
+import itertools
 import os
 import resource  # here: under a low ulimit -v, importing it later can fail
 import signal
@@ -28,6 +29,9 @@ EXIT_TERMINATED = 143
 
 INTERRUPTS = threading.Event()
 """Set by the first Ctrl-C."""
+EARLY_PRELOAD = ("parcat.parallel.calibration", "parcat.parallel.episode_worker")
+"""What the fork server imports when it starts before the CLI (:func:`start_fork_server_early`):
+the modules of the first worker's check, calibration and episodes."""
 
 
 def postponed(signum: int) -> bool:
@@ -120,6 +124,7 @@ def run() -> None:
         sys.exit(EXIT_USAGE)
     try:
         with signals_held():
+            start_fork_server_early(sys.argv)
             from parcat.cli.main import main
         code = main()
     except KeyboardInterrupt:
@@ -143,6 +148,44 @@ def run() -> None:
     if shm is not None:
         shm.unlink_own_blocks()
     sys.exit(code)
+
+
+def start_fork_server_early(argv: list[str]) -> None:
+    """Start the fork server now, while this process imports the CLI, when ``argv`` is an
+    ``eval`` or ``plan`` of a policy from outside parcat: its check and calibration run in a
+    worker, whose fork server would otherwise import its modules only after the CLI did."""
+    if not names_foreign_policy(argv):
+        return
+    try:
+        from parcat.core.resources import BLAS_VARIABLES
+        from parcat.ipc import process
+
+        for module in EARLY_PRELOAD:
+            process.preload(module)
+        blas = {name: os.environ.get(name) for name in BLAS_VARIABLES}
+        process.get_context()
+        # the fork server keeps its one BLAS thread; this process's numpy is not yet imported
+        for name, value in blas.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    except Exception:  # the run starts it when it needs it, and says then what fails
+        return
+
+
+def names_foreign_policy(argv: list[str]) -> bool:
+    """Whether ``argv`` is ``parcat eval`` or ``parcat plan`` with a ``-p module:Class``
+    (code from outside parcat) on a local fork server (no ``spawn``, no Ray)."""
+    if len(argv) < 2 or argv[1] not in ("eval", "plan") or {"spawn", "ray"} & set(argv):
+        return False
+    values = [value for flag, value in itertools.pairwise(argv) if flag in ("-p", "--policy")]
+    values += [arg.partition("=")[2] for arg in argv if arg.startswith("--policy=")]
+    for value in values:
+        target = value.split(",", 1)[0].split("@", 1)[0]
+        if ":" in target and not target.startswith(("parcat.", "http:", "https:", "unix:")):
+            return True
+    return False
 
 
 def _ignore_signals() -> None:
