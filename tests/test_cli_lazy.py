@@ -177,3 +177,27 @@ def test_the_fork_server_starts_before_the_cli_only_for_code_from_outside_parcat
                           env=env, timeout=TIMEOUT_S)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [str(early), "False", "None"]
+
+
+def test_the_exit_skips_python_s_teardown_and_keeps_its_output_and_code(tmp_path: Path) -> None:
+    """Once its exit handlers ran, parcat ends the process: Python's teardown (a garbage
+    collection per module) would only cost time. Every line of stdout still arrives through
+    a pipe, and the code is the one decided; an error that escapes keeps Python's exit."""
+    code = ("import os, sys\n"
+            "class Kept:  # freed by Python's teardown, which clears the module\n"
+            "    def __del__(self):\n"
+            "        os.write(2, b'python teardown\\n')\n"
+            "kept = Kept()\n"
+            "sys.argv = ['parcat', *sys.argv[1:]]\n"
+            "from parcat.cli.entry import run\n"
+            "run()\n")
+    run = ["eval", "-m", "harvest", "-n", "40", "--set", "max_steps=2", "--jobs", "1"]
+    done = subprocess.run([sys.executable, "-c", code, *run, "-f", "json"],
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert done.returncode == 0, done.stderr
+    assert "python teardown" not in done.stderr
+    assert len(json.loads(done.stdout)["episodes"]) == 40
+    bad = subprocess.run([sys.executable, "-c", code, *run, "--set", "agnets=2"],
+                         capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert bad.returncode == 2 and bad.stderr.startswith("parcat: error: ")
+    assert "python teardown" not in bad.stderr

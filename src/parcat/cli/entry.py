@@ -29,6 +29,8 @@ EXIT_TERMINATED = 143
 
 INTERRUPTS = threading.Event()
 """Set by the first Ctrl-C."""
+_EXIT_CODE: list[int] = []
+"""The code :func:`run` decided to exit with (the last exit handler ends the process with it)."""
 EARLY_PRELOAD = ("parcat.parallel.calibration", "parcat.parallel.episode_worker")
 """What the fork server imports when it starts before the CLI (:func:`start_fork_server_early`):
 the modules of the first worker's check, calibration and episodes."""
@@ -147,6 +149,7 @@ def run() -> None:
     shm = sys.modules.get("parcat.ipc.shm")
     if shm is not None:
         shm.unlink_own_blocks()
+    _EXIT_CODE.append(code)
     sys.exit(code)
 
 
@@ -193,6 +196,22 @@ def _ignore_signals() -> None:
     instead of the code decided (once Python puts the default handlers back)."""
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
+    _skip_teardown()
+
+
+def _skip_teardown() -> None:
+    """End the process with the code :func:`run` decided, once every other exit handler has
+    run (workers stopped, blocks unlinked, files written and closed): Python's own teardown
+    after them (a garbage collection per module it clears, every object freed) costs 0.1-0.4 s
+    of CPU on the CLI's heap and does nothing the exit needs."""
+    if not _EXIT_CODE:
+        return  # an error that escaped: Python prints it and exits as it does
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return  # Python's teardown says what it says of a stream it cannot flush
+    os._exit(_EXIT_CODE[0])
 
 
 def _stdout_open() -> bool:
