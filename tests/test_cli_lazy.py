@@ -149,3 +149,55 @@ def test_a_ctrl_c_a_library_sends_itself_while_imported_is_out_of_memory() -> No
 
     with pytest.raises(MemoryError, match="could not start its threads"), signals_held():
         signal.raise_signal(signal.SIGINT)
+
+
+@pytest.mark.parametrize(("argv", "early"), [
+    (["eval", "-m", "harvest", "-p", "mod:Policy,ms=5"], True),
+    (["plan", "--policy=mod:Policy@2", "-p", "random"], True),
+    (["eval", "-p", "random", "-p", "mlp,width=8", "-p", "runs/a"], False),
+    (["eval", "-p", "http://127.0.0.1:8000", "-p", "unix:/tmp/s", "-p", "parcat.x:Y"], False),
+    (["eval", "-p", "mod:Policy", "--start-method", "spawn"], False),
+    (["eval", "-p", "mod:Policy", "--backend", "ray"], False),
+    (["train", "-p", "mod:Policy"], False),
+])
+def test_the_fork_server_starts_before_the_cli_only_for_code_from_outside_parcat(
+        argv: list[str], early: bool) -> None:
+    """Its check runs in a worker: the fork server imports what workers need while this
+    process imports the CLI, which leaves this process's BLAS threads as they were."""
+    from parcat.cli.entry import names_foreign_policy
+
+    assert names_foreign_policy(["parcat", *argv]) is early
+    code = ("import os, sys\nfrom multiprocessing import forkserver\n"
+            "from parcat.cli.entry import start_fork_server_early\n"
+            "start_fork_server_early(sys.argv)\n"
+            "print(forkserver._forkserver._forkserver_pid is not None, "
+            "'parcat.cli.main' in sys.modules, os.environ.get('OPENBLAS_NUM_THREADS'))\n")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                          env=env, timeout=TIMEOUT_S)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(early), "False", "None"]
+
+
+def test_the_exit_skips_python_s_teardown_and_keeps_its_output_and_code(tmp_path: Path) -> None:
+    """Once its exit handlers ran, parcat ends the process: Python's teardown (a garbage
+    collection per module) would only cost time. Every line of stdout still arrives through
+    a pipe, and the code is the one decided; an error that escapes keeps Python's exit."""
+    code = ("import os, sys\n"
+            "class Kept:  # freed by Python's teardown, which clears the module\n"
+            "    def __del__(self):\n"
+            "        os.write(2, b'python teardown\\n')\n"
+            "kept = Kept()\n"
+            "sys.argv = ['parcat', *sys.argv[1:]]\n"
+            "from parcat.cli.entry import run\n"
+            "run()\n")
+    run = ["eval", "-m", "harvest", "-n", "40", "--set", "max_steps=2", "--jobs", "1"]
+    done = subprocess.run([sys.executable, "-c", code, *run, "-f", "json"],
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert done.returncode == 0, done.stderr
+    assert "python teardown" not in done.stderr
+    assert len(json.loads(done.stdout)["episodes"]) == 40
+    bad = subprocess.run([sys.executable, "-c", code, *run, "--set", "agnets=2"],
+                         capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert bad.returncode == 2 and bad.stderr.startswith("parcat: error: ")
+    assert "python teardown" not in bad.stderr

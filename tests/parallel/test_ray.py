@@ -52,6 +52,21 @@ def test_ray_results_equal_local() -> None:
     assert strip_timings(remote.to_document()) == strip_timings(local.to_document())
 
 
+def test_ray_tasks_close_every_policy_they_build_once(tmp_path: Path) -> None:
+    """As the local executors do: Ray ends its workers without their exit hooks, so each
+    task closes what it built (sync and async ``close``)."""
+    from tests.policies.test_close import counts
+
+    log = tmp_path / "log"
+    config = make_config(["harvest"], [f"tests.policies.test_close:LoggedPolicy,log={log}",
+                                       f"tests.policies.test_close:AsyncLoggedPolicy,log={log}"],
+                         episodes=4, seed=1, overrides={"max_steps": 5})
+    report = evaluate(config, RAY)
+    assert report.status == "complete"
+    built, closed = counts(log)
+    assert built and built == closed
+
+
 def test_killed_ray_worker_is_retried_and_reproduces_the_episode(tmp_path: Path) -> None:
     marker = tmp_path / "died"
     dying = dying_mission(how="sigkill", marker=str(marker))

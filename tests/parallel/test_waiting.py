@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -335,3 +336,30 @@ def test_64_and_256_agent_calls_in_flight_take_threads_not_processes(episodes: i
     # the fork server, the resource tracker and the episode workers: a lane is a thread
     assert max(processes) <= 2 + plan.episode_workers and plan.episode_workers <= 2
     assert strip_timings(report.to_document()) == strip_timings(sequential.to_document())
+
+
+@pytest.mark.parametrize("policy", [["-p", "random"], [
+    "-p", "tests.fakes:WaitingPolicy,ms=1", "--parallel-policy", "--policy-strategy", "process"]],
+    ids=["computing", "waiting"])
+def test_eval_prints_a_note_when_its_jobs_are_trimmed(policy: list[str]) -> None:
+    """A real open-file limit that leaves room for 2 workers: --jobs 32 trimmed is said in
+    one note line (and the strategy it then cannot keep in another), and the run goes on."""
+    import resource
+
+    def two_workers_of_files() -> None:
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (80, hard))
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-m", "parcat", "eval", "-m", "harvest", "-n", "4", "--set",
+         "max_steps=2", "--set", "agents=4", *policy, "--jobs", "32", "--executor", "process",
+         "-f", "json"], cwd=root, env={**os.environ, "PYTHONPATH": f"{root / 'src'}:{root}"},
+        preexec_fn=two_workers_of_files, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    notes = [line for line in done.stderr.splitlines() if "note" in line]
+    assert notes[0] == ("parcat: note: --jobs 32 trimmed to 2: the open-file and process "
+                        "limits allow 2 worker process(es)")
+    assert notes[1:] == ([] if "random" in policy else [
+        "parcat: note: --policy-strategy process replaced by inline: no job left for policy "
+        "workers (2 episode worker(s) use all 2): agents stepped inline"])

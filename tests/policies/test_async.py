@@ -102,6 +102,23 @@ def test_503_to_every_10th_request_gives_the_clean_run_s_numbers_and_counts_retr
     assert all(a["retries"] == 0 for e in clean["episodes"] for a in e["agents"])
 
 
+@pytest.mark.parametrize("policy", ["HttpPolicy", "AsyncHttpPolicy"])
+@pytest.mark.parametrize("flags", [
+    ("--executor", "inline", "--jobs", "3", "--parallel-policy", "--policy-strategy", "process"),
+    ("--executor", "process", "--jobs", "1", "--parallel-policy", "--policy-strategy", "thread"),
+], ids=["policy-workers", "policy-threads"])
+def test_503s_in_policy_workers_and_threads_give_the_clean_numbers_and_count_retries(
+        server: ModelServer, tmp_path: Path, policy: str, flags: tuple[str, ...]) -> None:
+    """Agents stepped in policy worker processes or on policy threads retry a dropped
+    request like those stepped in the episode's own thread, and their retries are counted."""
+    clean = evaluate(server, policy, tmp_path / "clean.json", *flags)
+    server.fail_every = 10
+    dropped = evaluate(server, policy, tmp_path / "dropped.json", *flags)
+    assert server.failures > 0
+    assert strip_timings(dropped) == strip_timings(clean)
+    assert sum(a["retries"] for e in dropped["episodes"] for a in e["agents"]) == server.failures
+
+
 def test_retries_show_in_the_csv_and_the_table_when_there_are_some(
         server: ModelServer, tmp_path: Path) -> None:
     server.fail_every = 10

@@ -1,6 +1,8 @@
 """Episodes as Ray tasks: the same tasks and results as local runs, on a cluster.
 
-Each task runs the inline episode path in a Ray worker (a runner cached per worker). Ray
+Each task runs the inline episode path in a Ray worker, with a runner of its own that it
+closes (its policies' and environment's ``close``) before it returns: Ray ends its worker
+processes without running their exit hooks, so nothing left open there would be closed. Ray
 retries a task whose worker died, the executor resubmits one whose node died (an episode is
 a pure function of its seeds), and results are de-duplicated by task index. An episode past
 the timeout is cancelled (``ray.cancel(force=True)``). Traced episodes are on their node's track.
@@ -23,7 +25,6 @@ from parcat.parallel.executors import Executor, ResultCallback, RunState
 from parcat.stepping.config import StepperConfig
 
 __all__ = ["RayExecutor", "import_ray"]
-_RUNNER: EpisodeRunner | None = None
 NODE_LOSSES = 3
 """Times an episode is submitted again because the node running it died. A lost node is
 not the episode's failure, so these do not count against ``retries``."""
@@ -34,16 +35,16 @@ NODE_TRACK = "ray-node-"
 def _run_task(stepper: StepperConfig, task: EpisodeTask, index: int, clock: Any,
               trace: bool) -> tuple[EpisodeResult, list[dict[str, Any]]]:
     """Body of the Ray task: the result and (tracing) the episode's events."""
-    global _RUNNER
     if clock is not None:
         clock.started.remote(index)  # the timeout counts from here, not from submission
-    if _RUNNER is None or (_RUNNER.tracer is not None) != trace:
-        track = NODE_TRACK + import_ray().get_runtime_context().get_node_id()
-        tracer = Tracer(track) if trace else None
-        _RUNNER = EpisodeRunner(stepper.make_stepper(tracer), tracer=tracer, track=track,
-                                retries=stepper.retries)
-    result = _RUNNER.run(task)
-    return result, _RUNNER.tracer.take() if _RUNNER.tracer is not None else []
+    track = NODE_TRACK + import_ray().get_runtime_context().get_node_id()
+    tracer = Tracer(track) if trace else None
+    runner = EpisodeRunner(stepper.make_stepper(tracer), tracer=tracer, track=track,
+                           retries=stepper.retries)
+    try:
+        return runner.run(task), tracer.take() if tracer is not None else []
+    finally:
+        runner.close()
 
 
 class EpisodeClock:

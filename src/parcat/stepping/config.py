@@ -39,7 +39,8 @@ class StepperConfig:
             return ProcessStepper(self.workers, spin=self.spin,
                                   action_timeout_s=self.action_timeout_s,
                                   start_method=self.start_method,
-                                  blas_threads=self.blas_threads, tracer=tracer)
+                                  blas_threads=self.blas_threads, tracer=tracer,
+                                  retries=self.retries)
         if strategy is PolicyStrategy.THREAD and self.workers > 0:
             return ThreadStepper(self.workers, self.action_timeout_s, self.retries)
         # batch too: inline steps share a stateless policy's calls

@@ -1,7 +1,9 @@
 """The policy worker process: hosts some agents of each episode for :mod:`.process`.
 
 Its command ``episode`` sets up a new episode's agents; between commands it serves step
-requests in shared memory. A policy that raises is reported with the agent and traceback.
+requests in shared memory. A call that fails with a transient error is made again
+(``--retries``), and the agent's ``live`` byte answers ``1 +`` the retries it spent. A policy
+that raises is reported with the agent and traceback.
 """
 
 from __future__ import annotations
@@ -23,14 +25,19 @@ from parcat.ipc.process import (
 )
 from parcat.ipc.shm import Codec, SlotBlock
 from parcat.stepping.base import PolicyCache, Seat
-from parcat.stepping.calls import blocking
+from parcat.stepping.calls import blocking, call_retrying
 
 preload(__name__)  # the fork server imports it and all it imports, once
 
 
+MAX_COUNTED = 254
+"""Retries a step can report in its agent's ``live`` byte (``1 +`` them)."""
+
+
 class _PolicyHost:
-    def __init__(self, spin: bool) -> None:
+    def __init__(self, spin: bool, retries: int) -> None:
         self.spin = spin
+        self.retries = retries
         self.cache = PolicyCache()
         self.block: SlotBlock | None = None
         self.serving: Serving | None = None
@@ -79,8 +86,10 @@ class _PolicyHost:
                     agent_id = self.agent_ids[i]
                     if marker is not None:
                         marker[ACTING] = self.marks[i]
-                    action = self.step_fns[i](self.obs_codecs[i].read(slots.obs))
+                    action, retried = call_retrying(
+                        self.step_fns[i], self.obs_codecs[i].read(slots.obs), self.retries)
                     self.act_codecs[i].write(slots.action, action)
+                    slots.live[0] = 1 + min(retried, MAX_COUNTED)
         except USER_CODE_ERRORS as exc:
             serving.finish(request, ErrorReport.from_exception(exc, agent_id))
             return
@@ -95,7 +104,8 @@ class _PolicyHost:
             self.block = None
 
 
-def make_policy_worker(spin: bool) -> Handlers:
-    """Serve ``episode(mission, seats, block_name)`` commands, and the steps between."""
-    host = _PolicyHost(spin)
+def make_policy_worker(spin: bool, retries: int = 0) -> Handlers:
+    """Serve ``episode(mission, seats, block_name)`` commands, and the steps between, each
+    call tried up to ``retries`` more times after a transient error."""
+    host = _PolicyHost(spin, retries)
     return Handlers({"episode": host.start_episode}, idle=host.idle, close=host.close)

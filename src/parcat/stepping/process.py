@@ -56,14 +56,16 @@ class _Host:
 class ProcessStepper(InlineStepper):
     """Agents' policies in ``workers`` persistent worker processes (this process steps a
     share too), observations through shared memory. A worker later than
-    ``action_timeout_s`` gets the default action for its agents."""
+    ``action_timeout_s`` gets the default action for its agents. Calls failing with a
+    transient error are made again up to ``retries`` times, here and in the workers."""
 
     name = "process"
 
     def __init__(self, workers: int, spin: bool = True, action_timeout_s: float | None = None,
                  start_method: str | None = None, blas_threads: int = 1,
-                 tracer: Tracer | None = None) -> None:
-        super().__init__()
+                 tracer: Tracer | None = None, retries: int = 0) -> None:
+        super().__init__(retries=retries)
+        self.retries = retries
         self.num_workers = max(1, workers)
         self.spin = spin
         self.timeout = action_timeout_s
@@ -113,7 +115,8 @@ class ProcessStepper(InlineStepper):
             self._workers.append(self._spawn(len(self._workers)))
 
     def _spawn(self, index: int) -> _Host:
-        worker = start_worker(make_policy_worker, (self.spin,), f"parcat-policy-{index}",
+        worker = start_worker(make_policy_worker, (self.spin, self.retries),
+                              f"parcat-policy-{index}",
                               self.blas_threads, ctx=self._ctx)
         return _Host(index, worker)
 
@@ -224,7 +227,7 @@ class ProcessStepper(InlineStepper):
         return True
 
     def _collect(self, worker: _Host, live: set[Any], actions: dict[Any, Any]) -> None:
-        """Read the worker's actions."""
+        """Read the worker's actions, and count the retries it spent on them."""
         block, handoff = worker.block, worker.handoff
         assert block is not None and handoff is not None
         for seat, slots, (_, codec) in zip(worker.seats, block.agents, block.codecs,
@@ -232,6 +235,7 @@ class ProcessStepper(InlineStepper):
             agent_id = seat.agent.agent_id
             if agent_id in live:
                 actions[agent_id] = codec.read(slots.action)
+                self.awaited.count_retries(agent_id, int(slots.live[0]) - 1)
 
     def _died(self, worker: _Host) -> NoReturn:
         """Fail the episode, naming the agent the worker was stepping, else those it hosted."""

@@ -15,6 +15,7 @@ from parcat.core.errors import USER_CODE_ERRORS, ResourceLimitError
 from parcat.envs.missions import Mission
 from parcat.policies.builtin import noop_action
 from parcat.stepping.base import InlineStepper, PolicyStepError, Seat, straggler_wait
+from parcat.stepping.calls import call_retrying
 
 
 class DaemonThreadPool:
@@ -118,7 +119,8 @@ class ThreadStepper(InlineStepper):
             busy = self._pending.get(agent_id)
             if busy is not None and not busy.done():
                 continue  # still on an earlier step: this one gets the default action
-            futures[agent_id] = self._pool.submit(self._step_fns[agent_id], obs[agent_id])
+            futures[agent_id] = self._pool.submit(call_retrying, self._step_fns[agent_id],
+                                                  obs[agent_id], self.awaited.calls.retries)
         actions = super().act(obs, [a for a in live if a in self._local])
         for agent_id in live:
             if agent_id in self._local:
@@ -129,7 +131,8 @@ class ThreadStepper(InlineStepper):
                 continue
             wait = None if deadline is None else max(0.0, deadline - time.perf_counter())
             try:
-                actions[agent_id] = future.result(timeout=wait)
+                actions[agent_id], retried = future.result(timeout=wait)
+                self.awaited.count_retries(agent_id, retried)
             except FutureTimeout:
                 self._pending[agent_id] = future
                 actions[agent_id] = self._late_default(agent_id)
