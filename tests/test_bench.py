@@ -241,7 +241,7 @@ def test_bench_quick_appends_a_record_and_compares(tmp_path: Path) -> None:
                             "figures": {"agent_overhead_us": 5.0}})
     runner = CliRunner()
     args = ["bench", "--quick", "--history", str(history), "--compare", "--threshold",
-            "100", "--max-jobs", "2"]
+            "100", "--max-jobs", "2", "--repeats", "1"]
     first = runner.invoke(app, args)
     assert first.exit_code == 0, first.output
     assert ("nothing comparable: the previous record is suite version 1, this one 2 (no "
