@@ -137,8 +137,8 @@ def test_a_signal_at_any_moment_of_the_start_leaves_loadable_files(
         for proc in pending.values():  # a failed wait: no run may outlive the test
             kill_group(proc)
         errs = {delay: finish(proc) for delay, proc in runs.items()}
-    outcomes = [(delay, runs[delay].returncode, err) for delay, err in errs.items()]
-    for delay, code, err in outcomes:
-        assert code == EXIT_CODES[signum] and "Traceback" not in err, outcomes
+    for delay, err in errs.items():
+        code = runs[delay].returncode
+        assert code == EXIT_CODES[signum] and "Traceback" not in err, (delay, code, err)
         record, _ = written(tmp_path / f"out-{delay}")
         assert err.endswith(f"interrupted after {record.steps} of 100000 steps\n"), err
