@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 from typing import Any
@@ -9,13 +10,16 @@ from typing import Any
 import psutil
 
 
-def ray_processes() -> list[psutil.Process]:
-    """Every Ray process on the machine (raylet, GCS, workers)."""
+def ray_processes(temp: str) -> list[psutil.Process]:
+    """The Ray processes of the cluster whose temp dir is ``temp``: its GCS and raylet (their
+    command lines name it) and what they started (workers, whose titles do not); other
+    clusters on the machine (another test run's) are not this test's to judge."""
     found = []
     for proc in psutil.process_iter(["name", "cmdline"]):
         cmd = " ".join(proc.info.get("cmdline") or [])
-        if any(k in cmd for k in ("raylet", "gcs_server", "ray::", "default_worker.py")):
-            found.append(proc)
+        if temp in cmd and any(k in cmd for k in ("raylet", "gcs_server")):
+            with contextlib.suppress(psutil.Error):
+                found += [proc, *proc.children(recursive=True)]
     return found
 
 
@@ -25,11 +29,12 @@ def shutdown_and_clean(ray: Any, temp: str) -> list[dict[str, Any]]:
     recreated). Returns the processes still running after 10 s each."""
     ray.shutdown()
     stuck = []
-    for proc in [p for p in ray_processes() if p.is_running()]:
+    for proc in [p for p in ray_processes(temp) if p.is_running()]:
         try:
             proc.wait(10)
         except psutil.TimeoutExpired:
-            stuck.append(proc.info)
+            with contextlib.suppress(psutil.Error):
+                stuck.append({"pid": proc.pid, "cmdline": proc.cmdline()})
     shutil.rmtree(temp, ignore_errors=True)
     assert not Path(temp).exists()
     return stuck

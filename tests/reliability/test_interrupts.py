@@ -10,8 +10,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -31,9 +32,10 @@ RUNS = 100
 AT_ONCE = 4
 
 
-def start(args: list[str], cwd: Path, stderr: Any = subprocess.PIPE) -> subprocess.Popen[str]:
+def start(args: list[str], cwd: Path, stderr: Any = subprocess.PIPE,
+          stdout: Any = subprocess.PIPE) -> subprocess.Popen[str]:
     assert PARCAT is not None, "the parcat console script is not installed"
-    return subprocess.Popen([PARCAT, *args], cwd=cwd, stdout=subprocess.PIPE,
+    return subprocess.Popen([PARCAT, *args], cwd=cwd, stdout=stdout,
                             stderr=stderr, text=True, start_new_session=True)
 
 
@@ -50,28 +52,75 @@ def test_ctrl_c_in_the_first_second_never_shows_a_traceback_nor_exits_0(
         tmp_path: Path, command: str) -> None:
     runs, args = EARLY[command]
     rng = random.Random(11)
-    outcomes: list[tuple[float, int, str]] = []
-    for batch_index in range(runs // AT_ONCE):
-        batch = []
-        for i in range(AT_ONCE):
-            out = ["-o", f"run{batch_index}-{i}"] if command == "train" else []
-            batch.append((rng.uniform(0.0, 1.0), start([*args, *out], tmp_path)))
-        for _, proc in batch:
-            assert wait_until(lambda p=proc: loaded_numpy(p.pid), 30)
-        began = time.monotonic()
-        for delay, proc in sorted(batch, key=lambda b: b[0]):
-            time.sleep(max(0.0, began + delay - time.monotonic()))
-            os.killpg(proc.pid, signal.SIGINT)
-        for delay, proc in batch:
-            try:
-                _, err = proc.communicate(timeout=60)
-            finally:
-                kill_group(proc)
-            outcomes.append((delay, proc.returncode, err))
+    delays = [rng.uniform(0.0, 1.0) for _ in range(runs)]
+    outcomes = interrupt_each(delays, lambda i: [*args, *(["-o", f"run{i}"] if command ==
+                                                         "train" else [])], tmp_path)
     # one line, whichever part of the run the Ctrl-C cut
     bad = [(round(d, 3), code, err[-300:]) for d, code, err in outcomes
            if code != 130 or len(err.splitlines()) != 1 or "interrupted" not in err]
     assert not bad, bad
+
+
+def interrupt_each(delays: list[float], args: Callable[[int], list[str]],
+                   cwd: Path) -> list[tuple[float, int, str]]:
+    """Run ``parcat ARGS(i)`` once per delay, ``AT_ONCE`` runs at a time (a new one starts
+    as one ends); Ctrl-C each its delay after it loaded numpy. Returns (delay, exit code,
+    stderr) of every run."""
+    queue, live = list(enumerate(delays)), list[Run]()
+    outcomes: list[tuple[float, int, str]] = []
+    try:
+        while queue or live:
+            while queue and len(live) < AT_ONCE:
+                i, delay = queue.pop(0)
+                err = (cwd / f"stderr{i}").open("w+")
+                proc = start(args(i), cwd, stderr=err, stdout=subprocess.DEVNULL)
+                live.append(Run(delay, proc, err))
+            for run in list(live):
+                if run.tick():
+                    live.remove(run)
+                    outcomes.append((run.delay, run.proc.returncode, run.stderr()))
+            time.sleep(0.005)
+    finally:
+        for run in live:
+            kill_group(run.proc)
+            run.err.close()
+    return outcomes
+
+
+class Run:
+    """One run of :func:`interrupt_each`: started, then Ctrl-C its delay after numpy loaded."""
+
+    def __init__(self, delay: float, proc: subprocess.Popen[str], err: IO[str]) -> None:
+        self.delay, self.proc, self.err = delay, proc, err
+        self.started = self.looked = time.monotonic()
+        self.due: float | None = None
+        self.sent: float | None = None
+
+    def tick(self) -> bool:
+        """Move the run on; True once it has exited after its Ctrl-C."""
+        now = time.monotonic()
+        if self.due is None:
+            if now < self.looked + 0.05:  # reading its memory map costs: 20 times a second
+                return False
+            self.looked = now
+            if loaded_numpy(self.proc.pid):
+                self.due = now + self.delay
+            assert self.due is not None or now < self.started + 30, "never loaded numpy"
+        elif self.sent is None and now >= self.due:
+            os.killpg(self.proc.pid, signal.SIGINT)
+            self.sent = now
+        elif self.sent is not None:
+            assert self.proc.poll() is not None or now < self.sent + 60, "no exit after Ctrl-C"
+            return self.proc.poll() is not None
+        return False
+
+    def stderr(self) -> str:
+        """What the run wrote to stderr (its stdout goes elsewhere)."""
+        kill_group(self.proc)
+        self.err.seek(0)
+        text = self.err.read()
+        self.err.close()
+        return text
 
 
 def test_a_second_ctrl_c_stops_at_once_even_with_a_hung_policy(tmp_path: Path) -> None:
