@@ -62,10 +62,10 @@ def written(output: Path) -> tuple[SimRecord, dict[str, object]]:
     return record, summary
 
 
-def block_creators() -> set[int]:
-    """The pids that have shared memory now: a parcat run among them has begun."""
+def shared_block_exists(pid: int) -> bool:
+    """Whether parcat (``pid``) has created its simulation's shared memory: the run began."""
     creators = (block_creator(p.name) for p in Path("/dev/shm").iterdir())
-    return {c.pid for c in creators if c is not None}
+    return any(c is not None and c.pid == pid for c in creators)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
@@ -116,29 +116,18 @@ def test_a_signal_at_any_moment_of_the_start_leaves_loadable_files(
     agents = [{"agent": "evader", "policy": "greedy", "cycle_time": 0.01},
               {"agent": "pursuer_0", "policy": "greedy", "cycle_time": 0.02}]
     config = write_yaml(tmp_path / "sim.yaml", sim_data(agents, iters=100_000))
-    delays = [0.0, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4]
-    # the runs go at once, each signalled its delay after its own shared memory appeared;
-    # side by side each starts slower, so the longest delays reach past the first steps
-    runs = {delay: start(config, tmp_path / f"out-{delay}") for delay in delays}
-    pending = dict(runs)
-    try:
-        appeared: dict[float, float] = {}
-        deadline = time.monotonic() + 120
-        while pending and time.monotonic() < deadline:
-            now, creators = time.monotonic(), block_creators()
-            for delay, proc in list(pending.items()):
-                if delay not in appeared and proc.pid in creators:
-                    appeared[delay] = now
-                if delay in appeared and now >= appeared[delay] + delay:
-                    send(pending.pop(delay), signum)
-            time.sleep(0.005)
-        assert not pending, f"no shared memory from the runs of delays {sorted(pending)}"
-    finally:
-        for proc in pending.values():  # a failed wait: no run may outlive the test
-            kill_group(proc)
-        errs = {delay: finish(proc) for delay, proc in runs.items()}
-    for delay, err in errs.items():
-        code = runs[delay].returncode
-        assert code == EXIT_CODES[signum] and "Traceback" not in err, (delay, code, err)
-        record, _ = written(tmp_path / f"out-{delay}")
+    delays = [0.0, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8]
+    outcomes = []
+    for delay in delays:
+        output = tmp_path / f"out-{delay}"
+        proc = start(config, output)
+        try:
+            assert wait_until(lambda p=proc: shared_block_exists(p.pid), 60, every=0.005)
+            time.sleep(delay)
+            send(proc, signum)
+        finally:
+            err = finish(proc)
+        outcomes.append((delay, proc.returncode, err))
+        assert proc.returncode == EXIT_CODES[signum] and "Traceback" not in err, outcomes
+        record, _ = written(output)
         assert err.endswith(f"interrupted after {record.steps} of 100000 steps\n"), err
