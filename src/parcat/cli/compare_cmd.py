@@ -31,10 +31,8 @@ def compare_command(
     rate; capture_step, the time to capture). -p SPEC: compare the agents that policy
     played in both files, and the sides it played (one -p; default *: all agents). --seed:
     the bootstrap's. JSON and CSV: a row each, with its side (* for all agents) and metric.
-
-    A and B may also be folders of training runs (parcat train --seeds: RUN/seed-N): each
-    run's final score is the mean per agent of its last greedy evaluation, and each
-    group's IQM over its seeds comes with its 95% interval (JSON with -f json or csv).
+    A and B may also be folders of `parcat train --seeds` runs: each group's IQM of its
+    runs' last greedy evaluation (mean per agent), with its 95% interval.
     """
     with held_imports():  # here, not at the top: `parcat compare --help` needs none of them
         from parcat.cli.render import list_table, stdout_console

@@ -39,7 +39,7 @@ COMMANDS = (
                  "parcat eval -p runs/harvest --precision 0.5  # a trained run, its mission")),
     LazyCommand("replay", "parcat.cli.replay_cmd:replay_command",
                 "Play back an episode recorded with `parcat eval --replay-dir`: in the "
-                "terminal, or as a GIF or PNG.",
+                "terminal, or as a GIF, MP4 or PNG.",
                 ("parcat eval -m harvest -n 2 --replay-dir replays",
                  "parcat replay replays/harvest-000000.npz",
                  "parcat replay replays/harvest-000000.npz -o episode.gif")),
