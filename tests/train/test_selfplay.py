@@ -180,7 +180,7 @@ def test_connect_four_gets_its_tuned_self_play_config(tmp_path: Path) -> None:
     trainer.close()
 
 
-@pytest.mark.parametrize("flag", [["--mode", "async"], ["--render"]])
+@pytest.mark.parametrize("flag", [["--mode", "async"], ["--render"], ["--shared-learner"]])
 def test_what_self_play_cannot_do_is_one_line(flag: list[str]) -> None:
     result = CliRunner().invoke(app, ["train", "-m", NIM, "--epochs", "1", *flag])
     assert result.exit_code == 2

@@ -380,7 +380,10 @@ def check_self_play(mission: Mission, config: TrainConfig) -> gymnasium.spaces.S
     unsupported = [flag for flag, given in (("--mode async", config.mode is LearningMode.ASYNC),
                                             ("--backend ray", config.backend != "local"),
                                             ("--render", config.render),
-                                            ("--best-episodes", config.best_episodes > 0))
+                                            ("--best-episodes", config.best_episodes > 0),
+                                            # one network plays every seat already, and it
+                                            # has no agent one-hot a checkpoint could load
+                                            ("--shared-learner", config.shared_learner))
                    if given]
     if unsupported:
         raise ConfigError(f"self-play on '{mission.name}' plays every game in this process; "
