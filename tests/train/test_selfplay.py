@@ -6,18 +6,22 @@ the 10-minute acceptance is benchmarks/learning.py --only connect_four."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from gymnasium import spaces
 from typer.testing import CliRunner
 
 from parcat.cli.main import app
 from parcat.policies import checkpoint
 from parcat.train.config import TrainConfig
+from parcat.train.runs import TOTAL
 from parcat.train.selfplay import POOL_FILE, Game, SelfPlayTrainer
 from tests.envs.nim import NimEnv
 from tests.train.flags import load
@@ -187,3 +191,26 @@ def test_what_self_play_cannot_do_is_one_line(flag: list[str]) -> None:
     assert result.stderr == (
         f"parcat: error: self-play on '{NIM}' plays every game in this process; "
         f"{' '.join(flag)} is not supported there: leave it out\n")
+
+
+class MasklessNim(NimEnv):
+    """Nim without an ``action_mask``: two numbers seen (the pile, and what is left of it
+    modulo 4), 3 moves, every move legal (taking more than is left takes the rest)
+    (tests.train.test_selfplay:MasklessNim)."""
+
+    def observation_space(self, agent: str) -> spaces.Space[Any]:
+        return spaces.Box(0, self.high, (2,), np.float32)
+
+    def observe(self, agent: str) -> Any:
+        return np.array([self.pile, self.pile % 4], np.float32)
+
+    def step(self, action: Any) -> None:
+        super().step(action if action is None else min(int(action), self.pile - 1))
+
+
+def test_a_game_without_action_masks_trains_and_evaluates(tmp_path: Path) -> None:
+    # two numbers seen, three moves: every move is legal, not one per number seen
+    report = SelfPlayTrainer(nim_config(tmp_path / "run", epochs=2, checkpoint_every=1,
+                                        mission="tests.train.test_selfplay:MasklessNim")).run()
+    assert [s.epoch for s in report.epochs] == [1, 2]
+    assert not math.isnan(report.epochs[-1].eval_return[TOTAL])

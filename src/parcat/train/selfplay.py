@@ -154,6 +154,7 @@ class SelfPlayTrainer(Trainer):
         check_installed(config.loggers)
         specs = mission.agents()
         self.space = check_self_play(mission, config)
+        self.num_actions = int(cast(spaces.Discrete, specs[0].action_space).n)
         flat = cast(spaces.Box, spaces.flatten_space(self.space))
         self.recipe = LearnerRecipe(learner_class(config.learner), flat, specs[0].action_space,
                                     learner_options(config.learner), config.seed)
@@ -248,8 +249,8 @@ class SelfPlayTrainer(Trainer):
         rows: dict[int, np.ndarray] = {}
         if mine:
             x = np.stack([self._flat(game.request[1]) for game in mine])
-            chosen = self.learner.act(  # type: ignore[call-arg]
-                x, explore=True, legal=np.stack([_legal(g.request[1], x.shape[1]) for g in mine]))
+            legal = np.stack([_legal(game.request[1], self.num_actions) for game in mine])
+            chosen = self.learner.act(x, explore=True, legal=legal)  # type: ignore[call-arg]
             for game, row, action in zip(mine, x, chosen, strict=True):
                 actions[game.index], rows[game.index] = int(action), row
         others: dict[int, list[Game]] = {}
@@ -340,7 +341,7 @@ class SelfPlayTrainer(Trainer):
                     if agent == seat:
                         x = self._flat(obs)[None]
                         action = int(self.learner.act(  # type: ignore[call-arg]
-                            x, explore=False, legal=_legal(obs, x.shape[1])[None])[0])
+                            x, explore=False, legal=_legal(obs, self.num_actions)[None])[0])
                     else:
                         action = int(opponent.step(obs))
                     observations, (agent,) = turns.send({agent: action})
@@ -367,10 +368,10 @@ def _monte_carlo(moves: list[Transition], gamma: float) -> list[Transition]:
     return out
 
 
-def _legal(obs: Any, size: int) -> np.ndarray:
+def _legal(obs: Any, num_actions: int) -> np.ndarray:
     """The action mask an observation carries, as bools (all legal where it has none)."""
     mask = obs.get("action_mask") if isinstance(obs, dict) else None
-    return (np.ones(size, bool) if mask is None
+    return (np.ones(num_actions, bool) if mask is None
             else np.asarray(mask, dtype=bool).reshape(-1))
 
 
