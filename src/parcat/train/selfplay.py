@@ -21,7 +21,8 @@ from __future__ import annotations
 import inspect
 import math
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, cast
@@ -199,10 +200,11 @@ class SelfPlayTrainer(Trainer):
         first_episode = self.start_epoch * self.config.steps_per_epoch
         discount = (float(self.learner.config.get("gamma", 1.0)) if self.config.monte_carlo
                     else None)
-        self.games = [Game(self.mission, index, self._flat, discount)
-                      for index in range(self.plan.num_envs)]
-        for game in self.games:
-            self._begin(game, first_episode)
+        self.games = []
+        for index in range(self.plan.num_envs):
+            with self._game_code(f"game {index}"):
+                self.games.append(Game(self.mission, index, self._flat, discount))
+                self._begin(self.games[-1], first_episode)
 
     def _begin(self, game: Game, episode: int) -> None:
         game.episode = episode
@@ -262,16 +264,23 @@ class SelfPlayTrainer(Trainer):
             actions.update({game.index: int(a) for game, a in zip(group, moves, strict=True)})
         finished = []
         for game in self.games:
-            try:
+            with self._game_code(f"game {game.index}"):
                 length = game.play(actions[game.index], rows.get(game.index))
                 if length is not None:
                     finished.append((length, game.returns()))
                     self._begin(game, game.episode + 1)
-            except USER_CODE_ERRORS as exc:  # the game's own code: one line, checkpoint kept
-                raise WorkerError(f"game {game.index} of '{self.mission.name}' raised "
-                                  f"{type(exc).__name__}: {clip(str(exc), 200)}") from exc
         self._hand_over()
         return finished
+
+    @contextmanager
+    def _game_code(self, game: str) -> Iterator[None]:
+        """Run ``game``'s own code: what it raises stops training in one line (a
+        :class:`WorkerError`, so :meth:`run` keeps the last finished epoch's checkpoint)."""
+        try:
+            yield
+        except USER_CODE_ERRORS as exc:
+            raise WorkerError(f"{game} of '{self.mission.name}' raised "
+                              f"{type(exc).__name__}: {clip(str(exc), 200)}") from exc
 
     def _hand_over(self) -> None:
         """Hand the transitions the last move closed to the learner, game after game."""
@@ -323,7 +332,8 @@ class SelfPlayTrainer(Trainer):
         for episode in range(self.config.eval_episodes):
             seat = episode % len(agents)
             random.reset(derive_seed(self.config.seed, EVAL_OPPONENT_STREAM, episode))
-            sums[seat] += self._evaluation_game(episode, agents[seat], random)
+            with self._game_code(f"evaluation game {episode}"):
+                sums[seat] += self._evaluation_game(episode, agents[seat], random)
             counts[seat] += 1
         means = {str(a): float(sums[i] / counts[i]) if counts[i] else math.nan
                  for i, a in enumerate(agents)}
