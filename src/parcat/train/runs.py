@@ -41,10 +41,10 @@ SAME_ON_RESUME = ("mission", "overrides", "seed", "learner", "shared_learner",
 EVAL_STREAM = 103
 EVAL_TASK_STREAM = 104
 TOTAL = "total"
+"""The key of the mean summed return over all agents in :func:`evaluate_greedy`'s result."""
 CONFIRM_FIRST = 1_000_000
 """The number of the first episode a best checkpoint is confirmed on (``best_episodes``):
 episodes of their own, never the fixed evaluation set's."""
-"""The key of the mean summed return over all agents in :func:`evaluate_greedy`'s result."""
 LearnerObs = Callable[[Any, np.ndarray], np.ndarray]
 """``(agent, observation) -> what the agent's learner observes``."""
 
