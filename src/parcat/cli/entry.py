@@ -166,7 +166,11 @@ def start_fork_server_early(argv: list[str]) -> None:
         for module in EARLY_PRELOAD:
             process.preload(module)
         blas = {name: os.environ.get(name) for name in BLAS_VARIABLES}
-        process.get_context()
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        try:
+            process.get_context()
+        finally:  # starting the resource tracker unblocks both: signals_held's hold again
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         # the fork server keeps its one BLAS thread; this process's numpy is not yet imported
         for name, value in blas.items():
             if value is None:
