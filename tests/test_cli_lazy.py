@@ -193,8 +193,8 @@ def test_the_exit_skips_python_s_teardown_and_keeps_its_output_and_code(tmp_path
             "        os.write(2, b'python teardown\\n')\n"
             "kept = Kept()\n"
             "sys.argv = ['parcat', *sys.argv[1:]]\n"
-            "from parcat.cli.entry import run\n"
-            "run()\n")
+            "from parcat.cli.entry import main\n"
+            "main()\n")
     run = ["eval", "-m", "harvest", "-n", "40", "--set", "max_steps=2", "--jobs", "1"]
     done = subprocess.run([sys.executable, "-c", code, *run, "-f", "json"],
                           capture_output=True, text=True, timeout=TIMEOUT_S)
@@ -205,3 +205,21 @@ def test_the_exit_skips_python_s_teardown_and_keeps_its_output_and_code(tmp_path
                          capture_output=True, text=True, timeout=TIMEOUT_S)
     assert bad.returncode == 2 and bad.stderr.startswith("parcat: error: ")
     assert "python teardown" not in bad.stderr
+
+
+def test_run_called_in_process_leaves_the_callers_exit_alone() -> None:
+    """Only the console script ends the process itself: a program that calls ``run()`` and
+    catches its ``SystemExit`` keeps its own exit handlers and exit code."""
+    code = ("import atexit, sys\n"
+            "atexit.register(print, 'the caller exits')  # before run(): runs after it\n"
+            "sys.argv = ['parcat', '--version']\n"
+            "from parcat.cli.entry import run\n"
+            "try:\n"
+            "    run()\n"
+            "except SystemExit as end:\n"
+            "    print('parcat exited with', end.code)\n"
+            "sys.exit(3)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
+    assert done.returncode == 3, done.stderr
+    assert done.stdout.splitlines()[-2:] == ["parcat exited with 0", "the caller exits"]
