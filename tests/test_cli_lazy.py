@@ -167,16 +167,20 @@ def test_the_fork_server_starts_before_the_cli_only_for_code_from_outside_parcat
     from parcat.cli.entry import names_foreign_policy
 
     assert names_foreign_policy(["parcat", *argv]) is early
-    code = ("import os, sys\nfrom multiprocessing import forkserver\n"
-            "from parcat.cli.entry import start_fork_server_early\n"
-            "start_fork_server_early(sys.argv)\n"
+    # and Ctrl-C and SIGTERM stay held (the resource tracker's start unblocks them)
+    code = ("import os, signal, sys\nfrom multiprocessing import forkserver\n"
+            "from parcat.cli.entry import signals_held, start_fork_server_early\n"
+            "with signals_held():\n"
+            "    start_fork_server_early(sys.argv)\n"
+            "    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])\n"
             "print(forkserver._forkserver._forkserver_pid is not None, "
-            "'parcat.cli.main' in sys.modules, os.environ.get('OPENBLAS_NUM_THREADS'))\n")
+            "'parcat.cli.main' in sys.modules, os.environ.get('OPENBLAS_NUM_THREADS'), "
+            "{signal.SIGINT, signal.SIGTERM} <= mask)\n")
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
                           env=env, timeout=TIMEOUT_S)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == [str(early), "False", "None"]
+    assert done.stdout.split() == [str(early), "False", "None", "True"]
 
 
 def test_the_exit_skips_python_s_teardown_and_keeps_its_output_and_code(tmp_path: Path) -> None:
@@ -189,8 +193,8 @@ def test_the_exit_skips_python_s_teardown_and_keeps_its_output_and_code(tmp_path
             "        os.write(2, b'python teardown\\n')\n"
             "kept = Kept()\n"
             "sys.argv = ['parcat', *sys.argv[1:]]\n"
-            "from parcat.cli.entry import run\n"
-            "run()\n")
+            "from parcat.cli.entry import main\n"
+            "main()\n")
     run = ["eval", "-m", "harvest", "-n", "40", "--set", "max_steps=2", "--jobs", "1"]
     done = subprocess.run([sys.executable, "-c", code, *run, "-f", "json"],
                           capture_output=True, text=True, timeout=TIMEOUT_S)
@@ -201,3 +205,21 @@ def test_the_exit_skips_python_s_teardown_and_keeps_its_output_and_code(tmp_path
                          capture_output=True, text=True, timeout=TIMEOUT_S)
     assert bad.returncode == 2 and bad.stderr.startswith("parcat: error: ")
     assert "python teardown" not in bad.stderr
+
+
+def test_run_called_in_process_leaves_the_callers_exit_alone() -> None:
+    """Only the console script ends the process itself: a program that calls ``run()`` and
+    catches its ``SystemExit`` keeps its own exit handlers and exit code."""
+    code = ("import atexit, sys\n"
+            "atexit.register(print, 'the caller exits')  # before run(): runs after it\n"
+            "sys.argv = ['parcat', '--version']\n"
+            "from parcat.cli.entry import run\n"
+            "try:\n"
+            "    run()\n"
+            "except SystemExit as end:\n"
+            "    print('parcat exited with', end.code)\n"
+            "sys.exit(3)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
+    assert done.returncode == 3, done.stderr
+    assert done.stdout.splitlines()[-2:] == ["parcat exited with 0", "the caller exits"]

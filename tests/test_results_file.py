@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from parcat.core.errors import ConfigError
+from parcat.core.errors import ConfigError, OutputError
 from parcat.episode.results import AgentResult, EpisodeResult, EpisodeStatus, ErrorInfo
 from parcat.eval.report import SCHEMA, make_document, summarize
 from parcat.eval.results_file import ResultsWriter, journal_path, load_finished
@@ -62,6 +62,18 @@ def test_each_snapshot_is_valid_json_with_the_episodes_so_far(tmp_path: Path) ->
         assert [e["episode_index"] for e in data["episodes"]] == list(range(index + 1))
     assert run.statuses == ["running"] * 3
     assert not list(tmp_path.glob(".*.tmp"))  # every write was atomic and cleaned up
+
+
+def test_a_writer_made_directly_never_takes_over_a_journal_that_is_not_parcats(
+        tmp_path: Path) -> None:
+    path = tmp_path / "results.json"
+    journal = journal_path(path)
+    journal.write_text("my own journal\n")
+    with pytest.raises(OutputError, match=re.escape(
+            f"--output '{path}': '{journal}' is not a parcat eval journal, and the run would "
+            "replace it; move it away or give another --output")):
+        ResultsWriter(path, Run().document, CONFIG)
+    assert journal.read_text() == "my own journal\n"
 
 
 def test_snapshots_are_rate_limited_but_the_final_write_is_not(tmp_path: Path) -> None:

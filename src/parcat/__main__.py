@@ -1,5 +1,5 @@
 """``python -m parcat``."""
 
-from parcat.cli.entry import run
+from parcat.cli.entry import main
 
-run()
+main()

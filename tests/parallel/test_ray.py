@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from parcat.envs.missions import Mission
@@ -17,7 +20,7 @@ from parcat.parallel.planner import ExecutorKind
 from parcat.parallel.run_options import RunOptions
 from parcat.policies.specs import parse_policy_spec
 from tests.fakes import dying_mission, scripted_mission
-from tests.raytemp import shutdown_and_clean
+from tests.raytemp import ray_processes, shutdown_and_clean
 
 ray = pytest.importorskip("ray")
 RAY = RunOptions(jobs=2, executor=ExecutorKind.RAY, retries=1)
@@ -105,18 +108,40 @@ def test_train_env_workers_as_ray_actors_equal_local(tmp_path: Path) -> None:
     assert_same(saved_arrays(tmp_path / "local"), saved_arrays(tmp_path / "ray"))
 
 
-def refused_address(address: str) -> list[str]:
-    """stderr's lines of ``parcat eval --backend ray --address ADDRESS``, which must exit 2."""
+def eval_on_ray(address: str | None, code: int, **env: str) -> list[str]:
+    """stderr's lines of ``parcat eval --backend ray --address ADDRESS`` (``None``: no
+    ``--address``; ``env``: more environment), which must exit ``code``."""
     import subprocess
     import sys
 
     proc = subprocess.run(
-        [sys.executable, "-m", "parcat", "eval", "-m", "harvest", "-n", "1",
-         "--backend", "ray", "--address", address],
-        capture_output=True, text=True, timeout=120,
+        [sys.executable, "-m", "parcat", "eval", "-m", "harvest", "-n", "1", "--backend", "ray",
+         *(["--address", address] if address else [])],
+        capture_output=True, text=True, timeout=300, env={**os.environ, **env},
     )
-    assert proc.returncode == 2, proc.stderr
+    assert proc.returncode == code, proc.stderr
     return proc.stderr.strip().splitlines()
+
+
+def refused_address(address: str) -> list[str]:
+    """stderr's lines of ``parcat eval --backend ray --address ADDRESS``, which must exit 2."""
+    return eval_on_ray(address, 2)
+
+
+def test_ray_address_is_named_as_such_and_local_starts_a_cluster_here() -> None:
+    assert eval_on_ray(None, 2, RAY_ADDRESS="no-port") == [
+        "parcat: error: RAY_ADDRESS must be HOST:PORT (as `ray start --head` prints it), got "
+        "'no-port'"]
+    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's sockets live there
+    try:
+        eval_on_ray(None, 0, RAY_ADDRESS="local", RAY_TMPDIR=temp)  # Ray's documented value
+    finally:  # the CLI shuts its cluster down: what is left after 30 s is a failure
+        _, alive = psutil.wait_procs(ray_processes(temp), timeout=30)
+        for proc in alive:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        shutil.rmtree(temp, ignore_errors=True)
+    assert not alive, alive
 
 
 @pytest.mark.parametrize("address", ["127.0.0.1:1", "no-such-host.invalid:6379"])

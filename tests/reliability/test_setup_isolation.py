@@ -17,6 +17,7 @@ import psutil
 import pytest
 import yaml
 
+from parcat.policies import checkpoint
 from parcat.train.config import TrainConfig
 from parcat.train.runs import Checkpointer, evaluate_greedy, evaluate_greedy_in_a_worker
 from parcat.train.trainer import Trainer
@@ -212,16 +213,34 @@ def test_greedy_evaluation_in_a_worker_equals_the_one_in_process(tmp_path: Path,
 
 def test_a_segfault_in_the_greedy_evaluation_leaves_nan_returns(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    trainer = trained(tmp_path, shared=False)
-    dying = dataclasses.replace(trainer.mission, env="tests.fakes:DyingEnv", params={
-        "agents": 3, "how": "segfault", "at_step": 3})
-    config = dataclasses.replace(trainer.config, eval_episodes=3)
-    checkpoints = Checkpointer(config, dying, trainer.learners, recipes=trainer.recipes)
-    returns = checkpoints.evaluate()
+    returns = dying_checkpointer(tmp_path, eval_episodes=3).evaluate()
     assert sorted(returns) == ["0", "1", "2", "total"]
     assert all(math.isnan(value) for value in returns.values())
     assert "the greedy evaluation's environment crashed (signal SIGSEGV); eval_return is NaN" \
         in caplog.text
+
+
+def test_a_segfault_confirming_the_best_writes_the_checkpoint_not_best(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    checkpoints = dying_checkpointer(tmp_path, best_episodes=3)
+    checkpoints.finished(2, {"0": 1.0, "1": 1.0, "2": 1.0, "total": 3.0})
+    run = checkpoints.save()
+    manifest = checkpoint.read_manifest(run)
+    assert manifest["epoch"] == 2  # NaN is null in the manifest's JSON
+    assert manifest["best_return"] == {"mean": None, "low": None, "high": None, "episodes": 3}
+    assert not (run / checkpoint.BEST).exists()
+    assert ("the best checkpoint's confirming environment crashed (signal SIGSEGV); it is "
+            "not the best") in caplog.text
+
+
+def dying_checkpointer(tmp_path: Path, **changes: int) -> Checkpointer:
+    """The checkpointer of a short run (:func:`trained`) whose environment from outside parcat
+    now segfaults on its 3rd step (``changes``: to the run's config)."""
+    trainer = trained(tmp_path, shared=False)
+    dying = dataclasses.replace(trainer.mission, env="tests.fakes:DyingEnv", params={
+        "agents": 3, "how": "segfault", "at_step": 3})
+    config = dataclasses.replace(trainer.config, **changes)
+    return Checkpointer(config, dying, trainer.learners, recipes=trainer.recipes)
 
 
 def trained(tmp_path: Path, shared: bool) -> Trainer:

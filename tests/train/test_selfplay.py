@@ -6,18 +6,24 @@ the 10-minute acceptance is benchmarks/learning.py --only connect_four."""
 from __future__ import annotations
 
 import json
+import math
+import os
 import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from gymnasium import spaces
+from pettingzoo.classic.connect_four.connect_four import raw_env
 from typer.testing import CliRunner
 
 from parcat.cli.main import app
 from parcat.policies import checkpoint
 from parcat.train.config import TrainConfig
+from parcat.train.runs import TOTAL
 from parcat.train.selfplay import POOL_FILE, Game, SelfPlayTrainer
 from tests.envs.nim import NimEnv
 from tests.train.flags import load
@@ -180,10 +186,71 @@ def test_connect_four_gets_its_tuned_self_play_config(tmp_path: Path) -> None:
     trainer.close()
 
 
-@pytest.mark.parametrize("flag", [["--mode", "async"], ["--render"]])
+@pytest.mark.parametrize("flag", [["--mode", "async"], ["--render"], ["--shared-learner"]])
 def test_what_self_play_cannot_do_is_one_line(flag: list[str]) -> None:
     result = CliRunner().invoke(app, ["train", "-m", NIM, "--epochs", "1", *flag])
     assert result.exit_code == 2
     assert result.stderr == (
         f"parcat: error: self-play on '{NIM}' plays every game in this process; "
         f"{' '.join(flag)} is not supported there: leave it out\n")
+
+
+class MasklessNim(NimEnv):
+    """Nim without an ``action_mask``: two numbers seen (the pile, and what is left of it
+    modulo 4), 3 moves, every move legal (taking more than is left takes the rest)
+    (tests.train.test_selfplay:MasklessNim)."""
+
+    def observation_space(self, agent: str) -> spaces.Space[Any]:
+        return spaces.Box(0, self.high, (2,), np.float32)
+
+    def observe(self, agent: str) -> Any:
+        return np.array([self.pile, self.pile % 4], np.float32)
+
+    def step(self, action: Any) -> None:
+        super().step(action if action is None else min(int(action), self.pile - 1))
+
+
+def test_a_game_without_action_masks_trains_and_evaluates(tmp_path: Path) -> None:
+    # two numbers seen, three moves: every move is legal, not one per number seen
+    report = SelfPlayTrainer(nim_config(tmp_path / "run", epochs=2, checkpoint_every=1,
+                                        mission="tests.train.test_selfplay:MasklessNim")).run()
+    assert [s.epoch for s in report.epochs] == [1, 2]
+    assert not math.isnan(report.epochs[-1].eval_return[TOTAL])
+
+
+class ResetBreaks(raw_env):  # type: ignore[misc]
+    """Connect Four whose reset number ``breaks_on`` in the process ``pid`` raises (the
+    checks that read the game's spaces in a worker do not count)
+    (tests.train.test_selfplay:ResetBreaks)."""
+
+    pid, resets, breaks_on = 0, 0, 3
+
+    def reset(self, seed: int | None = None, options: Any = None) -> None:
+        if os.getpid() == ResetBreaks.pid:
+            ResetBreaks.resets += 1
+            if ResetBreaks.resets == ResetBreaks.breaks_on:
+                raise RuntimeError("the board fell over")
+        super().reset(seed, options)
+
+
+@pytest.mark.parametrize(("breaks_on", "games", "failed", "after"), [
+    (3, 4, "game 2", "0 epoch(s)"),  # the third game's first reset, before any epoch
+    (4, 2, "evaluation game 0", "1 epoch(s)"),  # the second evaluation (a fixed set)
+])
+def test_a_game_that_raises_at_start_or_in_evaluation_is_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, breaks_on: int, games: int,
+        failed: str, after: str) -> None:
+    monkeypatch.setattr(ResetBreaks, "pid", os.getpid())
+    monkeypatch.setattr(ResetBreaks, "resets", 0)
+    monkeypatch.setattr(ResetBreaks, "breaks_on", breaks_on)
+    run, mission = tmp_path / "run", "tests.train.test_selfplay:ResetBreaks"
+    result = CliRunner().invoke(app, [
+        "train", "-m", mission, "--epochs", "3", "--steps-per-epoch", "3", "--envs-per-worker",
+        str(games), "--eval-episodes", "1", "--checkpoint-every", "1", "-o", str(run),
+        "--no-progress", "--set", "learner.learning_starts=1000"])
+    kept = f"the last checkpoint is {run}" if after == "1 epoch(s)" else "no checkpoint was written"
+    assert (result.exit_code, result.stderr.splitlines()[-1]) == (1, (
+        f"parcat: error: training stopped after {after}: {failed} of '{mission}' raised "
+        f"RuntimeError: the board fell over; {kept}"))
+    if after == "1 epoch(s)":
+        assert checkpoint.read_manifest(run)["epoch"] == 1

@@ -30,7 +30,8 @@ EXIT_TERMINATED = 143
 INTERRUPTS = threading.Event()
 """Set by the first Ctrl-C."""
 _EXIT_CODE: list[int] = []
-"""The code :func:`run` decided to exit with (the last exit handler ends the process with it)."""
+"""The code :func:`main`'s run decided to exit with (the last exit handler ends the process
+with it)."""
 EARLY_PRELOAD = ("parcat.parallel.calibration", "parcat.parallel.episode_worker")
 """What the fork server imports when it starts before the CLI (:func:`start_fork_server_early`):
 the modules of the first worker's check, calibration and episodes."""
@@ -115,8 +116,16 @@ def _raise_if_self_interrupted() -> None:
     raise MemoryError("a native library could not start its threads while parcat was loading")
 
 
-def run() -> None:
-    """Entry point of the ``parcat`` command and of ``python -m parcat``."""
+def main() -> None:
+    """The ``parcat`` console script and ``python -m parcat``: :func:`run`, the process
+    ended with its code once the exit handlers ran (the process is parcat's alone)."""
+    run(end_process=True)
+
+
+def run(end_process: bool = False) -> None:
+    """Run the CLI on ``sys.argv`` and exit (:class:`SystemExit`) with its code;
+    ``end_process``: then skip Python's teardown (:func:`_skip_teardown`), which would also
+    skip an in-process caller's own exit handlers and code."""
     signal.signal(signal.SIGINT, _on_sigint)
     sys.unraisablehook = _on_unraisable
     atexit.register(_ignore_signals)  # registered first: runs after every other handler
@@ -149,7 +158,8 @@ def run() -> None:
     shm = sys.modules.get("parcat.ipc.shm")
     if shm is not None:
         shm.unlink_own_blocks()
-    _EXIT_CODE.append(code)
+    if end_process:
+        _EXIT_CODE.append(code)
     sys.exit(code)
 
 
@@ -166,7 +176,11 @@ def start_fork_server_early(argv: list[str]) -> None:
         for module in EARLY_PRELOAD:
             process.preload(module)
         blas = {name: os.environ.get(name) for name in BLAS_VARIABLES}
-        process.get_context()
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        try:
+            process.get_context()
+        finally:  # starting the resource tracker unblocks both: signals_held's hold again
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         # the fork server keeps its one BLAS thread; this process's numpy is not yet imported
         for name, value in blas.items():
             if value is None:

@@ -52,10 +52,13 @@ def connect(address: str | None, num_cpus: int | None = None) -> bool:
     if ray.is_initialized():
         return False
     # ray.init reads RAY_ADDRESS itself, and then refuses num_cpus with a ValueError
+    source = "--address" if address else "RAY_ADDRESS"
     address = address or os.environ.get("RAY_ADDRESS") or None
+    if address == "local":  # Ray's word for a cluster started here
+        address = None
     _cluster_errors_to_stderr(ray)
     if address:
-        check_reachable(address)
+        check_reachable(address, source=source)
     with _our_sigterm_handler():
         if address:
             ray.init(address=address, log_to_driver=False, configure_logging=False,
@@ -100,27 +103,29 @@ def _cluster_errors_to_stderr(ray: Any) -> None:
 CONNECT_TIMEOUT_S = 5.0  # how long a cluster address may take to accept a connection
 
 
-def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S,
+                    source: str = "--address") -> None:
     """Refuse an address where no Ray cluster answers gRPC's handshake within ``timeout_s``
-    (a :class:`ConfigError`): ``ray.init`` retries a wrong address for minutes."""
+    (a :class:`ConfigError` naming ``source``, where the address came from): ``ray.init``
+    retries a wrong address for minutes."""
     if address == "auto":
         return  # Ray finds the cluster started on this machine
     target = address.split("://", 1)[-1]
     host, _, port_text = target.rpartition(":")
     if not host or not port_text.isdigit():
-        raise ConfigError(f"--address must be HOST:PORT (as `ray start --head` prints it), "
+        raise ConfigError(f"{source} must be HOST:PORT (as `ray start --head` prints it), "
                           f"got '{address}'")
     try:
         answer = _grpc_handshake(host.strip("[]"), int(port_text), timeout_s)
     except OSError as exc:
         why = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
         raise ConfigError(
-            f"--address {address}: no Ray cluster reachable there ({why} in {timeout_s:g} s); "
-            "start one with `ray start --head`, or leave --address out to start a local cluster"
+            f"{source} {address}: no Ray cluster reachable there ({why} in {timeout_s:g} s); "
+            f"start one with `ray start --head`, or leave {source} out to start a local cluster"
         ) from exc
     if not answer:
         raise ConfigError(
-            f"--address {address}: something listens there, but it is not a Ray cluster (no "
+            f"{source} {address}: something listens there, but it is not a Ray cluster (no "
             "gRPC answer); give the address `ray start --head` prints (HOST:6379 by default)"
         )
 

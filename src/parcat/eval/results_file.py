@@ -80,7 +80,9 @@ class ResultsWriter:
         config: dict[str, Any], every_s: float = 30.0, resume: bool = False,
         on_warning: Callable[[str], None] | None = None, ratio: float = SNAPSHOT_RATIO,
     ) -> None:
-        self.path = path  # checked with its journal before the run (evaluate)
+        # evaluate checks both before the run; a direct caller's journal must be ours too
+        check_journal(path)
+        self.path = path
         # one writer per results file (re-entrant: the CLI already holds it for the run)
         self._lock = runlock.acquire(runlock.lock_beside(path), f"--output '{path}'",
                                      "give another --output")

@@ -41,10 +41,10 @@ SAME_ON_RESUME = ("mission", "overrides", "seed", "learner", "shared_learner",
 EVAL_STREAM = 103
 EVAL_TASK_STREAM = 104
 TOTAL = "total"
+"""The key of the mean summed return over all agents in :func:`evaluate_greedy`'s result."""
 CONFIRM_FIRST = 1_000_000
 """The number of the first episode a best checkpoint is confirmed on (``best_episodes``):
 episodes of their own, never the fixed evaluation set's."""
-"""The key of the mean summed return over all agents in :func:`evaluate_greedy`'s result."""
 LearnerObs = Callable[[Any, np.ndarray], np.ndarray]
 """``(agent, observation) -> what the agent's learner observes``."""
 
@@ -138,13 +138,20 @@ class Checkpointer:
 
     def confirm(self) -> dict[str, float]:
         """The learners' mean greedy return summed over agents on ``best_episodes``
-        episodes of their own, with a bootstrap 95% interval (``low``, ``high``)."""
+        episodes of their own, with a bootstrap 95% interval (``low``, ``high``); NaN, with
+        a warning, where an environment from outside parcat crashes there (as in
+        :meth:`evaluate`: the checkpoint is written, not best)."""
         episodes = self.config.best_episodes
         if self.recipes is not None and is_foreign(self.mission):
-            totals = call_in_worker(_returns_rebuilt, (
-                self.mission, dict(self.recipes), _arrays_by_recipe(self.recipes, self.learners),
-                self.config.seed, episodes, CONFIRM_FIRST), "parcat-greedy-eval",
-                timeout_s=math.inf).sum(axis=1)
+            try:
+                totals = call_in_worker(_returns_rebuilt, (
+                    self.mission, dict(self.recipes),
+                    _arrays_by_recipe(self.recipes, self.learners), self.config.seed,
+                    episodes, CONFIRM_FIRST), "parcat-greedy-eval", timeout_s=math.inf).sum(axis=1)
+            except (SetupFailedError, ParcatError) as exc:
+                log.warning("the best checkpoint's confirming environment %s; it is not "
+                            "the best", exc)
+                return dict.fromkeys(("mean", "low", "high"), math.nan) | {"episodes": episodes}
         else:
             totals = greedy_returns(self.mission, self.learners, self.config.seed, episodes,
                                     self.learner_obs, CONFIRM_FIRST).sum(axis=1)

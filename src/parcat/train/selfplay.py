@@ -21,7 +21,8 @@ from __future__ import annotations
 import inspect
 import math
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, cast
@@ -154,6 +155,7 @@ class SelfPlayTrainer(Trainer):
         check_installed(config.loggers)
         specs = mission.agents()
         self.space = check_self_play(mission, config)
+        self.num_actions = int(cast(spaces.Discrete, specs[0].action_space).n)
         flat = cast(spaces.Box, spaces.flatten_space(self.space))
         self.recipe = LearnerRecipe(learner_class(config.learner), flat, specs[0].action_space,
                                     learner_options(config.learner), config.seed)
@@ -198,10 +200,11 @@ class SelfPlayTrainer(Trainer):
         first_episode = self.start_epoch * self.config.steps_per_epoch
         discount = (float(self.learner.config.get("gamma", 1.0)) if self.config.monte_carlo
                     else None)
-        self.games = [Game(self.mission, index, self._flat, discount)
-                      for index in range(self.plan.num_envs)]
-        for game in self.games:
-            self._begin(game, first_episode)
+        self.games = []
+        for index in range(self.plan.num_envs):
+            with self._game_code(f"game {index}"):
+                self.games.append(Game(self.mission, index, self._flat, discount))
+                self._begin(self.games[-1], first_episode)
 
     def _begin(self, game: Game, episode: int) -> None:
         game.episode = episode
@@ -248,8 +251,8 @@ class SelfPlayTrainer(Trainer):
         rows: dict[int, np.ndarray] = {}
         if mine:
             x = np.stack([self._flat(game.request[1]) for game in mine])
-            chosen = self.learner.act(  # type: ignore[call-arg]
-                x, explore=True, legal=np.stack([_legal(g.request[1], x.shape[1]) for g in mine]))
+            legal = np.stack([_legal(game.request[1], self.num_actions) for game in mine])
+            chosen = self.learner.act(x, explore=True, legal=legal)  # type: ignore[call-arg]
             for game, row, action in zip(mine, x, chosen, strict=True):
                 actions[game.index], rows[game.index] = int(action), row
         others: dict[int, list[Game]] = {}
@@ -261,16 +264,23 @@ class SelfPlayTrainer(Trainer):
             actions.update({game.index: int(a) for game, a in zip(group, moves, strict=True)})
         finished = []
         for game in self.games:
-            try:
+            with self._game_code(f"game {game.index}"):
                 length = game.play(actions[game.index], rows.get(game.index))
                 if length is not None:
                     finished.append((length, game.returns()))
                     self._begin(game, game.episode + 1)
-            except USER_CODE_ERRORS as exc:  # the game's own code: one line, checkpoint kept
-                raise WorkerError(f"game {game.index} of '{self.mission.name}' raised "
-                                  f"{type(exc).__name__}: {clip(str(exc), 200)}") from exc
         self._hand_over()
         return finished
+
+    @contextmanager
+    def _game_code(self, game: str) -> Iterator[None]:
+        """Run ``game``'s own code: what it raises stops training in one line (a
+        :class:`WorkerError`, so :meth:`run` keeps the last finished epoch's checkpoint)."""
+        try:
+            yield
+        except USER_CODE_ERRORS as exc:
+            raise WorkerError(f"{game} of '{self.mission.name}' raised "
+                              f"{type(exc).__name__}: {clip(str(exc), 200)}") from exc
 
     def _hand_over(self) -> None:
         """Hand the transitions the last move closed to the learner, game after game."""
@@ -322,7 +332,8 @@ class SelfPlayTrainer(Trainer):
         for episode in range(self.config.eval_episodes):
             seat = episode % len(agents)
             random.reset(derive_seed(self.config.seed, EVAL_OPPONENT_STREAM, episode))
-            sums[seat] += self._evaluation_game(episode, agents[seat], random)
+            with self._game_code(f"evaluation game {episode}"):
+                sums[seat] += self._evaluation_game(episode, agents[seat], random)
             counts[seat] += 1
         means = {str(a): float(sums[i] / counts[i]) if counts[i] else math.nan
                  for i, a in enumerate(agents)}
@@ -340,7 +351,7 @@ class SelfPlayTrainer(Trainer):
                     if agent == seat:
                         x = self._flat(obs)[None]
                         action = int(self.learner.act(  # type: ignore[call-arg]
-                            x, explore=False, legal=_legal(obs, x.shape[1])[None])[0])
+                            x, explore=False, legal=_legal(obs, self.num_actions)[None])[0])
                     else:
                         action = int(opponent.step(obs))
                     observations, (agent,) = turns.send({agent: action})
@@ -367,10 +378,10 @@ def _monte_carlo(moves: list[Transition], gamma: float) -> list[Transition]:
     return out
 
 
-def _legal(obs: Any, size: int) -> np.ndarray:
+def _legal(obs: Any, num_actions: int) -> np.ndarray:
     """The action mask an observation carries, as bools (all legal where it has none)."""
     mask = obs.get("action_mask") if isinstance(obs, dict) else None
-    return (np.ones(size, bool) if mask is None
+    return (np.ones(num_actions, bool) if mask is None
             else np.asarray(mask, dtype=bool).reshape(-1))
 
 
@@ -380,7 +391,10 @@ def check_self_play(mission: Mission, config: TrainConfig) -> gymnasium.spaces.S
     unsupported = [flag for flag, given in (("--mode async", config.mode is LearningMode.ASYNC),
                                             ("--backend ray", config.backend != "local"),
                                             ("--render", config.render),
-                                            ("--best-episodes", config.best_episodes > 0))
+                                            ("--best-episodes", config.best_episodes > 0),
+                                            # one network plays every seat already, and it
+                                            # has no agent one-hot a checkpoint could load
+                                            ("--shared-learner", config.shared_learner))
                    if given]
     if unsupported:
         raise ConfigError(f"self-play on '{mission.name}' plays every game in this process; "
