@@ -20,10 +20,6 @@ MAX_CONCURRENCY = 256
 server behind the policy may not take more at once anyway."""
 WAITING_SHARE = 0.5
 """A step whose CPU time is below this share of its wall time waits more than it computes."""
-PROCESS_BUSY_SHARE = 0.5
-"""Most of a round's wall time the calls in flight in one process may spend computing: a
-round's calls come back together and take the one interpreter lock in turn, so a process
-busy for more of the round makes its last calls wait behind the others' CPU."""
 WAITING_MIN_S = 0.5e-3
 """Shorter steps are not worth threads, whatever their share: handing them over costs more."""
 
@@ -86,10 +82,9 @@ def plan_concurrency(tasks: int, agents: int, wall_s: float, cpu_s: float,
     # an episode's step: the environment's, then its agents, in_episode at a time
     step_wall = env_wall_s + math.ceil(agents / in_episode) * wall_s
     busy = episodes * (env_cpu_s + agents * cpu_s) / step_wall if step_wall > 0 else 0.0
-    cpus = max(1, math.ceil(busy / PROCESS_BUSY_SHARE))
+    cpus = max(1, math.ceil(busy))
     reasons.append(f"{episodes} episode(s) x {in_episode} agent(s) in flight: {calls} "
-                   f"call(s) at once compute ~{busy:.2f} CPU(s) between them (at most "
-                   f"{PROCESS_BUSY_SHARE:.0%} of a process's round)")
+                   f"call(s) at once compute ~{busy:.2f} CPU(s) between them")
     return Concurrency(limit, episodes, in_episode, threads, cpus, tuple(reasons))
 
 
