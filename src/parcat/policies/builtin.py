@@ -161,7 +161,7 @@ class MLPPolicy:
         """Act on many observations with one forward pass."""
         boxed = isinstance(self.obs_space, spaces.Box)  # no action masks: one array at once
         x = (np.asarray(obs_batch, dtype=np.float32).reshape(len(obs_batch), -1) if boxed
-             else np.stack([_flat(self.obs_space, o) for o in obs_batch]).astype(np.float32))
+             else np.stack([flat_observation(self.obs_space, o) for o in obs_batch]))
         if len(self.agent_id):
             x = np.concatenate((x, np.tile(self.agent_id, (len(x), 1))), axis=1)
         out = self.forward(x)
@@ -256,7 +256,8 @@ def _one_hot(spec: AgentSpec, agent_ids: Sequence[str] | None) -> np.ndarray:
     return one_hot
 
 
-def _flat(space: gymnasium.spaces.Space[Any], obs: Any) -> np.ndarray:
+def flat_observation(space: gymnasium.spaces.Space[Any], obs: Any) -> np.ndarray:
+    """``obs`` as the ``mlp`` policy's input: flattened to one float32 row."""
     if isinstance(space, spaces.Box):
         return np.asarray(obs, dtype=np.float32).reshape(-1)
     return np.asarray(spaces.flatten(space, obs), dtype=np.float32)

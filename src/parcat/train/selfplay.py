@@ -37,7 +37,7 @@ from parcat.core.seeding import derive_seed
 from parcat.envs.missions import Mission, close_env, load_mission
 from parcat.envs.turns import play_turns
 from parcat.parallel.planner import TrainPlan
-from parcat.policies.builtin import RandomPolicy
+from parcat.policies.builtin import RandomPolicy, flat_observation
 from parcat.train.config import LearningMode, TrainConfig
 from parcat.train.epoch_stats import EpochStats, episode_summary
 from parcat.train.learner import Learner, Transitions, train_each
@@ -299,9 +299,7 @@ class SelfPlayTrainer(Trainer):
 
     def _flat(self, obs: Any) -> np.ndarray:
         """The learner's input: the observation flattened as the ``mlp`` policy does."""
-        if isinstance(self.space, spaces.Box):
-            return np.asarray(obs, dtype=np.float32).reshape(-1)
-        return np.asarray(spaces.flatten(self.space, obs), dtype=np.float32)
+        return flat_observation(self.space, obs)
 
     def _join_pool(self, epoch: int, arrays: dict[str, np.ndarray]) -> None:
         spec = self.mission.agents()[0]
