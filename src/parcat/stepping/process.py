@@ -65,7 +65,6 @@ class ProcessStepper(InlineStepper):
                  start_method: str | None = None, blas_threads: int = 1,
                  tracer: Tracer | None = None, retries: int = 0) -> None:
         super().__init__(retries=retries)
-        self.retries = retries
         self.num_workers = max(1, workers)
         self.spin = spin
         self.timeout = action_timeout_s
@@ -115,7 +114,7 @@ class ProcessStepper(InlineStepper):
             self._workers.append(self._spawn(len(self._workers)))
 
     def _spawn(self, index: int) -> _Host:
-        worker = start_worker(make_policy_worker, (self.spin, self.retries),
+        worker = start_worker(make_policy_worker, (self.spin, self.awaited.calls.retries),
                               f"parcat-policy-{index}",
                               self.blas_threads, ctx=self._ctx)
         return _Host(index, worker)
