@@ -25,7 +25,7 @@ LINE = re.compile(r"epoch (\d+)/(\d+) episodes (\d+) reward agent_0=\S+ \[\S+, \
                   r"agent_1=\S+ \[\S+, \S+\] length \S+ steps (\d+) epsilon \S+ loss "
                   r"agent_0=\S+ agent_1=\S+ \d+ steps/s time \d+\.\ds"
                   r"(; eval agent_0 \(mean\) \S+; eval agent_1 \(mean\) \S+; eval total "
-                  r"\(sum over agents\) \S+; best eval total \S+)?")
+                  r"\(sum over agents\) \S+; best total \(sum over agents\) \S+ at epoch \d+)?")
 
 
 def test_piped_train_prints_each_epoch_as_it_finishes(tmp_path: Path) -> None:

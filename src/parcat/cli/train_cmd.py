@@ -22,12 +22,13 @@ from parcat.cli.common import (
 from parcat.cli.flag_config import Settings, set_mapping, settings_command
 from parcat.cli.render import stderr_console
 from parcat.cli.stdout import user_prints_on_stderr
-from parcat.cli.train_progress import epoch_progress, interrupted_line
+from parcat.cli.train_progress import best_line, epoch_progress, interrupted_line
 from parcat.core.errors import ConfigError, RunError, brief
 from parcat.core.settings import LEARNER_PREFIX, parse_overrides, split_learner_settings
+from parcat.train.best import TOTAL, read_best, side_label
 from parcat.train.config import LoggerKind, TrainConfig
 from parcat.train.run_dir import RunDirChoice, claim_run_dir, free_path
-from parcat.train.runs import BEST, TOTAL
+from parcat.train.runs import BEST
 from parcat.train.seeds import SeedRun, parse_seeds, run_seeds, seed_configs, split_jobs
 from parcat.train.selfplay import SelfPlayTrainer, make_trainer
 from parcat.train.trainer import Trainer, TrainReport
@@ -269,17 +270,16 @@ def _show(report: TrainReport, trainer: Trainer, fmt: SummaryFormat) -> None:
 
 
 def _best_score(best: Path) -> str:
-    """`` (epoch N, greedy eval total X summed over agents)`` from ``best``'s manifest."""
+    """`` (greedy eval on M episodes: SIDE (LABEL) X at epoch N; ...)`` from ``best``'s
+    manifest: each side's best (one side: ``total``)."""
     from parcat.policies import checkpoint
     try:
         manifest = checkpoint.read_manifest(best)
-        total = float(manifest["eval_return"][TOTAL])
-        confirmed = manifest.get("best_return")
-        more = "" if not isinstance(confirmed, dict) else (
-            f"; on {confirmed['episodes']} more {confirmed['mean']:.4g} [95% CI "
-            f"{confirmed['low']:.4g}, {confirmed['high']:.4g}]")
-        return (f" (epoch {manifest['epoch']}, greedy eval total {total:.4g} summed over "
-                f"agents on {manifest.get('eval_episodes', '?')} episodes{more})")
+        saved = manifest.get("sides") or {TOTAL: {}}
+        scores = [f"{side} ({side_label(side)}) {best_line(entry.record())}"
+                  for side, entry in read_best(best.parent, saved).items()]
+        return f" (greedy eval on {manifest.get('eval_episodes', '?')} episodes: " \
+            f"{'; '.join(scores)})"
     except Exception:
         return ""  # an older or damaged best: eval -p says what is wrong
 

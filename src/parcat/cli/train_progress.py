@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -16,8 +16,8 @@ from rich.table import Table
 from rich.text import Text
 
 from parcat.cli.render import bar_columns, number
+from parcat.train.best import TOTAL, side_label
 from parcat.train.epoch_stats import EpochStats
-from parcat.train.runs import TOTAL
 
 ShowEpoch = Callable[[EpochStats], None]
 
@@ -43,14 +43,28 @@ def _per_agent(stats: EpochStats) -> list[tuple[str, str]]:
 
 def _evaluation(stats: EpochStats) -> list[tuple[str, str]]:
     """(label, value) of the greedy evaluation, when the epoch had one: per agent (a mean
-    over the episodes), their sum over agents, and the best sum so far (``RUN/best``)."""
+    over the episodes), their sum over agents, and the best so far (``RUN/best``) of each
+    side (:func:`best_line`)."""
     total = stats.eval_return.get(TOTAL, math.nan)
     if math.isnan(total):
         return []
     agents = [(f"eval {agent} (mean)", number(value))
               for agent, value in stats.eval_return.items() if agent != TOTAL]
     return [*agents, ("eval total (sum over agents)", number(total)),
-            ("best eval total", number(stats.best_eval_return))]
+            *((f"best {side} ({side_label(side)})", best_line(best))
+              for side, best in stats.best.items())]
+
+
+def best_line(best: Mapping[str, Any]) -> str:
+    """``X at epoch N``, with ``, on M more episodes Y [95% CI low, high]`` where more
+    episodes confirmed it (``-``: no best yet); ``best``: a side's in ``EpochStats.best``."""
+    if not isinstance(best.get("return"), (int, float)) or math.isnan(best["return"]):
+        return "-"
+    more = best.get("mean")
+    confirmed = "" if not isinstance(more, (int, float)) or math.isnan(more) else (
+        f", on {int(best['episodes'])} more episodes {number(more)} [95% CI "
+        f"{number(best['low'])}, {number(best['high'])}]")
+    return f"{number(best['return'])} at epoch {int(best['epoch'])}{confirmed}"
 
 
 def epoch_line(stats: EpochStats, epochs: int) -> str:

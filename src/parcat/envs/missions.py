@@ -226,6 +226,20 @@ def _own_limit(env: Any) -> int | None:
 _CLOSING = 0  # what _read_facts marks acting (in a worker) while the env is closed
 
 
+def agent_role(agent_id: str) -> str:
+    """An agent's role: its id without a trailing number (``pursuer`` for ``pursuer_2``)."""
+    return re.sub(r"[_\-]?\d+$", "", agent_id)
+
+
+def sides(agent_ids: Iterable[str]) -> dict[str, list[str]]:
+    """The agents of each role, by role, where the agents have several (evade's
+    ``pursuer`` and ``evader``); empty where they share one (``player_0``, ``player_1``)."""
+    found: dict[str, list[str]] = {}
+    for agent in agent_ids:
+        found.setdefault(agent_role(agent), []).append(agent)
+    return found if len(found) > 1 else {}
+
+
 def is_foreign(mission: Mission) -> bool:
     """Whether the mission's environment is code from outside parcat (which may exit, crash
     or hang its process)."""

@@ -31,7 +31,6 @@ import csv
 import io
 import json
 import math
-import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -39,6 +38,7 @@ from typing import Any
 
 from parcat import __version__
 from parcat.core import jsontext
+from parcat.envs.missions import agent_role
 from parcat.episode.results import EpisodeResult
 
 SCHEMA = "parcat.eval"
@@ -85,11 +85,6 @@ class Summary:
     side: str = ""
     """The role of the agents the row covers, on a mission whose agents have several
     (``pursuer``); empty where they share one."""
-
-
-def agent_role(agent_id: str) -> str:
-    """An agent's role: its id without a trailing number (``pursuer`` for ``pursuer_2``)."""
-    return re.sub(r"[_\-]?\d+$", "", agent_id)
 
 
 def t_quantile_95(dof: int) -> float:

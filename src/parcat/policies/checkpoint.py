@@ -29,7 +29,7 @@ import signal
 import stat
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -80,7 +80,7 @@ class PolicyCheckpoint:
 
 def save_run(path: str | Path, agents: Mapping[str, PolicyCheckpoint], meta: Mapping[str, Any],
              copy_to: str = "", arrays: Mapping[str, Mapping[str, np.ndarray]] | None = None,
-             ) -> Path:
+             keep: Collection[str] = (), copy_meta: Mapping[str, Any] | None = None) -> Path:
     """Write a run checkpoint (one policy directory per agent) atomically into ``path``,
     replacing only the checkpoint's own entries (:func:`entries`).
 
@@ -90,6 +90,9 @@ def save_run(path: str | Path, agents: Mapping[str, PolicyCheckpoint], meta: Map
             the same atomic replacement.
         arrays: More ``.npz`` files by name, recorded in the manifest
             (:func:`load_run_arrays`).
+        keep: Agents whose policy directories ``copy_to`` keeps from the copy already in
+            ``path`` (one best per side: the other side's best stays).
+        copy_meta: Added to ``meta`` in the copy's manifest.
     """
     path = Path(path)
     names = {agent_id: _dir_name(agent_id) for agent_id in agents}
@@ -105,16 +108,30 @@ def save_run(path: str | Path, agents: Mapping[str, PolicyCheckpoint], meta: Map
                     "files": files}
         _write_file(tmp / MANIFEST, jsontext.dumps(manifest, indent=2, sort_keys=True).encode())
         if copy_to:
-            (tmp / copy_to).mkdir()
-            for name in [*names.values(), *(arrays or {}), MANIFEST]:
-                source = tmp / name
-                if source.is_dir():
-                    shutil.copytree(source, tmp / copy_to / name, copy_function=_link_or_copy)
-                else:
-                    _link_or_copy(str(source), str(tmp / copy_to / name))
+            _write_copy(path / copy_to, tmp, copy_to, {a: names[a] for a in keep},
+                        {**manifest, **(copy_meta or {})})
 
     _write_dir_atomically(path, write)
     return path
+
+
+def _write_copy(old: Path, tmp: Path, copy_to: str, kept: Mapping[str, str],
+                manifest: dict[str, Any]) -> None:
+    """``tmp/copy_to``: a copy of the checkpoint written in ``tmp`` (``manifest``), but the
+    ``kept`` agents' directories from ``old`` (checked against its manifest first)."""
+    files = {k: v for k, v in manifest["files"].items() if k.split("/")[0] not in kept.values()}
+    if kept:
+        old_files = read_manifest(old)["files"]
+        files |= {k: v for k, v in old_files.items() if k.split("/")[0] in kept.values()}
+    (tmp / copy_to).mkdir()
+    for name in {k.split("/")[0] for k in files}:
+        source = (old if name in kept.values() else tmp) / name
+        if source.is_dir():
+            shutil.copytree(source, tmp / copy_to / name, copy_function=_link_or_copy)
+        else:
+            _link_or_copy(str(source), str(tmp / copy_to / name))
+    text = jsontext.dumps({**manifest, "files": files}, indent=2, sort_keys=True).encode()
+    _write_file(tmp / copy_to / MANIFEST, text)
 
 
 def _link_or_copy(source: str, target: str) -> None:

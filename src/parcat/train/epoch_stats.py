@@ -11,7 +11,7 @@ from parcat.core.jsontext import finite
 _ORDER = ("epoch", "env_steps", "total_env_steps", "episodes", "reward", "reward_min",
           "reward_max", "episode_length", "loss", "epsilon", "collect_s", "train_s", "idle_s",
           "env_steps_per_s", "discarded_episodes", "overlap_steps", "time_s", "timestamp",
-          "learner_metrics", "eval_return", "best_eval_return")
+          "learner_metrics", "eval_return", "best_eval_return", "best")
 """The keys of a metrics record, in the order the log has always written them."""
 
 
@@ -58,7 +58,12 @@ class EpochStats:
     """Mean greedy evaluation return per agent and ``total``, their sum over the agents
     (NaN between checkpoints)."""
     best_eval_return: float = math.nan
-    """The highest ``eval_return.total`` so far (the one ``RUN/best`` holds; NaN: none)."""
+    """The highest ``eval_return.total`` so far (the one ``RUN/best`` holds; NaN: none, or
+    a mission with sides, which ``best`` has)."""
+    best: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per side (``total`` where the agents share a role): ``RUN/best``'s ``epoch``, its
+    evaluation ``return`` and its confirmation's ``mean``, ``low``, ``high``, ``episodes``
+    (NaN: none)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (NaN becomes null)."""

@@ -29,7 +29,7 @@ STEP_KEY = "total_env_steps"
 """The x axis of TensorBoard and W&B curves: environment steps since the run began."""
 OPTIONAL = {LoggerKind.TENSORBOARD: "tensorboard", LoggerKind.WANDB: "wandb"}
 """The package each optional logger needs (and the name of its ``parcat[...]`` extra)."""
-NESTED_TWICE = ("learner_metrics",)
+NESTED_TWICE = ("learner_metrics", "best")
 """Record keys whose values are mappings of mappings (CSV columns ``key.name.metric``)."""
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,9 +23,10 @@ import numpy as np
 
 from parcat.core import runlock
 from parcat.core.errors import CheckpointError, ParcatError, WriteError
-from parcat.envs.missions import Mission, is_foreign
+from parcat.envs.missions import Mission, is_foreign, sides
 from parcat.ipc.process import SetupFailedError, call_in_worker
 from parcat.policies import checkpoint
+from parcat.train.best import TOTAL, SideBest, interval, read_best, side_score
 from parcat.train.config import TrainConfig
 from parcat.train.envslice import reset_seeded
 from parcat.train.learner import Learner
@@ -40,8 +41,6 @@ SAME_ON_RESUME = ("mission", "overrides", "seed", "learner", "shared_learner",
 """Settings a resumed run must share with the run it continues (the rest may change)."""
 EVAL_STREAM = 103
 EVAL_TASK_STREAM = 104
-TOTAL = "total"
-"""The key of the mean summed return over all agents in :func:`evaluate_greedy`'s result."""
 CONFIRM_FIRST = 1_000_000
 """The number of the first episode a best checkpoint is confirmed on (``best_episodes``):
 episodes of their own, never the fixed evaluation set's."""
@@ -82,9 +81,13 @@ class Checkpointer:
     """Environments stepped together, where no ``vec`` says."""
 
     def __post_init__(self) -> None:
-        self.best_return = best_return(self.config.run_path)
-        self.best_confirmed = best_return(self.config.run_path, "best_return", "mean")
+        agents = [str(spec.agent_id) for spec in self.mission.agents()]
+        self.sides = sides(agents) or {TOTAL: agents}
+        """The agents of each side that has a best of its own (one side: ``total``)."""
+        self.best = read_best(self.config.run_path, self.sides)
         self.pending: RunSnapshot | None = None  # the last finished epoch, not written yet
+        self._judged: tuple[int, set[str]] = (-1, set())  # (epoch, the sides it is best for)
+        self._confirmed: dict[str, dict[str, float]] = {}  # that epoch's confirmation
 
     def evaluate(self) -> dict[str, float]:
         """The learners' greedy returns on the run's fixed evaluation episodes; an
@@ -111,55 +114,75 @@ class Checkpointer:
             meta = {"eval_return": eval_return, "eval_episodes": self.config.eval_episodes}
         self.pending = self._capture(epoch, meta)
 
-    def best_after(self, eval_return: Mapping[str, float]) -> float:
-        """The best total evaluation return once ``eval_return`` counts (NaN: none yet)."""
-        score = eval_return.get(TOTAL, math.nan)
-        best = self.best_return if math.isnan(score) else max(self.best_return, score)
-        return best if math.isfinite(best) else math.nan
+    def best_after(self, eval_return: Mapping[str, float], epoch: int) -> float:
+        """Judge ``epoch`` (evaluated as ``eval_return``; more episodes confirm a
+        candidate): the sides it is best for; the best total evaluation return after it
+        (NaN: none yet, or a mission with sides: :meth:`best_record`)."""
+        scores = {side: side_score(eval_return, side, agents)
+                  for side, agents in self.sides.items()}
+        # with --best-episodes a tie on the evaluation set is a candidate too
+        better = ((lambda score, best: score >= best) if self.config.best_episodes
+                  else (lambda score, best: score > best))
+        improved = {side for side, score in scores.items()
+                    if not math.isnan(score) and better(score, self.best[side].eval_return)}
+        intervals: dict[str, dict[str, float]] = {}
+        if self.config.best_episodes and improved:
+            intervals = self.confirm()
+            improved = {side for side in improved
+                        if intervals[side]["mean"] > self.best[side].confirmed}
+        self._judged = (epoch, improved)
+        self._confirmed = intervals
+        for side in improved:
+            self.best[side] = SideBest(scores[side], epoch, intervals.get(side, {}))
+        total = self.best.get(TOTAL)
+        return total.eval_return if total and math.isfinite(total.eval_return) else math.nan
+
+    def best_record(self) -> dict[str, dict[str, float]]:
+        """Per side: the best checkpoint's ``epoch``, its evaluation ``return`` (per agent
+        on a side, summed over agents for ``total``) and its confirmation's ``mean``,
+        ``low``, ``high`` and ``episodes`` (NaN: none)."""
+        return {side: best.record() for side, best in self.best.items()}
 
     def save(self) -> Path:
-        """Write the captured checkpoint; it is also ``best/`` when its total evaluation
-        return beats every earlier one."""
+        """Write the captured checkpoint; ``best/`` takes its agents of every side it is
+        best for (:meth:`best_after`), keeping the other sides' best."""
         assert self.pending is not None, "save() follows finished()"
-        score = (self.pending.meta.get("eval_return") or {}).get(TOTAL, math.nan)
-        best = not math.isnan(score) and score > self.best_return
-        confirmed = math.nan
-        if self.config.best_episodes and not math.isnan(score) and score >= self.best_return:
-            interval = self.confirm()  # a candidate: more episodes decide
-            confirmed = interval["mean"]
-            best = confirmed > self.best_confirmed
-            self.pending = replace(self.pending, meta={**self.pending.meta,
-                                                       "best_return": interval})
-        path = self._write(self.pending, best=best)
-        if best:
-            self.best_return, self.best_confirmed = score, confirmed
+        epoch = int(self.pending.meta["epoch"])
+        if self._judged[0] != epoch:
+            self.best_after(self.pending.meta.get("eval_return") or {}, epoch)
+        path = self._write(self.pending)
         self.pending = None
         return path
 
-    def confirm(self) -> dict[str, float]:
-        """The learners' mean greedy return summed over agents on ``best_episodes``
+    def confirm(self) -> dict[str, dict[str, float]]:
+        """Per side (and ``total``): the learners' mean greedy return on ``best_episodes``
         episodes of their own, with a bootstrap 95% interval (``low``, ``high``); NaN, with
         a warning, where an environment from outside parcat crashes there (as in
         :meth:`evaluate`: the checkpoint is written, not best)."""
         episodes = self.config.best_episodes
+        try:
+            returns = self._confirming_returns(episodes)
+        except (SetupFailedError, ParcatError) as exc:
+            log.warning("the best checkpoint's confirming environment %s; it is not "
+                        "the best", exc)
+            failed = dict.fromkeys(("mean", "low", "high"), math.nan) | {"episodes": episodes}
+            return {side: dict(failed) for side in (*self.sides, TOTAL)}
+        agents = [str(spec.agent_id) for spec in self.mission.agents()]
+        columns = {side: [agents.index(a) for a in members] for side, members in
+                   self.sides.items() if side != TOTAL}
+        by_side = {side: returns[:, index].mean(axis=1) for side, index in columns.items()}
+        by_side[TOTAL] = returns.sum(axis=1)
+        return {side: interval(values, self.config.seed) for side, values in by_side.items()}
+
+    def _confirming_returns(self, episodes: int) -> np.ndarray:
         if self.recipes is not None and is_foreign(self.mission):
-            try:
-                totals = call_in_worker(_returns_rebuilt, (
-                    self.mission, dict(self.recipes),
-                    _arrays_by_recipe(self.recipes, self.learners), self.config.seed,
-                    episodes, CONFIRM_FIRST), "parcat-greedy-eval", timeout_s=math.inf).sum(axis=1)
-            except (SetupFailedError, ParcatError) as exc:
-                log.warning("the best checkpoint's confirming environment %s; it is not "
-                            "the best", exc)
-                return dict.fromkeys(("mean", "low", "high"), math.nan) | {"episodes": episodes}
-        else:
-            totals = greedy_returns(self.mission, self.learners, self.config.seed, episodes,
-                                    self.learner_obs, CONFIRM_FIRST).sum(axis=1)
-        rng = np.random.default_rng(self.config.seed)
-        means = totals[rng.integers(0, len(totals), (2000, len(totals)))].mean(axis=1)
-        low, high = np.percentile(means, [2.5, 97.5])
-        return {"mean": float(totals.mean()), "low": float(low), "high": float(high),
-                "episodes": episodes}
+            return cast(np.ndarray, call_in_worker(_returns_rebuilt, (
+                self.mission, dict(self.recipes), _arrays_by_recipe(self.recipes, self.learners),
+                self.config.seed, episodes, CONFIRM_FIRST), "parcat-greedy-eval",
+                timeout_s=math.inf))
+        return greedy_returns(self.mission, self.learners, self.config.seed, episodes,
+                              self.learner_obs, CONFIRM_FIRST)
+
 
     def save_interrupted(self, finished_epochs: int, saved_epochs: int,
                          live: bool = False) -> Path | None:
@@ -203,13 +226,24 @@ class Checkpointer:
             arrays[FILE] = _copied(self.vec.in_flight().to_arrays())
         return RunSnapshot(agents, run_meta, arrays)
 
-    def _write(self, snapshot: RunSnapshot, best: bool = False) -> Path:
-        """Write ``snapshot``; a failed write (a full disk) leaves the last checkpoint and
-        is one :class:`WriteError`."""
+    def _write(self, snapshot: RunSnapshot) -> Path:
+        """Write ``snapshot`` (and ``best/``, where :meth:`best_after` judged its epoch best
+        for a side); a failed write (a full disk) leaves the last checkpoint and is one
+        :class:`WriteError`."""
         path = self.config.run_path
+        epoch, improved = self._judged
+        improved = improved if snapshot.meta["epoch"] == epoch else set()
+        meta = dict(snapshot.meta)
+        if snapshot.meta["epoch"] == epoch and self._confirmed:
+            meta["best_return"] = self._confirmed[TOTAL]  # the candidate's, best or not
+        keep = [a for side, agents in self.sides.items() if side not in improved
+                and math.isfinite(self.best[side].eval_return) for a in agents]
+        sides_meta = {side: self.best[side].manifest(self.sides[side], side)
+                      for side in self.sides if math.isfinite(self.best[side].eval_return)}
         try:
-            return checkpoint.save_run(path, snapshot.agents, snapshot.meta,
-                                       copy_to=BEST if best else "", arrays=snapshot.arrays)
+            return checkpoint.save_run(path, snapshot.agents, meta,
+                                       copy_to=BEST if improved else "", arrays=snapshot.arrays,
+                                       keep=keep, copy_meta={"sides": sides_meta})
         except OSError as exc:
             raise WriteError(
                 f"could not write the checkpoint of epoch {snapshot.meta['epoch']} to '{path}' "
@@ -219,17 +253,6 @@ class Checkpointer:
 
 def _copied(arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
     return {key: np.array(value, copy=True) for key, value in arrays.items()}
-
-
-def best_return(run: Path, key: str = "eval_return", score: str = TOTAL) -> float:
-    """The total evaluation return of ``run/best`` (``key``, ``score``: the mean of its
-    confirmation on ``best_episodes``); ``-inf`` when there is none."""
-    try:
-        saved = checkpoint.read_manifest(run / BEST).get(key)
-    except CheckpointError:
-        return -math.inf
-    value = saved.get(score) if isinstance(saved, dict) else None
-    return float(value) if isinstance(value, (int, float)) else -math.inf
 
 
 def has_checkpoint(path: Path) -> bool:

@@ -176,7 +176,8 @@ class Trainer:
             learning.sync_states()
         stats.eval_return = (checkpoints.evaluate() if due else
                              nan_returns(self.config.eval_episodes, self._agent_index))
-        stats.best_eval_return = checkpoints.best_after(stats.eval_return)
+        stats.best_eval_return = checkpoints.best_after(stats.eval_return, stats.epoch)
+        stats.best = checkpoints.best_record()
         report.epochs.append(stats)
         with checkpoint.signals_deferred():  # the log and the capture agree
             self.metrics.write(stats.to_dict())

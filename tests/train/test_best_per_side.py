@@ -1,0 +1,112 @@
+"""One best checkpoint per side on an adversarial mission: evade's pursuers and evader each
+keep the epoch best for them, in one ``RUN/best`` that ``parcat eval -p RUN/best`` plays."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from parcat.cli.main import main
+from parcat.policies import checkpoint
+from parcat.train.config import TrainConfig
+from parcat.train.metrics import read_metrics
+from parcat.train.runs import Checkpointer
+from parcat.train.trainer import Trainer
+
+PURSUERS = ("pursuer_0", "pursuer_1", "pursuer_2")
+TRAIN = ["train", "-m", "evade", "--learner", "ppo", "--set", "max_steps=20",
+         "--steps-per-epoch", "20", "--env-workers", "0", "--envs-per-worker", "2",
+         "--gradient-steps", "1", "--checkpoint-every", "1", "--eval-episodes", "2",
+         "--no-progress"]
+
+
+def evaluation(pursuer: float, evader: float) -> dict[str, float]:
+    """An ``eval_return`` of evade: every pursuer ``pursuer``, the evader ``evader``."""
+    return {**dict.fromkeys(PURSUERS, pursuer), "evader": evader,
+            "total": 3 * pursuer + evader}
+
+
+def shifted(trainer: Trainer, by: float) -> None:
+    """Other weights for every learner: the next epoch's, as far as best/ can tell."""
+    for learner in {id(x): x for x in trainer.learners.values()}.values():
+        learner.load_policy_arrays({k: v + by for k, v in learner.policy_arrays().items()})
+
+
+def weights(run: Path, agent: str) -> dict[str, np.ndarray]:
+    return dict(checkpoint.load_policy(run / agent, agent).arrays)
+
+
+def same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_each_side_keeps_the_epoch_best_for_it(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    trainer = Trainer(TrainConfig(mission="evade", overrides={"max_steps": 20}, epochs=3,
+                                  steps_per_epoch=4, env_workers=0, envs_per_worker=1,
+                                  learner={"class": "ppo"}, eval_episodes=2, run_dir=str(run)))
+    try:
+        checkpoints = trainer._checkpointer()
+        saved = []
+        # the pursuers do best at epoch 1, the evader at 2; at 3 the pursuers do better still
+        for epoch, (pursuer, evader) in enumerate([(1.0, -1.0), (0.5, 2.0), (2.0, -5.0)], 1):
+            if epoch > 1:
+                shifted(trainer, 0.25)
+            saved.append({a: dict(trainer.learners[a].policy_arrays())
+                          for a in (*PURSUERS, "evader")})
+            checkpoints.finished(epoch, evaluation(pursuer, evader))
+            checkpoints.save()
+            if epoch == 2:
+                sides = checkpoint.read_manifest(run / "best")["sides"]
+                assert (sides["pursuer"]["epoch"], sides["evader"]["epoch"]) == (1, 2)
+                assert same(weights(run / "best", "pursuer_1"), saved[0]["pursuer_1"])
+                assert same(weights(run / "best", "evader"), saved[1]["evader"])
+    finally:
+        trainer.close()
+    sides = checkpoint.read_manifest(run / "best")["sides"]
+    assert sides == {
+        "pursuer": {"agents": list(PURSUERS), "epoch": 3, "eval_return": 2.0,
+                    "label": "mean per agent"},
+        "evader": {"agents": ["evader"], "epoch": 2, "eval_return": 2.0,
+                   "label": "mean per agent"}}
+    assert same(weights(run / "best", "pursuer_0"), saved[2]["pursuer_0"])
+    assert same(weights(run / "best", "evader"), saved[1]["evader"])  # kept across a rewrite
+    assert checkpoint.read_manifest(run / "best" / "evader")["epoch"] == 2
+    # parcat eval plays each side's best, and a resumed run starts from the same bests
+    assert main(["eval", "-p", str(run / "best"), "-n", "2", "-f", "csv"]) == 0
+    assert "evade," in capsys.readouterr().out
+    again = Checkpointer(trainer.config, trainer.mission, trainer.learners)
+    assert {side: (b.epoch, b.eval_return) for side, b in again.best.items()} == {
+        "pursuer": (3, 2.0), "evader": (2, 2.0)}
+
+
+def test_a_run_shows_each_sides_best_and_resume_keeps_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    args = [*TRAIN, "--best-episodes", "3", "--metrics-format", "csv", "-o", str(run)]
+    assert main([*args, "--epochs", "3"]) == 0
+    out = capsys.readouterr().out
+    best = r"\S+ at epoch \d, on 3 more episodes \S+ \[95% CI \S+, \S+\]"
+    assert re.search(f"; best evader \\(mean per agent\\) {best}; best pursuer \\(mean per "
+                     f"agent\\) {best}\n", out) or re.search(
+        f"; best pursuer \\(mean per agent\\) {best}; best evader \\(mean per agent\\) "
+        f"{best}\n", out), out
+    assert re.search(f"the best \\(greedy eval on 2 episodes: evader \\(mean per agent\\) "
+                     f"{best}; pursuer \\(mean per agent\\) {best}\\): parcat eval -p "
+                     f"{re.escape(str(run / 'best'))}\n", out), out
+    sides = checkpoint.read_manifest(run / "best")["sides"]
+    assert sides["evader"]["best_return"]["episodes"] == 3
+    logged = read_metrics(run / "metrics.csv")[-1]["best"]
+    assert {side: logged[side]["epoch"] for side in logged} == {
+        side: sides[side]["epoch"] for side in sides}
+    assert main([*args, "--epochs", "4", "--resume", "-f", "json"]) == 0
+    resumed = json.loads(capsys.readouterr().out)["epochs"][0]["best"]
+    for side, entry in sides.items():  # epoch 4 is best for a side only if it does better
+        assert (resumed[side]["epoch"] == 4 and resumed[side]["mean"] > \
+            entry["best_return"]["mean"]) or (resumed[side]["epoch"], resumed[side]["return"]) \
+            == (entry["epoch"], entry["eval_return"])
