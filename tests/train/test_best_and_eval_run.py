@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from pathlib import Path
 
 import pytest
@@ -170,9 +169,7 @@ def test_more_episodes_confirm_the_best_and_give_its_interval(
     main([*TRAIN[:-2], "--epochs", "2", "--checkpoint-every", "1", "--eval-episodes", "2",
           "--best-episodes", "6", "-o", str(tmp_path / "cli")])
     out = capsys.readouterr().out
-    assert re.search(r"the best \(greedy eval on 2 episodes: total \(sum over agents\) \S+ "
-                     r"at epoch \d, on 6 more episodes \S+ \[95% CI \S+, \S+\]\): parcat "
-                     r"eval", out), out
+    assert "summed over agents on 2 episodes; on 6 more " in out and "[95% CI " in out
 
 
 def test_an_outside_environment_confirms_the_best_in_a_worker(tmp_path: Path) -> None:

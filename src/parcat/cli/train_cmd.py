@@ -270,16 +270,25 @@ def _show(report: TrainReport, trainer: Trainer, fmt: SummaryFormat) -> None:
 
 
 def _best_score(best: Path) -> str:
-    """`` (greedy eval on M episodes: SIDE (LABEL) X at epoch N; ...)`` from ``best``'s
-    manifest: each side's best (one side: ``total``)."""
+    """`` (epoch N, greedy eval total X summed over agents)`` from ``best``'s manifest; with
+    sides, each side's: `` (greedy eval on M episodes: pursuer (mean per agent) X at epoch N;
+    evader ...)``."""
     from parcat.policies import checkpoint
     try:
         manifest = checkpoint.read_manifest(best)
-        saved = manifest.get("sides") or {TOTAL: {}}
-        scores = [f"{side} ({side_label(side)}) {best_line(entry.record())}"
-                  for side, entry in read_best(best.parent, saved).items()]
-        return f" (greedy eval on {manifest.get('eval_episodes', '?')} episodes: " \
-            f"{'; '.join(scores)})"
+        episodes = manifest.get("eval_episodes", "?")
+        sides = manifest.get("sides") or {}
+        if set(sides) - {TOTAL}:
+            scores = [f"{side} ({side_label(side)}) {best_line(entry.record())}"
+                      for side, entry in read_best(best.parent, sides).items()]
+            return f" (greedy eval on {episodes} episodes: {'; '.join(scores)})"
+        total = float(manifest["eval_return"][TOTAL])
+        confirmed = manifest.get("best_return")
+        more = "" if not isinstance(confirmed, dict) else (
+            f"; on {confirmed['episodes']} more {confirmed['mean']:.4g} [95% CI "
+            f"{confirmed['low']:.4g}, {confirmed['high']:.4g}]")
+        return (f" (epoch {manifest['epoch']}, greedy eval total {total:.4g} summed over "
+                f"agents on {episodes} episodes{more})")
     except Exception:
         return ""  # an older or damaged best: eval -p says what is wrong
 

@@ -94,7 +94,8 @@ class TrainConfig:
                            "DIR")
     eval_episodes: int = _flag(20, "Greedy evaluation episodes at every checkpoint (the same "
                                "set each time); the checkpoint with the highest mean return "
-                               "summed over agents goes to RUN/best (0: none).")
+                               "summed over agents goes to RUN/best (one per side where "
+                               "the agents have several roles; 0: none).")
     best_episodes: int = _flag(0, "Greedy episodes of their own that confirm a candidate for "
                                "RUN/best (a checkpoint at least as good on --eval-episodes), "
                                "the best's mean shown with a bootstrap 95% interval (0: "
