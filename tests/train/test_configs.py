@@ -12,8 +12,10 @@ from parcat.train.recipes import make_recipes
 from tests.train.flags import load
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-DQN_CONFIGS = ["train.yaml", "cartpole-dqn.yaml", "acrobot-dqn.yaml", "mountaincar-dqn.yaml"]
-TRAIN_CONFIGS = [*DQN_CONFIGS, "harvest-ppo.yaml", "evade-ppo.yaml", "pendulum-ppo.yaml"]
+DQN_CONFIGS = ["train.yaml", "cartpole-dqn.yaml", "acrobot-dqn.yaml", "mountaincar-dqn.yaml",
+               "lunarlander-dqn.yaml"]
+TRAIN_CONFIGS = [*DQN_CONFIGS, "harvest-ppo.yaml", "evade-ppo.yaml", "pendulum-ppo.yaml",
+                 "simple_spread-ppo.yaml"]
 
 
 @pytest.mark.parametrize("name", TRAIN_CONFIGS)

@@ -20,6 +20,8 @@ def test_a_mission_with_a_tuned_config_gets_it_and_flags_still_win() -> None:
                 "learner.lr=0.01").learner["lr"] == 0.01
     assert tuned_config("gymnasium:Pendulum-v1") == CONFIGS / "pendulum-ppo.yaml"
     assert tuned_config("gymnasium:MountainCar-v0") == CONFIGS / "mountaincar-dqn.yaml"
+    assert tuned_config("mpe2.simple_spread_v3") == CONFIGS / "simple_spread-ppo.yaml"
+    assert tuned_config("gymnasium:LunarLander-v3") == CONFIGS / "lunarlander-dqn.yaml"
 
 
 def test_no_tuned_config_for_another_learner_a_given_file_or_other_parameters(
