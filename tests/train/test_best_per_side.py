@@ -110,3 +110,27 @@ def test_a_run_shows_each_sides_best_and_resume_keeps_it(
         assert (resumed[side]["epoch"] == 4 and resumed[side]["mean"] > \
             entry["best_return"]["mean"]) or (resumed[side]["epoch"], resumed[side]["return"]) \
             == (entry["epoch"], entry["eval_return"])
+
+
+def test_a_checkpoint_written_on_an_interrupt_keeps_the_best_its_log_line_named(
+        tmp_path: Path) -> None:
+    # the trainer judges an epoch before logging it; Ctrl-C may come before its save()
+    run = tmp_path / "run"
+    trainer = Trainer(TrainConfig(mission="evade", overrides={"max_steps": 20}, epochs=2,
+                                  steps_per_epoch=4, env_workers=0, envs_per_worker=1,
+                                  learner={"class": "ppo"}, eval_episodes=2, run_dir=str(run)))
+    try:
+        checkpoints = trainer._checkpointer()
+        checkpoints.best_after(evaluation(1.0, -1.0), 1)
+        checkpoints.finished(1, evaluation(1.0, -1.0))
+        assert checkpoints.save_interrupted(1, 0) == run
+        logged = checkpoints.best_record()
+        # judged, then interrupted before its capture (and its log line): epoch 1 is
+        # written again, its best untouched by epoch 2's judgement
+        checkpoints.best_after(evaluation(0.0, 3.0), 2)
+        assert checkpoints.save_interrupted(1, 1) == run
+    finally:
+        trainer.close()
+    sides = checkpoint.read_manifest(run / "best")["sides"]
+    assert {side: sides[side]["epoch"] for side in sides} == {
+        side: entry["epoch"] for side, entry in logged.items()} == {"pursuer": 1, "evader": 1}

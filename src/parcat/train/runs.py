@@ -115,9 +115,10 @@ class Checkpointer:
         self.pending = self._capture(epoch, meta)
 
     def best_after(self, eval_return: Mapping[str, float], epoch: int) -> float:
-        """Judge ``epoch`` (evaluated as ``eval_return``; more episodes confirm a
-        candidate): the sides it is best for; the best total evaluation return after it
-        (NaN: none yet, or a mission with sides: :meth:`best_record`)."""
+        """Judge ``epoch``, evaluated as ``eval_return``, on every side (more episodes
+        confirm a candidate), remembering the sides it is best for (:meth:`save` writes
+        them to ``best/``); the best total evaluation return after it (NaN: none yet, or a
+        mission with sides, whose bests :meth:`best_record` gives)."""
         scores = {side: side_score(eval_return, side, agents)
                   for side, agents in self.sides.items()}
         # with --best-episodes a tie on the evaluation set is a candidate too
@@ -182,7 +183,6 @@ class Checkpointer:
                 timeout_s=math.inf))
         return greedy_returns(self.mission, self.learners, self.config.seed, episodes,
                               self.learner_obs, CONFIRM_FIRST)
-
 
     def save_interrupted(self, finished_epochs: int, saved_epochs: int,
                          live: bool = False) -> Path | None:
