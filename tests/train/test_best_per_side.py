@@ -36,6 +36,13 @@ def shifted(trainer: Trainer, by: float) -> None:
         learner.load_policy_arrays({k: v + by for k, v in learner.policy_arrays().items()})
 
 
+def evade_trainer(run: Path) -> Trainer:
+    """A tiny evade run's trainer (PPO for every agent), never run: its checkpointer is."""
+    return Trainer(TrainConfig(mission="evade", overrides={"max_steps": 20}, epochs=3,
+                               steps_per_epoch=4, env_workers=0, envs_per_worker=1,
+                               learner={"class": "ppo"}, eval_episodes=2, run_dir=str(run)))
+
+
 def weights(run: Path, agent: str) -> dict[str, np.ndarray]:
     return dict(checkpoint.load_policy(run / agent, agent).arrays)
 
@@ -47,9 +54,7 @@ def same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
 def test_each_side_keeps_the_epoch_best_for_it(tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "run"
-    trainer = Trainer(TrainConfig(mission="evade", overrides={"max_steps": 20}, epochs=3,
-                                  steps_per_epoch=4, env_workers=0, envs_per_worker=1,
-                                  learner={"class": "ppo"}, eval_episodes=2, run_dir=str(run)))
+    trainer = evade_trainer(run)
     try:
         checkpoints = trainer._checkpointer()
         saved = []
@@ -116,9 +121,7 @@ def test_a_checkpoint_written_on_an_interrupt_keeps_the_best_its_log_line_named(
         tmp_path: Path) -> None:
     # the trainer judges an epoch before logging it; Ctrl-C may come before its save()
     run = tmp_path / "run"
-    trainer = Trainer(TrainConfig(mission="evade", overrides={"max_steps": 20}, epochs=2,
-                                  steps_per_epoch=4, env_workers=0, envs_per_worker=1,
-                                  learner={"class": "ppo"}, eval_episodes=2, run_dir=str(run)))
+    trainer = evade_trainer(run)
     try:
         checkpoints = trainer._checkpointer()
         checkpoints.best_after(evaluation(1.0, -1.0), 1)
