@@ -137,3 +137,29 @@ def test_a_checkpoint_written_on_an_interrupt_keeps_the_best_its_log_line_named(
     sides = checkpoint.read_manifest(run / "best")["sides"]
     assert {side: sides[side]["epoch"] for side in sides} == {
         side: entry["epoch"] for side, entry in logged.items()} == {"pursuer": 1, "evader": 1}
+
+
+def test_a_run_where_the_pursuers_learn_to_capture_keeps_the_evaders_best_from_before(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a small arena the pursuers can learn to cover (lr 0.01): once they capture, the
+    # evader's return falls, so its best is an epoch before the pursuers' best
+    run = tmp_path / "run"
+    assert main(["train", "-m", "evade", "--learner", "ppo", "--set", "max_steps=30", "--set",
+                 "capture_radius=0.2", "--set", "pursuer_speed=0.06", "--set",
+                 "evader_speed=0.03", "--set", "learner.lr=0.01", "--steps-per-epoch", "30",
+                 "--env-workers", "0", "--envs-per-worker", "2", "--gradient-steps", "1",
+                 "--checkpoint-every", "1", "--eval-episodes", "4", "--epochs", "8",
+                 "--no-progress", "-o", str(run)]) == 0
+    log = [json.loads(line) for line in (run / "metrics.jsonl").open()]
+    scores = {"pursuer": [np.mean([r["eval_return"][a] for a in PURSUERS]) for r in log],
+              "evader": [r["eval_return"]["evader"] for r in log]}
+    expected = {side: int(np.argmax(values)) + 1 for side, values in scores.items()}
+    assert expected["pursuer"] != expected["evader"]
+    sides = checkpoint.read_manifest(run / "best")["sides"]
+    assert {side: sides[side]["epoch"] for side in sides} == expected
+    assert log[-1]["best"]["pursuer"]["epoch"] == expected["pursuer"]
+    assert {checkpoint.read_manifest(run / "best" / agent)["epoch"]
+            for agent in PURSUERS} == {expected["pursuer"]}
+    assert checkpoint.read_manifest(run / "best" / "evader")["epoch"] == expected["evader"]
+    assert (f"best pursuer (mean per agent) {scores['pursuer'][expected['pursuer'] - 1]:.3f} "
+            f"at epoch {expected['pursuer']}") in capsys.readouterr().out
