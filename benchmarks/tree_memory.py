@@ -19,14 +19,17 @@ import time
 import psutil
 
 
-def peak_memory(command: list[str], every_s: float = 0.02) -> tuple[float, float, float, float]:
+def peak_memory(command: list[str], every_s: float = 0.02,
+                processes: dict[str, float] | None = None) -> tuple[float, float, float, float]:
     """(peak PSS MB, peak RSS MB, wall seconds, CPU seconds) of ``command`` and its
-    descendants."""
+    descendants; ``processes``, if given, gets each process's CPU seconds under its role
+    (:func:`role`)."""
     start = time.perf_counter()
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     root = psutil.Process(child.pid)
     peak_pss = peak_rss = 0.0
     cpu: dict[int, float] = {}
+    roles: dict[int, str] = {}
     while child.poll() is None:
         pss = rss = 0.0
         try:
@@ -40,26 +43,54 @@ def peak_memory(command: list[str], every_s: float = 0.02) -> tuple[float, float
             except psutil.Error:
                 continue
             cpu[process.pid] = times.user + times.system
+            if processes is not None and process.pid not in roles:
+                roles[process.pid] = role(process, root)
             pss += getattr(info, "pss", info.rss)
             rss += info.rss
         peak_pss, peak_rss = max(peak_pss, pss), max(peak_rss, rss)
         time.sleep(every_s)
     if child.wait() != 0:
         raise RuntimeError(f"the command failed: {' '.join(command)}")
+    for pid, seconds in cpu.items():
+        if processes is not None:
+            processes[roles[pid]] = processes.get(roles[pid], 0.0) + seconds
     return peak_pss / 2**20, peak_rss / 2**20, time.perf_counter() - start, sum(cpu.values())
+
+
+def role(process: psutil.Process, root: psutil.Process) -> str:
+    """"parent", "fork server", "resource tracker" or "worker" (a fork server's child)."""
+    if process.pid == root.pid:
+        return "parent"
+    try:
+        line = " ".join(process.cmdline())
+        parent = process.parent()
+    except psutil.Error:
+        return "worker"
+    if "forkserver" in line:  # its children, the workers, have its command line
+        return "fork server" if parent is not None and parent.pid == root.pid else "worker"
+    if "resource_tracker" in line:
+        return "resource tracker"
+    return "worker" if parent is None or parent.pid != root.pid else "child"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--every-ms", type=float, default=20.0)
+    parser.add_argument("--per-process", action="store_true",
+                        help="also each kind of process's CPU seconds (summed over repeats)")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    runs = [peak_memory(command, args.every_ms / 1000) for _ in range(args.repeats)]
+    processes: dict[str, float] = {}
+    runs = [peak_memory(command, args.every_ms / 1000, processes)
+            for _ in range(args.repeats)]
     pss, rss, wall, cpu = (statistics.median(column) for column in zip(*runs, strict=True))
     print(f"peak PSS {pss:.0f} MB, peak RSS {rss:.0f} MB, {cpu:.2f} s of CPU (all processes "
           f"together), {wall:.2f} s: medians of {args.repeats}")
+    if args.per_process:
+        print("CPU seconds a run: " + ", ".join(
+            f"{name} {seconds / args.repeats:.2f}" for name, seconds in sorted(processes.items())))
 
 
 if __name__ == "__main__":
