@@ -6,15 +6,23 @@ upper bound), and each process's CPU time (user + system, as last seen: a proces
 lived less than a sample is missed); prints the peaks, the CPU seconds and the wall time.
 
     PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/tree_memory.py [--repeats N] \\
-        -- .venv/bin/python -m parcat eval -m harvest ...
+        [--per-process] -- .venv/bin/python -m parcat eval -m harvest ...
+
+``--waiting`` (no command) measures issue 22's waiting workload (``wait_policy:Wait,ms=5``,
+8 episodes x 4 agents x 50 steps) at ``--jobs 1``, by default and with ``--jobs 32
+--parallel-policy``, and prints each peak over ``--jobs 1``'s (target: at most 3x). Memory
+does not depend on the machine's load, so these figures can be taken on a busy machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import psutil
 
@@ -73,14 +81,40 @@ def role(process: psutil.Process, root: psutil.Process) -> str:
     return "worker" if parent is None or parent.pid != root.pid else "child"
 
 
+WAIT = ("eval", "-m", "harvest", "--set", "agents=4", "--set", "max_steps=50", "-n", "8",
+        "-p", "wait_policy:Wait,ms=5")
+WAIT_PLANS = {"--jobs 1": ("--jobs", "1"), "default": (),
+              "--jobs 32 --parallel-policy": ("--jobs", "32", "--parallel-policy")}
+
+
+def waiting(repeats: int, every_s: float) -> None:
+    """Peak memory of the waiting workload's three plans, against ``--jobs 1``'s."""
+    root = Path(__file__).resolve().parents[1]
+    os.environ["PYTHONPATH"] = f"{root / 'src'}:{root / 'benchmarks'}"  # finds wait_policy
+    first: tuple[float, float] | None = None
+    for name, flags in WAIT_PLANS.items():
+        runs = [peak_memory([sys.executable, "-m", "parcat", *WAIT, *flags], every_s)
+                for _ in range(repeats)]
+        pss, rss = (statistics.median(column) for column in list(zip(*runs, strict=True))[:2])
+        first = first or (pss, rss)
+        print(f"{name:<28} peak PSS {pss:4.0f} MB ({pss / first[0]:.2f}x), peak RSS "
+              f"{rss:4.0f} MB ({rss / first[1]:.2f}x): all processes together, medians of "
+              f"{repeats}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--every-ms", type=float, default=20.0)
     parser.add_argument("--per-process", action="store_true",
                         help="also each kind of process's CPU seconds (summed over repeats)")
+    parser.add_argument("--waiting", action="store_true",
+                        help="the waiting workload's plans against --jobs 1 (no command)")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
+    if args.waiting:
+        waiting(args.repeats, args.every_ms / 1000)
+        return
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     processes: dict[str, float] = {}
     runs = [peak_memory(command, args.every_ms / 1000, processes)
