@@ -69,8 +69,8 @@ def suite(url: str, pid: int, repeats: int) -> None:
     noted = {plan: {"batch": [], "cpu": []} for plan in ("default", "--jobs 1")}
     local = (*EVAL, "-p", "mlp,width=256", "--jobs", "1")
     rows = {
-        "in process (--jobs 1)": command(*local),
-        "in process (--jobs 1 --lockstep 1)": command(*local, "--lockstep", "1"),
+        "in-process (--jobs 1)": command(*local),
+        "one-at-a-time (in process, --jobs 1 --lockstep 1)": command(*local, "--lockstep", "1"),
         "served (default plan)": served(url, pid, noted["default"]),
         "served (--jobs 1)": served(url, pid, noted["--jobs 1"], "--jobs", "1"),
     }
@@ -78,8 +78,8 @@ def suite(url: str, pid: int, repeats: int) -> None:
     def figures(times: dict[str, list[float]]) -> str:
         remote = statistics.median(times["served (default plan)"])
         ratios = ", ".join(f"over {name} {statistics.median(times[name]) / remote:.2f}x"
-                           for name in ("in process (--jobs 1)",
-                                        "in process (--jobs 1 --lockstep 1)"))
+                           for name in ("in-process (--jobs 1)",
+                                        "one-at-a-time (in process, --jobs 1 --lockstep 1)"))
         server = "; ".join(
             f"{plan}: mean batch {statistics.median(n['batch']):.2f}, server CPU "
             f"{statistics.median(n['cpu']):.2f} s" for plan, n in noted.items())
