@@ -446,3 +446,15 @@ def test_the_served_policy_runs_with_one_blas_thread(monkeypatch: pytest.MonkeyP
             assert policy.step(np.zeros(103, np.float32)) == 1
         finally:
             policy.close()
+
+
+def test_a_served_policy_plays_in_this_process_not_in_a_worker(mlp_server: str) -> None:
+    """The served code runs in the server's process, so the client needs no isolation: no
+    fork server, no worker (they cost about as much CPU as the run's own stepping)."""
+    done = subprocess.run(parcat("plan", "-m", "harvest", "-n", "16", "-p", mlp_server,
+                                 "--jobs", "1", "-f", "json"),
+                          cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert (plan["executor"], plan["lockstep"]) == ("inline", 16)
+    assert "outside parcat" not in done.stdout + done.stderr
