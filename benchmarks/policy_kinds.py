@@ -10,8 +10,11 @@ faster). Each kind is set against its own limit:
    agents × 50 steps, issue 22's workload): the limit is ideal concurrency, every agent's
    wait overlapped: the ``--jobs 1`` start-up plus the sequential time / (episodes × agents).
 2b. **An async policy calling a model server** (``examples/http_policy.py``'s
-   ``AsyncHttpPolicy`` against tests' aiohttp server on loopback answering after 5 ms, the
-   waiting workload): the same limit; and with 503 to every 10th request (retried).
+   ``AsyncHttpPolicy`` against tests' aiohttp server on loopback answering after 5 ms, in
+   a process of its own, the waiting workload): the same limit; with 503 to every 10th
+   request (retried); and its batch form (``AsyncHttpBatchPolicy``: one request a step).
+   Sequential is its sync twin ``HttpPolicy`` at ``--jobs 1``, a request at a time (the
+   async policy's ``--jobs 1`` already has an episode's 4 calls in flight).
 3. **A neural net over many agents** (``mlp,width=256``, 24 agents, 64 episodes, issue 23's
    workload): the limit is the batched arithmetic, the forward pass of every observation of
    the run in batches of 1,536, timed alone. parcat's own cost an observation is the run's
@@ -30,12 +33,13 @@ faster). Each kind is set against its own limit:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from field import QUIET, command, compare, shell_split
@@ -205,31 +209,40 @@ def torch_forward_s(observations: int) -> str:
             f"(the run's {observations:,}: {seconds * observations:.2f} s)")
 
 
+@contextlib.contextmanager
+def model_server(*args: str) -> Iterator[str]:
+    """tests' aiohttp model server (``DELAY_S [FAIL_EVERY]``) in a process of its own, its
+    URL: its CPU is not the measured command's, but it shares the machine's cores."""
+    server = subprocess.Popen([sys.executable, str(ROOT / "tests/policies/model_server.py"),
+                               *args], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        yield server.stdout.readline().strip()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
 def async_http(repeats: int) -> None:
     """Kind 2b: the async policy from the docs against a loopback server (5 ms answers)."""
-    import sys
-
-    sys.path.insert(0, str(ROOT))
-    from tests.policies.model_server import ModelServer
-
     base = startup()
-    with ModelServer(delay_s=0.005) as server:
-        run = (*WAIT[:-1], f"examples.http_policy:AsyncHttpPolicy,url={server.url}")
-        failing = ModelServer(delay_s=0.005, fail_every=10)
-        failing.start()
-        try:
-            compare("2b. async HTTP policy (5 ms answers): 8 episodes x 4 agents x 50 steps", {
-                "sequential (--jobs 1)": command(*run, "--jobs", "1"),
-                "default (no --jobs)": command(*run),
-                "concurrent (--jobs 32 --parallel-policy)": command(
-                    *run, "--jobs", "32", "--parallel-policy"),
-                "retrying (default, 503 to every 10th request)": command(
-                    *run[:-1], f"examples.http_policy:AsyncHttpPolicy,url={failing.url}"),
-            }, repeats, lambda t: (
-                f"ideal concurrency "
-                f"{ideal(base, statistics.median(t['sequential (--jobs 1)'])):.2f} s"))
-        finally:
-            failing.stop()
+    policy = "examples.http_policy:AsyncHttpPolicy,url="
+    with model_server("0.005") as url, model_server("0.005", "10") as failing:
+        run = (*WAIT[:-1], policy + url)
+        compare("2b. async HTTP policy (5 ms answers): 8 episodes x 4 agents x 50 steps", {
+            "sequential (its sync twin HttpPolicy, --jobs 1: a request at a time)": command(
+                *run[:-1], policy.replace("Async", "") + url, "--jobs", "1"),
+            "--jobs 1 (an episode's 4 calls at once)": command(*run, "--jobs", "1"),
+            "default (no --jobs)": command(*run),
+            "concurrent (--jobs 32 --parallel-policy)": command(
+                *run, "--jobs", "32", "--parallel-policy"),
+            "retrying (default, 503 to every 10th request)": command(
+                *run[:-1], policy + failing),
+            "batch form (default, AsyncHttpBatchPolicy: a request a step)": command(
+                *run[:-1], policy.replace("Policy,", "BatchPolicy,") + url),
+        }, repeats, lambda t: (
+            f"ideal concurrency "
+            f"{ideal(base, statistics.median(next(iter(t.values())))):.2f} s"))
 
 
 def main() -> None:

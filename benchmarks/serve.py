@@ -5,7 +5,10 @@ One ``parcat serve -p mlp,width=256 -m harvest`` runs for the whole benchmark (a
 server is started once, not per run); each row is an eval command timed whole, the rows
 interleaved repeat by repeat (``field.compare``). Printed: the times, the served run's
 agent-steps/s over ``--jobs 1`` in process (target ≥ 1.5x with 16 episodes in flight) and
-the server's mean batch size over each served run, from its ``GET /stats`` (target > 4).
+over ``--jobs 1 --lockstep 1`` (one episode at a time: what ``--jobs 1`` meant when the
+target was set; today's ``--jobs 1`` plays all 16 in lockstep, one batch a step), the
+server's mean batch size over each served run, from its ``GET /stats`` (target > 4), and
+the CPU seconds the server spent on each served run (from its process's counters).
 
     PYTHONPATH=src .venv/bin/python benchmarks/serve.py [--repeats N] [--only quiet|load]
 """
@@ -33,41 +36,55 @@ EVAL = ("eval", "-m", "harvest", "-n", str(EPISODES))
 AGENT_STEPS = EPISODES * 4 * 200  # harvest: 4 agents, 200 steps an episode
 
 
+def server_cpu(pid: int) -> float:
+    """CPU seconds (user + system) the server process has used so far."""
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def stats(url: str) -> dict[str, float]:
     with urllib.request.urlopen(f"{url}/stats", timeout=30) as reply:
         return dict(json.load(reply))
 
 
-def served(url: str, batches: list[float], *flags: str) -> Callable[[], float]:
-    """``parcat eval -p URL FLAGS``, timed; the server's mean batch size over it noted."""
+def served(url: str, pid: int, noted: dict[str, list[float]], *flags: str
+           ) -> Callable[[], float]:
+    """``parcat eval -p URL FLAGS``, timed; the server's mean batch size and CPU seconds
+    over it noted (``noted["batch"]``, ``noted["cpu"]``)."""
     run = command(*EVAL, "-p", url, *flags)
 
     def timed() -> float:
-        before = stats(url)
+        before, cpu = stats(url), server_cpu(pid)
         seconds = run()
         after = stats(url)
+        noted["cpu"].append(server_cpu(pid) - cpu)
         calls = after["batches"] - before["batches"]
-        batches.append((after["observations"] - before["observations"]) / max(calls, 1))
+        noted["batch"].append((after["observations"] - before["observations"]) / max(calls, 1))
         return seconds
     return timed
 
 
-def suite(url: str, repeats: int) -> None:
-    batches: dict[str, list[float]] = {"default": [], "--jobs 1": []}
+def suite(url: str, pid: int, repeats: int) -> None:
+    noted = {plan: {"batch": [], "cpu": []} for plan in ("default", "--jobs 1")}
+    local = (*EVAL, "-p", "mlp,width=256", "--jobs", "1")
     rows = {
-        "in process (--jobs 1)": command(*EVAL, "-p", "mlp,width=256", "--jobs", "1"),
-        "served (default plan)": served(url, batches["default"]),
-        "served (--jobs 1)": served(url, batches["--jobs 1"], "--jobs", "1"),
+        "in-process (--jobs 1)": command(*local),
+        "one-at-a-time (in process, --jobs 1 --lockstep 1)": command(*local, "--lockstep", "1"),
+        "served (default plan)": served(url, pid, noted["default"]),
+        "served (--jobs 1)": served(url, pid, noted["--jobs 1"], "--jobs", "1"),
     }
 
     def figures(times: dict[str, list[float]]) -> str:
-        local = statistics.median(times["in process (--jobs 1)"])
         remote = statistics.median(times["served (default plan)"])
-        return (f"agent-steps/s served (default) / in process (--jobs 1) = "
-                f"{local / remote:.2f}x ({AGENT_STEPS / remote:,.0f} vs "
-                f"{AGENT_STEPS / local:,.0f}); mean batch size on the server: default "
-                f"{statistics.median(batches['default']):.2f}, --jobs 1 "
-                f"{statistics.median(batches['--jobs 1']):.2f}")
+        ratios = ", ".join(f"over {name} {statistics.median(times[name]) / remote:.2f}x"
+                           for name in ("in-process (--jobs 1)",
+                                        "one-at-a-time (in process, --jobs 1 --lockstep 1)"))
+        server = "; ".join(
+            f"{plan}: mean batch {statistics.median(n['batch']):.2f}, server CPU "
+            f"{statistics.median(n['cpu']):.2f} s" for plan, n in noted.items())
+        return (f"agent-steps/s served (default, {AGENT_STEPS / remote:,.0f}) {ratios} "
+                f"(target 1.5x); {server}")
 
     compare(f"served mlp,width=256: eval -m harvest -n {EPISODES}", rows, repeats, figures)
 
@@ -86,12 +103,12 @@ def main() -> None:
             sys.exit(f"parcat serve did not start (exit code {server.poll()})")
         if args.only != "load":
             print("no other load")
-            suite(url, args.repeats)
+            suite(url, server.pid, args.repeats)
         if args.only != "quiet":
             with busy_neighbour():
                 time.sleep(0.5)
                 print("one foreign busy process")
-                suite(url, args.repeats)
+                suite(url, server.pid, args.repeats)
     finally:
         server.terminate()  # prints the server's counters on stderr
         server.wait()

@@ -189,11 +189,13 @@ def free_port() -> int:
 
 @contextmanager
 def action_server() -> Iterator[int]:
-    """The model server examples/http_policy.py calls: every POST gets action 0."""
+    """The model server examples/http_policy.py calls: every observation gets action 0."""
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self) -> None:
-            self.rfile.read(int(self.headers["Content-Length"]))
-            body = json.dumps({"action": 0}).encode()
+            request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            batch = request.get("obs_batch")
+            body = json.dumps({"action": 0} if batch is None else
+                              {"actions": [0] * len(batch)}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))

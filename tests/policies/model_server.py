@@ -113,6 +113,9 @@ class ModelServer:
             self._failed[body] = time.monotonic()
             headers = {"Retry-After": self.retry_after} if self.retry_after else None
             return web.Response(status=self.fail_status, headers=headers)
+        if "obs_batch" in data:  # one answer per observation
+            return web.json_response(
+                {"actions": [model(obs, data["num_actions"]) for obs in data["obs_batch"]]})
         return web.json_response({"action": model(data["obs"], data["num_actions"])})
 
     async def _hold(self) -> None:
@@ -123,3 +126,29 @@ class ModelServer:
             await asyncio.wait_for(self._held.wait(), HOLD_LIMIT_S)
         except asyncio.TimeoutError:
             self._held.set()  # too few came at once: answer the rest without holding
+
+
+def main() -> None:
+    """Serve in this process until SIGTERM or Ctrl-C, the URL on stdout's first line: how
+    the benchmarks run it, so its CPU is not the measured command's (it still shares the
+    cores).  ``python tests/policies/model_server.py [DELAY_S [FAIL_EVERY]]``"""
+    import signal
+    import sys
+
+    args = [float(a) for a in sys.argv[1:]]
+    server = ModelServer(delay_s=args[0] if args else 0.005,
+                         fail_every=int(args[1]) if len(args) > 1 else 0)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    server.start()
+    print(server.url, flush=True)
+    try:
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -87,6 +87,17 @@ def test_the_async_policy_from_the_docs_equals_its_sync_twin(server: ModelServer
     assert server.requests >= 2 * 4 * 4 * 30  # and the plan's timing of the first steps
 
 
+def test_the_docs_batch_form_is_one_request_a_step_for_every_episode_in_lockstep(
+        server: ModelServer, tmp_path: Path) -> None:
+    flags = ("--executor", "inline", "--jobs", "1", "--lockstep", "4")
+    one_by_one = evaluate(server, "AsyncHttpPolicy", tmp_path / "one.json", *flags)
+    server.requests = 0
+    batched = evaluate(server, "AsyncHttpBatchPolicy", tmp_path / "batch.json", *flags)
+    assert numbers(batched) == numbers(one_by_one)
+    # harvest's 30 steps, each one request for the 4 episodes' 16 agents (and the check's)
+    assert server.requests <= 30 + 2
+
+
 def test_503_to_every_10th_request_gives_the_clean_run_s_numbers_and_counts_retries(
         server: ModelServer, tmp_path: Path) -> None:
     # an explicit executor: no timing of the first steps, whose 503s no result would count

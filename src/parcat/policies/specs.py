@@ -96,8 +96,11 @@ def check_weights(specs: Sequence[PolicySpec]) -> None:
 
 def foreign_code(spec: PolicySpec, mission: Mission) -> str | None:
     """The reference of the code from outside parcat that ``spec`` runs, if any (such
-    code may exit, crash or hang its process, so runs isolate it)."""
+    code may exit, crash or hang its process, so runs isolate it). A served policy is
+    none: parcat's own client plays it, and the served code runs in the server's process."""
     target = spec.target
+    if is_url(target):
+        return None
     if target in BUILTINS:
         reference = BUILTINS[target][0] or mission.heuristic or ""
     elif Path(target).is_dir():

@@ -29,6 +29,7 @@ from aiohttp import web
 from gymnasium import spaces
 
 from parcat.core.errors import USER_CODE_ERRORS, ConfigError, OutputError, clip
+from parcat.core.resources import blas_limited
 from parcat.envs.missions import Mission
 from parcat.policies.base import CLOSE_TIMEOUT_S, AgentSpec, Policy, close_policies
 from parcat.policies.remote import (
@@ -325,14 +326,17 @@ class ComputeThread:
         return future
 
     def _serve(self) -> None:
-        while True:
-            loop, future, fn, args = self._jobs.get()
-            try:
-                outcome, failed = fn(*args), False
-            except BaseException as exc:  # handed to the request that awaits it
-                outcome, failed = exc, True
-            with contextlib.suppress(RuntimeError):  # the loop closed: nobody awaits it
-                loop.call_soon_threadsafe(_settle, future, outcome, failed)
+        # one BLAS thread, as eval gives a lane: a round's batch is small, and a second
+        # thread spinning after every call cost more CPU than the policy (BENCHMARKS.md)
+        with blas_limited(1):
+            while True:
+                loop, future, fn, args = self._jobs.get()
+                try:
+                    outcome, failed = fn(*args), False
+                except BaseException as exc:  # handed to the request that awaits it
+                    outcome, failed = exc, True
+                with contextlib.suppress(RuntimeError):  # the loop closed: nobody awaits
+                    loop.call_soon_threadsafe(_settle, future, outcome, failed)
 
 
 def _settle(future: asyncio.Future[Any], outcome: Any, failed: bool) -> None:
