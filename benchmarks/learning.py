@@ -6,7 +6,7 @@ episodes (seeds of their own, not the ones training evaluated on) against the mi
 scripted heuristic (``-p greedy``):
 
 * ``cartpole``, ``acrobot``, ``pendulum``, ``mountaincar``: the tuned configs
-  (``configs/cartpole-dqn.yaml`` ..., rl-zoo's settings), seeds 0, 1, 2: the greedy
+  (``configs/cartpole-dqn.yaml`` ..., rl-zoo's settings or near them), seeds 0, 1, 2: the greedy
   evaluation return of the best checkpoint (``RUN/best``, as training measured it, and on
   100 fresh episodes) and of the last. Targets (:data:`SEEDED`): CartPole >= 475 on 3 of 3
   seeds, Acrobot >= -100 on 3 of 3, Pendulum >= -250 on 3 of 3, MountainCar >= -130 on 2

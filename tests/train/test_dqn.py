@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -14,7 +15,7 @@ from gymnasium import spaces
 from parcat.core.errors import CheckpointError, ConfigError
 from parcat.policies.base import AgentSpec
 from parcat.policies.builtin import MLPPolicy
-from parcat.train import DQNConfig, DQNLearner, Learner, Transitions
+from parcat.train import DQNConfig, DQNLearner, Learner, Transitions, mlp
 
 FAST = DQNConfig(width=32, batch_size=32, learning_starts=64, buffer_size=2_000)
 """Small enough that every test here runs in well under a second."""
@@ -163,6 +164,34 @@ def test_policy_arrays_act_like_the_learner_in_mlp_policy() -> None:
     assert policy.step_batch(list(obs)) == greedy.tolist()
     # batch-size invariant: one observation at a time gives the same actions
     assert [int(learner.act(o[None], explore=False)[0]) for o in obs[:20]] == greedy[:20].tolist()
+
+
+def test_exploring_takes_the_greedy_action_where_it_does_not_explore() -> None:
+    # exploring multiplies the batch unpadded (1/8 of the CPU): its argmax is still greedy's
+    learner = DQNLearner(6, 4, replace(FAST, eps_start=0.0, eps_end=0.0))
+    _stream(learner, 150, seed=0, obs_dim=6)
+    obs = np.random.default_rng(2).standard_normal((300, 6)).astype(np.float32)
+    greedy = learner.act(obs, explore=False)
+    assert learner.act(obs).tolist() == greedy.tolist()
+    assert [int(learner.act(o[None])[0]) for o in obs[:50]] == greedy[:50].tolist()
+
+
+def test_a_training_run_holds_blas_at_one_thread_and_gives_it_back() -> None:
+    from threadpoolctl import threadpool_info
+
+    def blas_threads() -> list[int]:
+        return [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+
+    before = blas_threads()
+    with mlp.blas_pinned():
+        assert blas_threads() and set(blas_threads()) == {1}
+        # inside, no per-call limit: setting one costs as much as a small forward pass
+        assert isinstance(mlp.single_threaded_blas(), contextlib.nullcontext)
+        with mlp.blas_pinned():  # nested (a trainer inside a trainer's process): a no-op
+            assert set(blas_threads()) == {1}
+        assert isinstance(mlp.single_threaded_blas(), contextlib.nullcontext)
+    assert blas_threads() == before
+    assert not isinstance(mlp.single_threaded_blas(), contextlib.nullcontext)
 
 
 def test_train_step_waits_for_a_warm_buffer() -> None:

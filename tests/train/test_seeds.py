@@ -19,7 +19,7 @@ from parcat.cli.main import app
 from parcat.core.errors import ConfigError
 from parcat.policies import checkpoint
 from parcat.train.metrics import read_metrics
-from parcat.train.seeds import parse_seeds, split_jobs
+from parcat.train.seeds import parse_seeds, schedule, split_jobs
 from tests.reliability.helpers import ROOT, descendants, gone, kill_group, wait_until
 
 TRAIN = ["train", "-m", "goal_tasks", "--set", "agents=2", "--set", "max_steps=10",
@@ -47,6 +47,14 @@ def test_bad_seeds_are_one_line_naming_the_form(text: str) -> None:
 def test_jobs_go_to_seeds_first_then_to_their_workers(jobs: int, seeds: int,
                                                       split: tuple[int, int]) -> None:
     assert split_jobs(jobs, seeds) == split
+
+
+@pytest.mark.parametrize(("jobs", "seeds", "text"), [
+    (2, 5, "5 at a time sharing 2 job(s) (~2.5 seeds' time instead of 3 rounds), each "
+           "planned on 1 CPU"),
+    (4, 2, "2 at a time, 2 job(s) each"), (2, 4, "2 at a time, 1 job(s) each")])
+def test_the_header_says_the_schedule(jobs: int, seeds: int, text: str) -> None:
+    assert schedule(jobs, seeds) == text
 
 
 def test_each_seed_is_the_run_its_own_command_would_make(tmp_path: Path) -> None:
@@ -99,6 +107,11 @@ def test_a_signal_stops_every_seed_with_a_checkpoint_and_no_process_left(
             return all((tmp_path / "runs" / f"seed-{s}" / checkpoint.MANIFEST).exists()
                        for s in (0, 1))
         assert wait_until(two_seeds_checkpointed, timeout=240)
+        # each seed plans (spins) on its one job, not on the CPUs idle when it started
+        for child in seen:
+            with contextlib.suppress(psutil.Error):
+                assert child.environ()["PARCAT_FREE_CPUS"] == "1"
+                assert child.environ()["OPENBLAS_NUM_THREADS"] == "1"
         os.kill(proc.pid, signum)
         _, err = proc.communicate(timeout=240)
         # SIGKILL: the seeds are told by the kernel (their parent-death signal)

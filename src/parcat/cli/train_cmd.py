@@ -29,7 +29,14 @@ from parcat.train.best import TOTAL, read_best, side_label
 from parcat.train.config import LoggerKind, TrainConfig
 from parcat.train.run_dir import RunDirChoice, claim_run_dir, free_path
 from parcat.train.runs import BEST
-from parcat.train.seeds import SeedRun, parse_seeds, run_seeds, seed_configs, split_jobs
+from parcat.train.seeds import (
+    SeedRun,
+    parse_seeds,
+    run_seeds,
+    schedule,
+    seed_configs,
+    split_jobs,
+)
 from parcat.train.selfplay import SelfPlayTrainer, make_trainer
 from parcat.train.trainer import Trainer, TrainReport
 from parcat.train.tuned import tuned_config
@@ -224,14 +231,13 @@ def _train_seeds(cfg: TrainConfig, seeds: list[int], s: Any, err: Any) -> None:
     path = cfg.run_path if cfg.run_dir or s.resume or s.force else free_path(cfg.run_path)
     at_once, jobs_each = split_jobs(cfg.jobs, len(seeds))
     configs = seed_configs(replace(cfg, run_dir=str(path)), seeds, jobs_each)
-    err.print(f"seeds {', '.join(map(str, seeds))}: one run each in {path}/seed-N, {at_once} "
-              f"at a time" + ("" if cfg.env_workers is not None else
-                               f" with --jobs {jobs_each} each"), soft_wrap=True)
+    err.print(f"seeds {', '.join(map(str, seeds))}: one run each in {path}/seed-N, "
+              f"{schedule(cfg.jobs, len(seeds))}", soft_wrap=True)
     flags = ["--resume"] * s.resume + ["--force"] * s.force
     runs = run_seeds(configs, at_once, flags,
                      on_start=lambda run: err.print(f"seed {run.seed}: training into {run.path}",
                                                     soft_wrap=True),
-                     on_end=lambda run: _seed_done(run, s.format))
+                     on_end=lambda run: _seed_done(run, s.format), cpus_each=jobs_each)
     if s.format is SummaryFormat.JSON:
         print_json({"runs": [{"seed": r.seed, "run_dir": str(r.path), "exit_code": r.code,
                               "seconds": round(r.seconds, 3), "error": r.last_error or None}

@@ -8,10 +8,11 @@ Adam, gradient clipping and copies are one numpy call each. Acting uses
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
@@ -27,12 +28,31 @@ BETA1, BETA2, ADAM_EPS = 0.9, 0.999, 1e-8
 INIT_SCHEMES = ("he", "uniform")
 """Weight initialisations :func:`init_params` draws (the learners' ``init`` option)."""
 Layers = list[tuple[np.ndarray, np.ndarray]]
+_pinned = False
+"""Whether a :func:`blas_pinned` block is running in this process."""
 
 
 def single_threaded_blas() -> Any:
     """A context in which BLAS runs on one thread: on these small matrices more threads
-    cost far more than they give."""
-    return blas_limited(1)
+    cost far more than they give. Inside :func:`blas_pinned` it does nothing."""
+    return contextlib.nullcontext() if _pinned else blas_limited(1)
+
+
+@contextlib.contextmanager
+def blas_pinned() -> Iterator[None]:
+    """BLAS on one thread for a whole training run: setting the limit for every action
+    and every round (:func:`single_threaded_blas`) cost as much CPU as a small network's
+    forward pass."""
+    global _pinned
+    if _pinned:
+        yield
+        return
+    with blas_limited(1):
+        _pinned = True
+        try:
+            yield
+        finally:
+            _pinned = False
 
 
 def init_params(sizes: Sequence[int], seed: int, scheme: str = "he") -> np.ndarray:

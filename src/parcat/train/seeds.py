@@ -2,8 +2,9 @@
 
 Each seed is a ``parcat train`` process of its own writing ``RUN/seed-N`` (a usual run
 directory, so ``parcat plot``, ``eval -p`` and ``--resume`` read it as any other). ``--jobs``
-is split: as many seeds at a time as it allows, each with an equal share of the rest (its
-environment workers), BLAS on one thread; a seed that ends starts the next. A process per
+is split: as many seeds at a time as it allows (more, time-sharing the jobs, where that ends
+sooner), each with an equal share of the rest (its environment workers) and planning its
+layout on that share, BLAS on one thread; a seed that ends starts the next. A process per
 seed, rather than a worker of :mod:`parcat.ipc.process`, because a seed's trainer starts
 worker processes of its own. Ctrl-C or SIGTERM passes SIGTERM to every seed running, which
 checkpoints its last finished epoch and exits; a seed that does not within
@@ -28,7 +29,12 @@ from typing import Any
 import yaml
 
 from parcat.core.errors import ConfigError, brief
-from parcat.core.resources import BLAS_VARIABLES, available_cpus
+from parcat.core.resources import (
+    BLAS_VARIABLES,
+    FREE_CPUS_VARIABLE,
+    available_cpus,
+    free_cpus,
+)
 from parcat.ipc.process import SHUTTING_DOWN
 from parcat.train.config import TrainConfig
 from parcat.train.metrics import read_metrics
@@ -80,6 +86,16 @@ def split_jobs(jobs: int | None, seeds: int) -> tuple[int, int]:
     return at_once, 1
 
 
+def schedule(jobs: int | None, seeds: int) -> str:
+    """How :func:`split_jobs` runs ``seeds`` seeds on ``jobs``, for the run's header."""
+    budget = jobs or available_cpus()
+    at_once, each = split_jobs(jobs, seeds)
+    if at_once <= budget:
+        return f"{at_once} at a time, {each} job(s) each"
+    return (f"{at_once} at a time sharing {budget} job(s) (~{seeds / budget:g} seeds' time "
+            f"instead of {-(-seeds // budget)} rounds), each planned on 1 CPU")
+
+
 @dataclass
 class SeedRun:
     """One seed's process and how it ended."""
@@ -104,14 +120,18 @@ def seed_configs(config: TrainConfig, seeds: Sequence[int],
 
 
 def run_seeds(configs: Sequence[TrainConfig], at_once: int, flags: Sequence[str],
-              on_start: Callable[[SeedRun], None],
-              on_end: Callable[[SeedRun], None]) -> list[SeedRun]:
+              on_start: Callable[[SeedRun], None], on_end: Callable[[SeedRun], None],
+              cpus_each: int = 1) -> list[SeedRun]:
     """Train every config in a ``parcat train`` process of its own (``flags`` added:
-    ``--resume`` or ``--force``), ``at_once`` at a time; Ctrl-C or SIGTERM stops them all
-    (each checkpoints) and is raised again once they have."""
+    ``--resume`` or ``--force``), ``at_once`` at a time, each planning its layout on
+    ``cpus_each`` CPUs (at most those free now); Ctrl-C or SIGTERM stops them all (each
+    checkpoints) and is raised again once they have."""
     runs = [SeedRun(c.seed, c.run_path) for c in configs]
     waiting = list(zip(runs, configs, strict=True))
-    env = {**os.environ, **dict.fromkeys(BLAS_VARIABLES, "1")}
+    # a seed that saw the CPUs idle at its start would spin its environment worker and
+    # itself on cores the other seeds need: two spinners waiting on a descheduled peer
+    env = {**os.environ, **dict.fromkeys(BLAS_VARIABLES, "1"),
+           FREE_CPUS_VARIABLE: str(min(cpus_each, free_cpus()))}
     with tempfile.TemporaryDirectory(prefix="parcat-seeds-") as folder:
         try:
             running: list[SeedRun] = []

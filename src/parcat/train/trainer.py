@@ -30,6 +30,7 @@ from parcat.train.config import LearningMode, TrainConfig
 from parcat.train.epoch_stats import EpochStats, episode_summary
 from parcat.train.learner import Learner, Transitions, train_each
 from parcat.train.metrics import RunLoggers, check_installed
+from parcat.train.mlp import blas_pinned
 from parcat.train.plan import TrainPlan, plan_training
 from parcat.train.recipes import (
     SHARED,
@@ -124,6 +125,10 @@ class Trainer:
     def run(self) -> TrainReport:
         """Train for the configured epochs, checkpointing as configured; Ctrl-C (or
         SIGTERM) stops after a checkpoint of the last finished epoch (``interrupted``)."""
+        with blas_pinned():  # every matrix here is small: more threads only cost
+            return self._run()
+
+    def _run(self) -> TrainReport:
         report = TrainReport(self.config)
         if self.config.mode is LearningMode.ASYNC:
             self._learning = AsyncLearning(
