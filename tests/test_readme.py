@@ -191,6 +191,11 @@ def free_port() -> int:
 def action_server() -> Iterator[int]:
     """The model server examples/http_policy.py calls: every POST gets action 0."""
     class Handler(http.server.BaseHTTPRequestHandler):
+        # as a model server would: the client's connection is kept, and each reply goes at
+        # once (HTTP/1.0 and Nagle cost every request a new connection and a 40 ms wait)
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True
+
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers["Content-Length"]))
             body = json.dumps({"action": 0}).encode()
