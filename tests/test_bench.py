@@ -235,7 +235,8 @@ def test_a_slowed_down_record_compares_as_a_regression(monkeypatch: pytest.Monke
         assert entry["speed"] > 0 and set(entry["relative"]) == {"median", "low", "high", "values"}
 
 
-def test_bench_quick_appends_a_record_and_compares(tmp_path: Path) -> None:
+def test_bench_quick_appends_a_record_and_compares(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     history = tmp_path / "h.jsonl"
     append_record(history, {"suite": "parcat-bench", "suite_version": 1, "quick": True,
                             "figures": {"agent_overhead_us": 5.0}})
@@ -246,14 +247,21 @@ def test_bench_quick_appends_a_record_and_compares(tmp_path: Path) -> None:
     assert first.exit_code == 0, first.output
     assert ("nothing comparable: the previous record is suite version 1, this one 2 (no "
             "earlier record of the history is comparable)\n") in first.stdout
-    result = runner.invoke(app, [*args, "--format", "json"])
-    assert result.exit_code == 0, result.output
     records = read_history(history)
-    assert len(records) == 3
+    assert len(records) == 2
     assert {"rollout_agent_steps_per_s", "speedup_jobs_2", "agent_overhead_us",
             "train_collection_steps_per_s"} <= set(records[-1]["figures"])
     assert records[-1]["suite_version"] == 2 and records[-1]["machine"]["cpus"] >= 1
     assert {f["better"] for f in records[-1]["figures"].values()} == {"higher", "lower"}
+    # a second run compares with it: the rollout alone, measured again, against the first
+    # run's rollout (in a record of that figure alone), not the whole suite twice
+    rollout = "rollout_agent_steps_per_s"
+    append_record(history, {**records[-1], "figures": {rollout: records[-1]["figures"][rollout]}})
+    monkeypatch.setattr("parcat.bench.suite.MEASUREMENTS",
+                        tuple(m for m in MEASUREMENTS if m.name == "rollout"))
+    result = runner.invoke(app, [*args, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert len(read_history(history)) == 4
     comparison = json.loads(result.stdout)["comparison"]
     assert comparison["incomparable"] is None and comparison["changes"]
     assert not any(c["regression"] for c in comparison["changes"])

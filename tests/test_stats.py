@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +17,8 @@ from parcat.eval import evaluate as evaluate_module
 from parcat.eval.evaluate import evaluate_to_precision, make_config
 from parcat.eval.report import strip_timings
 from parcat.eval.stats import (
+    Scores,
+    aggregate_iqm,
     aggregate_mean,
     iqm,
     probability_of_improvement,
@@ -91,3 +95,16 @@ def test_compare_command(tmp_path: Path) -> None:
     assert row["p_improvement"]["value"] > 0.9
     bad = runner.invoke(app, ["compare", str(a), str(tmp_path / "missing.json")])
     assert bad.exit_code == 2
+
+
+@pytest.mark.parametrize("statistic", [aggregate_mean, aggregate_iqm], ids=["mean", "iqm"])
+def test_the_all_at_once_bootstrap_gives_the_numbers_of_the_rep_by_rep_one(
+        statistic: Callable[[Scores], float]) -> None:
+    rng = np.random.default_rng(3)
+    for sizes in ([1], [7], [40, 3], [5] * 9, [0, 6]):
+        scores = {f"m{i}": rng.normal(size=n) * 10 for i, n in enumerate(sizes)}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # an empty mission's mean
+            at_once = stratified_bootstrap(scores, statistic, reps=300, seed=4)
+            one_by_one = stratified_bootstrap(scores, lambda s: statistic(s), reps=300, seed=4)
+        assert repr(at_once) == repr(one_by_one)

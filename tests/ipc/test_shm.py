@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
+import subprocess
 import sys
+import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,8 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /dev/shm"
 SHM = Path("/dev/shm")
 TIMEOUT_S = 60.0
 """Upper bound on any wait for a child process (never reached when things work)."""
+SIGINTS = 2000
+"""Ctrl-Cs sent into a loop of block lives (hundreds land in its finalizers' window)."""
 
 BOX_SPACES = [
     spaces.Box(-100, 100, (3,), np.int8),
@@ -187,7 +192,7 @@ def test_every_array_is_64_byte_aligned_and_none_overlap() -> None:
         spans.sort()
         for (_, end), (start, _) in itertools.pairwise(spans):
             assert end <= start
-        assert spans[-1][1] <= block.shm.size
+        assert spans[-1][1] <= block.size
     finally:
         block.close()
 
@@ -328,3 +333,66 @@ def test_slot_block_layout_matches_the_codecs() -> None:
     finally:
         block.close()
 
+
+
+# -- Ctrl-C at any moment of a block's life -------------------------------------------------
+
+BLOCK_CYCLES = """\
+import select
+import sys
+import numpy as np
+from parcat.ipc.shm import ArrayBlock, unlink_own_blocks
+
+specs = {"a": ((16,), np.int64)}
+counts = {"cycles": 0, "interrupts": 0}
+
+def cycles():
+    print("ready", flush=True)  # again after a Ctrl-C between two tries
+    while not select.select([sys.stdin], [], [], 0)[0]:  # until told to stop
+        try:
+            block = ArrayBlock(specs)
+            try:
+                ArrayBlock(specs, name=block.name).close()
+            finally:
+                block.close()
+            del block  # the last reference: a SharedMemory left to its finalizer runs it here
+            counts["cycles"] += 1
+        except KeyboardInterrupt:
+            counts["interrupts"] += 1
+
+while True:  # a Ctrl-C between two tries lands here
+    try:
+        cycles()
+        break
+    except KeyboardInterrupt:
+        counts["interrupts"] += 1
+unlink_own_blocks()  # a Ctrl-C between a create and its try is this script's, not parcat's
+print(counts["cycles"], counts["interrupts"], flush=True)
+"""
+
+
+@pytest.mark.usefixtures("clean_machine")
+def test_ctrl_c_at_any_moment_of_a_blocks_life_is_never_lost_in_a_finalizer() -> None:
+    """A library user's Ctrl-C (Python's own handler and unraisable hook, no CLI) landing
+    anywhere while blocks are created, attached, closed and dropped: it always surfaces as a
+    KeyboardInterrupt, never as an ``Exception ignored in: SharedMemory.__del__`` line."""
+    # one thread, as a plain script has: a Ctrl-C the main thread holds back cannot go to
+    # another thread (numpy's BLAS pool), whose handler Python would run in the main one
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", BLOCK_CYCLES], text=True, env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        for _ in range(SIGINTS):
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.001)
+        time.sleep(0.2)  # the last one lands while the cycles still run
+        out, err = proc.communicate("", timeout=TIMEOUT_S)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert "Exception ignored" not in err, err
+    assert proc.returncode == 0, err
+    cycles, interrupts = map(int, out.splitlines()[-1].split())
+    assert cycles > 0 and interrupts > 0

@@ -77,20 +77,21 @@ def test_soak_2000_episodes_in_one_run() -> None:
     assert fds <= before[0] and (kids, blocks) == (before[1], before[3])
 
 
-@pytest.mark.timeout(360)  # 100 runs start 300 processes: past 120 s on a loaded machine
-def test_soak_100_runs_in_one_process_stay_flat() -> None:
+@pytest.mark.timeout(360)  # 50 runs start 150 processes: past 120 s on a loaded machine
+def test_soak_50_runs_in_one_process_stay_flat() -> None:
     mission = scripted_mission(max_steps=3, agents=2)
     specs = (parse_policy_spec("random"),)
     options = RunOptions(jobs=2, parallel_policy=True, policy_strategy="process")
     samples = []
-    for i in range(100):
+    for i in range(50):
         evaluate(EvalConfig((mission,), specs, episodes=1, seed=i), options)
-        if i in (9, 99):
+        if i in (9, 49):
             gc.collect()
             samples.append(_resources())
     (fds0, kids0, rss0, shm0), (fds1, kids1, rss1, shm1) = samples
     assert fds1 <= fds0 and kids1 <= kids0 and shm1 <= shm0
-    assert rss1 - rss0 < 20, f"memory grew {rss1 - rss0:.1f} MiB over 90 runs"
+    # 0.22 MiB a run at most (flat to the byte here, runs 10 to 100 measured)
+    assert rss1 - rss0 < 9, f"memory grew {rss1 - rss0:.1f} MiB over 40 runs"
 
 
 cli_tokens = st.sampled_from([

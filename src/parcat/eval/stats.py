@@ -48,7 +48,12 @@ class Interval:
 def stratified_bootstrap(scores: Scores, statistic: Callable[[Scores], float],
                          reps: int = 2000, confidence: float = 0.95, seed: int = 0) -> Interval:
     """Percentile bootstrap CI of ``statistic``, resampling episodes within each mission."""
-    return paired_bootstrap(scores, {}, lambda x, _: statistic(x), reps, confidence, seed)
+    batched = _BATCHED.get(statistic)
+    if batched is None:
+        return paired_bootstrap(scores, {}, lambda x, _: statistic(x), reps, confidence, seed)
+    data = [np.asarray(v, dtype=float) for v in scores.values()]
+    draws = batched(_resamples(data, reps, np.random.default_rng(seed)))
+    return _interval(statistic(dict(zip(scores, data, strict=True))), draws, confidence)
 
 
 def probability_of_improvement(x: Sequence[float], y: Sequence[float]) -> float:
@@ -62,17 +67,43 @@ def paired_bootstrap(
     reps: int = 2000, confidence: float = 0.95, seed: int = 0,
 ) -> Interval:
     """Bootstrap CI of a statistic of two result sets, each resampled within missions."""
-    rng = np.random.default_rng(seed)
     xa = {k: np.asarray(v, dtype=float) for k, v in x.items()}
     ya = {k: np.asarray(v, dtype=float) for k, v in y.items()}
+    rows = _resamples([*xa.values(), *ya.values()], reps, np.random.default_rng(seed))
+    xr, yr = rows[:len(xa)], rows[len(xa):]
     draws = np.empty(reps)
     for r in range(reps):
-        xs = {k: a[rng.integers(0, a.size, a.size)] for k, a in xa.items()}
-        ys = {k: a[rng.integers(0, a.size, a.size)] for k, a in ya.items()}
-        draws[r] = statistic(xs, ys)
+        draws[r] = statistic({k: m[r] for k, m in zip(xa, xr, strict=True)},
+                             {k: m[r] for k, m in zip(ya, yr, strict=True)})
+    return _interval(statistic(xa, ya), draws, confidence)
+
+
+def _resamples(arrays: list[np.ndarray], reps: int,
+               rng: np.random.Generator) -> list[np.ndarray]:
+    """Each array resampled with replacement, ``reps`` times (a row each). One draw for all,
+    which gives the numbers that drawing rep by rep, array by array gave."""
+    sizes = [a.size for a in arrays]
+    picks = rng.integers(0, np.repeat(sizes, sizes), (reps, sum(sizes)))
+    ends = np.cumsum(sizes, dtype=int)
+    return [a[picks[:, end - a.size:end]] for a, end in zip(arrays, ends, strict=True)]
+
+
+def _interval(value: float, draws: np.ndarray, confidence: float) -> Interval:
     tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(draws, [tail, 100 - tail])
-    return Interval(statistic(xa, ya), float(low), float(high))
+    return Interval(value, float(low), float(high))
+
+
+def _batched_mean(rows: list[np.ndarray]) -> np.ndarray:
+    """:func:`aggregate_mean` of every rep at once (the same sums in the same order)."""
+    return np.stack([m.mean(axis=1) for m in rows], axis=1).mean(axis=1)
+
+
+def _batched_iqm(rows: list[np.ndarray]) -> np.ndarray:
+    """:func:`aggregate_iqm` of every rep at once."""
+    pooled = np.sort(np.concatenate(rows, axis=1), axis=1)
+    cut = int(0.25 * pooled.shape[1])
+    return pooled[:, cut: pooled.shape[1] - cut].mean(axis=1)
 
 
 def mean_difference(x: Scores, y: Scores) -> float:
@@ -103,3 +134,8 @@ def normalised(all_scores: Sequence[Scores]) -> list[dict[str, np.ndarray]]:
         return np.full(array.shape, 0.5) if high == low else (array - low) / (high - low)
 
     return [{m: mapped(m, v) for m, v in scores.items()} for scores in all_scores]
+
+
+_BATCHED: dict[Callable[[Scores], float], Callable[[list[np.ndarray]], np.ndarray]] = {
+    aggregate_mean: _batched_mean, aggregate_iqm: _batched_iqm}
+"""Statistics that :func:`stratified_bootstrap` computes for all reps at once."""

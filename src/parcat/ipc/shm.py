@@ -9,7 +9,9 @@ nothing is pickled per step.
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
+import signal
 from dataclasses import dataclass
 from multiprocessing import resource_tracker, shared_memory
 from typing import Any
@@ -22,8 +24,13 @@ from parcat.ipc.layout import HEADER_SLOTS
 from parcat.ipc.shm_names import PREFIX as PREFIX
 from parcat.ipc.shm_names import new_block_name
 from parcat.ipc.shm_names import remove_stale_blocks as remove_stale_blocks
+from parcat.ipc.start import interrupts_deferred
 
 ALIGN = 64
+FOLDER = "/dev/shm"
+HELD = frozenset({signal.SIGINT, signal.SIGTERM})
+"""Held back while a block is created, attached or closed: cut there, a block would be left
+that no one unlinks, or open with no one to close it."""
 
 
 @dataclass(frozen=True)
@@ -121,7 +128,7 @@ def unlink_own_blocks() -> None:
     interrupt can land between a block's creation and the code that records it)."""
     for name in list(_OWN):
         with contextlib.suppress(OSError):
-            os.unlink(os.path.join("/dev/shm", name))
+            os.unlink(os.path.join(FOLDER, name))
             resource_tracker.unregister(f"/{name}", "shared_memory")
         _OWN.discard(name)
 
@@ -138,37 +145,60 @@ class ArrayBlock:
             offsets[key] = size
             size = _align(size + int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
         self.owner = name is None
-        if name is None:
-            self.shm = shared_memory.SharedMemory(
-                name=new_block_name(), create=True, size=size
-            )
-            _OWN.add(self.shm.name)
-        else:
-            register = resource_tracker.register
-            resource_tracker.register = lambda *args, **kwargs: None
-            try:
-                self.shm = shared_memory.SharedMemory(name=name)
-            finally:
-                resource_tracker.register = register
-        buf = self.shm.buf
-        self.header = np.ndarray((HEADER_SLOTS,), np.int64, buf, 0)
         if self.owner:
-            self.header[:] = 0
-        self.arrays = {key: np.ndarray(shape, dtype, buf, offsets[key])
-                       for key, (shape, dtype) in specs.items()}
+            resource_tracker.ensure_running()  # starting it unblocks both signals
+        with interrupts_deferred(HELD):  # cut after the open, the block would be dropped
+            self.name, self._mapping = _open(name, size)
+            self._buf: memoryview | None = memoryview(self._mapping)
+            self.header = np.ndarray((HEADER_SLOTS,), np.int64, self._buf, 0)
+            if self.owner:
+                self.header[:] = 0
+            self.arrays = {key: np.ndarray(shape, dtype, self._buf, offsets[key])
+                           for key, (shape, dtype) in specs.items()}
 
     @property
-    def name(self) -> str:
-        return self.shm.name
+    def size(self) -> int:
+        """The block's size in bytes."""
+        return len(self._mapping)
 
     def close(self) -> None:
         """Drop the views, close the mapping, and unlink it if this process created it."""
-        self.header = np.empty(0, np.int64)
-        self.arrays = {}
-        with contextlib.suppress(BufferError, OSError):
-            self.shm.close()
-        if self.owner:
-            with contextlib.suppress(FileNotFoundError):
-                self.shm.unlink()
-            _OWN.discard(self.shm.name)
-            self.owner = False
+        with interrupts_deferred(HELD):
+            self.header = np.empty(0, np.int64)
+            self.arrays = {}
+            if self._buf is not None:
+                self._buf.release()
+                self._buf = None
+                self._mapping.close()
+            if self.owner:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(FOLDER, self.name))
+                resource_tracker.unregister(f"/{self.name}", "shared_memory")
+                _OWN.discard(self.name)
+                self.owner = False
+
+
+def _open(name: str | None, size: int) -> tuple[str, mmap.mmap]:
+    """A new block this process owns (``name=None``), or the block ``name`` attached without
+    registering it with the resource tracker (its creator unlinks it); its name and a mapping.
+
+    The mapping is made here and the ``SharedMemory`` closed at once: its finalizer is
+    Python code, which a Ctrl-C can cut (Python then only prints it), and a block that an
+    interrupt keeps from its ``close`` would run it at some later collection; an ``mmap``
+    is freed in C.
+    """
+    if name is None:
+        shm = shared_memory.SharedMemory(name=new_block_name(), create=True, size=size)
+        _OWN.add(shm.name)
+    else:
+        register = resource_tracker.register
+        resource_tracker.register = lambda *args, **kwargs: None
+        try:
+            shm = shared_memory.SharedMemory(name=name)
+        finally:
+            resource_tracker.register = register
+    try:
+        with open(os.path.join(FOLDER, shm.name), "r+b") as file:
+            return shm.name, mmap.mmap(file.fileno(), shm.size)
+    finally:
+        shm.close()
