@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from gymnasium import spaces
+from typer.testing import CliRunner
 
+from parcat.cli.main import app
 from parcat.core.errors import ConfigError, ConformanceError
 from parcat.policies.base import AgentSpec
 from parcat.testing import check_learner
@@ -19,6 +23,7 @@ from tests.train.external_learner import OneStepReinforce
 OBS = spaces.Box(-1.0, 1.0, (3,), np.float32)
 BOX = spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 1.0], np.float32))
 SMALL = {"width": 16, "depth": 1, "minibatch_size": 16}
+EVADE_PPO = Path(__file__).resolve().parents[2] / "configs" / "evade-ppo.yaml"
 
 
 def spec(action_space: Any, observation_space: Any = OBS) -> AgentSpec:
@@ -164,3 +169,24 @@ def test_ppo_options_and_spaces_are_checked() -> None:
             "ppo: needs Discrete actions starting at 0 or a Box with finite bounds, got "
             "Box(-inf, inf, (2,), float32)")):
         PPOLearner(OBS, spaces.Box(-np.inf, np.inf, (2,), np.float32))
+
+
+@pytest.mark.parametrize("gradient_steps", [(), ("--gradient-steps", "3")])
+def test_the_evade_config_trains_each_learner_once_an_epoch(
+        tmp_path: Path, gradient_steps: tuple[str, ...]) -> None:
+    """configs/evade-ppo.yaml as shipped: an epoch is 128 steps of 8 environments, 1,024
+    transitions per agent, and each of the 4 IPPO learners then runs update_epochs 4 passes
+    of minibatches of 256 over them: 16 updates an epoch, whatever --gradient-steps says
+    (PPO's later rounds find the rollout empty). This is what its learning figures assume;
+    a budget or trainer change that trains more or less often fails here."""
+    result = CliRunner().invoke(app, ["train", "-c", str(EVADE_PPO), "--epochs", "2",
+                                      "--eval-episodes", "1", *gradient_steps, "-f", "json",
+                                      "-o", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.stderr
+    epochs = json.loads(result.stdout)["epochs"]
+    assert [e["total_env_steps"] for e in epochs] == [1024, 2048]
+    for epoch, updates in zip(epochs, (16, 32), strict=True):
+        learners = epoch["learner_metrics"]
+        assert sorted(learners) == ["evader", "pursuer_0", "pursuer_1", "pursuer_2"]
+        assert {agent: m["num_updates"] for agent, m in learners.items()} == dict.fromkeys(
+            learners, updates)
