@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import tracemalloc
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -17,10 +18,14 @@ from parcat.eval import evaluate as evaluate_module
 from parcat.eval.evaluate import evaluate_to_precision, make_config
 from parcat.eval.report import strip_timings
 from parcat.eval.stats import (
+    CHUNK_REPS,
+    Interval,
     Scores,
     aggregate_iqm,
     aggregate_mean,
     iqm,
+    mean_difference,
+    paired_bootstrap,
     probability_of_improvement,
     stratified_bootstrap,
 )
@@ -97,14 +102,49 @@ def test_compare_command(tmp_path: Path) -> None:
     assert bad.exit_code == 2
 
 
+def _rep_by_rep(x: Scores, y: Scores, statistic: Callable[[Scores, Scores], float],
+                reps: int, seed: int) -> Interval:
+    """main's paired_bootstrap before resampling was batched: the numbers it must keep."""
+    rng = np.random.default_rng(seed)
+    xa = {k: np.asarray(v, dtype=float) for k, v in x.items()}
+    ya = {k: np.asarray(v, dtype=float) for k, v in y.items()}
+    draws = np.empty(reps)
+    for r in range(reps):
+        xs = {k: a[rng.integers(0, a.size, a.size)] for k, a in xa.items()}
+        ys = {k: a[rng.integers(0, a.size, a.size)] for k, a in ya.items()}
+        draws[r] = statistic(xs, ys)
+    tail = (1 - 0.95) / 2 * 100
+    low, high = np.percentile(draws, [tail, 100 - tail])
+    return Interval(statistic(xa, ya), float(low), float(high))
+
+
 @pytest.mark.parametrize("statistic", [aggregate_mean, aggregate_iqm], ids=["mean", "iqm"])
-def test_the_all_at_once_bootstrap_gives_the_numbers_of_the_rep_by_rep_one(
+def test_the_chunked_bootstrap_gives_the_numbers_of_the_rep_by_rep_one(
         statistic: Callable[[Scores], float]) -> None:
     rng = np.random.default_rng(3)
+    reps = 2 * CHUNK_REPS + 50  # two full chunks and a part
     for sizes in ([1], [7], [40, 3], [5] * 9, [0, 6]):
         scores = {f"m{i}": rng.normal(size=n) * 10 for i, n in enumerate(sizes)}
+        other = {k: v + 1 for k, v in scores.items()}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # an empty mission's mean
-            at_once = stratified_bootstrap(scores, statistic, reps=300, seed=4)
-            one_by_one = stratified_bootstrap(scores, lambda s: statistic(s), reps=300, seed=4)
-        assert repr(at_once) == repr(one_by_one)
+            batched = stratified_bootstrap(scores, statistic, reps=reps, seed=4)
+            one_by_one = _rep_by_rep(scores, {}, lambda s, _: statistic(s), reps, seed=4)
+            paired = paired_bootstrap(scores, other, mean_difference, reps=reps, seed=5)
+            paired_reference = _rep_by_rep(scores, other, mean_difference, reps, seed=5)
+        assert repr(batched) == repr(one_by_one)
+        assert repr(paired) == repr(paired_reference)
+
+
+def test_the_bootstrap_holds_a_chunk_of_resamples_not_all_of_them() -> None:
+    scores = {"m": np.random.default_rng(0).normal(size=10_000)}
+    tracemalloc.start()  # numpy reports its arrays' memory to tracemalloc
+    try:
+        stratified_bootstrap(scores, aggregate_iqm, reps=2000)
+        paired_bootstrap(scores, scores, mean_difference, reps=2000)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # all 2000 reps at once: 160 MB each for indices, values, the IQM's pooled and sorted
+    # copies; a chunk of reps: a tenth
+    assert peak < 160 * 2**20, f"{peak / 2**20:.0f} MiB"
