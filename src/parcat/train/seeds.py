@@ -79,11 +79,15 @@ def split_jobs(jobs: int | None, seeds: int) -> tuple[int, int]:
     if seeds <= budget:
         return max(1, seeds), budget // max(1, seeds)
 
-    def wall(at_once: int) -> float:  # in one seed's time on one job
-        return -(-seeds // at_once) * at_once / budget
-
-    at_once = min(range(budget, min(seeds, SHARED_PER_JOB * budget) + 1), key=wall)
+    at_once = min(range(budget, min(seeds, SHARED_PER_JOB * budget) + 1),
+                  key=lambda n: _wall(seeds, n, budget))
     return at_once, 1
+
+
+def _wall(seeds: int, at_once: int, budget: int) -> float:
+    """Wall time, in one seed's time on one job, that :func:`split_jobs` plans ``seeds`` run
+    ``at_once`` on ``budget`` jobs by: every round counted as a full one."""
+    return -(-seeds // at_once) * at_once / budget
 
 
 def schedule(jobs: int | None, seeds: int) -> str:
@@ -92,7 +96,8 @@ def schedule(jobs: int | None, seeds: int) -> str:
     at_once, each = split_jobs(jobs, seeds)
     if at_once <= budget:
         return f"{at_once} at a time, {each} job(s) each"
-    return (f"{at_once} at a time sharing {budget} job(s) (~{seeds / budget:g} seeds' time "
+    return (f"{at_once} at a time sharing {budget} job(s) "
+            f"(~{round(_wall(seeds, at_once, budget), 2):g} seeds' time "
             f"instead of {-(-seeds // budget)} rounds), each planned on 1 CPU")
 
 
