@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from pathlib import Path
@@ -137,3 +138,27 @@ def test_a_log_two_runs_wrote_at_once_is_refused_on_resume(
         "another --run-dir\n")
     assert log.read_text() == before
     assert checkpoint.read_manifest(run)["epoch"] == 3
+
+
+def test_a_csv_log_from_before_the_best_columns_keeps_its_header_on_resume(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    assert train(run, 2, capsys, "--metrics-format", "csv")[0] == 0
+    log = run / "metrics.csv"
+    # what a run of an older parcat wrote: no best.<side>.* columns
+    rows = list(csv.DictReader(log.open(newline="")))
+    old = [key for key in rows[0] if not key.startswith("best.")]
+    assert len(old) < len(rows[0])
+    with log.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=old, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    code, err = train(run, 3, capsys, "--resume", "--metrics-format", "csv")
+    assert code == 0
+    assert re.fullmatch(rf"parcat: warning: metrics log '{re.escape(str(log))}' was started "
+                        r"without the columns best\.total\.epoch, .*; the resumed epochs "
+                        r"leave them out \(the JSON-lines format keeps every key\)\n", err), err
+    assert train(run, 4, capsys, "--resume", "--metrics-format", "csv")[0] == 0
+    assert log.read_text().splitlines()[0] == ",".join(old)
+    assert [record["epoch"] for record in read_metrics(log)] == [1, 2, 3, 4]

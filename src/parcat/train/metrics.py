@@ -14,6 +14,7 @@ import math
 import os
 import socket
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,8 @@ class MetricsLog:
     def __init__(self, run_path: Path, fmt: str, fresh: bool) -> None:
         self.path = run_path / f"metrics.{fmt}"
         self.fmt = fmt
+        self.header: list[str] | None = None
+        """The CSV columns every row is written with (the file's, once it has one)."""
         run_path.mkdir(parents=True, exist_ok=True)
         if fresh and self.path.exists():
             self.path.unlink()
@@ -76,8 +79,15 @@ class MetricsLog:
             return
         flat = _flatten(record)
         new = not self.path.exists()
+        if self.header is None:  # a resumed log keeps its header: every row has its columns
+            self.header = list(flat) if new else _csv_header(self.path)
+            dropped = [key for key in flat if key not in self.header]
+            if dropped:
+                warnings.warn(f"metrics log '{self.path}' was started without the columns "
+                              f"{', '.join(dropped)}; the resumed epochs leave them out "
+                              "(the JSON-lines format keeps every key)", stacklevel=2)
         with self.path.open("a", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(flat))
+            writer = csv.DictWriter(handle, fieldnames=self.header, extrasaction="ignore")
             if new:
                 writer.writeheader()
             writer.writerow(flat)
@@ -175,6 +185,12 @@ def _csv_rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
         raise ConfigError(f"metrics log '{path}' line {reader.line_num} is not CSV; fix or "
                           "delete that line") from exc
     return list(reader.fieldnames or []), rows
+
+
+def _csv_header(path: Path) -> list[str]:
+    """The column names on a CSV log's first line."""
+    with path.open(newline="") as handle:
+        return next(csv.reader(handle), [])
 
 
 def _unflatten(row: dict[str, str]) -> dict[str, Any]:
