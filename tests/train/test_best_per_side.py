@@ -4,7 +4,9 @@ keep the epoch best for them, in one ``RUN/best`` that ``parcat eval -p RUN/best
 from __future__ import annotations
 
 import json
+import logging
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -36,11 +38,12 @@ def shifted(trainer: Trainer, by: float) -> None:
         learner.load_policy_arrays({k: v + by for k, v in learner.policy_arrays().items()})
 
 
-def evade_trainer(run: Path) -> Trainer:
+def evade_trainer(run: Path, shared_learner: bool = False) -> Trainer:
     """A tiny evade run's trainer (PPO for every agent), never run: its checkpointer is."""
     return Trainer(TrainConfig(mission="evade", overrides={"max_steps": 20}, epochs=3,
                                steps_per_epoch=4, env_workers=0, envs_per_worker=1,
-                               learner={"class": "ppo"}, eval_episodes=2, run_dir=str(run)))
+                               learner={"class": "ppo"}, eval_episodes=2, run_dir=str(run),
+                               shared_learner=shared_learner))
 
 
 def weights(run: Path, agent: str) -> dict[str, np.ndarray]:
@@ -163,3 +166,40 @@ def test_a_run_where_the_pursuers_learn_to_capture_keeps_the_evaders_best_from_b
     assert checkpoint.read_manifest(run / "best" / "evader")["epoch"] == expected["evader"]
     assert (f"best pursuer (mean per agent) {scores['pursuer'][expected['pursuer'] - 1]:.3f} "
             f"at epoch {expected['pursuer']}") in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("damage", ["deleted", "damaged"])
+def test_a_deleted_or_damaged_best_loses_its_sides_not_the_epochs_checkpoint(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str) -> None:
+    run = tmp_path / "run"
+    trainer = evade_trainer(run)
+    try:
+        checkpoints = trainer._checkpointer()
+        checkpoints.finished(1, evaluation(1.0, -1.0))
+        checkpoints.save()
+        if damage == "deleted":
+            shutil.rmtree(run / "best")
+        else:
+            next((run / "best" / "evader").glob("*.npz")).write_bytes(b"cut")
+        # the pursuers do better: best/ would keep the evader's epoch 1, which is gone
+        shifted(trainer, 0.25)
+        checkpoints.finished(2, evaluation(2.0, -5.0))
+        with caplog.at_level(logging.WARNING, logger="parcat.train"):
+            checkpoints.save()
+        assert checkpoint.read_manifest(run)["epoch"] == 2
+        sides = checkpoint.read_manifest(run / "best")["sides"]
+        assert {side: entry["epoch"] for side, entry in sides.items()} == {"pursuer": 2}
+        assert same(weights(run / "best", "evader"), dict(trainer.learners["evader"]
+                                                         .policy_arrays()))
+        # the evader's best starts again: its next evaluation is its best
+        checkpoints.finished(3, evaluation(0.0, -4.0))
+        checkpoints.save()
+        sides = checkpoint.read_manifest(run / "best")["sides"]
+        assert {side: entry["epoch"] for side, entry in sides.items()} == {
+            "pursuer": 2, "evader": 3}
+    finally:
+        trainer.close()
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "parcat.train"]
+    assert re.fullmatch(r".*'.*best.*'.*; the best of evader starts again: 'best' takes this "
+                        r"epoch's agents", warning), warning
+

@@ -226,6 +226,20 @@ class Checkpointer:
             arrays[FILE] = _copied(self.vec.in_flight().to_arrays())
         return RunSnapshot(agents, run_meta, arrays)
 
+    def _readable_best(self, kept: list[str]) -> list[str]:
+        """``kept``, the sides whose agents a new ``best/`` keeps from the old one; none,
+        their bests forgotten with a warning, where the old one is deleted or damaged: the
+        epoch's checkpoint is written all the same."""
+        try:
+            checkpoint.read_manifest(self.config.run_path / BEST)
+        except CheckpointError as exc:
+            log.warning("%s; the best of %s starts again: '%s' takes this epoch's agents",
+                        exc, " and ".join(kept), BEST)
+            for side in kept:
+                self.best[side] = SideBest()
+            return []
+        return kept
+
     def _write(self, snapshot: RunSnapshot) -> Path:
         """Write ``snapshot`` (and ``best/``, where :meth:`best_after` judged its epoch best
         for a side); a failed write (a full disk) leaves the last checkpoint and is one
@@ -236,8 +250,11 @@ class Checkpointer:
         meta = dict(snapshot.meta)
         if snapshot.meta["epoch"] == epoch and self._confirmed:
             meta["best_return"] = self._confirmed[TOTAL]  # the candidate's, best or not
-        keep = [a for side, agents in self.sides.items() if side not in improved
-                and math.isfinite(self.best[side].eval_return) for a in agents]
+        kept = [side for side in self.sides if side not in improved
+                and math.isfinite(self.best[side].eval_return)]
+        if improved and kept:
+            kept = self._readable_best(kept)
+        keep = [agent for side in kept for agent in self.sides[side]]
         sides_meta = {side: self.best[side].manifest(self.sides[side], side)
                       for side in self.sides if math.isfinite(self.best[side].eval_return)}
         try:
