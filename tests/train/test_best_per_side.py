@@ -203,3 +203,21 @@ def test_a_deleted_or_damaged_best_loses_its_sides_not_the_epochs_checkpoint(
     assert re.fullmatch(r".*'.*best.*'.*; the best of evader starts again: 'best' takes this "
                         r"epoch's agents", warning), warning
 
+
+def test_agents_of_two_sides_that_share_a_learner_keep_one_best(tmp_path: Path) -> None:
+    # one network for pursuers and evader: a best per side would mix its epochs in best/
+    run = tmp_path / "run"
+    trainer = evade_trainer(run, shared_learner=True)
+    try:
+        checkpoints = trainer._checkpointer()
+        assert checkpoints.sides == {"total": [*PURSUERS, "evader"]}
+        for epoch, (pursuer, evader) in enumerate([(1.0, -1.0), (0.5, 2.0)], 1):
+            shifted(trainer, 0.25)
+            checkpoints.finished(epoch, evaluation(pursuer, evader))
+            checkpoints.save()
+    finally:
+        trainer.close()
+    manifest = checkpoint.read_manifest(run / "best")
+    assert {side: entry["epoch"] for side, entry in manifest["sides"].items()} == {"total": 2}
+    assert {checkpoint.read_manifest(run / "best" / agent)["epoch"]
+            for agent in (*PURSUERS, "evader")} == {2}

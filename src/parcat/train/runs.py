@@ -82,12 +82,25 @@ class Checkpointer:
 
     def __post_init__(self) -> None:
         agents = [str(spec.agent_id) for spec in self.mission.agents()]
-        self.sides = sides(agents) or {TOTAL: agents}
+        self.sides = self._sides(agents)
         """The agents of each side that has a best of its own (one side: ``total``)."""
         self.best = read_best(self.config.run_path, self.sides)
         self.pending: RunSnapshot | None = None  # the last finished epoch, not written yet
         self._judged: tuple[int, set[str]] = (-1, set())  # (epoch, the sides it is best for)
         self._confirmed: dict[str, dict[str, float]] = {}  # that epoch's confirmation
+
+    def _sides(self, agents: list[str]) -> dict[str, list[str]]:
+        """The mission's sides, or one (``total``) where agents of different sides share a
+        learner (self-play, ``--shared-learner``): a best per side would mix epochs of the
+        one network."""
+        found = sides(agents)
+        learner: dict[str, object] = {str(agent): id(x) for agent, x in self.learners.items()}
+        owner: dict[object, str] = {}
+        for side, members in found.items():
+            for agent in members:
+                if owner.setdefault(learner.get(agent, agent), side) != side:
+                    return {TOTAL: agents}
+        return found or {TOTAL: agents}
 
     def evaluate(self) -> dict[str, float]:
         """The learners' greedy returns on the run's fixed evaluation episodes; an
