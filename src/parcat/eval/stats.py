@@ -72,7 +72,7 @@ def paired_bootstrap(
     """Bootstrap CI of a statistic of two result sets, each resampled within missions."""
     xa = {k: np.asarray(v, dtype=float) for k, v in x.items()}
     ya = {k: np.asarray(v, dtype=float) for k, v in y.items()}
-    draws = []
+    draws: list[float] = []
     for rows in _resamples([*xa.values(), *ya.values()], reps, np.random.default_rng(seed)):
         xr, yr = rows[:len(xa)], rows[len(xa):]
         draws += [statistic({k: m[r] for k, m in zip(xa, xr, strict=True)},
