@@ -106,7 +106,8 @@ def test_a_training_curve_is_against_steps_with_evaluation_and_best(
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert list(curves[0].steps) == [r["total_env_steps"] for r in records]
     best_epoch = json.loads((run / "best" / "manifest.json").read_text())["epoch"]
-    assert marks.best == (records[best_epoch - 1]["total_env_steps"], best_epoch)
+    assert marks.best == [(records[best_epoch - 1]["total_env_steps"],
+                           f"best checkpoint (epoch {best_epoch})")]
     assert len(marks.evaluation[0].values) == 3  # a checkpoint every 2 of 6 epochs
     ax = training_figure(curves, "reward", title, marks).get_axes()[0]
     assert ax.get_xlabel() == "environment steps"

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from parcat.cli.main import main
+from parcat.cli.plot_sources import training_of
 from parcat.policies import checkpoint
 from parcat.train.config import TrainConfig
 from parcat.train.metrics import read_metrics
@@ -87,7 +88,14 @@ def test_each_side_keeps_the_epoch_best_for_it(tmp_path: Path,
     assert checkpoint.read_manifest(run / "best" / "evader")["epoch"] == 2
     # parcat eval plays each side's best, and a resumed run starts from the same bests
     assert main(["eval", "-p", str(run / "best"), "-n", "2", "-f", "csv"]) == 0
-    assert "evade," in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "evade," in out
+    assert err == (f"-p {run / 'best'}: the best checkpoint of each side (evader of epoch 2, "
+                   "pursuer of epoch 3)\n")
+    assert main(["eval", "-p", str(run / "best" / "evader"), "-n", "2", "-f", "csv"]) == 0
+    assert capsys.readouterr().err == (
+        f"-p {run / 'best' / 'evader'}: one agent's policy of run {run / 'best'} (epoch 2), "
+        "on the run's mission parameters\n")
     again = Checkpointer(trainer.config, trainer.mission, trainer.learners)
     assert {side: (b.epoch, b.eval_return) for side, b in again.best.items()} == {
         "pursuer": (3, 2.0), "evader": (2, 2.0)}
@@ -164,6 +172,10 @@ def test_a_run_where_the_pursuers_learn_to_capture_keeps_the_evaders_best_from_b
     assert {checkpoint.read_manifest(run / "best" / agent)["epoch"]
             for agent in PURSUERS} == {expected["pursuer"]}
     assert checkpoint.read_manifest(run / "best" / "evader")["epoch"] == expected["evader"]
+    # parcat plot RUN marks each side's best, at its own epoch
+    marks = training_of([run], "reward", "mean")[1]
+    assert marks.best == [(float(log[expected[side] - 1]["total_env_steps"]),
+                           f"best {side} (epoch {expected[side]})") for side in sides]
     assert (f"best pursuer (mean per agent) {scores['pursuer'][expected['pursuer'] - 1]:.3f} "
             f"at epoch {expected['pursuer']}") in capsys.readouterr().out
 

@@ -158,9 +158,14 @@ def _marks(records: Sequence[dict[str, Any]], run: Path, field: str) -> Marks:
         finite = np.isfinite(np.array(values))
         if name != "total" and finite.any():
             evaluation.append(Curve(name, steps[finite], np.array(values)[finite]))
-    epoch = _manifest(run / "best").get("epoch")
-    best = next(((float(s), epoch) for s, r in zip(steps, records, strict=True)
-                 if isinstance(epoch, int) and r.get("epoch") == epoch), None)
+    manifest = _manifest(run / "best")
+    # one best per side: each side's epoch (RUN/best pairs them); else the checkpoint's
+    sides = {f"best {side} (epoch {entry.get('epoch')})": entry.get("epoch")
+             for side, entry in (manifest.get("sides") or {}).items() if side != "total"}
+    wanted = sides or {f"best checkpoint (epoch {manifest.get('epoch')})": manifest.get("epoch")}
+    at = {r.get("epoch"): float(s) for s, r in zip(steps, records, strict=True)}
+    best = [(at[epoch], label) for label, epoch in wanted.items()
+            if isinstance(epoch, int) and epoch in at]
     return Marks(evaluation, best)
 
 

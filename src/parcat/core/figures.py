@@ -156,8 +156,8 @@ class Marks:
 
     evaluation: Sequence[Curve] = ()
     """The greedy evaluation's return per agent, at the checkpoints."""
-    best: tuple[float, int] | None = None
-    """The best checkpoint: its environment step and epoch."""
+    best: Sequence[tuple[float, str]] = ()
+    """The best checkpoint, or each side's: its environment step and what it is."""
 
 
 @styled
@@ -182,10 +182,9 @@ def training_figure(curves: Sequence[Curve], field: str, title: str,
     for n, curve in enumerate(marks.evaluation):
         ax.plot(curve.steps, curve.values, "s--", color=COLOURS[n % len(COLOURS)],
                 markersize=5, linewidth=1, label=f"{curve.name} evaluation return")
-    if marks.best is not None:
-        step, epoch = marks.best
-        ax.axvline(step, color="k", linestyle=":", linewidth=1.2,
-                   label=f"best checkpoint (epoch {epoch})")
+    for (step, label), style in zip(marks.best, [":", "-.", "--", (0, (1, 4))] * 4,
+                                    strict=False):
+        ax.axvline(step, color="k", linestyle=style, linewidth=1.2, label=label)
     ax.set_xlabel("environment steps")
     ax.set_ylabel(field.replace("_", " ") + (" per agent" if field.startswith("reward") else ""))
     integer_ticks(ax.xaxis)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,8 @@ class RunCheckpoint:
     eval_total: float | None
     agent_dir: bool = False
     """``path`` is one agent's folder in the run (its policy, played by every agent)."""
+    side_epochs: Mapping[str, int] = field(default_factory=dict)
+    """``best/``'s sides (one best per side): the epoch each side's agents come from."""
 
     def describe(self) -> str:
         """One line: which checkpoint of the run this is."""
@@ -42,6 +44,10 @@ class RunCheckpoint:
         if self.agent_dir:
             return (f"-p {self.path}: one agent's policy of run {self.path.parent} "
                     f"(epoch {self.epoch}{score}), on the run's mission parameters")
+        if self.path.name == checkpoint.BEST and self.side_epochs:
+            epochs = ", ".join(f"{side} of epoch {epoch}"
+                               for side, epoch in self.side_epochs.items())
+            return f"-p {self.path}: the best checkpoint of each side ({epochs})"
         if self.path.name == checkpoint.BEST:
             return f"-p {self.path}: the best checkpoint (epoch {self.epoch}{score})"
         best = self.path / checkpoint.BEST
@@ -65,7 +71,12 @@ def read_run(target: str) -> RunCheckpoint | None:
         # one agent's folder in a run: the run's mission and parameters; its policy
         # plays every agent, so there are no per-agent spaces to hold it to
         run = read_run(str(path.parent))
-        return None if run is None else replace(run, path=path, spaces={}, agent_dir=True)
+        if run is None:
+            return None
+        # in a best/ of sides, the agent's own epoch; the total is another epoch's
+        return replace(run, path=path, spaces={}, agent_dir=True,
+                       epoch=manifest.get("epoch", run.epoch),
+                       eval_total=None if run.side_epochs else run.eval_total)
     if "mission" not in manifest:
         return None
     spaces = {}
@@ -79,6 +90,8 @@ def read_run(target: str) -> RunCheckpoint | None:
         params=dict(manifest.get("mission_params", {})), spaces=spaces,
         epoch=manifest.get("epoch", 0),
         eval_total=float(total) if isinstance(total, int | float) else None,
+        side_epochs={side: entry.get("epoch") for side, entry in
+                     (manifest.get("sides") or {}).items() if side != "total"},
     )
 
 
