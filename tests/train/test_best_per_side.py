@@ -4,7 +4,6 @@ keep the epoch best for them, in one ``RUN/best`` that ``parcat eval -p RUN/best
 from __future__ import annotations
 
 import json
-import logging
 import re
 import shutil
 from pathlib import Path
@@ -182,7 +181,7 @@ def test_a_run_where_the_pursuers_learn_to_capture_keeps_the_evaders_best_from_b
 
 @pytest.mark.parametrize("damage", ["deleted", "damaged"])
 def test_a_deleted_or_damaged_best_loses_its_sides_not_the_epochs_checkpoint(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str) -> None:
+        tmp_path: Path, damage: str) -> None:
     run = tmp_path / "run"
     trainer = evade_trainer(run)
     try:
@@ -196,7 +195,7 @@ def test_a_deleted_or_damaged_best_loses_its_sides_not_the_epochs_checkpoint(
         # the pursuers do better: best/ would keep the evader's epoch 1, which is gone
         shifted(trainer, 0.25)
         checkpoints.finished(2, evaluation(2.0, -5.0))
-        with caplog.at_level(logging.WARNING, logger="parcat.train"):
+        with pytest.warns(UserWarning) as warned:
             checkpoints.save()
         assert checkpoint.read_manifest(run)["epoch"] == 2
         sides = checkpoint.read_manifest(run / "best")["sides"]
@@ -211,9 +210,12 @@ def test_a_deleted_or_damaged_best_loses_its_sides_not_the_epochs_checkpoint(
             "pursuer": 2, "evader": 3}
     finally:
         trainer.close()
-    [warning] = [r.getMessage() for r in caplog.records if r.name == "parcat.train"]
-    assert re.fullmatch(r".*'.*best.*'.*; the best of evader starts again: 'best' takes this "
-                        r"epoch's agents", warning), warning
+    [warning] = [str(w.message) for w in warned]
+    problem = (f"'{run / 'best'}' was deleted" if damage == "deleted" else
+               f"checkpoint '{run / 'best'}' is truncated or corrupted: 'evader/")
+    assert warning.startswith(problem), warning
+    assert warning.endswith("; the best of evader starts again: 'best' takes this epoch's "
+                            "agents"), warning
 
 
 def test_agents_of_two_sides_that_share_a_learner_keep_one_best(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -243,11 +244,13 @@ class Checkpointer:
         """``kept``, the sides whose agents a new ``best/`` keeps from the old one; none,
         their bests forgotten with a warning, where the old one is deleted or damaged: the
         epoch's checkpoint is written all the same."""
+        best = self.config.run_path / BEST
         try:
-            checkpoint.read_manifest(self.config.run_path / BEST)
+            checkpoint.read_manifest(best)
         except CheckpointError as exc:
-            log.warning("%s; the best of %s starts again: '%s' takes this epoch's agents",
-                        exc, " and ".join(kept), BEST)
+            problem = str(exc) if best.exists() else f"'{best}' was deleted"
+            warnings.warn(f"{problem}; the best of {' and '.join(kept)} starts again: "
+                          f"'{BEST}' takes this epoch's agents", stacklevel=2)
             for side in kept:
                 self.best[side] = SideBest()
             return []
