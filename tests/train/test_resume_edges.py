@@ -156,9 +156,23 @@ def test_a_csv_log_from_before_the_best_columns_keeps_its_header_on_resume(
         writer.writerows(rows)
     code, err = train(run, 3, capsys, "--resume", "--metrics-format", "csv")
     assert code == 0
-    assert re.fullmatch(rf"parcat: warning: metrics log '{re.escape(str(log))}' was started "
-                        r"without the columns best\.total\.epoch, .*; the resumed epochs "
-                        r"leave them out \(the JSON-lines format keeps every key\)\n", err), err
+    assert re.fullmatch(rf"parcat: warning: metrics log '{re.escape(str(log))}' has no "
+                        r"columns best\.total\.epoch, .*; its rows leave them out "
+                        r"\(--metrics-format jsonl keeps every key\)\n", err), err
     assert train(run, 4, capsys, "--resume", "--metrics-format", "csv")[0] == 0
     assert log.read_text().splitlines()[0] == ",".join(old)
     assert [record["epoch"] for record in read_metrics(log)] == [1, 2, 3, 4]
+
+
+def test_a_key_a_later_epoch_adds_to_a_csv_log_is_left_out_with_one_warning(
+        tmp_path: Path) -> None:
+    # async training has no learner metrics until its first round comes back
+    metrics = MetricsLog(tmp_path, "csv", fresh=True)
+    metrics.write({"epoch": 1, "reward": {"agent_0": 0.5}})
+    with pytest.warns(UserWarning, match=re.escape(
+            f"metrics log '{metrics.path}' has no columns loss.agent_0; its rows leave them "
+            "out (--metrics-format jsonl keeps every key)")):
+        metrics.write({"epoch": 2, "reward": {"agent_0": 1.0}, "loss": {"agent_0": 0.1}})
+    metrics.write({"epoch": 3, "reward": {"agent_0": 1.5}, "loss": {"agent_0": 0.1}})
+    assert read_metrics(metrics.path) == [
+        {"epoch": epoch, "reward": {"agent_0": epoch / 2}} for epoch in (1, 2, 3)]

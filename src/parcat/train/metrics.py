@@ -43,6 +43,7 @@ class MetricsLog:
         self.fmt = fmt
         self.header: list[str] | None = None
         """The CSV columns every row is written with (the file's, once it has one)."""
+        self.warned = False
         run_path.mkdir(parents=True, exist_ok=True)
         if fresh and self.path.exists():
             self.path.unlink()
@@ -81,11 +82,12 @@ class MetricsLog:
         new = not self.path.exists()
         if self.header is None:  # a resumed log keeps its header: every row has its columns
             self.header = list(flat) if new else _csv_header(self.path)
-            dropped = [key for key in flat if key not in self.header]
-            if dropped:
-                warnings.warn(f"metrics log '{self.path}' was started without the columns "
-                              f"{', '.join(dropped)}; the resumed epochs leave them out "
-                              "(the JSON-lines format keeps every key)", stacklevel=2)
+        dropped = [key for key in flat if key not in self.header]
+        if dropped and not self.warned:  # an older run's log, or a key a later epoch adds
+            self.warned = True
+            warnings.warn(f"metrics log '{self.path}' has no columns {', '.join(dropped)}; "
+                          "its rows leave them out (--metrics-format jsonl keeps every key)",
+                          stacklevel=2)
         with self.path.open("a", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=self.header, extrasaction="ignore")
             if new:
