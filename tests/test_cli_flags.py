@@ -354,8 +354,8 @@ def test_plan_reads_the_eval_config_file_and_skips_what_only_eval_does(
     ("train", "epoch: 3\n",
      "unknown key 'epoch'; valid: address, backend, best_episodes, checkpoint_every, "
      "env_workers, envs_per_worker, epochs, eval_episodes, force, format, gradient_steps, "
-     "init_from, jobs, learner, loggers, metrics_format, mission, mode, monte_carlo, "
-     "overrides, parallel_training, pool_every, pool_share, pool_size, progress, render, "
+     "init_from, jobs, learner, loggers, metrics_format, mirror, mission, mode, monte_carlo, "
+     "negamax, overrides, parallel_training, pool_every, pool_share, pool_size, progress, render, "
      "resume, run_dir, seed, seeds, set, shared_learner, steps_per_epoch, total_steps, "
      "train_interval, train_steps, train_threads"),
     ("train", "mode: fast\n", "key 'mode' must be one of sync, async, got 'fast'"),

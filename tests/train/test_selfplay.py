@@ -21,10 +21,11 @@ from pettingzoo.classic.connect_four.connect_four import raw_env
 from typer.testing import CliRunner
 
 from parcat.cli.main import app
+from parcat.core.errors import ConfigError
 from parcat.policies import checkpoint
 from parcat.train.config import TrainConfig
 from parcat.train.runs import TOTAL
-from parcat.train.selfplay import POOL_FILE, Game, SelfPlayTrainer
+from parcat.train.selfplay import POOL_FILE, Game, NegamaxDQN, SelfPlayTrainer
 from tests.envs.nim import NimEnv
 from tests.train.flags import load
 
@@ -99,6 +100,68 @@ def test_monte_carlo_hands_over_each_move_with_the_game_s_outcome() -> None:
                                                                             * len(rewards)))
     assert all(t[5] for t in game.transitions)  # nothing is bootstrapped
     game.close()
+
+
+def test_negamax_ends_each_move_where_the_opponent_moves_next() -> None:
+    trainer = SelfPlayTrainer(replace(nim_config(Path("unused")), mission=CONNECT_FOUR,
+                                      negamax=True))
+    game = Game(trainer.mission, 0, trainer._flat, negamax=True)
+    game.start(seed=3, episode=0)
+    rows = []
+    while True:  # column 0 for the first seat, 1 for the second: the first wins on move 7
+        rows.append(trainer._flat(game.request[1]))
+        if game.play(int(len(rows) % 2 == 0), rows[-1]) is not None:
+            break
+    moves = game.transitions
+    assert len(moves) == len(rows) == 7
+    for move, row, seen in zip(moves, rows, rows[1:], strict=False):
+        assert (move[3], move[5]) == (0.0, False)
+        assert np.array_equal(move[1], row) and np.array_equal(move[4], seen)
+    assert (moves[-1][0], moves[-1][3], moves[-1][5]) == ("player_0", 1.0, True)  # the win
+    game.close()
+    trainer.close()
+
+
+def test_negamax_values_a_move_by_the_opponent_s_best_legal_reply_negated() -> None:
+    trainer = SelfPlayTrainer(replace(nim_config(Path("unused")), negamax=True))
+    learner = trainer.learner
+    assert isinstance(learner, NegamaxDQN)
+    assert learner.legal_columns is not None and learner.legal_columns.tolist() == [0, 1, 2]
+    q = np.array([[0.5, 9.0, -0.2], [0.3, 0.1, 0.7]], np.float32)
+    seen = np.array([[1, 0, 1, 4], [1, 1, 1, 9]], np.float32)  # mask, then the pile
+    assert learner._next_value(q, None, seen).tolist() == pytest.approx([-0.5, -0.7])
+    # double DQN: the online network's best legal reply, valued by the target network
+    online = np.array([[0.0, 5.0, 1.0], [2.0, 0.0, 0.0]], np.float32)
+    assert learner._next_value(q, online, seen).tolist() == pytest.approx([0.2, -0.3])
+    trainer.close()
+
+
+def test_mirror_learns_each_move_again_on_the_board_flipped_left_to_right(
+        tmp_path: Path) -> None:
+    trainer = SelfPlayTrainer(replace(nim_config(tmp_path / "run"), mission=CONNECT_FOUR,
+                                      mirror=True, negamax=True, epochs=1))
+    board = np.zeros((6, 7, 2), np.int8)
+    board[5, 0, 0] = board[5, 1, 1] = board[4, 0, 1] = 1
+    mask = np.array([1, 1, 1, 1, 1, 1, 0], np.int8)
+    seen = trainer._flat({"observation": board, "action_mask": mask})
+    flipped = trainer._flat({"observation": board[:, ::-1], "action_mask": mask[::-1]})
+    assert trainer.mirrored is not None and np.array_equal(seen[trainer.mirrored], flipped)
+    batches: list[Any] = []
+    trainer.learner.observe = batches.append  # type: ignore[method-assign]
+    trainer._start()
+    while not batches:
+        trainer._move()
+    plain, mirrored = batches
+    assert np.array_equal(plain.obs[:, trainer.mirrored], mirrored.obs)
+    assert np.array_equal(plain.next_obs[:, trainer.mirrored], mirrored.next_obs)
+    assert np.array_equal(6 - plain.actions, mirrored.actions)
+    trainer.close()
+
+
+def test_a_game_without_one_axis_per_move_cannot_be_mirrored() -> None:
+    with pytest.raises(ConfigError, match=r"mirror: the observation 'observation' has shape "
+                       r"\(1,\): 0 axes of 3, one per move, where the mirror needs one"):
+        SelfPlayTrainer(nim_config(Path("unused"), mirror=True))
 
 
 def test_a_seed_trains_the_same_network_twice(tmp_path: Path) -> None:
@@ -180,7 +243,7 @@ def test_a_game_that_raises_mid_run_is_one_line_and_keeps_the_checkpoint(tmp_pat
 
 def test_connect_four_gets_its_tuned_self_play_config(tmp_path: Path) -> None:
     config = load(None, "-m", CONNECT_FOUR)
-    assert (config.monte_carlo, config.total_steps, config.pool_size) == (True, 400_000, 10)
+    assert (config.negamax, config.mirror, config.total_steps) == (True, True, 400_000)
     trainer = SelfPlayTrainer(replace(config, run_dir=str(tmp_path / "run")))
     assert trainer.config.epochs == 196  # 400,000 moves in epochs of 32 games x 64 moves
     trainer.close()
@@ -193,6 +256,18 @@ def test_what_self_play_cannot_do_is_one_line(flag: list[str]) -> None:
     assert result.stderr == (
         f"parcat: error: self-play on '{NIM}' plays every game in this process; "
         f"{' '.join(flag)} is not supported there: leave it out\n")
+
+
+@pytest.mark.parametrize(("flags", "named"), [
+    (["--negamax", "--monte-carlo"], "got DQNLearner"),
+    (["--negamax", "--learner", "ppo"], "got PPOLearner"),
+])
+def test_negamax_beside_what_it_cannot_use_is_one_line(flags: list[str], named: str) -> None:
+    result = CliRunner().invoke(app, ["train", "-m", NIM, "--epochs", "1", *flags])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"parcat: error: self-play on '{NIM}': --negamax needs two seats (this game has 2), "
+        f"--learner dqn ({named}) and no --monte-carlo\n")
 
 
 class MasklessNim(NimEnv):

@@ -107,6 +107,11 @@ class TrainConfig:
                             "(the oldest leaves a full pool).")
     monte_carlo: bool = _flag(False, "Self-play: each move learns from the game's discounted "
                               "outcome (Monte Carlo), not from the next turn's estimate.", None)
+    negamax: bool = _flag(False, "Self-play of a two-seat game rewarded at its end: each "
+                          "move learns from what the opponent's best reply is worth to the "
+                          "opponent, negated (negamax Q-learning).", None)
+    mirror: bool = _flag(False, "Self-play: learn every move twice, the board mirrored left "
+                         "to right too (games whose moves are the board's columns).", None)
     pool_share: float = _flag(0.5, "Self-play: the share of games played against a past "
                               "self from the pool (the rest: the learner in every seat).", "P")
     backend: Backend = Backend.LOCAL
@@ -125,7 +130,8 @@ class TrainConfig:
         object.__setattr__(self, "loggers", _logger_kinds(self.loggers))
         types: tuple[tuple[tuple[str, ...], type, str], ...] = (
                 (("overrides", "learner"), Mapping, "a mapping of keys to values"),
-                (("parallel_training", "shared_learner", "render", "monte_carlo"), bool,
+                (("parallel_training", "shared_learner", "render", "monte_carlo",
+                  "negamax", "mirror"), bool,
                  "true or false"),
                 (("mission", "run_dir", "init_from", "address"), str, "a string"))
         for names, kind, expected in types:

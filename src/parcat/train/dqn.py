@@ -272,10 +272,8 @@ class DQNLearner(MLPLearner):
         activations = forward_blas(self._actor, x)
         q_online = activations.pop()
         q_next = forward_blas(self._target_layers, batch["next_obs"])[-1]
-        if config.double:
-            next_value = q_next[rows, q_online[size:].argmax(axis=1)]
-        else:
-            next_value = q_next.max(axis=1)
+        next_value = self._next_value(q_next, q_online[size:] if config.double else None,
+                                      batch["next_obs"])
         target = batch["rewards"] + self._gamma * next_value * ~batch["terminated"]
         q_taken = q_online[rows, batch["actions"]]
         td = q_taken - target
@@ -293,3 +291,12 @@ class DQNLearner(MLPLearner):
         self._adam()
         self.num_updates += 1
         return float(loss), float(q_taken.mean()), norm
+
+    def _next_value(self, q_next: np.ndarray, q_online_next: np.ndarray | None,
+                    next_obs: np.ndarray) -> np.ndarray:
+        """What each next observation is worth: the target network's value of the online
+        network's choice (double DQN, ``q_online_next``) or of its own (self-play's negamax
+        learner overrides it)."""
+        if q_online_next is None:
+            return q_next.max(axis=1)
+        return q_next[np.arange(len(q_next)), q_online_next.argmax(axis=1)]

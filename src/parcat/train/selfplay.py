@@ -39,6 +39,7 @@ from parcat.envs.turns import play_turns
 from parcat.parallel.planner import TrainPlan
 from parcat.policies.builtin import RandomPolicy, flat_observation
 from parcat.train.config import LearningMode, TrainConfig
+from parcat.train.dqn import DQNLearner
 from parcat.train.epoch_stats import EpochStats, episode_summary
 from parcat.train.learner import Learner, Transitions, train_each
 from parcat.train.metrics import RunLoggers, check_installed
@@ -60,10 +61,12 @@ class Game:
     last move, awaiting its outcome (:meth:`start`, then :meth:`play` until it ends)."""
 
     def __init__(self, mission: Mission, index: int, flat: Callable[[Any], np.ndarray],
-                 monte_carlo: float | None = None) -> None:
+                 monte_carlo: float | None = None, negamax: bool = False) -> None:
         self.mission, self.index, self.flat = mission, index, flat
         self.monte_carlo = monte_carlo
         """The discount of Monte Carlo returns (``None``: turn-to-turn transitions)."""
+        self.negamax = negamax
+        """Whether a move's transition runs to the opponent's turn (see :class:`NegamaxDQN`)."""
         self.env: Any = mission.make_env()
         self.agents = list(self.env.possible_agents)
         self.opponent: Any = None
@@ -83,7 +86,8 @@ class Game:
         self.moves: list[Transition] = []  # Monte Carlo: the game's, until it ends
         self.moving: tuple[Any, Row] | None = None
         self.turns: Generator[tuple[dict[Any, Any], list[Any]], dict[Any, Any], int] = (
-            play_turns(self.env, self.totals, self.mission.max_steps, on_turn=self._on_turn))
+            play_turns(self.env, self.totals, self.mission.max_steps,
+                       on_turn=None if self.negamax else self._on_turn))
         self.request: tuple[Any, Any] = self._next(next(self.turns))
 
     @property
@@ -95,6 +99,8 @@ class Game:
         """Make the move (``row``: the learner's input, ``None`` for the opponent's); the
         game's length once it is over, else ``None``."""
         agent = self.request[0]
+        if self.negamax:
+            self._reply(row if row is not None else self.flat(self.request[1]))
         self.moving = (agent, (row, action)) if row is not None else None
         try:
             self.request = self._next(self.turns.send({agent: action}))
@@ -120,10 +126,24 @@ class Game:
             self.credited[agent] += reward
         self.pending[agent] = (row, action)
 
+    def _reply(self, seen: np.ndarray) -> None:
+        """Negamax: the learner's move before this one ends where the mover sees ``seen``."""
+        if self.moving is not None:
+            agent, (row, action) = self.moving
+            self.transitions.append((agent, row, action, 0.0, seen, False, False))
+
     def _finish(self) -> None:
         """Close each learning seat's last move with the rest of its return (a game cut
         at the step limit bootstraps from what the seat sees then)."""
         cut = bool(self.env.agents)
+        if self.negamax:  # only the last move ends the game: it earned the whole outcome
+            if cut:
+                self._reply(self.flat(self.env.observe(self.env.agent_selection)))
+            elif self.moving is not None:
+                agent, (row, action) = self.moving
+                self.transitions.append((agent, row, action, self.totals.get(agent, 0.0),
+                                         row, True, False))
+            return
         for agent, (row, action) in self.pending.items():
             final = self.flat(self.env.observe(agent)) if cut else row
             self.transitions.append((agent, row, action,
@@ -157,9 +177,14 @@ class SelfPlayTrainer(Trainer):
         self.space = check_self_play(mission, config)
         self.num_actions = int(cast(spaces.Discrete, specs[0].action_space).n)
         flat = cast(spaces.Box, spaces.flatten_space(self.space))
-        self.recipe = LearnerRecipe(learner_class(config.learner), flat, specs[0].action_space,
-                                    learner_options(config.learner), config.seed)
+        self.recipe = LearnerRecipe(NegamaxDQN if config.negamax else learner_class(config.learner),
+                                    flat, specs[0].action_space, learner_options(config.learner),
+                                    config.seed)
         self.learner: Learner = self.recipe.build()
+        if config.negamax:
+            cast(NegamaxDQN, self.learner).legal_columns = _legal_columns(self.space)
+        self.mirrored = _mirrored(self.space, self.num_actions) if config.mirror else None
+        """Where each number of the learner's input comes from in the mirrored board."""
         self.learners = {spec.agent_id: self.learner for spec in specs}
         self.unique_learners = [(SHARED, self.learner)]
         self._agent_index = {spec.agent_id: i for i, spec in enumerate(specs)}
@@ -203,7 +228,8 @@ class SelfPlayTrainer(Trainer):
         self.games = []
         for index in range(self.plan.num_envs):
             with self._game_code(f"game {index}"):
-                self.games.append(Game(self.mission, index, self._flat, discount))
+                self.games.append(Game(self.mission, index, self._flat, discount,
+                                       self.config.negamax))
                 self._begin(self.games[-1], first_episode)
 
     def _begin(self, game: Game, episode: int) -> None:
@@ -290,12 +316,17 @@ class SelfPlayTrainer(Trainer):
         if not taken:
             return
         num_envs = self.plan.num_envs
-        self.learner.observe(Transitions(
+        batch = Transitions(
             np.stack([t[1] for _, t in taken]), np.array([t[2] for _, t in taken], np.int64),
             np.array([t[3] for _, t in taken], np.float32), np.stack([t[4] for _, t in taken]),
             np.array([t[5] for _, t in taken]), np.array([t[6] for _, t in taken]),
             np.array([self._agent_index[t[0]] * num_envs + index for index, t in taken],
-                     np.int64)))
+                     np.int64))
+        self.learner.observe(batch)
+        if self.mirrored is not None:
+            self.learner.observe(batch._replace(
+                obs=batch.obs[:, self.mirrored], actions=self.num_actions - 1 - batch.actions,
+                next_obs=batch.next_obs[:, self.mirrored]))
 
     def _flat(self, obs: Any) -> np.ndarray:
         """The learner's input: the observation flattened as the ``mlp`` policy does."""
@@ -364,6 +395,59 @@ class SelfPlayTrainer(Trainer):
         super().close()
 
 
+class NegamaxDQN(DQNLearner):
+    """DQN for a two-seat game rewarded at its end, each move's next observation the
+    opponent's: a move is worth its reward, less (discounted) what the opponent's best legal
+    reply is worth to the opponent. One network values both seats, so a win learned one
+    move from the end teaches the block one move earlier, in a few updates."""
+
+    legal_columns: np.ndarray | None = None
+    """Where the learner's input holds the legal-move mask (``None``: every move legal)."""
+
+    def _next_value(self, q_next: np.ndarray, q_online_next: np.ndarray | None,
+                    next_obs: np.ndarray) -> np.ndarray:
+        if self.legal_columns is not None:
+            legal = next_obs[:, self.legal_columns] > 0.5
+            q_next = np.where(legal, q_next, -np.inf)
+            if q_online_next is not None:
+                q_online_next = np.where(legal, q_online_next, -np.inf)
+        value = super()._next_value(q_next, q_online_next, next_obs)
+        return -np.where(np.isfinite(value), value, 0.0).astype(np.float32)
+
+
+def _legal_columns(space: gymnasium.spaces.Space[Any]) -> np.ndarray | None:
+    """Where the flattened observation holds its ``action_mask`` (``None``: it has none)."""
+    if not isinstance(space, spaces.Dict) or "action_mask" not in space.spaces:
+        return None
+    marked = {key: np.full(part.shape or (), key == "action_mask", np.float32)
+              for key, part in space.spaces.items()}
+    return np.flatnonzero(flat_observation(space, marked))
+
+
+def _mirrored(space: gymnasium.spaces.Space[Any], num_actions: int) -> np.ndarray:
+    """The permutation of the flattened observation that mirrors the board left to right:
+    each part reversed along its one axis as long as the moves are many (a board's columns,
+    the mask's moves); :class:`ConfigError` where a part has no such axis or several."""
+    parts = dict(space.spaces) if isinstance(space, spaces.Dict) else {None: space}
+    numbered: dict[Any, np.ndarray] = {}
+    mirrored: dict[Any, np.ndarray] = {}
+    count = 0
+    for key, part in parts.items():
+        shape = tuple(part.shape or ())
+        axes = [axis for axis, size in enumerate(shape) if size == num_actions]
+        if len(axes) != 1:
+            raise ConfigError(
+                f"mirror: the observation{f' {key!r}' if key else ''} has shape {shape}: "
+                f"{len(axes)} axes of {num_actions}, one per move, where the mirror needs "
+                "one (a board's columns); leave mirror out for this game")
+        values = np.arange(count, count + int(np.prod(shape))).reshape(shape)
+        numbered[key], mirrored[key], count = values, np.flip(values, axes[0]), count + values.size
+    def flat(board: dict[Any, np.ndarray]) -> np.ndarray:
+        return flat_observation(space, board.get(None, board)).astype(np.int64)
+
+    return np.argsort(flat(numbered))[flat(mirrored)]
+
+
 def _monte_carlo(moves: list[Transition], gamma: float) -> list[Transition]:
     """Each seat's moves of a game, each with its discounted return to the game's end as
     its reward and nothing to bootstrap (terminated)."""
@@ -411,6 +495,10 @@ def check_self_play(mission: Mission, config: TrainConfig) -> gymnasium.spaces.S
         raise ConfigError(f"self-play on '{mission.name}': the agents act in "
                           f"{first.action_space}; self-play needs Discrete actions from 0")
     cls = learner_class(config.learner)
+    if config.negamax and (len(specs) != 2 or cls is not DQNLearner or config.monte_carlo):
+        raise ConfigError(f"self-play on '{mission.name}': --negamax needs two seats (this "
+                          f"game has {len(specs)}), --learner dqn (got {cls.__name__}) and no "
+                          "--monte-carlo")
     act = getattr(cls, "act", None)
     if not callable(act) or "legal" not in inspect.signature(act).parameters:
         raise ConfigError(
