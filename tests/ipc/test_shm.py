@@ -339,7 +339,12 @@ def test_slot_block_layout_matches_the_codecs() -> None:
 
 BLOCK_CYCLES = """\
 import select
+import signal
 import sys
+
+# Python's own Ctrl-C, whatever this process inherited (a mask or SIG_IGN survive exec)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import numpy as np
 from parcat.ipc.shm import ArrayBlock, unlink_own_blocks
 
@@ -399,4 +404,4 @@ def test_ctrl_c_at_any_moment_of_a_blocks_life_is_never_lost_in_a_finalizer() ->
         assert "KeyboardInterrupt" in err, err
         return
     cycles, interrupts = map(int, out.splitlines()[-1].split())
-    assert cycles > 0 and interrupts > 0
+    assert cycles > 0 and interrupts > 0, (out, err)
