@@ -126,7 +126,10 @@ def test_a_ctrl_c_while_a_command_is_imported_arrives_after_as_one_line() -> Non
     # block it, and earlier tests leave threads behind in this one; a command's import
     # happens before parcat starts any thread
     code = (
-        "import os, subprocess, sys\n"
+        "import os, signal, subprocess, sys\n"
+        # a terminal's fresh process: a blocked mask or SIG_IGN this one holds survive exec
+        "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from parcat.cli.lazy import held_imports\n"
         "try:\n"
         "    with held_imports():\n"
