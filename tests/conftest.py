@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,3 +77,16 @@ def clean_machine() -> Iterator[None]:
     shm, kids = leftovers()
     assert not shm, f"shared memory leaked: {shm}"
     assert not kids, f"orphan processes: {kids}"
+
+
+@pytest.fixture(autouse=True)
+def signal_mask_as_found() -> Iterator[None]:
+    """Fail a test that leaves this process's signal mask changed: a library call that
+    returns (or is interrupted) with Ctrl-C blocked would leave the user's program, and
+    every process it starts later, deaf to Ctrl-C."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    yield
+    after = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    if after != before:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)  # the next tests start as found
+        pytest.fail(f"the signal mask was left changed: {sorted(before)} -> {sorted(after)}")

@@ -130,3 +130,24 @@ def test_a_program_that_ends_with_a_worker_kept_exits_at_once_and_leaves_none() 
     # it was stopped before the program ended (an orphan would outlive it for a second)
     assert not psutil.pid_exists(kept) or psutil.Process(kept).status() == \
         psutil.STATUS_ZOMBIE
+
+
+def test_a_program_that_ends_with_a_worker_it_never_stopped_exits_and_leaves_none() -> None:
+    # what an interrupt between a worker's start and the code that would stop it leaves:
+    # multiprocessing's own exit hook would wait forever for a worker that waits for commands
+    code = textwrap.dedent("""
+        import os, sys
+        from parcat.ipc.process import start_worker
+        from tests.ipc.test_spare import pid_worker
+        if __name__ == "__main__":
+            forgotten = [start_worker(pid_worker, (), f"forgotten-{i}") for i in range(2)]
+            for worker in forgotten:
+                print(worker.wait_ready(60), flush=True)
+            sys.exit(130)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=TIMEOUT_S, check=False)
+    assert proc.returncode == 130 and proc.stderr == ""
+    for pid in map(int, proc.stdout.split()):
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == \
+            psutil.STATUS_ZOMBIE

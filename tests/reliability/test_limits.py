@@ -26,7 +26,7 @@ from parcat.parallel.run_options import RunOptions
 from parcat.policies.specs import make_policy, parse_policy_spec
 from parcat.train.config import TrainConfig
 from parcat.train.dqn import DQNConfig
-from tests.conftest import parcat_blocks
+from tests.conftest import parcat_blocks, worker_children
 from tests.fakes import scripted_mission
 from tests.reliability.helpers import ROOT
 from tests.train.flags import load
@@ -56,10 +56,9 @@ def test_low_open_file_limit_gives_a_smaller_plan(tmp_path: Path) -> None:
 def _resources() -> tuple[int, int, float, int]:
     """Open files, worker processes, RSS (MiB) and shared-memory blocks that are ours or
     leaked (their creator is gone); other programs' blocks do not count."""
-    me = psutil.Process()
-    kids = [p for p in me.children(recursive=True)
-            if not any(k in " ".join(p.cmdline()) for k in ("forkserver", "resource_tracker"))]
-    return me.num_fds(), len(kids), me.memory_info().rss / 2**20, len(parcat_blocks())
+    me = psutil.Process()  # a child that is ending (a zombie) is no worker left running
+    return me.num_fds(), len(worker_children()), me.memory_info().rss / 2**20, \
+        len(parcat_blocks())
 
 
 def test_soak_2000_episodes_in_one_run() -> None:

@@ -92,8 +92,9 @@ def signals_held() -> Iterator[None]:
     A module being imported could swallow them; threads that libraries start meanwhile (BLAS
     pools) inherit the block, so Ctrl-C always reaches the main thread.
     """
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])  # read first, change in the try:
+    try:  # an interrupt raised at any moment never leaves the mask blocked
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         yield
     finally:
         try:

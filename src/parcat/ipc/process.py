@@ -25,6 +25,7 @@ import threading
 import time
 import traceback
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -237,6 +238,7 @@ class Worker:
         self.conn: Connection = ours
         self._ready = False
         self._stopped = False
+        _running.add(self)
 
     @property
     def state(self) -> WorkerState:
@@ -369,6 +371,11 @@ class Worker:
         with contextlib.suppress(OSError):
             self.conn.close()
         self._stopped = True
+        _running.discard(self)
+
+
+_running: weakref.WeakSet[Worker] = weakref.WeakSet()
+"""Workers started and not yet stopped (a forgotten one is stopped at exit)."""
 
 
 def wait_any(workers: Iterable[Worker], timeout: float) -> None:
@@ -460,9 +467,16 @@ def release_spare(only: Worker | None = None) -> None:
     worker.stop(grace_s=0.5)
 
 
+def _stop_at_exit() -> None:
+    """Stop the kept worker and any worker its owner never stopped (an interrupt between a
+    worker's start and the code that would stop it)."""
+    release_spare()
+    stop_all(list(_running), grace_s=0.5)
+
+
 # registered after multiprocessing's own exit hook (imported above), so it runs first:
-# that hook would wait forever for a kept worker, which waits for commands
-atexit.register(release_spare)
+# that hook would wait forever for a live worker, which waits for commands
+atexit.register(_stop_at_exit)
 
 
 def _rebuilt(kind: type[errors.ParcatError], message: str) -> errors.ParcatError:

@@ -17,7 +17,7 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from parcat.core.errors import ResourceLimitError
@@ -81,11 +81,8 @@ def start_fork_server() -> None:
                 forkserver.ensure_running()
             return
         # Ctrl-C is the main thread's: blocking it here only decides what the server inherits
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
+        with signals_blocked({signal.SIGINT}):
             forkserver.ensure_running()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     except OSError as exc:
         raise limit_error("the fork server", exc) from exc
 
@@ -131,6 +128,22 @@ def postpone_interrupt(signum: int = signal.SIGINT) -> bool:
 
 
 @contextlib.contextmanager
+def signals_blocked(signals: Iterable[int]) -> Iterator[None]:
+    """Block ``signals`` in this thread while the block runs; then the mask is as it was.
+
+    The mask is read before it changes and changed inside the ``try``: a KeyboardInterrupt
+    that a handler raises at any moment (one tripped before the block) never leaves the
+    signals blocked, in this process or in the ones it starts later (they inherit the mask).
+    """
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@contextlib.contextmanager
 def interrupts_deferred(blocked: frozenset[int] = frozenset({signal.SIGINT})) -> Iterator[None]:
     """Hold Ctrl-C and SIGTERM until the block is done (they arrive right after).
 
@@ -142,9 +155,10 @@ def interrupts_deferred(blocked: frozenset[int] = frozenset({signal.SIGINT})) ->
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, [])  # read first: see signals_blocked
     _deferral["depth"] += 1
     try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
         yield
     finally:
         _deferral["depth"] -= 1

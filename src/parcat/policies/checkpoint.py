@@ -467,8 +467,9 @@ def signals_deferred() -> Iterator[None]:
         yield
         return
     deferred = {signal.SIGINT, signal.SIGTERM}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, deferred)
-    try:
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, [])  # read first, change in the try:
+    try:  # an interrupt raised at any moment never leaves the mask blocked
+        signal.pthread_sigmask(signal.SIG_BLOCK, deferred)
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)

@@ -80,21 +80,26 @@ def run_parallel(config: SimConfig, fast: bool = False,
     Raises:
         WorkerError: a process raised, died or hung (the agent is named).
     """
-    try:
-        block, held = _create_block(config)
-    except KeyboardInterrupt:  # nothing of the run exists yet
-        return make_record(config, "parallel", fast, empty_result(config), True)
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, [])  # the mask to restore, read first
     children: list[_Child] = []
+    block: SimBlock | None = None
     try:
+        block = _create_block(config)
         result, interrupted = _run(config, block, held, children, fast, on_progress,
                                    start_method)
+    except KeyboardInterrupt:
+        if block is not None:
+            raise
+        return make_record(config, "parallel", fast, empty_result(config), True)  # nothing yet
     except StalledError as stall:
         stall.record = _stopped_record(children[0], config, fast)
         raise
     finally:
-        block.stop()
-        stop_all(c.worker for c in children)
-        block.close()
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        if block is not None:
+            block.stop()
+            stop_all(c.worker for c in children)
+            block.close()
     return make_record(config, "parallel", fast, result, interrupted)
 
 
@@ -108,17 +113,13 @@ def _stopped_record(env: _Child, config: SimConfig, fast: bool) -> SimRecord | N
         return None
 
 
-def _create_block(config: SimConfig) -> tuple[SimBlock, set[int | signal.Signals]]:
+def _create_block(config: SimConfig) -> SimBlock:
     """The run's shared block, created with Ctrl-C and SIGTERM held back (an interrupt in
-    the middle would leave a block no one unlinks); returns the signal mask to restore.
-    The resource tracker is started first: starting it unblocks both signals."""
+    the middle would leave a block no one unlinks) until :func:`_run` or the caller
+    restores the mask. The resource tracker is started first: starting it unblocks both."""
     resource_tracker.ensure_running()
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        return attach_block(config), held
-    except BaseException:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
-        raise
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    return attach_block(config)
 
 
 def _run(config: SimConfig, block: SimBlock, held: set[int | signal.Signals],

@@ -126,9 +126,9 @@ class ProcessLane(EnvLane):
         except BaseException:  # a refused start or an interrupt: the block is still ours
             self.block.close()
             raise
-        self.pid = self.worker.pid
-        self.handoff = Handoff(self.block.header, self.worker, parent_spin)
-        try:
+        try:  # from here an interrupt must stop the worker too
+            self.pid = self.worker.pid
+            self.handoff = Handoff(self.block.header, self.worker, parent_spin)
             self.worker.wait_ready(SETUP_TIMEOUT_S)
         except (WorkerLostError, WorkerRaisedError) as exc:
             self.close()
