@@ -116,6 +116,8 @@ def main() -> None:
         waiting(args.repeats, args.every_ms / 1000)
         return
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("give a command to measure after --, or --waiting")
     processes: dict[str, float] = {}
     runs = [peak_memory(command, args.every_ms / 1000, processes)
             for _ in range(args.repeats)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -148,3 +149,19 @@ def test_lockstep_plays_as_many_episodes_as_the_measured_batch_cost_asks(
 def test_a_batch_cost_s_line_never_goes_below_zero() -> None:
     assert BatchCost((24, 384), (2e-3, 1e-3)).fit() == (2e-3, 0.0)  # noise tilted it
     assert BatchCost((24, 384), (1e-3, 1e-2)).fit() == pytest.approx((4e-4, 2.5e-5))
+
+
+@pytest.mark.parametrize("cpus", [2, 8, 64])
+def test_served_policies_play_all_episodes_in_one_lane_in_lockstep(cpus: int) -> None:
+    # each lane's step is one request whatever its rows: more lanes only split the batches
+    served = Workload(16, 4, batchable=True, served=True, steps=200)
+    plan = make_plan(cpus, cpus, 0, served)
+    assert (plan.executor, plan.episode_workers, plan.lockstep) == (ExecutorKind.INLINE, 1, 16)
+    assert any("served" in reason for reason in plan.reasons)
+    # what the user asked for stands: lanes of --lockstep episodes, a process executor
+    for asked in (replace(served, lockstep=4), replace(served, executor=ExecutorKind.PROCESS),
+                  replace(served, isolate=True)):
+        assert make_plan(cpus, cpus, 0, asked).episode_workers == min(cpus, 16)
+    # policies in this process are CPU work: lanes pay
+    assert make_plan(cpus, cpus, 0, replace(served, served=False)).episode_workers == \
+        min(cpus, 16)

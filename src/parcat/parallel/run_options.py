@@ -142,6 +142,7 @@ def plan_run(missions: tuple[Mission, ...], policies: tuple[PolicySpec, ...], ta
         batchable=any(has_batch_form(p) for p in policies) or batch is not None,
         batch=batch,
         isolate=options.episode_timeout_s is not None,
+        served=all(is_url(p.target) for p in policies),
         foreign_code=foreign,
         action_deadline=options.action_timeout_ms is not None,
         max_processes=process_limit(),
