@@ -151,3 +151,26 @@ def test_a_program_that_ends_with_a_worker_it_never_stopped_exits_and_leaves_non
     for pid in map(int, proc.stdout.split()):
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == \
             psutil.STATUS_ZOMBIE
+
+
+def test_a_forked_child_that_exits_leaves_its_parents_workers_running() -> None:
+    # a library user's os.fork(): the child's exit must not stop workers that are not its own
+    code = textwrap.dedent("""
+        import os
+        from parcat.ipc.process import call_in_worker, start_worker, take_spare
+        from tests.ipc.test_spare import pid_worker
+        if __name__ == "__main__":
+            worker = start_worker(pid_worker, (), "mine")
+            worker.wait_ready(60)
+            call_in_worker(os.getpid, (), "check")  # and a kept spare
+            child = os.fork()
+            if child == 0:
+                raise SystemExit(0)  # the exit hooks run in the child
+            os.waitpid(child, 0)
+            print(worker.call("pid", timeout=60) == worker.pid, take_spare() is not None)
+            worker.stop()
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=TIMEOUT_S, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "True"]

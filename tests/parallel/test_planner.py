@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import replace
@@ -152,16 +153,37 @@ def test_a_batch_cost_s_line_never_goes_below_zero() -> None:
 
 
 @pytest.mark.parametrize("cpus", [2, 8, 64])
-def test_served_policies_play_all_episodes_in_one_lane_in_lockstep(cpus: int) -> None:
+def test_served_stateless_policies_play_in_as_few_lanes_as_hold_every_episode(cpus: int) -> None:
     # each lane's step is one request whatever its rows: more lanes only split the batches
     served = Workload(16, 4, batchable=True, served=True, steps=200)
     plan = make_plan(cpus, cpus, 0, served)
     assert (plan.executor, plan.episode_workers, plan.lockstep) == (ExecutorKind.INLINE, 1, 16)
     assert any("served" in reason for reason in plan.reasons)
-    # what the user asked for stands: lanes of --lockstep episodes, a process executor
-    for asked in (replace(served, lockstep=4), replace(served, executor=ExecutorKind.PROCESS),
-                  replace(served, isolate=True)):
-        assert make_plan(cpus, cpus, 0, asked).episode_workers == min(cpus, 16)
-    # policies in this process are CPU work: lanes pay
-    assert make_plan(cpus, cpus, 0, replace(served, served=False)).episode_workers == \
-        min(cpus, 16)
+    # past the 64 episodes a lane plays in lockstep, more lanes, each full
+    many = make_plan(cpus, cpus, 0, replace(served, tasks=1000))
+    lanes = min(cpus, 16)  # ceil(1000 / 64)
+    assert many.episode_workers == lanes and many.lockstep == min(64, math.ceil(1000 / lanes))
+    assert make_plan(cpus, cpus, 0, replace(served, tasks=130)).episode_workers == \
+        min(cpus, 3)
+
+
+@pytest.mark.parametrize("cpus", [2, 8, 64])
+@pytest.mark.parametrize("asked", [
+    {"lockstep": 4}, {"executor": ExecutorKind.PROCESS}, {"isolate": True},
+    {"jobs_given": True}, {"action_deadline": True},
+    {"parallel_policy": True, "step_s": 6e-4, "step_cpu_s": 5e-4},
+    {"served": False},  # stateful served policies, or policies in this process: lanes pay
+])
+def test_served_policies_keep_their_lanes_where_the_user_asked_or_lockstep_cannot_batch(
+        cpus: int, asked: dict[str, object]) -> None:
+    workload = replace(Workload(16, 4, batchable=True, served=True, steps=200), **asked)
+    plan = make_plan(cpus, cpus, 0, workload)
+    assert plan.episode_workers == min(cpus, 16)
+    assert not any("served" in reason for reason in plan.reasons)
+
+
+@given(st.integers(1, 64), st.integers(1, 5000))
+def test_a_served_plan_holds_every_episode_in_lockstep_up_to_its_lanes(
+        cpus: int, tasks: int) -> None:
+    plan = make_plan(cpus, cpus, 0, Workload(tasks, 4, batchable=True, served=True))
+    assert plan.episode_workers * plan.lockstep >= min(tasks, cpus * 64)

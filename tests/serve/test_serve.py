@@ -24,7 +24,7 @@ import pytest
 from parcat.cli.main import main
 from parcat.core.errors import PolicyError, TransientError
 from parcat.envs.missions import load_mission
-from parcat.policies.remote import RemotePolicy, encode_observations
+from parcat.policies.remote import RemotePolicy, encode_observations, served_stateless
 from tests.serve.servers import ROOT, parcat, read_url, running_server, stop
 
 EVAL = ("eval", "-m", "harvest", "-n", "4", "--set", "max_steps=30", "-f", "json",
@@ -458,3 +458,25 @@ def test_a_served_policy_plays_in_this_process_not_in_a_worker(mlp_server: str) 
     plan = json.loads(done.stdout)
     assert (plan["executor"], plan["lockstep"]) == ("inline", 16)
     assert "outside parcat" not in done.stdout + done.stderr
+
+
+def test_the_default_plan_holds_a_stateless_servers_episodes_in_one_lane(
+        mlp_server: str) -> None:
+    """Each lane's step is one request whatever its rows: with a stateless server, more
+    lanes would only split the batches (and one that joins late plays after this one); a
+    stateful server's calls go one agent at a time, so its lanes keep running side by side."""
+    assert served_stateless(mlp_server) is True
+    assert served_stateless("http://127.0.0.1:9") is False  # nothing listens: not known
+
+    def plan(url: str) -> dict[str, Any]:
+        done = subprocess.run(parcat("plan", "-m", "harvest", "-n", "16", "-p", url, "-f",
+                                     "json"), cwd=ROOT, capture_output=True, text=True,
+                              timeout=RUN_TIMEOUT_S)
+        assert done.returncode == 0, done.stderr
+        return dict(json.loads(done.stdout))
+
+    assert (plan(mlp_server)["episode_workers"], plan(mlp_server)["lockstep"]) == (1, 16)
+    with running_server("-p", "random", "-m", "harvest") as (_, url):
+        assert served_stateless(url) is False
+        stateful = plan(url)
+        assert stateful["episode_workers"] == min(stateful["cpus_available"], 16)

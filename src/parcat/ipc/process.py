@@ -237,8 +237,9 @@ class Worker:
         theirs.close()
         self.conn: Connection = ours
         self._ready = False
-        self._stopped = False
-        _running.add(self)
+        self._stopped = self._stopping = False
+        with _RUNNING_LOCK:
+            _running.add(self)
 
     @property
     def state(self) -> WorkerState:
@@ -355,8 +356,10 @@ class Worker:
         """Ask the worker to close (with ``terminate``, SIGTERM it at once), then SIGTERM,
         then SIGKILL it, ``grace_s`` apart; a frozen one is killed at once. Always reaps
         it and closes the pipe."""
-        if self._stopped:
-            return
+        with _RUNNING_LOCK:  # one stopper only: a second could signal a reaped pid
+            if self._stopped or self._stopping:
+                return
+            self._stopping = True
         if self.frozen():  # a stopped or stuck process answers neither the pipe nor SIGTERM
             self.process.kill()
         elif terminate and self.process.is_alive():
@@ -371,11 +374,25 @@ class Worker:
         with contextlib.suppress(OSError):
             self.conn.close()
         self._stopped = True
-        _running.discard(self)
+        with _RUNNING_LOCK:
+            _running.discard(self)
 
 
 _running: weakref.WeakSet[Worker] = weakref.WeakSet()
-"""Workers started and not yet stopped (a forgotten one is stopped at exit)."""
+"""Workers this process started and has not stopped (a forgotten one is stopped at exit)."""
+_RUNNING_LOCK = threading.Lock()
+
+
+def _forget_parents_workers() -> None:
+    """In a process forked from one with workers: they are its parent's, not this one's
+    (stopping them at this process's exit would end the parent's run)."""
+    global _RUNNING_LOCK, _SPARE_LOCK
+    _RUNNING_LOCK, _SPARE_LOCK = threading.Lock(), threading.Lock()  # held by a thread at the fork?
+    _running.clear()
+    _spare.clear()
+
+
+os.register_at_fork(after_in_child=_forget_parents_workers)
 
 
 def wait_any(workers: Iterable[Worker], timeout: float) -> None:
@@ -471,7 +488,9 @@ def _stop_at_exit() -> None:
     """Stop the kept worker and any worker its owner never stopped (an interrupt between a
     worker's start and the code that would stop it)."""
     release_spare()
-    stop_all(list(_running), grace_s=0.5)
+    with _RUNNING_LOCK:
+        forgotten = list(_running)
+    stop_all(forgotten, grace_s=0.5)
 
 
 # registered after multiprocessing's own exit hook (imported above), so it runs first:

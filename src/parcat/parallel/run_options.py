@@ -27,7 +27,7 @@ from parcat.parallel.calibration import (
     measure_steps,
 )
 from parcat.parallel.planner import ExecutorKind, Plan, PolicyStrategy, Workload, make_plan
-from parcat.policies.remote import is_url
+from parcat.policies.remote import is_url, served_stateless
 from parcat.policies.specs import PolicySpec, foreign_code, has_batch_form
 
 # Backend and StartMethod are the words of RunOptions; they are defined where they are used
@@ -142,7 +142,7 @@ def plan_run(missions: tuple[Mission, ...], policies: tuple[PolicySpec, ...], ta
         batchable=any(has_batch_form(p) for p in policies) or batch is not None,
         batch=batch,
         isolate=options.episode_timeout_s is not None,
-        served=all(is_url(p.target) for p in policies),
+        served=all(is_url(p.target) and served_stateless(p.target) for p in policies),
         foreign_code=foreign,
         action_deadline=options.action_timeout_ms is not None,
         max_processes=process_limit(),

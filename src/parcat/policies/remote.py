@@ -139,19 +139,8 @@ class RemotePolicy:
         self.action_space = spec.action_space
         self.session = uuid.uuid4().hex
         self._http_errors = (urllib3.exceptions.HTTPError, OSError)
-        timeouts = urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=timeout)
-        if url.startswith("unix:"):
-            path, where = url[len("unix:"):], url
-            self._pool = _unix_pool_class()(path, maxsize=1, retries=False, timeout=timeouts)
-        else:
-            parts = urlsplit(url)
-            if not parts.hostname or parts.port is None or parts.query or parts.fragment:
-                raise PolicyError(f"policy '{clip(url)}': expected http://HOST:PORT[/AGENT] "
-                                  "or unix:PATH, e.g. http://127.0.0.1:8700 (the URL "
-                                  "`parcat serve` prints)")
-            path, where = parts.path.strip("/"), f"{parts.hostname}:{parts.port}"
-            self._pool = urllib3.HTTPConnectionPool(parts.hostname, parts.port, maxsize=1,
-                                                    retries=False, timeout=timeouts)
+        self._pool, where, path = _connection_pool(url, timeout)
+        if not url.startswith("unix:"):
             agent = agent or path or None
         self.agent = agent or str(spec.agent_id)
         try:
@@ -240,6 +229,41 @@ class RemotePolicy:
             pass  # the server is gone: nothing of ours is left on it
         finally:
             self._pool.close()
+
+
+def _connection_pool(url: str, timeout: float) -> tuple[Any, str, str]:
+    """A one-connection urllib3 pool to ``url``'s server, where it is (``HOST:PORT`` or
+    the ``unix:`` URL) and the URL's path (``AGENT``, or the socket's path)."""
+    import urllib3  # here: only a run with a served policy needs it
+
+    timeouts = urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=timeout)
+    if url.startswith("unix:"):
+        path = url[len("unix:"):]
+        return _unix_pool_class()(path, maxsize=1, retries=False, timeout=timeouts), url, path
+    parts = urlsplit(url)
+    if not parts.hostname or parts.port is None or parts.query or parts.fragment:
+        raise PolicyError(f"policy '{clip(url)}': expected http://HOST:PORT[/AGENT] or "
+                          "unix:PATH, e.g. http://127.0.0.1:8700 (the URL `parcat serve` "
+                          "prints)")
+    pool = urllib3.HTTPConnectionPool(parts.hostname, parts.port, maxsize=1, retries=False,
+                                      timeout=timeouts)
+    return pool, f"{parts.hostname}:{parts.port}", parts.path.strip("/")
+
+
+def served_stateless(url: str) -> bool:
+    """Whether the server at ``url`` says its policy is stateless (``False`` when it cannot
+    be asked: the run's own connection says why)."""
+    try:
+        pool = _connection_pool(url.split(",", 1)[0], CONNECT_TIMEOUT_S)[0]
+    except (PolicyError, ImportError):
+        return False
+    try:
+        reply = pool.request("GET", "/info")
+        return reply.status == 200 and json.loads(reply.data).get("stateless") is True
+    except Exception:  # any failure to ask: not known to be stateless
+        return False
+    finally:
+        pool.close()
 
 
 def _error_text(data: bytes, status: int) -> str:

@@ -95,11 +95,13 @@ def run_parallel(config: SimConfig, fast: bool = False,
         stall.record = _stopped_record(children[0], config, fast)
         raise
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
-        if block is not None:
-            block.stop()
-            stop_all(c.worker for c in children)
-            block.close()
+        try:
+            if block is not None:
+                block.stop()
+                stop_all(c.worker for c in children)
+                block.close()
+        finally:  # after the block is gone: a signal still held arrives here
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
     return make_record(config, "parallel", fast, result, interrupted)
 
 
