@@ -97,20 +97,20 @@ class DQNConfig(MLPOptions):
     }
 
     def check(self) -> None:
-        """``init``, ``grad_clip``, ``lr_end``, ``ema`` and a buffer that can start training."""
+        """``init``, ``grad_clip``, and a buffer that can start training."""
         if self.init not in INIT_SCHEMES:
             raise ConfigError(f"dqn: 'init' must be {' or '.join(INIT_SCHEMES)}, "
                               f"got {brief(self.init)}")
         self.check_positive("grad_clip", off=True)
-        self.check_positive("lr_end", off=True)
-        if self.ema == 1:  # the acting weights would never move
-            raise ConfigError("dqn: 'ema' must be below 1 (0: act with the online weights), "
-                              "got 1")
         for name in ("learning_starts", "batch_size"):
             if getattr(self, name) > self.buffer_size:
                 raise ConfigError(
                     f"dqn: '{name}' must be <= 'buffer_size' ({self.buffer_size}), "
                     f"got {getattr(self, name)}; training would never start")
+        self.check_positive("lr_end", off=True)
+        if self.ema == 1:  # the acting weights would never move
+            raise ConfigError("dqn: 'ema' must be below 1 (0: act with the online weights), "
+                              "got 1")
 
 
 def check_sizes(config: DQNConfig, obs_dim: int, num_actions: int) -> list[int]:
