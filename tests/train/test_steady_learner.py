@@ -2,11 +2,13 @@
 weights that act can be a Polyak average of the online ones (``ema``); either keeps a noisy
 game's greedy choice from swinging, both resume bit for bit, self-play checkpoints and pools
 the averaged weights, and a config's ``lr: 0.00005`` (or ``--set learner.lr=1e-4``) is a
-number."""
+number. Negamax self-play closes a move the opponent answered with a win at its exact
+value, not the network's estimate of the win."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +19,9 @@ from parcat.core.errors import ConfigError
 from parcat.policies import checkpoint
 from parcat.policies.builtin import dense_forward
 from parcat.train import DQNConfig, DQNLearner, Transitions
-from parcat.train.selfplay import POOL_FILE, SelfPlayTrainer
+from parcat.train.selfplay import POOL_FILE, Game, SelfPlayTrainer
 from tests.train.flags import load
-from tests.train.test_selfplay import nim_config
+from tests.train.test_selfplay import CONNECT_FOUR, nim_config
 
 BANDIT = {"width": 16, "batch_size": 16, "learning_starts": 16, "buffer_size": 64, "lr": 1e-2,
           "eps_decay_steps": 0, "eps_end": 1.0, "seed": 3}
@@ -159,3 +161,28 @@ def test_a_number_in_e_notation_is_a_number_in_a_file_and_on_the_command_line(
     file.write_text("learner: {lr: 0.00005, lr_end: 1.0e-6}\n")
     assert dict(load(file).learner) == {"lr": 5e-5, "lr_end": 1e-6}
     assert load(file, "--set", "learner.lr=1e-4").learner["lr"] == 1e-4
+
+
+@pytest.mark.parametrize("opponent_seat", ["player_0", "player_1"])
+def test_a_move_answered_by_a_win_is_worth_minus_the_win_whoever_won(
+        opponent_seat: str) -> None:
+    """Column 0 for the first seat, 1 for the second: the first wins on move 7, a past self
+    in ``opponent_seat``; the learner's last move before the opponent's win is terminal at
+    minus gamma, and a learner's win leaves its earlier moves bootstrapped."""
+    trainer = SelfPlayTrainer(replace(nim_config(Path("unused")), mission=CONNECT_FOUR,
+                                      negamax=True))
+    game = Game(trainer.mission, 0, trainer._flat, negamax=0.9)
+    game.start(seed=3, episode=0, opponent=object(), seat=opponent_seat)
+    move = 0
+    while True:
+        move += 1
+        row = trainer._flat(game.request[1]) if game.learner_moves else None
+        if game.play(int(move % 2 == 0), row) is not None:
+            break
+    closed = [(t[0], round(t[3], 6), bool(t[5])) for t in game.transitions]
+    if opponent_seat == "player_0":  # the past self won: the learner's last move let it in
+        assert closed == [("player_1", 0.0, False)] * 2 + [("player_1", -0.9, True)]
+    else:  # the learner won after the past self's move: nothing to close but the win
+        assert closed == [("player_0", 0.0, False)] * 3 + [("player_0", 1.0, True)]
+    game.close()
+    trainer.close()
