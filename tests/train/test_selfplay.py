@@ -245,9 +245,10 @@ def test_a_game_that_raises_mid_run_is_one_line_and_keeps_the_checkpoint(tmp_pat
 
 def test_connect_four_gets_its_tuned_self_play_config(tmp_path: Path) -> None:
     config = load(None, "-m", CONNECT_FOUR)
-    assert (config.negamax, config.mirror, config.total_steps) == (True, True, 400_000)
+    assert (config.negamax, config.mirror, config.total_steps) == (True, True, 600_000)
+    assert (config.learner["ema"], config.learner["lr_end"]) == (0.999, 5e-5)
     trainer = SelfPlayTrainer(replace(config, run_dir=str(tmp_path / "run")))
-    assert trainer.config.epochs == 196  # 400,000 moves in epochs of 32 games x 64 moves
+    assert trainer.config.epochs == 293  # 600,000 moves in epochs of 32 games x 64 moves
     trainer.close()
 
 
