@@ -248,8 +248,8 @@ def test_an_unknown_learner_key_is_one_line_naming_the_valid_ones(
                       str(tmp_path / "r"))
     assert (code, err) == (2, "parcat: error: dqn: unknown option 'lrx'; known: width, depth, "
                            "lr, gamma, batch_size, buffer_size, learning_starts, "
-                           "target_update_interval, eps_start, eps_end, eps_decay_steps, double, "
-                           "huber, grad_clip, init, seed\n")
+                           "target_update_interval, eps_start, eps_end, eps_decay_steps, lr_end, "
+                           "lr_decay_steps, ema, double, huber, grad_clip, init, seed\n")
 
 
 def test_a_learner_set_reaches_the_checkpoint(tmp_path: Path,

@@ -105,7 +105,7 @@ def test_monte_carlo_hands_over_each_move_with_the_game_s_outcome() -> None:
 def test_negamax_ends_each_move_where_the_opponent_moves_next() -> None:
     trainer = SelfPlayTrainer(replace(nim_config(Path("unused")), mission=CONNECT_FOUR,
                                       negamax=True))
-    game = Game(trainer.mission, 0, trainer._flat, negamax=True)
+    game = Game(trainer.mission, 0, trainer._flat, negamax=0.9)
     game.start(seed=3, episode=0)
     rows = []
     while True:  # column 0 for the first seat, 1 for the second: the first wins on move 7
@@ -115,8 +115,10 @@ def test_negamax_ends_each_move_where_the_opponent_moves_next() -> None:
     moves = game.transitions
     assert len(moves) == len(rows) == 7
     for move, row, seen in zip(moves, rows, rows[1:], strict=False):
-        assert (move[3], move[5]) == (0.0, False)
         assert np.array_equal(move[1], row) and np.array_equal(move[4], seen)
+    assert all((move[3], move[5]) == (0.0, False) for move in moves[:5])
+    # the loser's last move let the win in: worth minus the win a turn on, exactly
+    assert (moves[5][0], moves[5][3], moves[5][5]) == ("player_1", pytest.approx(-0.9), True)
     assert (moves[-1][0], moves[-1][3], moves[-1][5]) == ("player_0", 1.0, True)  # the win
     game.close()
     trainer.close()
@@ -243,9 +245,10 @@ def test_a_game_that_raises_mid_run_is_one_line_and_keeps_the_checkpoint(tmp_pat
 
 def test_connect_four_gets_its_tuned_self_play_config(tmp_path: Path) -> None:
     config = load(None, "-m", CONNECT_FOUR)
-    assert (config.negamax, config.mirror, config.total_steps) == (True, True, 400_000)
+    assert (config.negamax, config.mirror, config.total_steps) == (True, True, 600_000)
+    assert (config.learner["ema"], config.learner["lr_end"]) == (0.999, 5e-5)
     trainer = SelfPlayTrainer(replace(config, run_dir=str(tmp_path / "run")))
-    assert trainer.config.epochs == 196  # 400,000 moves in epochs of 32 games x 64 moves
+    assert trainer.config.epochs == 293  # 600,000 moves in epochs of 32 games x 64 moves
     trainer.close()
 
 

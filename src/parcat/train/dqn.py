@@ -63,6 +63,15 @@ class DQNConfig(MLPOptions):
     """Exploration rate once the decay is over."""
     eps_decay_steps: int = 10_000
     """Environment transitions observed over which epsilon falls linearly to ``eps_end``."""
+    lr_end: float | None = None
+    """The learning rate once ``lr_decay_steps`` transitions are observed, falling linearly
+    from ``lr`` as epsilon falls; ``None``: ``lr`` throughout."""
+    lr_decay_steps: int = 0
+    """Environment transitions observed over which the learning rate falls to ``lr_end``."""
+    ema: float = 0.0
+    """Polyak averaging of the weights the learner acts with (and checkpoints and evaluates):
+    after each update they move ``1 - ema`` of the way to the online network's, a mean over
+    about ``1 / (1 - ema)`` updates, steadier than any one of them; 0: the online weights."""
     double: bool = True
     """Double DQN: the online network picks the next action, the target network values it."""
     huber: bool = True
@@ -77,10 +86,10 @@ class DQNConfig(MLPOptions):
     learner: ClassVar[str] = "dqn"
     int_ranges: ClassVar[dict[str, tuple[int, int | None]]] = {
         "batch_size": (1, MAX_BATCH_SIZE), "buffer_size": (1, MAX_COUNT),
-        "target_update_interval": (1, MAX_COUNT),
-        "learning_starts": (0, MAX_COUNT), "eps_decay_steps": (0, MAX_COUNT), "seed": (0, None),
+        "target_update_interval": (1, MAX_COUNT), "learning_starts": (0, MAX_COUNT),
+        "eps_decay_steps": (0, MAX_COUNT), "lr_decay_steps": (0, MAX_COUNT), "seed": (0, None),
     }
-    unit_fields: ClassVar[tuple[str, ...]] = ("eps_start", "eps_end")
+    unit_fields: ClassVar[tuple[str, ...]] = ("eps_start", "eps_end", "ema")
     flags: ClassVar[tuple[str, ...]] = ("double", "huber")
     renamed: ClassVar[Mapping[str, str]] = {
         "train_steps": "the run's gradient_steps (--gradient-steps): updates per epoch",
@@ -98,6 +107,10 @@ class DQNConfig(MLPOptions):
                 raise ConfigError(
                     f"dqn: '{name}' must be <= 'buffer_size' ({self.buffer_size}), "
                     f"got {getattr(self, name)}; training would never start")
+        self.check_positive("lr_end", off=True)
+        if self.ema == 1:  # the acting weights would never move
+            raise ConfigError("dqn: 'ema' must be below 1 (0: act with the online weights), "
+                              "got 1")
 
 
 def check_sizes(config: DQNConfig, obs_dim: int, num_actions: int) -> list[int]:
@@ -130,6 +143,8 @@ class DQNLearner(MLPLearner):
         self.obs_dim, self.num_actions = obs_dim, num_actions
         self._sizes = check_sizes(config, obs_dim, num_actions)
         self._init_training(init_params(self._sizes, config.seed, config.init))
+        self._ema = self._params.copy() if config.ema else None
+        """The averaged weights that act (``None``: the online ones act)."""
         self._target = self._params.copy()
         self._target_mark = 0  # environment steps // target_update_interval at the last copy
         self._actor = views(self._params, self._sizes)
@@ -161,10 +176,22 @@ class DQNLearner(MLPLearner):
     def epsilon(self) -> float:
         """The exploration rate now: linear from ``eps_start`` to ``eps_end``."""
         config = self.settings
-        if config.eps_decay_steps == 0:
-            return float(config.eps_end)
-        done = min(1.0, self.num_observed / config.eps_decay_steps)
-        return float(config.eps_start + done * (config.eps_end - config.eps_start))
+        return self._decayed(config.eps_start, config.eps_end, config.eps_decay_steps)
+
+    @property
+    def learning_rate(self) -> float:
+        """Adam's step size now: ``lr``, or linear from it to ``lr_end``."""
+        config = self.settings
+        if config.lr_end is None:
+            return float(config.lr)
+        return self._decayed(config.lr, config.lr_end, config.lr_decay_steps)
+
+    def _decayed(self, start: float, end: float, steps: int) -> float:
+        """Linear from ``start`` to ``end`` over ``steps`` observed transitions."""
+        if steps == 0:
+            return float(end)
+        done = min(1.0, self.num_observed / steps)
+        return float(start + done * (end - start))
 
     def act(self, obs_batch: np.ndarray, explore: bool = True,
             legal: np.ndarray | None = None) -> np.ndarray:
@@ -233,13 +260,15 @@ class DQNLearner(MLPLearner):
         new = self._read_layers(arrays, self._actor)
         assign_layers(self._actor, new)
         assign_layers(self._target_layers, new)
+        if self._ema is not None:
+            np.copyto(self._ema, self._params)
         self._publish()
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Online and target weights (``online.w0``, ``target.b1``, ...), Adam, the counters,
-        the exploration generator and the replay buffer (``buffer.*``)."""
+        """Online, target and averaged weights (``online.w0``, ``target.b1``, ``ema.w0``, ...),
+        Adam, the counters, the exploration generator and the replay buffer (``buffer.*``)."""
         arrays: dict[str, np.ndarray] = {}
-        for name, flat in (("online", self._params), ("target", self._target)):
+        for name, flat in self._networks():
             for i, (w, b) in enumerate(views(flat.copy(), self._sizes)):
                 arrays[f"{name}.w{i}"], arrays[f"{name}.b{i}"] = w, b
         arrays |= self._training_state()
@@ -248,16 +277,27 @@ class DQNLearner(MLPLearner):
     def load_state_dict(self, arrays: Mapping[str, np.ndarray]) -> None:
         """Restore what :meth:`state_dict` returned; nothing changes if it raises
         (:class:`CheckpointError`: a key missing or a shape that does not fit)."""
-        online, target = (self._read_layers(arrays, self._actor, f"{name}.")
-                          for name in ("online", "target"))
+        networks = [(views(flat, self._sizes), self._read_layers(arrays, self._actor, f"{name}."))
+                    for name, flat in self._networks()]
         training = self._read_training_state(arrays)
         self.buffer.load_state_dict(arrays, prefix="buffer.")
-        assign_layers(self._actor, online)
-        assign_layers(self._target_layers, target)
+        for layers, values in networks:
+            assign_layers(layers, values)
         self._load_training_state(training)
         # the mark is not saved: every round copies, if due, before its updates
         self._target_mark = self.num_observed // self.settings.target_update_interval
         self._publish()
+
+    def _networks(self) -> list[tuple[str, np.ndarray]]:
+        """The flat weight vectors a state holds, by name."""
+        return [("online", self._params), ("target", self._target),
+                *([("ema", self._ema)] if self._ema is not None else [])]
+
+    def _publish(self) -> None:
+        if self._ema is None:
+            super()._publish()
+        else:  # acting, checkpoints and the greedy evaluation use the averaged weights
+            self._acting = [(w.copy(), b.copy()) for w, b in views(self._ema, self._sizes)]
 
     def _update(self, batch: dict[str, np.ndarray]) -> tuple[float, float, float]:
         config = self.settings
@@ -289,6 +329,8 @@ class DQNLearner(MLPLearner):
         backward(self._actor, self._grad_layers, [a[:size] for a in activations], grad_q)
         norm = clip_grad(self._grad, config.grad_clip)
         self._adam()
+        if self._ema is not None:
+            self._ema += np.float32(1.0 - config.ema) * (self._params - self._ema)
         self.num_updates += 1
         return float(loss), float(q_taken.mean()), norm
 

@@ -252,6 +252,11 @@ class MLPLearner:
         # fresh arrays, swapped in whole: a concurrent act() sees the old or the new net
         self._acting = [(w.copy(), b.copy()) for w, b in self._actor]
 
+    @property
+    def learning_rate(self) -> float:
+        """Adam's step size now (``lr``; a learner may schedule it)."""
+        return float(self.settings.lr)
+
     def _adam(self) -> None:  # one Adam step (Kingma & Ba) from ``_grad``
         self._adam_step += 1
         m, v = self._adam_m, self._adam_v
@@ -260,7 +265,7 @@ class MLPLearner:
         v *= np.float32(BETA2)
         v += np.float32(1.0 - BETA2) * self._grad * self._grad
         # Kingma & Ba's efficient form: bias corrections folded into the step size
-        size = self.settings.lr * math.sqrt(1.0 - BETA2**self._adam_step) / (
+        size = self.learning_rate * math.sqrt(1.0 - BETA2**self._adam_step) / (
             1.0 - BETA1**self._adam_step)
         self._params -= np.float32(size) * m / (np.sqrt(v) + np.float32(ADAM_EPS))
 

@@ -61,12 +61,13 @@ class Game:
     last move, awaiting its outcome (:meth:`start`, then :meth:`play` until it ends)."""
 
     def __init__(self, mission: Mission, index: int, flat: Callable[[Any], np.ndarray],
-                 monte_carlo: float | None = None, negamax: bool = False) -> None:
+                 monte_carlo: float | None = None, negamax: float | None = None) -> None:
         self.mission, self.index, self.flat = mission, index, flat
         self.monte_carlo = monte_carlo
         """The discount of Monte Carlo returns (``None``: turn-to-turn transitions)."""
         self.negamax = negamax
-        """Whether a move's transition runs to the opponent's turn (see :class:`NegamaxDQN`)."""
+        """The discount of negamax transitions, each running to the opponent's turn (see
+        :class:`NegamaxDQN`); ``None``: turn-to-turn transitions."""
         self.env: Any = mission.make_env()
         self.agents = list(self.env.possible_agents)
         self.opponent: Any = None
@@ -85,9 +86,10 @@ class Game:
         self.pending: dict[Any, Row] = {}
         self.moves: list[Transition] = []  # Monte Carlo: the game's, until it ends
         self.moving: tuple[Any, Row] | None = None
+        self.replied = False  # whether the last move closed the learner's move before it
         self.turns: Generator[tuple[dict[Any, Any], list[Any]], dict[Any, Any], int] = (
             play_turns(self.env, self.totals, self.mission.max_steps,
-                       on_turn=None if self.negamax else self._on_turn))
+                       on_turn=None if self.negamax is not None else self._on_turn))
         self.request: tuple[Any, Any] = self._next(next(self.turns))
 
     @property
@@ -99,13 +101,14 @@ class Game:
         """Make the move (``row``: the learner's input, ``None`` for the opponent's); the
         game's length once it is over, else ``None``."""
         agent = self.request[0]
-        if self.negamax:
+        self.replied = False
+        if self.negamax is not None:
             self._reply(row if row is not None else self.flat(self.request[1]))
         self.moving = (agent, (row, action)) if row is not None else None
         try:
             self.request = self._next(self.turns.send({agent: action}))
         except StopIteration as end:
-            self._finish()
+            self._finish(agent)
             return int(end.value)
         return None
 
@@ -131,15 +134,25 @@ class Game:
         if self.moving is not None:
             agent, (row, action) = self.moving
             self.transitions.append((agent, row, action, 0.0, seen, False, False))
+            self.replied = True
 
-    def _finish(self) -> None:
+    def _finish(self, mover: Any) -> None:
         """Close each learning seat's last move with the rest of its return (a game cut
         at the step limit bootstraps from what the seat sees then)."""
         cut = bool(self.env.agents)
-        if self.negamax:  # only the last move ends the game: it earned the whole outcome
+        if self.negamax is not None:  # only the last move ends the game: it earned the outcome
             if cut:
                 self._reply(self.flat(self.env.observe(self.env.agent_selection)))
-            elif self.moving is not None:
+                return
+            won = self.totals.get(mover, 0.0)
+            if won > 0 and self.replied:
+                # the reply was a win, and no reply does better: the move before it is
+                # worth exactly minus that, a turn on, where bootstrapping gave minus the
+                # network's estimate of the win (0.6-0.7 of it, BENCHMARKS.md)
+                agent, row, action, _, seen, _, _ = self.transitions[-1]
+                self.transitions[-1] = (agent, row, action, -self.negamax * won, seen, True,
+                                        False)
+            if self.moving is not None:
                 agent, (row, action) = self.moving
                 self.transitions.append((agent, row, action, self.totals.get(agent, 0.0),
                                          row, True, False))
@@ -223,13 +236,13 @@ class SelfPlayTrainer(Trainer):
     def _start(self) -> None:
         # a resumed run starts new games, numbered on from every game the run could have had
         first_episode = self.start_epoch * self.config.steps_per_epoch
-        discount = (float(self.learner.config.get("gamma", 1.0)) if self.config.monte_carlo
-                    else None)
+        gamma = float(self.learner.config.get("gamma", 1.0))
         self.games = []
         for index in range(self.plan.num_envs):
             with self._game_code(f"game {index}"):
-                self.games.append(Game(self.mission, index, self._flat, discount,
-                                       self.config.negamax))
+                self.games.append(Game(self.mission, index, self._flat,
+                                       gamma if self.config.monte_carlo else None,
+                                       gamma if self.config.negamax else None))
                 self._begin(self.games[-1], first_episode)
 
     def _begin(self, game: Game, episode: int) -> None:
@@ -399,7 +412,9 @@ class NegamaxDQN(DQNLearner):
     """DQN for a two-seat game rewarded at its end, each move's next observation the
     opponent's: a move is worth its reward, less (discounted) what the opponent's best legal
     reply is worth to the opponent. One network values both seats, so a win learned one
-    move from the end teaches the block one move earlier, in a few updates."""
+    move from the end teaches the block one move earlier, in a few updates; a move the
+    opponent did answer with a win comes closed (:class:`Game`) at minus that win, its exact
+    value in a game where nothing beats winning."""
 
     legal_columns: np.ndarray | None = None
     """Where the learner's input holds the legal-move mask (``None``: every move legal)."""
