@@ -65,9 +65,9 @@ def test_the_learning_rate_falls_linearly_to_lr_end_and_is_adams_step() -> None:
     assert rates == pytest.approx([1e-3, 5.5e-4, 1e-4])
     assert learner.learning_rate == pytest.approx(1e-4)
     assert DQNLearner(2, 2, DQNConfig(lr=1e-3)).learning_rate == 1e-3  # no lr_end: constant
-    # lr_end reached at once is a constant lr_end, update for update
+    # lr_end reached before the first update is a constant lr_end, update for update
     fallen, constant = (DQNLearner(3, 2, DQNConfig(**BANDIT | options)) for options in
-                        ({"lr_end": 1e-4}, {"lr": 1e-4}))
+                        ({"lr_end": 1e-4, "lr_decay_steps": 1}, {"lr": 1e-4}))
     for learner in (fallen, constant):
         rng = np.random.default_rng(0)
         for _ in range(20):
@@ -136,6 +136,8 @@ def test_a_steady_learner_resumes_bit_for_bit() -> None:
     ({"lr_end": 0}, "dqn: 'lr_end' must be a number > 0 or None (off), got 0"),
     ({"lr_decay_steps": -1},
      "dqn: 'lr_decay_steps' must be an integer between 0 and 1,000,000,000, got -1"),
+    ({"lr_end": 1e-5}, "dqn: 'lr_end' and 'lr_decay_steps' are given together"),
+    ({"lr_decay_steps": 1000}, "dqn: 'lr_end' and 'lr_decay_steps' are given together"),
 ])
 def test_a_bad_schedule_or_average_is_one_line_naming_the_field(options: dict[str, Any],
                                                                 message: str) -> None:
@@ -158,8 +160,8 @@ def test_self_play_checkpoints_and_pools_the_averaged_weights(tmp_path: Path) ->
 def test_a_number_in_e_notation_is_a_number_in_a_file_and_on_the_command_line(
         tmp_path: Path) -> None:
     file = tmp_path / "train.yaml"
-    file.write_text("learner: {lr: 0.00005, lr_end: 1.0e-6}\n")
-    assert dict(load(file).learner) == {"lr": 5e-5, "lr_end": 1e-6}
+    file.write_text("learner: {lr: 0.00005, lr_end: 1e-6, lr_decay_steps: 1000}\n")
+    assert dict(load(file).learner) == {"lr": 5e-5, "lr_end": 1e-6, "lr_decay_steps": 1000}
     assert load(file, "--set", "learner.lr=1e-4").learner["lr"] == 1e-4
 
 

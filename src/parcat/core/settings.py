@@ -2,13 +2,12 @@
 
 ``--set agents=8`` (eval, plan, train, sim) and a policy spec's ``mlp,width=256`` both read a
 value as a YAML scalar: ``8`` is an int, ``0.5`` a float, ``true`` a bool, ``[1, 2]`` a list,
-and text that is not valid YAML stays text; ``1e-4`` is a float too (YAML 1.1 reads it as
-text, and a file's ``lr: 0.00005`` reaches the learner as ``5e-05``).
+and text that is not valid YAML stays text; ``1e-4`` is a float, as in YAML 1.2 and in files
+(:mod:`parcat.core.yamlfile`); quoted, ``'1e3'`` stays text.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -34,15 +33,9 @@ def parse_value(text: str) -> Any:
     """A setting's value as a YAML scalar, or the text itself when it is not valid YAML (or
     past a limit of :func:`parcat.core.yamlfile.load_yaml`: deeper, longer numbers)."""
     try:
-        value = load_yaml(text)
+        return load_yaml(text)
     except yaml.YAMLError:
         return text
-    return float(value) if isinstance(value, str) and _E_NOTATION.fullmatch(text.strip()) else value
-
-
-_E_NOTATION = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
-"""A number in e-notation without a dot in its mantissa (``1e-4``), which YAML 1.1 reads as
-text."""
 
 
 def parse_overrides(items: Iterable[str]) -> dict[str, Any]:

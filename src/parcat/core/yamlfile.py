@@ -4,6 +4,7 @@ aliases and huge integers before they cost memory or time (:mod:`parcat.core.lim
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,11 @@ class _LimitedLoader(yaml.SafeLoader):
 
 
 _LimitedLoader.add_constructor("tag:yaml.org,2002:int", _LimitedLoader.construct_yaml_int)
+# 1e-4 is a float, as in YAML 1.2 and JSON (a learning rate written by json.dumps reads back
+# as 5e-05); PyYAML's YAML 1.1 rules want a dot in it and would keep it text
+_LimitedLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
 
 
 def _children(node: Node) -> list[Node]:

@@ -65,7 +65,7 @@ class DQNConfig(MLPOptions):
     """Environment transitions observed over which epsilon falls linearly to ``eps_end``."""
     lr_end: float | None = None
     """The learning rate once ``lr_decay_steps`` transitions are observed, falling linearly
-    from ``lr`` as epsilon falls; ``None``: ``lr`` throughout."""
+    from ``lr`` (the two are given together); ``None``: ``lr`` throughout."""
     lr_decay_steps: int = 0
     """Environment transitions observed over which the learning rate falls to ``lr_end``."""
     ema: float = 0.0
@@ -108,6 +108,11 @@ class DQNConfig(MLPOptions):
                     f"dqn: '{name}' must be <= 'buffer_size' ({self.buffer_size}), "
                     f"got {getattr(self, name)}; training would never start")
         self.check_positive("lr_end", off=True)
+        if (self.lr_end is None) != (self.lr_decay_steps == 0):
+            raise ConfigError("dqn: 'lr_end' and 'lr_decay_steps' are given together (the "
+                              "rate falls from 'lr' to 'lr_end' over 'lr_decay_steps' "
+                              f"transitions), got lr_end={self.lr_end}, "
+                              f"lr_decay_steps={self.lr_decay_steps}")
         if self.ema == 1:  # the acting weights would never move
             raise ConfigError("dqn: 'ema' must be below 1 (0: act with the online weights), "
                               "got 1")
