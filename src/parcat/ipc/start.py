@@ -155,14 +155,12 @@ def interrupts_deferred(blocked: frozenset[int] = frozenset({signal.SIGINT})) ->
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, [])  # read first: see signals_blocked
     _deferral["depth"] += 1
     try:
-        signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
-        yield
+        with signals_blocked(blocked):
+            yield
     finally:
         _deferral["depth"] -= 1
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         if _deferral["depth"] == 0 and _deferral["pending"]:
             pending, _deferral["pending"] = _deferral["pending"], set()
             for signum in sorted(pending):

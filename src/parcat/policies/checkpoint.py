@@ -38,6 +38,7 @@ import numpy as np
 
 from parcat.core import jsontext, runlock
 from parcat.core.errors import CheckpointError, OutputError
+from parcat.ipc.start import signals_blocked
 from parcat.policies.checkpoint_manifest import (
     FIX,
     MANIFEST,
@@ -466,10 +467,5 @@ def signals_deferred() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    deferred = {signal.SIGINT, signal.SIGTERM}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, [])  # read first, change in the try:
-    try:  # an interrupt raised at any moment never leaves the mask blocked
-        signal.pthread_sigmask(signal.SIG_BLOCK, deferred)
+    with signals_blocked({signal.SIGINT, signal.SIGTERM}):
         yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
