@@ -166,9 +166,11 @@ def run(end_process: bool = False) -> None:
 
 def start_fork_server_early(argv: list[str]) -> None:
     """Start the fork server now, while this process imports the CLI, when ``argv`` is an
-    ``eval`` or ``plan`` of a policy from outside parcat: its check and calibration run in a
-    worker, whose fork server would otherwise import its modules only after the CLI did."""
-    if not names_foreign_policy(argv):
+    ``eval`` or ``plan`` of a policy from outside parcat (its check and calibration run in a
+    worker) or an ``eval`` that asks for worker processes (``--jobs 2`` or more): their fork
+    server would otherwise import its modules only after the CLI did, and a short run's
+    workers join when this process has done most of the episodes."""
+    if not starts_early(argv):
         return
     try:
         from parcat.core.resources import BLAS_VARIABLES
@@ -192,18 +194,37 @@ def start_fork_server_early(argv: list[str]) -> None:
         return
 
 
+def starts_early(argv: list[str]) -> bool:
+    """Whether :func:`start_fork_server_early` starts the fork server for ``argv``."""
+    return names_foreign_policy(argv) or asks_for_workers(argv)
+
+
 def names_foreign_policy(argv: list[str]) -> bool:
     """Whether ``argv`` is ``parcat eval`` or ``parcat plan`` with a ``-p module:Class``
     (code from outside parcat) on a local fork server (no ``spawn``, no Ray)."""
     if len(argv) < 2 or argv[1] not in ("eval", "plan") or {"spawn", "ray"} & set(argv):
         return False
-    values = [value for flag, value in itertools.pairwise(argv) if flag in ("-p", "--policy")]
-    values += [arg.partition("=")[2] for arg in argv if arg.startswith("--policy=")]
-    for value in values:
+    for value in _values(argv, "-p", "--policy"):
         target = value.split(",", 1)[0].split("@", 1)[0]
         if ":" in target and not target.startswith(("parcat.", "http:", "https:", "unix:")):
             return True
     return False
+
+
+def asks_for_workers(argv: list[str]) -> bool:
+    """Whether ``argv`` is ``parcat eval`` with ``--jobs N`` (N >= 2) on local processes (not
+    ``--executor thread`` or ``inline``, no ``spawn``, no Ray)."""
+    if len(argv) < 2 or argv[1] != "eval" or {"spawn", "ray"} & set(argv):
+        return False
+    if {"thread", "inline"} & set(_values(argv, "--executor")):
+        return False
+    return any(value.isdigit() and int(value) >= 2 for value in _values(argv, "--jobs", "-j"))
+
+
+def _values(argv: list[str], *flags: str) -> list[str]:
+    """The values ``argv`` gives ``flags`` (``--flag VALUE`` or ``--flag=VALUE``)."""
+    given = [value for flag, value in itertools.pairwise(argv) if flag in flags]
+    return given + [arg.partition("=")[2] for arg in argv if arg.partition("=")[0] in flags]
 
 
 def _ignore_signals() -> None:
