@@ -14,7 +14,8 @@ faster). Each kind is set against its own limit:
    a process of its own, the waiting workload): the same limit; with 503 to every 10th
    request (retried); and its batch form (``AsyncHttpBatchPolicy``: one request a step).
    Sequential is its sync twin ``HttpPolicy`` at ``--jobs 1``, a request at a time (the
-   async policy's ``--jobs 1`` already has an episode's 4 calls in flight).
+   async policy's ``--jobs 1`` already has an episode's 4 calls in flight); the twin's
+   default plan (threads) sets the async policy beside a sync one on the same server.
 3. **A neural net over many agents** (``mlp,width=256``, 24 agents, 64 episodes, issue 23's
    workload): the limit is the batched arithmetic, the forward pass of every observation of
    the run in batches of 1,536, timed alone. parcat's own cost an observation is the run's
@@ -234,6 +235,8 @@ def async_http(repeats: int) -> None:
                 *run[:-1], policy.replace("Async", "") + url, "--jobs", "1"),
             "--jobs 1 (an episode's 4 calls at once)": command(*run, "--jobs", "1"),
             "default (no --jobs)": command(*run),
+            "its sync twin HttpPolicy, default (threads: the same server and requests)":
+                command(*run[:-1], policy.replace("Async", "") + url),
             "concurrent (--jobs 32 --parallel-policy)": command(
                 *run, "--jobs", "32", "--parallel-policy"),
             "retrying (default, 503 to every 10th request)": command(
