@@ -171,6 +171,11 @@ def test_a_ctrl_c_a_library_sends_itself_while_imported_is_out_of_memory() -> No
     (["eval", "--jobs", "4", "--backend", "ray"], False),
     (["plan", "--jobs", "4"], False),
     (["train", "--jobs", "4"], False),
+    (["eval", "--jobs", "4", "--help"], False),
+    (["eval", "-m", "harvest", "-n", "1", "--jobs", "2"], False),
+    (["eval", "--jobs", "4", "--start-method=spawn"], False),
+    (["eval", "--jobs", "4", "--backend=ray"], False),
+    (["eval", "-p", "mod:Policy", "--executor=ray"], False),
 ])
 def test_the_fork_server_starts_before_the_cli_for_outside_code_or_workers_asked_for(
         argv: list[str], early: bool) -> None:

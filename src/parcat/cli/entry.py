@@ -202,7 +202,7 @@ def starts_early(argv: list[str]) -> bool:
 def names_foreign_policy(argv: list[str]) -> bool:
     """Whether ``argv`` is ``parcat eval`` or ``parcat plan`` with a ``-p module:Class``
     (code from outside parcat) on a local fork server (no ``spawn``, no Ray)."""
-    if len(argv) < 2 or argv[1] not in ("eval", "plan") or {"spawn", "ray"} & set(argv):
+    if len(argv) < 2 or argv[1] not in ("eval", "plan") or not _local_forks(argv):
         return False
     for value in _values(argv, "-p", "--policy"):
         target = value.split(",", 1)[0].split("@", 1)[0]
@@ -214,17 +214,27 @@ def names_foreign_policy(argv: list[str]) -> bool:
 def asks_for_workers(argv: list[str]) -> bool:
     """Whether ``argv`` is ``parcat eval`` with ``--jobs N`` (N >= 2) on local processes (not
     ``--executor thread`` or ``inline``, no ``spawn``, no Ray)."""
-    if len(argv) < 2 or argv[1] != "eval" or {"spawn", "ray"} & set(argv):
+    if len(argv) < 2 or argv[1] != "eval" or not _local_forks(argv):
         return False
-    if {"thread", "inline"} & set(_values(argv, "--executor")):
+    if {"thread", "inline"} & set(_values(argv, "--executor")) or "--help" in argv:
         return False
+    if any(not n.isdigit() or int(n) < 2 for n in _values(argv, "-n", "--episodes")):
+        return False  # one episode is played here
     return any(value.isdigit() and int(value) >= 2 for value in _values(argv, "--jobs", "-j"))
+
+
+def _local_forks(argv: list[str]) -> bool:
+    """Whether ``argv``'s workers would come from a local fork server (not ``spawn``, not
+    Ray)."""
+    return not ({"spawn", "ray"} & {*argv, *_values(argv, "--start-method", "--backend",
+                                                    "--executor")})
 
 
 def _values(argv: list[str], *flags: str) -> list[str]:
     """The values ``argv`` gives ``flags`` (``--flag VALUE`` or ``--flag=VALUE``)."""
     given = [value for flag, value in itertools.pairwise(argv) if flag in flags]
-    return given + [arg.partition("=")[2] for arg in argv if arg.partition("=")[0] in flags]
+    joined = (arg.partition("=") for arg in argv)
+    return given + [value for flag, equals, value in joined if equals and flag in flags]
 
 
 def _ignore_signals() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import _thread
+import logging
 import queue
 import signal
 import threading
@@ -122,8 +123,7 @@ class _Round:
             last = self._left == 0
         if last:
             self._all_done.release()
-        for fn in then:
-            fn(call)
+        _callbacks(call, then)
 
     def wait(self, timeout: float | None) -> bool:
         """Wait until every call is done, ``timeout`` seconds at most; whether they are."""
@@ -137,7 +137,17 @@ class _Round:
             if not call.done:
                 call.then.append(fn)
                 return
-        fn(call)
+        _callbacks(call, [fn])
+
+
+def _callbacks(call: _Call, fns: list[Callable[[Any], object]]) -> None:
+    """Run ``fns`` on ``call``; one that raises is logged, as a ``Future``'s callback is:
+    the pool thread and the episode's thread go on."""
+    for fn in fns:
+        try:
+            fn(call)
+        except Exception:
+            logging.getLogger(__name__).exception("a callback of a late policy step raised")
 
 
 class _Call:
@@ -190,8 +200,11 @@ class ThreadStepper(InlineStepper):
 
     def start(self, mission: Mission, seats: Sequence[Seat]) -> None:
         """Build and reset the policies; wait for any late step of the last episode."""
+        until = time.monotonic() + straggler_wait(self.timeout)  # for them all, not each
         for agent_id, call in self._pending.items():
-            if not call.round.wait(straggler_wait(self.timeout)) and not call.done:
+            if call.done or call.round.wait(max(0.0, until - time.monotonic())):
+                continue
+            if not call.done:
                 # still running: that policy cannot be reset under it, so build a new one
                 self.cache.forget(self._index[agent_id], running=call)
         self._pending = {}
@@ -220,21 +233,24 @@ class ThreadStepper(InlineStepper):
             self._pool.put(call)
         actions = super().act(obs, [a for a in live if a in self._local])
         this_step.wait(None if deadline is None else max(0.0, deadline - time.perf_counter()))
+        failed: tuple[Any, BaseException] | None = None
         for agent_id in live:
             if agent_id in self._local:
                 continue
             sent = calls.get(agent_id)
             if sent is None or not sent.done:
-                if sent is not None:
-                    self._pending[agent_id] = sent
+                if sent is not None:  # known late before any error is raised: the next
+                    self._pending[agent_id] = sent  # episode must not reset it mid-step
                 actions[agent_id] = self._late_default(agent_id)
             elif sent.error is not None:
-                if isinstance(sent.error, USER_CODE_ERRORS):
-                    raise PolicyStepError(agent_id, "policy") from sent.error
-                raise sent.error
+                failed = failed or (agent_id, sent.error)
             else:
                 actions[agent_id], retried = sent.value
                 self.awaited.count_retries(agent_id, retried)
+        if failed is not None:
+            if isinstance(failed[1], USER_CODE_ERRORS):
+                raise PolicyStepError(failed[0], "policy") from failed[1]
+            raise failed[1]
         return {a: actions[a] for a in live}
 
     def _late_default(self, agent_id: Any) -> Any:
