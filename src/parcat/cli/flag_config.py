@@ -189,7 +189,7 @@ def _convert(label: str, key: str, value: Any, annotation: Any) -> Any:
         if value not in choices:
             raise ConfigError(f"{label}: key '{key}' must be one of {', '.join(choices)}, got "
                               f"{brief(value)}")
-        return kind(value)
+        return value  # the string: Typer makes it the member, as from the command line
     if kind not in _EXPECTED:
         return value  # a type no flag of eval or plan has: the command checks it
     number = isinstance(value, int) and not isinstance(value, bool)

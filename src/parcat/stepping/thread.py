@@ -115,7 +115,7 @@ class _Round:
         if calls:
             self._all_done.acquire()
 
-    def finish(self, call: _Call) -> None:
+    def finish(self, call: _AgentCall) -> None:
         with self._lock:
             call.done = True
             then, call.then = call.then, []
@@ -132,7 +132,7 @@ class _Round:
         self._all_done.release()  # open for good: a later wait returns at once
         return True
 
-    def add_done_callback(self, call: _Call, fn: Callable[[Any], object]) -> None:
+    def add_done_callback(self, call: _AgentCall, fn: Callable[[Any], object]) -> None:
         with self._lock:
             if not call.done:
                 call.then.append(fn)
@@ -140,7 +140,7 @@ class _Round:
         _callbacks(call, [fn])
 
 
-def _callbacks(call: _Call, fns: list[Callable[[Any], object]]) -> None:
+def _callbacks(call: _AgentCall, fns: list[Callable[[Any], object]]) -> None:
     """Run ``fns`` on ``call``; one that raises is logged, as a ``Future``'s callback is:
     the pool thread and the episode's thread go on."""
     for fn in fns:
@@ -150,7 +150,7 @@ def _callbacks(call: _Call, fns: list[Callable[[Any], object]]) -> None:
             logging.getLogger(__name__).exception("a callback of a late policy step raised")
 
 
-class _Call:
+class _AgentCall:
     """One agent's policy step (with its retries) on a pool thread: ``value`` is the
     action and the retries spent, or ``error`` what it raised, once ``done``."""
 
@@ -193,7 +193,7 @@ class ThreadStepper(InlineStepper):
         self.threads = max(1, threads)
         self.timeout = action_timeout_s
         self._pool = DaemonThreadPool(self.threads, "parcat-policy")
-        self._pending: dict[Any, _Call] = {}
+        self._pending: dict[Any, _AgentCall] = {}
         self._late: dict[Any, int] = {}
         self._defaults: dict[Any, Any] = {}
         self._index: dict[Any, int] = {}
@@ -220,12 +220,12 @@ class ThreadStepper(InlineStepper):
     def act(self, obs: dict[Any, Any], live: Sequence[Any]) -> dict[Any, Any]:
         """Dispatch the threads' agents, step the local ones, then collect."""
         deadline = None if self.timeout is None else time.perf_counter() + self.timeout
-        calls: dict[Any, _Call] = {}
+        calls: dict[Any, _AgentCall] = {}
         for agent_id in live:
             busy = self._pending.get(agent_id)
             if agent_id in self._local or (busy is not None and not busy.done):
                 continue  # stepped here, or still on an earlier step (the default action)
-            calls[agent_id] = _Call(self._step_fns[agent_id], obs[agent_id],
+            calls[agent_id] = _AgentCall(self._step_fns[agent_id], obs[agent_id],
                                     self.awaited.calls.retries)
         this_step = _Round(len(calls))
         for call in calls.values():
