@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 import psutil
@@ -41,11 +42,20 @@ def episodes_journaled(out: Path) -> int:
     return max(0, lines - 1)  # the first line is the header
 
 
-def shm_blocks() -> set[str]:
-    """parcat's shared-memory blocks now."""
+def shm_blocks(pids: Collection[int]) -> set[str]:
+    """parcat's shared-memory blocks that processes ``pids`` made (a run's: the tests
+    beside this one, under pytest-xdist, make their own)."""
+    from parcat.ipc.shm_names import block_creator
+
     folder = Path("/dev/shm")
-    return {p.name for p in folder.iterdir() if p.name.startswith("parcat_")} if folder.is_dir() \
-        else set()
+    creators = ((p.name, block_creator(p.name)) for p in folder.iterdir()) \
+        if folder.is_dir() else iter(())
+    return {name for name, creator in creators if creator is not None and creator.pid in pids}
+
+
+def run_pids(pid: int) -> set[int]:
+    """``pid`` and its live descendants: a run's processes now."""
+    return {pid, *(p.pid for p in descendants(pid))}
 
 
 def start_cli(args: list[str], cwd: Path) -> subprocess.Popen[str]:

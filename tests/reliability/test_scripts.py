@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from tests.reliability.helpers import ROOT, kill_group, wait_until
 
@@ -40,12 +44,23 @@ def test_a_script_without_a_main_guard_gets_one_clear_error(tmp_path: Path) -> N
     assert ok.returncode == 0 and ok.stdout.strip() == "complete", ok.stderr
 
 
-def test_a_killed_run_s_temp_folder_is_removed_by_the_next_run(tmp_path: Path) -> None:
-    temp = Path(tempfile.gettempdir())
-    before = {p.name for p in temp.iterdir() if p.name.startswith("pymp-")}
+@pytest.fixture
+def temp() -> Iterator[Path]:
+    """A temp folder of the test's own (the tests beside it, under pytest-xdist, use /tmp
+    too), with a short path: the fork server's socket is in it."""
+    folder = Path(tempfile.mkdtemp(prefix="pc-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_killed_run_s_temp_folder_is_removed_by_the_next_run(tmp_path: Path,
+                                                               temp: Path) -> None:
+    env = {**os.environ, "TMPDIR": str(temp)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "parcat", "eval", "-m", "harvest", "-n", "100000", "--jobs",
-         "2", "--executor", "process"], cwd=tmp_path, start_new_session=True,
+         "2", "--executor", "process"], cwd=tmp_path, start_new_session=True, env=env,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     # parcat-mp-ns<namespace>_<pid>_<start>-<random>
     mine = re.compile(rf"parcat-mp-ns[0-9a-f]+_{proc.pid}_[0-9a-f]+-")
@@ -56,8 +71,8 @@ def test_a_killed_run_s_temp_folder_is_removed_by_the_next_run(tmp_path: Path) -
         proc.wait(10)
     finally:
         kill_group(proc)
-    assert {p.name for p in temp.iterdir() if p.name.startswith("pymp-")} == before
+    assert not [p.name for p in temp.iterdir() if p.name.startswith("pymp-")]
     subprocess.run([sys.executable, "-m", "parcat", "eval", "-m", "harvest", "-n", "2",
                     "--jobs", "2", "--executor", "process"], cwd=tmp_path, check=True,
-                   capture_output=True, timeout=120)
+                   capture_output=True, timeout=120, env=env)
     assert not any(mine.match(p.name) for p in temp.iterdir())

@@ -19,6 +19,7 @@ from tests.reliability.helpers import (
     episodes_journaled,
     gone,
     kill_group,
+    run_pids,
     shm_blocks,
     start_cli,
     wait_until,
@@ -66,18 +67,19 @@ def test_sigterm_to_the_parent_alone_exits_143_and_stops_children(tmp_path: Path
 
 def test_sigkill_to_the_parent_workers_exit_and_shm_is_clean(tmp_path: Path) -> None:
     mission, out = write_slow_mission(tmp_path), tmp_path / "r.json"
-    before = shm_blocks()
     args = ["eval", "-m", str(mission), "-p", "random", "-n", "1", "--jobs", "2",
             "--parallel-policy", "--policy-strategy", "process", "--set", "max_steps=2000",
             "-o", str(out)]
     proc = start_cli(args, tmp_path)
     try:
-        assert wait_until(lambda: shm_blocks() - before, 30), "no policy worker started"
+        assert wait_until(lambda: shm_blocks(run_pids(proc.pid)), 30), \
+            "no policy worker started"
         children = [p.pid for p in descendants(proc.pid)]
         proc.send_signal(signal.SIGKILL)
         proc.wait(5)
         assert wait_until(lambda: gone(children), 10), "workers outlived a SIGKILLed parent"
-        assert wait_until(lambda: not (shm_blocks() - before), 10), "shared memory leaked"
+        assert wait_until(lambda: not shm_blocks({proc.pid, *children}), 10), \
+            "shared memory leaked"
     finally:
         kill_group(proc)
 

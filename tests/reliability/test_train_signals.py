@@ -32,7 +32,6 @@ def test_interrupted_training_stops_cleanly_and_resumes(
     tmp_path: Path, sig: signal.Signals, code: int, group: bool
 ) -> None:
     run = tmp_path / "run"
-    before = shm_blocks()
     proc = start_cli([*ARGS, "--run-dir", str(run)], tmp_path)
     try:
         assert wait_until(lambda: (run / "manifest.json").exists(), 60), "no checkpoint"
@@ -45,7 +44,8 @@ def test_interrupted_training_stops_cleanly_and_resumes(
         assert proc.returncode == code, err
         assert "Traceback" not in err
         assert wait_until(lambda: gone(children), 10), "workers outlived the trainer"
-        assert wait_until(lambda: not (shm_blocks() - before), 10), "shared memory leaked"
+        assert wait_until(lambda: not shm_blocks({proc.pid, *children}), 10), \
+            "shared memory leaked"
     finally:
         kill_group(proc)
     manifest = json.loads((run / "manifest.json").read_text())

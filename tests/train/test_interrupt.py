@@ -162,3 +162,34 @@ def test_a_signal_to_the_whole_process_group_still_checkpoints_the_last_async_ep
             session_processes(proc.pid)
     finally:
         kill_group(proc)
+
+
+DEFERRED_BLOCK = """
+import os, signal, subprocess, threading, time
+import numpy  # its BLAS pool: threads that take a signal the main thread blocks
+from parcat.ipc.start import postpone_interrupt
+from parcat.policies.checkpoint import signals_deferred
+
+def on_signal(signum, frame):  # as the CLI's handlers do
+    if postpone_interrupt(signum):
+        return
+    raise KeyboardInterrupt
+
+signal.signal(signal.SIGTERM, on_signal)
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()  # one more, surely
+try:
+    with signals_deferred():
+        subprocess.run(["kill", "-TERM", str(os.getpid())], check=True)  # a user's kill
+        time.sleep(0.5)
+        print("the block ended", flush=True)
+except KeyboardInterrupt:
+    print("then the interrupt", flush=True)
+"""
+
+
+def test_a_deferred_block_ends_before_a_signal_another_thread_took() -> None:
+    """The trainer's epoch bookkeeping (log, capture, report) runs in such a block: cut in
+    the middle, the stop line named an epoch the log and checkpoint did not have."""
+    done = subprocess.run([sys.executable, "-c", DEFERRED_BLOCK], capture_output=True,
+                          text=True, timeout=TIMEOUT_S, check=False)
+    assert done.stdout.splitlines() == ["the block ended", "then the interrupt"], done.stderr

@@ -201,7 +201,7 @@ def test_learner_state_comes_after_a_round_an_interrupt_left_unread() -> None:
 
 def own_blocks() -> set[str]:
     """Shared-memory blocks this process created (other test runs may share /dev/shm)."""
-    return {b for b in shm_blocks() if block_creator(b) == this_creator()}
+    return {b for b in shm_blocks({os.getpid()}) if block_creator(b) == this_creator()}
 
 
 def _alive(pid: int) -> bool:

@@ -28,7 +28,6 @@ import shutil
 import signal
 import stat
 import tempfile
-import threading
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +37,7 @@ import numpy as np
 
 from parcat.core import jsontext, runlock
 from parcat.core.errors import CheckpointError, OutputError
-from parcat.ipc.start import signals_blocked
+from parcat.ipc.start import interrupts_deferred
 from parcat.policies.checkpoint_manifest import (
     FIX,
     MANIFEST,
@@ -464,8 +463,7 @@ def recover_swap(path: Path) -> None:
 @contextlib.contextmanager
 def signals_deferred() -> Iterator[None]:
     """Hold Ctrl-C and SIGTERM back until the block ends (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    with signals_blocked({signal.SIGINT, signal.SIGTERM}):
+    # blocking them in this thread is not enough: another thread (numpy's BLAS pool) takes
+    # the signal and Python still runs the handler here; the CLI's handlers postpone it
+    with interrupts_deferred(frozenset({signal.SIGINT, signal.SIGTERM})):
         yield

@@ -183,12 +183,12 @@ class Trainer:
                              nan_returns(self.config.eval_episodes, self._agent_index))
         stats.best_eval_return = checkpoints.best_after(stats.eval_return, stats.epoch)
         stats.best = checkpoints.best_record()
-        report.epochs.append(stats)
-        with checkpoint.signals_deferred():  # the log and the capture agree
+        with checkpoint.signals_deferred():  # the log, the capture and the report agree
             self.metrics.write(stats.to_dict())
             if due or learning is None:
                 checkpoints.finished(epoch + 1, stats.eval_return if due else None)
             self._finished = epoch + 1
+            report.epochs.append(stats)
         if self.on_epoch is not None:
             self.on_epoch(stats)
         if due:
