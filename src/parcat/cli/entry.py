@@ -166,11 +166,9 @@ def run(end_process: bool = False) -> None:
 
 def start_fork_server_early(argv: list[str]) -> None:
     """Start the fork server now, while this process imports the CLI, when ``argv`` is an
-    ``eval`` or ``plan`` of a policy from outside parcat (its check and calibration run in a
-    worker) or an ``eval`` that asks for worker processes (``--jobs 2`` or more): their fork
-    server would otherwise import its modules only after the CLI did, and a short run's
-    workers join when this process has done most of the episodes."""
-    if not starts_early(argv):
+    ``eval`` or ``plan`` of a policy from outside parcat: its check and calibration run in a
+    worker, whose fork server would otherwise import its modules only after the CLI did."""
+    if not names_foreign_policy(argv):
         return
     try:
         from parcat.core.resources import BLAS_VARIABLES
@@ -194,47 +192,18 @@ def start_fork_server_early(argv: list[str]) -> None:
         return
 
 
-def starts_early(argv: list[str]) -> bool:
-    """Whether :func:`start_fork_server_early` starts the fork server for ``argv``."""
-    return names_foreign_policy(argv) or asks_for_workers(argv)
-
-
 def names_foreign_policy(argv: list[str]) -> bool:
     """Whether ``argv`` is ``parcat eval`` or ``parcat plan`` with a ``-p module:Class``
     (code from outside parcat) on a local fork server (no ``spawn``, no Ray)."""
-    if len(argv) < 2 or argv[1] not in ("eval", "plan") or not _local_forks(argv):
+    if len(argv) < 2 or argv[1] not in ("eval", "plan") or {"spawn", "ray"} & set(argv):
         return False
-    for value in _values(argv, "-p", "--policy"):
+    values = [value for flag, value in itertools.pairwise(argv) if flag in ("-p", "--policy")]
+    values += [arg.partition("=")[2] for arg in argv if arg.startswith("--policy=")]
+    for value in values:
         target = value.split(",", 1)[0].split("@", 1)[0]
         if ":" in target and not target.startswith(("parcat.", "http:", "https:", "unix:")):
             return True
     return False
-
-
-def asks_for_workers(argv: list[str]) -> bool:
-    """Whether ``argv`` is ``parcat eval`` with ``--jobs N`` (N >= 2) on local processes (not
-    ``--executor thread`` or ``inline``, no ``spawn``, no Ray)."""
-    if len(argv) < 2 or argv[1] != "eval" or not _local_forks(argv):
-        return False
-    if {"thread", "inline"} & set(_values(argv, "--executor")) or "--help" in argv:
-        return False
-    if any(not n.isdigit() or int(n) < 2 for n in _values(argv, "-n", "--episodes")):
-        return False  # one episode is played here
-    return any(value.isdigit() and int(value) >= 2 for value in _values(argv, "--jobs", "-j"))
-
-
-def _local_forks(argv: list[str]) -> bool:
-    """Whether ``argv``'s workers would come from a local fork server (not ``spawn``, not
-    Ray)."""
-    return not ({"spawn", "ray"} & {*argv, *_values(argv, "--start-method", "--backend",
-                                                    "--executor")})
-
-
-def _values(argv: list[str], *flags: str) -> list[str]:
-    """The values ``argv`` gives ``flags`` (``--flag VALUE`` or ``--flag=VALUE``)."""
-    given = [value for flag, value in itertools.pairwise(argv) if flag in flags]
-    joined = (arg.partition("=") for arg in argv)
-    return given + [value for flag, equals, value in joined if equals and flag in flags]
 
 
 def _ignore_signals() -> None:
