@@ -58,3 +58,21 @@ def test_a_closed_stdout_is_one_line() -> None:
     assert proc.stderr.splitlines() == [
         "parcat: error: stdout is closed (>&-): parcat prints its results there; redirect it "
         "to a file, or to /dev/null"]
+
+
+def test_a_temp_folder_too_long_for_a_unix_socket_is_one_line(tmp_path: Path) -> None:
+    """The fork server listens on a Unix socket in the temp folder, whose path the system
+    caps (108 bytes with the socket's own name): a long TMPDIR is one line naming it and
+    the fix, exit 2, and nothing left in it."""
+    long = tmp_path / ("t" * 100)
+    long.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(long)}
+    proc = subprocess.run([sys.executable, "-m", "parcat", "eval", "-m", "harvest", "-n", "2",
+                           "--executor", "process", "--jobs", "2"], cwd=tmp_path, env=env,
+                          text=True, capture_output=True, timeout=300, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"parcat: error: cannot start the fork server: the temp folder's path is too long for "
+        f"its Unix socket ({len(str(long))} characters, about 45 fit: {long}); set TMPDIR to "
+        "a shorter folder, e.g. TMPDIR=/tmp"]
+    assert list(long.iterdir()) == []

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from parcat.core.errors import ResourceLimitError
+from parcat.core.errors import ConfigError, ResourceLimitError
 from parcat.core.resources import pids_headroom
 
 TASKS_PER_WORKER = 4
@@ -107,6 +107,12 @@ def check_headroom(name: str) -> None:
 
 
 def limit_error(name: str, exc: OSError) -> Exception:
+    if "AF_UNIX path too long" in str(exc):  # the fork server's socket, in the temp folder
+        where = tempfile.gettempdir()
+        return ConfigError(
+            f"cannot start {name}: the temp folder's path is too long for its Unix socket "
+            f"({len(where)} characters, about 45 fit: {where}); set TMPDIR to a shorter "
+            "folder, e.g. TMPDIR=/tmp")
     if exc.errno in (errno.EAGAIN, errno.ENOMEM):
         return ResourceLimitError(
             f"cannot start {name}: {exc.strerror} (the system's limit on processes or "
