@@ -10,9 +10,10 @@ shared policy for all of them.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from gymnasium import spaces
 
@@ -53,12 +54,6 @@ class PolicyStepError(Exception):
         self.phase = phase
         self.remote = remote
         """The worker's report (type, message, traceback) when raised in a worker."""
-
-
-class Running(Protocol):
-    """A policy step under way on another thread (a ``Future`` has this method)."""
-
-    def add_done_callback(self, fn: Callable[[Any], object]) -> None: ...
 
 
 class PolicyCache:
@@ -107,7 +102,7 @@ class PolicyCache:
             marker[ACTING] = 0
         return policies
 
-    def forget(self, agent_index: int, running: Running | None = None) -> None:
+    def forget(self, agent_index: int, running: Future[Any] | None = None) -> None:
         """Drop the policies of one agent, so the next episode builds new ones; they are
         closed (:func:`~parcat.policies.base.close_policies`) now, or once ``running`` (a
         step still under way in one of them) ends."""
