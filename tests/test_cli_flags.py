@@ -46,8 +46,8 @@ TAKES = {
 """Which shared flags each command takes (README's table says the same)."""
 ALIASES = {("train", "output"): {"--run-dir"}, ("bench", "output"): {"--chart"}}
 """Older long forms kept beside a shared flag."""
-PYTHON_TYPE = re.compile(r"<(bool|int|float|str|path|list\[str\])>|INTEGER|FLOAT|TEXT|BOOLEAN")
-"""How Typer shows a value's Python type (0.29: ``<int>``; earlier, Click's ``INTEGER``)."""
+PYTHON_TYPE = re.compile(r"INTEGER|FLOAT|TEXT|BOOLEAN|<(bool|int|float|str|path|list\[str\])>")
+"""How Click (and Typer 0.29) show a value's Python type."""
 
 
 def commands() -> dict[str, Any]:
@@ -95,12 +95,9 @@ def test_no_option_shows_a_python_type_for_its_value(words: str, command: Any) -
     ctx = command.context_class(command)
     options = [p for p in command.params if p.param_type_name == "option"]
     for param in [*options, command.get_help_option(ctx)]:
-        if hasattr(param, "display_type_rich"):  # Typer 0.29
-            shown = param.display_type_rich(ctx) or ""
-        elif param.is_flag:
+        if param.is_flag:
             continue  # a flag shows no value
-        else:
-            shown = param.make_metavar(ctx)
+        shown = param.make_metavar(ctx)
         assert not PYTHON_TYPE.fullmatch(shown), (words, param.opts, shown)
 
 

@@ -262,18 +262,14 @@ def positional_hint(ctx: Any, message: str) -> str:
 
 
 _VALIDATION_WORDING = (
-    (r"Input should be a valid integer, unable to parse string as an integer|"
-     r"(?<=: )'.*' is not a valid int(eger)?\.$", "expected a whole number"),
-    (r"Input should be a valid number, unable to parse string as a number|"
-     r"(?<=: )'.*' is not a valid float\.$", "expected a number"),
-    (r"Value error, ", ""),
+    (r"(?<=: )'.*' is not a valid int(eger)?\.$", "expected a whole number"),
+    (r"(?<=: )'.*' is not a valid float\.$", "expected a number"),
 )
-"""Typer's wording of a value of the wrong type (Typer 0.29's from pydantic, earlier ones'
-from Click) and parcat's."""
+"""Click's wording of a value of the wrong type, and parcat's."""
 
 
 def plain_validation(message: str) -> str:
-    """``message`` in parcat's words, not Typer's validation library's."""
+    """``message`` in parcat's words, not Click's."""
     for theirs, ours in _VALIDATION_WORDING:
         message = re.sub(theirs, ours, message)
     return message
